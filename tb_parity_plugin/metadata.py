@@ -1,0 +1,206 @@
+"""Plugin name, record schema and summary metadata for tb-parity records.
+
+One *logical record* is one tensor at one step. On disk, all records of one step
+that share a *layout* travel in one TensorBoard event (a few summary values), so a
+reader pays Python overhead per step, not per tensor (see docs/ARCHITECTURE.md):
+
+* ``tb_parity/layout/<hash>``  -- string scalar: the layout JSON (written once).
+* ``tb_parity/stats/<hash>``   -- float64 ``[n_tensors, len(STATS_FIELDS)]``: one row
+  per tensor of the layout, in layout order.
+* ``tb_parity/values/<hash>/<dtype>`` -- 1-D tensor of that dtype: the full values of
+  every tensor of the layout whose ``values`` entry names that dtype, concatenated.
+
+All three use ``data_class=DATA_CLASS_TENSOR`` and plugin ``tb_parity`` with a
+versioned JSON ``content``. This module imports neither TensorFlow nor numpy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any, Optional, Sequence
+
+from tensorboard.compat.proto import summary_pb2
+
+PLUGIN_NAME = "tb_parity"
+TAG_PREFIX = "tb_parity/"
+LAYOUT_PREFIX = TAG_PREFIX + "layout/"
+STATS_PREFIX = TAG_PREFIX + "stats/"
+VALUES_PREFIX = TAG_PREFIX + "values/"
+#: lr and loss are also written as ordinary scalars under these tags.
+SCALAR_TAGS = {"lr": TAG_PREFIX + "lr", "loss": TAG_PREFIX + "loss"}
+
+#: Version of the on-disk record format; bump on incompatible change.
+FORMAT_VERSION = 1
+
+#: Columns of a stats row. The first nine mirror Debugger V2's FULL_HEALTH vector
+#: (without tensor/device id); the moments are over the *finite* elements only
+#: (NaN when there are none), so one NaN does not hide the rest of the tensor.
+STATS_FIELDS = (
+    "dtype",  # TF DataType enum value (1 = float32, 2 = float64, 19 = float16, 14 = bfloat16)
+    "rank",
+    "size",
+    "neg_inf",
+    "pos_inf",
+    "nan",
+    "neg_finite",
+    "zero",
+    "pos_finite",
+    "min",
+    "max",
+    "mean",
+    "std",
+    "l2",
+)
+STAT_INDEX = {name: i for i, name in enumerate(STATS_FIELDS)}
+N_STATS = len(STATS_FIELDS)
+COUNT_FIELDS = ("neg_inf", "pos_inf", "nan", "neg_finite", "zero", "pos_finite")
+NONFINITE_FIELDS = ("neg_inf", "pos_inf", "nan")
+MOMENT_FIELDS = ("min", "max", "mean", "std", "l2")
+
+#: Kinds and their phase in a training step. Execution order within a step sorts by
+#: (phase, call sequence): the step's inputs first, then forward, loss, backward.
+KIND_PHASE = {
+    "lr": 0,
+    "input": 1,
+    "weight": 1,
+    "activation": 2,
+    "output": 2,
+    "loss": 3,
+    "metric": 3,
+    "grad": 4,
+    "optimizer": 5,
+}
+DEFAULT_PHASE = 6  # kinds not listed above sort last
+
+
+def kind_phase(kind: str) -> int:
+    """Phase of ``kind`` in a step (lower runs earlier)."""
+    return KIND_PHASE.get(kind, DEFAULT_PHASE)
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    """One tensor of a layout.
+
+    Attributes:
+      kind: record kind, e.g. ``"weight"``.
+      name: the user's name, e.g. ``"dense/kernel:0"`` (may hold any text, even HTML).
+      order: execution order within the step (0 first); unique within a layout.
+      dtype: numpy-style dtype name, e.g. ``"float32"``.
+      shape: static shape; ``None`` entries for unknown dimensions.
+      values: ``[dtype, offset, length]`` into ``tb_parity/values/<hash>/<dtype>``
+        when full values are kept, else ``None`` (statistics only).
+    """
+
+    kind: str
+    name: str
+    order: int
+    dtype: str
+    shape: tuple
+    values: Optional[tuple] = None
+
+    @property
+    def tag(self) -> str:
+        """The logical tag ``<kind>/<name>``."""
+        return f"{self.kind}/{self.name}"
+
+    def to_json(self) -> dict:
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "order": self.order,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "values": list(self.values) if self.values is not None else None,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict) -> "TensorSpec":
+        values = obj.get("values")
+        return cls(
+            kind=str(obj["kind"]),
+            name=str(obj["name"]),
+            order=int(obj["order"]),
+            dtype=str(obj["dtype"]),
+            shape=tuple(None if d is None else int(d) for d in obj["shape"]),
+            values=tuple(values) if values is not None else None,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """The static description of what one step's stats/values blocks hold."""
+
+    tensors: tuple  # of TensorSpec, in row order of the stats block
+
+    def to_json_bytes(self) -> bytes:
+        body = {"version": FORMAT_VERSION, "tensors": [t.to_json() for t in self.tensors]}
+        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+    @property
+    def hash(self) -> str:
+        """Content hash naming the layout's tags (12 hex chars)."""
+        return hashlib.sha1(self.to_json_bytes()).hexdigest()[:12]
+
+    @classmethod
+    def from_json_bytes(cls, data: bytes) -> "Layout":
+        body = json.loads(data.decode("utf-8"))
+        version = int(body.get("version", 0))
+        if version > FORMAT_VERSION:
+            raise ValueError(
+                f"tb_parity layout version {version} is newer than this reader ({FORMAT_VERSION})"
+            )
+        return cls(tensors=tuple(TensorSpec.from_json(t) for t in body["tensors"]))
+
+
+def layout_tag(layout_hash: str) -> str:
+    return LAYOUT_PREFIX + layout_hash
+
+
+def stats_tag(layout_hash: str) -> str:
+    return STATS_PREFIX + layout_hash
+
+
+def values_tag(layout_hash: str, dtype: str) -> str:
+    return f"{VALUES_PREFIX}{layout_hash}/{dtype}"
+
+
+def create_summary_metadata(block: str, layout_hash: str) -> summary_pb2.SummaryMetadata:
+    """Metadata for one of our tags. ``block`` is ``layout``, ``stats`` or ``values``."""
+    content = json.dumps(
+        {"version": FORMAT_VERSION, "block": block, "layout": layout_hash},
+        sort_keys=True,
+        separators=(",", ":"),
+    ).encode("utf-8")
+    return summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(
+            plugin_name=PLUGIN_NAME, content=content
+        ),
+        data_class=summary_pb2.DATA_CLASS_TENSOR,
+    )
+
+
+def parse_plugin_content(content: bytes) -> dict[str, Any]:
+    """Parse our ``plugin_data.content``; raises ValueError on garbage or a newer version."""
+    try:
+        body = json.loads(content.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"bad tb_parity metadata content: {exc}") from None
+    if not isinstance(body, dict) or int(body.get("version", 0)) > FORMAT_VERSION:
+        raise ValueError(f"unsupported tb_parity metadata content: {content[:80]!r}")
+    return body
+
+
+def order_specs(entries: Sequence[tuple[str, str]]) -> list[int]:
+    """Execution order for ``(kind, name)`` entries given in call sequence.
+
+    Sorts stably by kind phase, so weights logged after the backward pass still
+    count as step inputs.
+    """
+    ranked = sorted(range(len(entries)), key=lambda i: (kind_phase(entries[i][0]), i))
+    order = [0] * len(entries)
+    for position, index in enumerate(ranked):
+        order[index] = position
+    return order
