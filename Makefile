@@ -1,0 +1,45 @@
+# tb-parity: the two commands are `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+LOGDIR ?= demo_logs
+PORT ?= 6006
+export TF_USE_LEGACY_KERAS := 1
+export TF_CPP_MIN_LOG_LEVEL := 2
+
+.PHONY: install demo demo-logs test chromium bench lock
+
+# Installs the locked environment once; reinstalls when the lock or setup.py change.
+$(VENV)/.installed: requirements.txt setup.py
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -r requirements.txt
+	$(BIN)/python -m pip install -q --no-deps -e .
+	touch $@
+
+install: $(VENV)/.installed
+
+demo-logs: install
+	rm -rf $(LOGDIR)
+	$(BIN)/python -m demo.write_logs $(LOGDIR)
+
+demo: demo-logs
+	$(BIN)/tensorboard --logdir $(LOGDIR) --host 127.0.0.1 --port $(PORT)
+
+# Browser tests drive Debian's chromium; Playwright cannot download browsers here.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing Debian chromium for the browser tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+test: install chromium
+	$(BIN)/python -m pytest -q tests
+
+bench: install
+	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# Re-locks requirements.txt from the current venv.
+lock: install
+	{ echo "# Locked environment for make demo / make test (pip freeze of a working .venv)."; \
+	  echo "# Direct dependencies and their ranges are in setup.py; update this with 'make lock'."; \
+	  $(BIN)/pip freeze | grep -v -i "tb.parity"; } > requirements.txt

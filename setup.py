@@ -1,0 +1,28 @@
+"""tb-parity: find where a TF1 -> TF2 port first trains differently."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="tb-parity",
+    version="0.1.0",
+    description="Compare a TF1 run with its TF2 port step by step; TensorBoard plugin, CLI and pytest API",
+    packages=find_packages(include=["tb_parity_plugin", "tb_parity_plugin.*"]),
+    package_data={"tb_parity_plugin": ["static/*"]},
+    python_requires=">=3.9",
+    # The reader, engine, CLI and plugin run without TensorFlow (as TensorBoard does);
+    # only the logging shim needs it, via the [tf] extra.
+    install_requires=[
+        "tensorboard>=2.21,<2.22",
+        "numpy>=1.26",
+        "protobuf>=4.21",
+        "werkzeug>=3.0",
+        "google-crc32c>=1.5",
+    ],
+    extras_require={
+        "tf": ["tensorflow-cpu==2.21.*", "tf-keras==2.21.*"],
+    },
+    entry_points={
+        "tensorboard_plugins": ["tb_parity = tb_parity_plugin.loader:ParityLoader"],
+        "console_scripts": ["tb-parity = tb_parity_plugin.cli:main"],
+    },
+)

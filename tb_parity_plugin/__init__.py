@@ -1,0 +1,34 @@
+"""tb-parity: compare a TF1 run with its TF2 port, step by step and tensor by tensor.
+
+The public API is re-exported lazily so that ``import tb_parity_plugin`` (which
+TensorBoard does at start-up through the entry point) imports neither TensorFlow
+nor the engine.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# name -> module that defines it
+_EXPORTS = {
+    "compare": "tb_parity_plugin.api",
+    "assert_parity": "tb_parity_plugin.api",
+    "ParityReport": "tb_parity_plugin.compare",
+    "TolerancePolicy": "tb_parity_plugin.compare",
+    "ToleranceOverride": "tb_parity_plugin.compare",
+    "LogdirReader": "tb_parity_plugin.reader",
+}
+_SUBMODULES = {"v1": "tb_parity_plugin.summary_v1", "v2": "tb_parity_plugin.summary_v2"}
+
+__all__ = sorted([*_EXPORTS, *_SUBMODULES])
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(_SUBMODULES[name])
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'tb_parity_plugin' has no attribute {name!r}")
