@@ -28,6 +28,10 @@ TAG_PREFIX = "tb_parity/"
 LAYOUT_PREFIX = TAG_PREFIX + "layout/"
 STATS_PREFIX = TAG_PREFIX + "stats/"
 VALUES_PREFIX = TAG_PREFIX + "values/"
+#: String scalar JSON describing the run: {"version", "side": "tf1"|"tf2", "mode":
+#: "graph"|"eager"|"function", "tensorflow": version}. Lets tools pick the TF1 run as
+#: the default baseline.
+RUN_INFO_TAG = TAG_PREFIX + "run_info"
 #: lr and loss are also written as ordinary scalars under these tags.
 SCALAR_TAGS = {"lr": TAG_PREFIX + "lr", "loss": TAG_PREFIX + "loss"}
 
