@@ -32,3 +32,10 @@ def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'tb_parity_plugin' has no attribute {name!r}")
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext tb_parity_plugin``: registers ``%tb_parity`` (notebook code imported only then)."""
+    from tb_parity_plugin import notebook
+
+    notebook.load_ipython_extension(ipython)
