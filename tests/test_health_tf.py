@@ -1,0 +1,106 @@
+"""health_tf agrees with the numpy reference, in eager, tf.function and TF1 graph mode."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tb_parity_plugin import health, health_tf, metadata
+
+RNG = np.random.default_rng(0)
+COUNTS = slice(0, metadata.STAT_INDEX["min"])  # dtype, rank, size and the six counts
+
+
+def _cases() -> dict[str, np.ndarray]:
+    big = RNG.standard_normal(300_000).astype(np.float32)
+    big[::7] = 0.0
+    big_nonfinite = big.copy()
+    big_nonfinite[[3, 10, 99]] = [np.nan, np.inf, -np.inf]
+    offset = (1000.0 + 1e-3 * RNG.standard_normal((400, 400))).astype(np.float32)
+    mixed = np.array([1.0, -2.0, 0.0, np.nan, np.inf, -np.inf, -0.0, 3.5], np.float32)
+    return {
+        "scalar": np.float32(0.25),
+        "small": RNG.standard_normal((3, 4)).astype(np.float32),
+        "mixed": mixed,
+        "all_nan": np.full((5,), np.nan, np.float32),
+        "all_inf": np.array([np.inf, -np.inf], np.float64),
+        "empty": np.zeros((0, 3), np.float32),
+        "zeros": np.zeros((2, 2), np.float64),
+        "f64": RNG.standard_normal((50, 7)),
+        "f16": (RNG.standard_normal(100) * 100).astype(np.float16),
+        "f16_overflow": np.array([np.inf, 65504, -1, 0], np.float16),
+        "big": big,
+        "big_nonfinite": big_nonfinite,
+        "big_relu": np.maximum(RNG.standard_normal((512, 256)), 0).astype(np.float32),
+        "big_offset": offset,
+        "big_f64": RNG.standard_normal(100_000),
+        "big_f16": RNG.standard_normal(70_000).astype(np.float16),
+        "ints": np.arange(-3, 5, dtype=np.int32),
+    }
+
+
+CASES = _cases()
+
+
+def _check(got: np.ndarray, arrays: list[np.ndarray]) -> None:
+    assert got.shape == (len(arrays), metadata.N_STATS)
+    for row, a in zip(got, arrays):
+        want = health.health_numpy(a)
+        np.testing.assert_array_equal(row[COUNTS], want[COUNTS])
+        # float32 reductions vs numpy's float64: relative 1e-5 is ample for these sizes.
+        np.testing.assert_allclose(row[COUNTS.stop :], want[COUNTS.stop :], rtol=1e-5, atol=1e-12)
+
+
+def test_eager_matches_numpy() -> None:
+    arrays = list(CASES.values())
+    _check(health_tf.stats_block([tf.constant(a) for a in arrays]).numpy(), arrays)
+
+
+def test_tf_function_matches_numpy() -> None:
+    arrays = list(CASES.values())
+    fn = tf.function(lambda *ts: health_tf.stats_block(ts))
+    _check(fn(*[tf.constant(a) for a in arrays]).numpy(), arrays)
+
+
+def test_each_case_alone() -> None:
+    for name, a in CASES.items():
+        _check(health_tf.stats_row(tf.constant(a)).numpy()[None], [a])
+
+
+def test_bfloat16() -> None:
+    a = np.array([1.5, -2.0, 0.0, np.inf], np.float32)
+    big = RNG.standard_normal(70_000).astype(np.float32)
+    rows = health_tf.stats_block([tf.cast(a, tf.bfloat16), tf.cast(big, tf.bfloat16)]).numpy()
+    assert rows[0, 0] == 14 and rows[1, 0] == 14
+    np.testing.assert_array_equal(rows[0, 3:9], health.health_numpy(a)[3:9])
+    exact = tf.cast(tf.cast(big, tf.bfloat16), tf.float32).numpy()
+    np.testing.assert_allclose(rows[1, 3:], health.health_numpy(exact)[3:], rtol=1e-5)
+
+
+def test_tf1_graph_with_unknown_shapes() -> None:
+    with tf.Graph().as_default():
+        ph = tf.compat.v1.placeholder(tf.float32, [None, None])
+        ph_big = tf.compat.v1.placeholder(tf.float32, [None])
+        stats = health_tf.stats_block([ph, ph_big])
+        with tf.compat.v1.Session() as sess:
+            for small, big in [(CASES["small"], CASES["big"]), (np.zeros((0, 2), np.float32), CASES["big_nonfinite"])]:
+                got = sess.run(stats, {ph: small, ph_big: big})
+                _check(got, [small, big])
+
+
+def test_large_tensor_counts_are_exact() -> None:
+    a = np.zeros(1 << 22, np.float32)
+    a[: 1 << 21] = 1.0
+    a[-5:] = -3.0
+    row = health_tf.stats_row(tf.constant(a)).numpy()
+    assert row[metadata.STAT_INDEX["pos_finite"]] == 1 << 21
+    assert row[metadata.STAT_INDEX["neg_finite"]] == 5
+    assert row[metadata.STAT_INDEX["zero"]] == (1 << 21) - 5
+
+
+def test_rejects_strings_and_complex() -> None:
+    with pytest.raises(TypeError, match="complex64"):
+        health_tf.stats_block([tf.constant([1 + 2j], tf.complex64)])
+    with pytest.raises(TypeError, match="string"):
+        health_tf.stats_block([tf.constant(["a"])])
