@@ -483,6 +483,8 @@ class LogdirReader:
         self._lock = threading.RLock()
         self._reload_lock = threading.Lock()
         self._loaded = False
+        #: Bytes of complete records consumed so far (an incremental reload adds only what was appended).
+        self.bytes_read = 0
 
     def reload(self) -> bool:
         """Read whatever was appended since the last call; True if anything new was read."""
@@ -606,6 +608,7 @@ class LogdirReader:
                 state.ingest(fs, items, problems)
             changed |= bool(items or problems)
             fs.offset += used
+            self.bytes_read += used
             if error is not None or len(buf) < want:
                 return changed  # end of file (a partial record stays for the next reload)
             want = max(CHUNK_SIZE, need)

@@ -1,0 +1,376 @@
+"""Reader tests on real event files (BlockWriter, raw framing, and real tf.summary.write)."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.util import tensor_util
+
+from tb_parity_plugin import event_file, health, metadata
+from tb_parity_plugin.reader import LogdirReader, ReadProblem
+from tb_parity_plugin.writer import BlockWriter, build_layout
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def step_tensors(step: int, name: str = "dense/kernel:0") -> list:
+    """A small step: lr, one weight with values, a big grad (stats only), loss."""
+    rng = np.random.default_rng(step)
+    return [
+        ("lr", "lr", np.float32(0.1 / (step + 1))),
+        ("weight", name, rng.standard_normal((3, 4)).astype(np.float32)),
+        ("grad", "big", rng.standard_normal(5000).astype(np.float32)),
+        ("loss", "loss", np.float32(1.0 / (step + 1))),
+    ]
+
+
+def write_run(run_dir: str, steps, side: str = "tf1", **kwargs) -> BlockWriter:
+    writer = BlockWriter(run_dir, side=side, mode="graph", tensorflow="2.21")
+    for step in steps:
+        writer.write_arrays(step, step_tensors(step, **kwargs))
+    writer.flush()
+    return writer
+
+
+def record_offsets(path: str) -> list[int]:
+    """Start offset of every record of a well-formed event file."""
+    data, offsets, pos = open(path, "rb").read(), [], 0
+    while pos < len(data):
+        offsets.append(pos)
+        pos += 16 + struct.unpack_from("<Q", data, pos)[0]
+    return offsets
+
+
+def the_file(run_dir: str) -> str:
+    (name,) = [f for f in os.listdir(run_dir) if "tfevents" in f]
+    return os.path.join(run_dir, name)
+
+
+def test_round_trip_stats_values_scalars_info(tmp_path):
+    write_run(str(tmp_path / "tf1"), range(4)).close()
+    reader = LogdirReader(str(tmp_path))
+    assert reader.reload() is True
+    assert reader.run_names() == ["tf1"]
+    run = reader.run("tf1")
+    assert run.name == "tf1" and run.problems == [] and reader.problems == []
+    assert run.info == {"version": 1, "side": "tf1", "mode": "graph", "tensorflow": "2.21"}
+    np.testing.assert_array_equal(run.steps, np.arange(4))
+    assert set(run.tensors) == {("lr", "lr"), ("weight", "dense/kernel:0"), ("grad", "big"), ("loss", "loss")}
+    weight = run.tensors[("weight", "dense/kernel:0")]
+    assert (weight.tag, weight.order, weight.dtype, weight.shape) == ("weight/dense/kernel:0", 1, "float32", (3, 4))
+    assert weight.steps.dtype == np.int64 and weight.stats.shape == (4, metadata.N_STATS)
+    assert weight.values.shape == (4, 12) and weight.values.dtype == np.float32
+    for i in range(4):
+        array = step_tensors(i)[1][2]
+        np.testing.assert_array_equal(weight.values[i], array.reshape(-1))
+        np.testing.assert_array_equal(weight.stats[i], health.health_numpy(array))
+    big = run.tensors[("grad", "big")]
+    assert big.values is None and big.stats[0, metadata.STAT_INDEX["size"]] == 5000
+    steps, lr = run.scalars["lr"]
+    np.testing.assert_array_equal(steps, np.arange(4))
+    np.testing.assert_allclose(lr, [np.float32(0.1 / (i + 1)) for i in range(4)])
+    assert set(run.scalars) == {"lr", "loss"}
+    assert reader.reload() is False and reader.run("tf1") is run  # cached snapshot
+
+
+def test_incremental_reload_reads_only_appended_bytes(tmp_path):
+    writer = write_run(str(tmp_path / "tf2"), range(3), side="tf2")
+    reader = LogdirReader(str(tmp_path))
+    reader.reload()
+    first = reader.run("tf2")
+    size_before = os.path.getsize(writer.path)
+    assert reader.bytes_read == size_before
+    for step in range(3, 5):
+        writer.write_arrays(step, step_tensors(step))
+    writer.flush()
+    assert reader.reload() is True
+    assert reader.bytes_read == os.path.getsize(writer.path)  # only the appended bytes were added
+    second = reader.run("tf2")
+    assert second.generation > first.generation
+    np.testing.assert_array_equal(second.steps, np.arange(5))
+    np.testing.assert_array_equal(first.steps, np.arange(3))  # old snapshot unchanged
+    assert first.tensors[("weight", "dense/kernel:0")].values.shape == (3, 12)
+    # a new file in the run and a new run are picked up
+    write_run(str(tmp_path / "tf2"), range(5, 7), side="tf2").close()
+    write_run(str(tmp_path / "pair" / "tf1"), range(2)).close()
+    assert reader.reload() is True
+    assert reader.run_names() == ["pair/tf1", "tf2"]
+    np.testing.assert_array_equal(reader.run("tf2").steps, np.arange(7))
+
+
+def test_truncated_tail_is_retried(tmp_path):
+    path = write_run(str(tmp_path / "run"), range(4)).path
+    data = open(path, "rb").read()
+    last = record_offsets(path)[-1]
+    cut = last + (len(data) - last) // 2
+    with open(path, "wb") as f:
+        f.write(data[:cut])
+    reader = LogdirReader(str(tmp_path))
+    reader.reload()
+    np.testing.assert_array_equal(reader.run("run").steps, np.arange(3))
+    assert reader.problems == []
+    with open(path, "ab") as f:
+        f.write(data[cut:])
+    assert reader.reload() is True
+    np.testing.assert_array_equal(reader.run("run").steps, np.arange(4))
+    assert reader.problems == []
+
+
+def test_bit_flip_reports_path_offset_and_keeps_earlier_data(tmp_path):
+    path = write_run(str(tmp_path / "run"), range(5)).path
+    bad = record_offsets(path)[4]  # records: file_version, run_info, steps 0, 1, 2, ...
+    with open(path, "r+b") as f:
+        f.seek(bad + 40)
+        byte = f.read(1)
+        f.seek(bad + 40)
+        f.write(bytes([byte[0] ^ 0x10]))
+    reader = LogdirReader(str(tmp_path))
+    reader.reload()
+    rel = os.path.relpath(path, tmp_path)
+    assert reader.problems == [ReadProblem(rel, bad, "data CRC mismatch (corrupt record)")]
+    run = reader.run("run")
+    assert run.problems == reader.problems
+    np.testing.assert_array_equal(run.steps, [0, 1])
+    assert reader.reload() is False  # the file stays stopped
+
+
+def test_corrupt_length_header_is_a_problem(tmp_path):
+    path = write_run(str(tmp_path / "run"), range(3)).path
+    bad = record_offsets(path)[3]
+    with open(path, "r+b") as f:
+        f.seek(bad + 2)
+        f.write(b"\x7f")
+    reader = LogdirReader(str(tmp_path))
+    (problem,) = reader.problems
+    assert problem.offset == bad and "length CRC" in problem.message
+    np.testing.assert_array_equal(reader.run("run").steps, [0])
+
+
+def test_missing_logdir_and_missing_run(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        LogdirReader(str(tmp_path / "nope"))
+    write_run(str(tmp_path / "tf1"), range(1)).close()
+    reader = LogdirReader(str(tmp_path))
+    with pytest.raises(KeyError, match="no run 'tf2' in"):
+        reader.run("tf2")
+
+
+def test_empty_run(tmp_path):
+    event_file.EventFileWriter(str(tmp_path / "empty")).close()
+    reader = LogdirReader(str(tmp_path))
+    assert reader.run_names() == ["empty"]
+    run = reader.run("empty")
+    assert run.tensors == {} and run.scalars == {} and run.info == {} and len(run.steps) == 0
+
+
+def test_runs_with_different_step_sets_and_logdir_as_run(tmp_path):
+    write_run(str(tmp_path), range(3)).close()
+    write_run(str(tmp_path / "sparse"), [0, 5, 10]).close()
+    reader = LogdirReader(str(tmp_path))
+    assert reader.run_names() == [".", "sparse"]
+    np.testing.assert_array_equal(reader.run(".").steps, [0, 1, 2])
+    sparse = reader.run("sparse")
+    np.testing.assert_array_equal(sparse.tensors[("grad", "big")].steps, [0, 5, 10])
+    np.testing.assert_array_equal(sparse.scalars["loss"][0], [0, 5, 10])
+
+
+def test_duplicate_steps_last_write_wins(tmp_path):
+    run_dir = str(tmp_path / "run")
+    first = write_run(run_dir, range(10))
+    first.write_arrays(3, step_tensors(103))  # same file: the later record wins
+    first.close()
+    os.rename(first.path, os.path.join(run_dir, "events.out.tfevents.0000000001.a"))
+    restart = write_run(run_dir, range(5, 8), name="dense/kernel:0")  # restarted run re-writes 5..7
+    for step in range(5, 8):
+        restart.write_arrays(step, step_tensors(step + 100))
+    restart.close()
+    os.rename(restart.path, os.path.join(run_dir, "events.out.tfevents.0000000002.a"))
+    run = LogdirReader(str(tmp_path)).run("run")
+    weight = run.tensors[("weight", "dense/kernel:0")]
+    np.testing.assert_array_equal(weight.steps, np.arange(10))
+    expected = {3: 103, 5: 105, 6: 106, 7: 107}
+    for step in range(10):
+        array = step_tensors(expected.get(step, step))[1][2].reshape(-1)
+        np.testing.assert_array_equal(weight.values[step], array)
+    np.testing.assert_allclose(run.scalars["lr"][1][5], np.float32(0.1 / 106))
+
+
+def test_script_name_nan_inf_and_float16_half_val(tmp_path):
+    values = np.array([np.nan, np.inf, -np.inf, 0.0, -1.5, 2.0], dtype=np.float16)
+    writer = BlockWriter(str(tmp_path / "run"))
+    writer.write_arrays(0, [("activation", "<script>alert(1)</script>", values), ("weight", "w64", np.arange(3.0))])
+    writer.close()
+    run = LogdirReader(str(tmp_path)).run("run")
+    series = run.tensors[("activation", "<script>alert(1)</script>")]
+    assert series.dtype == "float16" and series.values.dtype == np.float16
+    np.testing.assert_array_equal(series.values[0], values)  # NaN compares equal in assert_array_equal
+    idx = metadata.STAT_INDEX
+    assert [series.stats[0, idx[k]] for k in ("nan", "pos_inf", "neg_inf", "zero")] == [1, 1, 1, 1]
+    np.testing.assert_array_equal(run.tensors[("weight", "w64")].values[0], np.arange(3.0))
+
+
+def _summary_value(tag: str, array, plugin: str = "tb_parity") -> summary_pb2.Summary.Value:
+    meta = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name=plugin))
+    return summary_pb2.Summary.Value(tag=tag, metadata=meta, tensor=tensor_util.make_tensor_proto(array))
+
+
+def test_blocks_before_layout_are_held_and_other_tags_ignored(tmp_path):
+    layout = build_layout([("weight", "w", "float32", (2,))])
+    h = layout.hash
+    out = event_file.EventFileWriter(str(tmp_path / "run"))
+    stats = np.stack([health.health_numpy(np.array([1.0, 2.0], np.float32))])
+    for step in range(2):
+        out.write_summary(step, summary_pb2.Summary(value=[
+            _summary_value(metadata.stats_tag(h), stats),
+            _summary_value(metadata.values_tag(h, "float32"), np.array([step, 2.0], np.float32)),
+            _summary_value("accuracy", np.float32(0.5), plugin="scalars"),
+            _summary_value("tb_parity/future_block/x", np.float32(1)),
+        ]))
+    out.write_summary(1, summary_pb2.Summary(value=[
+        summary_pb2.Summary.Value(tag="other/simple", simple_value=3.0),
+        _summary_value(metadata.layout_tag(h), np.array(layout.to_json_bytes(), dtype=object)),
+    ]))
+    out.close()
+    run = LogdirReader(str(tmp_path)).run("run")
+    assert run.problems == [] and list(run.tensors) == [("weight", "w")]
+    np.testing.assert_array_equal(run.tensors[("weight", "w")].values, [[0, 2], [1, 2]])
+
+
+def test_symlinks_leaving_the_logdir_are_not_followed(tmp_path):
+    outside, logdir = tmp_path / "outside", tmp_path / "logdir"
+    write_run(str(outside / "secret"), range(2)).close()
+    write_run(str(logdir / "inside"), range(2)).close()
+    os.symlink(outside / "secret", logdir / "escape_dir")
+    os.makedirs(logdir / "run2")
+    os.symlink(the_file(str(outside / "secret")), logdir / "run2" / "events.out.tfevents.1.x")
+    os.symlink(logdir / "inside", logdir / "alias_inside")  # inside the logdir: allowed, read once
+    reader = LogdirReader(str(logdir))
+    assert reader.run_names() in (["inside"], ["alias_inside"])
+
+
+def test_reload_on_a_thread_while_reading_snapshots(tmp_path):
+    writer = write_run(str(tmp_path / "run"), range(1))
+    reader = LogdirReader(str(tmp_path))
+    reader.reload()
+    done = threading.Event()
+
+    def reload_loop() -> None:
+        while not done.is_set():
+            reader.reload()
+
+    thread = threading.Thread(target=reload_loop)
+    thread.start()
+    try:
+        for step in range(1, 30):
+            writer.write_arrays(step, step_tensors(step))
+            writer.flush()
+            run = reader.run("run")
+            for series in run.tensors.values():
+                assert len(series.steps) == len(series.stats)
+                assert series.values is None or len(series.values) == len(series.steps)
+    finally:
+        done.set()
+        thread.join()
+    reader.reload()
+    np.testing.assert_array_equal(reader.run("run").steps, np.arange(30))
+
+
+def _summarise(logdir: str) -> dict:
+    """A JSON-able digest of everything the reader returns for ``logdir``."""
+    reader = LogdirReader(logdir)
+    out = {}
+    for name in reader.run_names():
+        run = reader.run(name)
+        out[name] = {
+            "info": run.info,
+            "steps": run.steps.tolist(),
+            "scalars": {k: [s.tolist(), v.tolist()] for k, (s, v) in run.scalars.items()},
+            "tensors": {
+                t.tag: [t.order, t.dtype, list(t.shape), t.stats.tolist(), None if t.values is None else t.values.tolist()]
+                for t in run.tensors.values()
+            },
+        }
+    return json.loads(json.dumps(out))
+
+
+BLOCK_TF = """
+import importlib.abc, sys
+class _NoTF(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "tensorflow" or name.startswith("tensorflow."):
+            raise ImportError("tensorflow is blocked for this test")
+        return None
+sys.meta_path.insert(0, _NoTF())
+"""
+
+
+def test_works_without_tensorflow_and_never_imports_it(tmp_path):
+    write_run(str(tmp_path / "logs" / "tf1"), range(3)).close()
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(BLOCK_TF)
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        try:
+            import tensorflow
+            raise SystemExit("tensorflow import was not blocked")
+        except ImportError:
+            pass
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_reader import _summarise
+        digest = _summarise({str(tmp_path / "logs")!r})
+        assert not [m for m in sys.modules if m.split(".")[0] == "tensorflow"]
+        print(json.dumps(digest))
+        """
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), REPO]))
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == _summarise(str(tmp_path / "logs"))
+
+
+def test_reader_import_does_not_import_tensorflow():
+    code = "import sys, tb_parity_plugin.reader; print(sorted(m for m in sys.modules if m.startswith('tensorflow')))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_real_tf_summary_write(tmp_path):
+    tf = pytest.importorskip("tensorflow")
+
+    weight = np.arange(6, dtype=np.float32).reshape(2, 3)
+    half = np.array([1.5, np.nan, -np.inf], dtype=np.float16)
+    layout = build_layout([("lr", "lr", "float32", ()), ("weight", "w", "float32", (2, 3)), ("activation", "h", "float16", (3,))])
+    h = layout.hash
+    writer = tf.summary.create_file_writer(str(tmp_path / "tf2"))
+    with writer.as_default():
+        meta = lambda block: metadata.create_summary_metadata(block, h).SerializeToString()  # noqa: E731
+        tf.summary.write(metadata.RUN_INFO_TAG, tf.constant(json.dumps({"side": "tf2"})), step=0, metadata=meta("run_info"))
+        for step in range(3):
+            if step == 0:
+                tf.summary.write(metadata.layout_tag(h), tf.constant(layout.to_json_bytes()), step=step, metadata=meta("layout"))
+            arrays = [np.float32(0.5 * step), weight + step, half]
+            stats = np.stack([health.health_numpy(a) for a in arrays])
+            tf.summary.write(metadata.stats_tag(h), tf.constant(stats), step=step, metadata=meta("stats"))
+            tf.summary.write(metadata.values_tag(h, "float32"), tf.constant(np.concatenate([[arrays[0]], arrays[1].ravel()])), step=step, metadata=meta("values"))
+            tf.summary.write(metadata.values_tag(h, "float16"), tf.constant(half), step=step, metadata=meta("values"))
+            tf.summary.scalar(metadata.SCALAR_TAGS["lr"], 0.5 * step, step=step)
+    writer.close()
+    run = LogdirReader(str(tmp_path)).run("tf2")
+    assert run.problems == [] and run.info == {"side": "tf2"}
+    np.testing.assert_array_equal(run.steps, [0, 1, 2])
+    np.testing.assert_array_equal(run.tensors[("weight", "w")].values[2], (weight + 2).ravel())
+    np.testing.assert_array_equal(run.tensors[("activation", "h")].values[1], half)
+    np.testing.assert_array_equal(run.tensors[("lr", "lr")].values[:, 0], [0, 0.5, 1.0])
+    np.testing.assert_array_equal(run.scalars["lr"][1], [0, 0.5, 1.0])
