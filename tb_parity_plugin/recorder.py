@@ -1,0 +1,184 @@
+"""What the TF1 and TF2 shims share: the recording vocabulary and the step blocks.
+
+A recorder collects ``(kind, name, tensor)`` entries in call order; :func:`build_blocks`
+turns them into the on-disk layout plus the graph ops computing the stats block and
+the per-dtype values blocks (docs/ARCHITECTURE.md). ``summary_v1`` and ``summary_v2``
+subclass :class:`BaseRecorder` and only add how snapshots are taken and how blocks are
+written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterable, Optional, Sequence
+
+import tensorflow as tf
+
+from tb_parity_plugin import health_tf, metadata, writer
+
+DEFAULT_FULL_VALUES_LIMIT = writer.DEFAULT_FULL_VALUES_LIMIT
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One recorded tensor of a step."""
+
+    kind: str
+    name: str
+    tensor: tf.Tensor
+
+
+@dataclasses.dataclass(frozen=True)
+class Blocks:
+    """A step's layout (static) and the tensors to fetch or write for it."""
+
+    layout: metadata.Layout
+    stats: tf.Tensor  # float64 [n, N_STATS]
+    values: dict  # dtype name -> 1-D tensor
+    scalars: dict  # "lr"/"loss" -> scalar tensor
+
+    def tensors(self) -> list:
+        """Every tensor of the blocks (for control dependencies)."""
+        return [self.stats, *self.values.values(), *self.scalars.values()]
+
+
+def variable_name(var: Any) -> str:
+    """The name a variable is logged under (``var.name``, e.g. ``dense/kernel:0``)."""
+    name = getattr(var, "name", None)
+    if not name:
+        raise ValueError(f"cannot name {var!r}: pass name= explicitly")
+    return str(name)
+
+
+def _values_dtype(dtype: tf.DType) -> bool:
+    """Whether full values of this dtype go into a values block.
+
+    bfloat16 is kept as statistics only: readers without TensorFlow cannot decode it.
+    """
+    return tf.as_dtype(dtype) in (tf.float16, tf.float32, tf.float64) or tf.as_dtype(dtype).is_integer
+
+
+def _static_shape(t: tf.Tensor) -> tuple:
+    """Static shape with ``None`` for unknown dims (``(None,)`` when even the rank is unknown)."""
+    return tuple(t.shape.as_list()) if t.shape.rank is not None else (None,)
+
+
+def build_blocks(entries: Sequence[Entry], full_values_limit: int) -> Blocks:
+    """Layout and block ops for ``entries`` (layout row i = entry i)."""
+    specs = [
+        (e.kind, e.name, health_tf.dtype_name(e.tensor.dtype), _static_shape(e.tensor))
+        for e in entries
+    ]
+    layout = writer.build_layout(specs, full_values_limit)
+    # Offsets are per dtype, so dropping a whole dtype's values leaves the others valid.
+    layout = metadata.Layout(
+        tensors=tuple(
+            spec if _values_dtype(e.tensor.dtype) else dataclasses.replace(spec, values=None)
+            for spec, e in zip(layout.tensors, entries)
+        )
+    )
+
+    stats = health_tf.stats_block([e.tensor for e in entries])
+    parts: dict[str, list] = {}
+    for spec, e in zip(layout.tensors, entries):
+        if spec.values is not None:
+            parts.setdefault(spec.values[0], []).append(tf.reshape(e.tensor, [-1]))
+    values = {dtype: tf.concat(ts, 0) if len(ts) > 1 else ts[0] for dtype, ts in parts.items()}
+    scalars = {}
+    for e in entries:
+        if e.kind in metadata.SCALAR_TAGS and e.kind not in scalars and e.tensor.shape.num_elements() == 1:
+            scalars[e.kind] = tf.reshape(tf.cast(e.tensor, tf.float32), [])
+    return Blocks(layout=layout, stats=stats, values=values, scalars=scalars)
+
+
+class BaseRecorder:
+    """The recording vocabulary common to TF1 and TF2.
+
+    Every method records a tensor under ``kind`` and ``name`` (tag ``<kind>/<name>``)
+    and returns the tensor it will log, so calls can wrap expressions. A ``(kind, name)``
+    may be recorded once per step; a second time raises ``ValueError``.
+    """
+
+    def __init__(self, full_values_limit: int = DEFAULT_FULL_VALUES_LIMIT) -> None:
+        if full_values_limit < 0:
+            raise ValueError(f"full_values_limit must be >= 0, got {full_values_limit}")
+        self.full_values_limit = int(full_values_limit)
+        self._entries: list[Entry] = []
+        self._keys: set[tuple[str, str]] = set()
+
+    # -- hooks for the subclasses -------------------------------------------------
+    def _check_open(self) -> None:
+        """Raise if recording is not allowed now."""
+
+    def _snapshot(self, var: Any) -> tf.Tensor:
+        """The value of a variable as read now."""
+        raise NotImplementedError
+
+    # -- the vocabulary -----------------------------------------------------------
+    def tensor(self, kind: str, name: str, value: Any) -> tf.Tensor:
+        """Record ``value`` under ``<kind>/<name>``; returns the logged tensor."""
+        self._check_open()
+        if not isinstance(kind, str) or not kind or "/" in kind:
+            raise ValueError(f"kind must be a non-empty string without '/', got {kind!r}")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"name must be a non-empty string, got {name!r}")
+        if (kind, name) in self._keys:
+            raise ValueError(
+                f"tensor {kind}/{name!r} is logged twice in one step; give each a distinct name"
+            )
+        if isinstance(value, tf.Variable):
+            value = self._snapshot(value)
+        t = tf.convert_to_tensor(value)
+        health_tf.check_dtype(t.dtype, f"{kind}/{name!r}")
+        self._keys.add((kind, name))
+        self._entries.append(Entry(kind, name, t))
+        return t
+
+    def lr(self, value: Any, name: str = "lr") -> tf.Tensor:
+        """The learning rate used by this step's update."""
+        return self.tensor("lr", name, value)
+
+    def loss(self, value: Any, name: str = "loss") -> tf.Tensor:
+        return self.tensor("loss", name, value)
+
+    def metric(self, name: str, value: Any) -> tf.Tensor:
+        return self.tensor("metric", name, value)
+
+    def activation(self, name: str, value: Any) -> tf.Tensor:
+        """A forward output, e.g. a layer's output."""
+        return self.tensor("activation", name, value)
+
+    def weight(self, var: Any, name: Optional[str] = None) -> tf.Tensor:
+        """A variable's value as read now (before this step's update, if called before it)."""
+        return self.tensor("weight", name or variable_name(var), var)
+
+    def weights(self, variables: Iterable[Any]) -> list:
+        return [self.weight(v) for v in variables]
+
+    def grad(self, name: str, value: Any) -> Optional[tf.Tensor]:
+        """A gradient; ``None`` gradients (unconnected variables) are skipped."""
+        if value is None:
+            return None
+        if isinstance(value, tf.IndexedSlices):
+            value = tf.convert_to_tensor(value)
+        return self.tensor("grad", name, value)
+
+    def grads(self, grads: Sequence[Any], variables: Sequence[Any]) -> list:
+        """Gradients named after their variables."""
+        grads, variables = list(grads), list(variables)
+        if len(grads) != len(variables):
+            raise ValueError(f"{len(grads)} gradients for {len(variables)} variables")
+        return [self.grad(variable_name(v), g) for g, v in zip(grads, variables)]
+
+    def grads_and_vars(self, grads_and_vars: Iterable[tuple]) -> list:
+        """Each pair's gradient and the variable's value as read now."""
+        pairs = list(grads_and_vars)
+        for g, v in pairs:
+            self.grad(variable_name(v), g)
+            self.weight(v)
+        return pairs
+
+    # -- internals ----------------------------------------------------------------
+    def _take_entries(self) -> list[Entry]:
+        entries, self._entries, self._keys = self._entries, [], set()
+        return entries

@@ -1,0 +1,206 @@
+"""TF1 graph / ``tf.compat.v1.Session`` logging shim.
+
+Build the graph, record tensors on a :class:`Recorder`, let the recorder build the
+update (``apply_gradients``/``minimize``, or ``before_update`` around your own), and
+fetch ``recorder.fetches`` in the same ``sess.run`` as the train op::
+
+    rec = summary_v1.Recorder("logs/tf1")
+    rec.lr(lr)
+    rec.activation("dense/out", h)
+    rec.loss(loss)
+    train_op = rec.minimize(optimizer, loss, global_step=global_step)
+    with tf.compat.v1.Session() as sess:
+        ...
+        _, parity = sess.run([train_op, rec.fetches])
+        rec.write(parity)          # step = global_step as read before the update
+
+Why the update goes through the recorder: a variable fetched beside the op that
+updates it can come back before or after the update. The recorder copies each weight
+(``DeepCopy``, so no buffer is shared with the variable) and makes the update op
+control-depend on every logged block, so the logged weights are always the values the
+step read before updating them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from typing import Any, Iterable, Iterator, Mapping, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from tb_parity_plugin import writer
+from tb_parity_plugin.recorder import DEFAULT_FULL_VALUES_LIMIT, BaseRecorder, Blocks, build_blocks
+
+
+def _read_copy(value: Any) -> tf.Tensor:
+    """A real copy of a variable's (or tensor's) current value."""
+    if isinstance(value, tf.Variable):
+        value = value.value()
+    return tf.raw_ops.DeepCopy(x=tf.convert_to_tensor(value))
+
+
+class Recorder(BaseRecorder):
+    """Collects one training step's tensors in a TF1 graph and writes them per step.
+
+    Args:
+      logdir: the run directory (one per run, e.g. ``logs/tf1``).
+      full_values_limit: tensors with at most this many elements keep full values;
+        larger ones keep statistics only.
+    """
+
+    def __init__(self, logdir: str, full_values_limit: int = DEFAULT_FULL_VALUES_LIMIT) -> None:
+        super().__init__(full_values_limit)
+        self.logdir = logdir
+        self._writer = writer.BlockWriter(logdir, side="tf1", mode="graph", tensorflow=tf.__version__)
+        self._blocks: Optional[Blocks] = None
+        self._ordered = False
+        self._has_weights = False
+        #: global_step as read before the update (set by apply_gradients/minimize/before_update).
+        self.step: Optional[tf.Tensor] = None
+
+    # -- BaseRecorder hooks -------------------------------------------------------
+    def _check_open(self) -> None:
+        if tf.executing_eagerly():
+            raise RuntimeError(
+                "summary_v1.Recorder builds TF1 graphs; use summary_v2.Recorder in eager/tf.function code"
+            )
+        if self._blocks is not None:
+            raise RuntimeError(
+                "the recorder already built its step blocks (apply_gradients, minimize, "
+                "before_update or fetches); record every tensor before that"
+            )
+
+    def _snapshot(self, var: Any) -> tf.Tensor:
+        self._has_weights = True
+        return _read_copy(var)
+
+    # -- building -----------------------------------------------------------------
+    def _build(self) -> Blocks:
+        if self._blocks is None:
+            entries = self._take_entries()
+            if not entries:
+                raise ValueError("nothing recorded: record tensors before building the train op")
+            self._blocks = build_blocks(entries, self.full_values_limit)
+        return self._blocks
+
+    @contextlib.contextmanager
+    def before_update(self, global_step: Optional[Any] = None) -> Iterator[Blocks]:
+        """Context for building your own update op: every op created inside runs after
+        the logged blocks are computed, so the weights logged are those read before it.
+
+        Example::
+
+            rec.grads_and_vars(grads_and_vars)
+            with rec.before_update(global_step):
+                train_op = optimizer.apply_gradients(grads_and_vars, global_step)
+        """
+        if global_step is not None and self.step is None and self._blocks is None:
+            self.step = _read_copy(global_step)
+        blocks = self._build()
+        self._ordered = True
+        deps = blocks.tensors() + ([self.step] if self.step is not None else [])
+        with tf.control_dependencies(deps):
+            yield blocks
+
+    def apply_gradients(
+        self,
+        optimizer: Any,
+        grads_and_vars: Iterable[tuple],
+        global_step: Optional[Any] = None,
+        name: Optional[str] = None,
+    ) -> tf.Operation:
+        """Records each gradient and weight, then ``optimizer.apply_gradients`` after them."""
+        pairs = self.grads_and_vars(grads_and_vars)
+        with self.before_update(global_step):
+            return optimizer.apply_gradients(pairs, global_step=global_step, name=name)
+
+    def minimize(
+        self,
+        optimizer: Any,
+        loss: tf.Tensor,
+        global_step: Optional[Any] = None,
+        var_list: Optional[list] = None,
+        name: Optional[str] = None,
+    ) -> tf.Operation:
+        """``optimizer.compute_gradients`` then :meth:`apply_gradients`."""
+        pairs = optimizer.compute_gradients(loss, var_list=var_list)
+        return self.apply_gradients(optimizer, pairs, global_step=global_step, name=name)
+
+    @property
+    def fetches(self) -> dict:
+        """What to fetch in the train op's ``sess.run``; pass the result to :meth:`write`."""
+        blocks = self._build()
+        if self._has_weights and not self._ordered:
+            warnings.warn(
+                "tb_parity: weights are logged but no update was built with apply_gradients, "
+                "minimize or before_update; they may be read after the update",
+                stacklevel=2,
+            )
+            self._ordered = True  # warn once
+        out: dict = {"stats": blocks.stats, "values": dict(blocks.values), "scalars": dict(blocks.scalars)}
+        if self.step is not None:
+            out["step"] = self.step
+        return out
+
+    @property
+    def layout(self):
+        return self._build().layout
+
+    # -- writing ------------------------------------------------------------------
+    def write(self, fetched: Mapping[str, Any], step: Optional[int] = None) -> None:
+        """Write one step from the fetched ``fetches``; ``step`` defaults to its global step."""
+        if step is None:
+            if "step" not in fetched:
+                raise ValueError("no step: pass step= or give global_step to apply_gradients/minimize")
+            step = int(np.asarray(fetched["step"]))
+        self._writer.write_step(
+            int(step),
+            self._build().layout,
+            fetched["stats"],
+            fetched.get("values", {}),
+            {k: float(v) for k, v in fetched.get("scalars", {}).items()},
+        )
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class ParityHook(tf.compat.v1.train.SessionRunHook):
+    """Writes the recorder's blocks on every ``MonitoredTrainingSession`` run.
+
+    The step is the global step as read before the update when the recorder built the
+    update with a ``global_step``; otherwise the global step at session creation,
+    counted up by one per run.
+    """
+
+    def __init__(self, recorder: Recorder) -> None:
+        self._recorder = recorder
+        self._fetches: dict = {}
+        self._next_step: Optional[int] = None
+        self._global_step: Optional[tf.Variable] = None
+
+    def begin(self) -> None:
+        self._fetches = self._recorder.fetches
+        if "step" not in self._fetches:
+            self._global_step = tf.compat.v1.train.get_global_step()
+
+    def after_create_session(self, session: tf.compat.v1.Session, coord: Any) -> None:
+        if "step" not in self._fetches:
+            self._next_step = int(session.run(self._global_step)) if self._global_step is not None else 0
+
+    def before_run(self, run_context: Any) -> tf.compat.v1.train.SessionRunArgs:
+        return tf.compat.v1.train.SessionRunArgs(self._fetches)
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        step = None
+        if self._next_step is not None:
+            step, self._next_step = self._next_step, self._next_step + 1
+        self._recorder.write(run_values.results, step=step)
+
+    def end(self, session: tf.compat.v1.Session) -> None:
+        self._recorder.flush()

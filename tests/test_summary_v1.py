@@ -1,0 +1,117 @@
+"""TF1 shim: Session loop and MonitoredTrainingSession hook, read back from disk."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tb_parity_plugin import health, metadata, summary_v1
+from shim_readback import check_with_reader, load_with_tensorboard, tensors_by_step
+
+X = np.random.default_rng(1).standard_normal((8, 3)).astype(np.float32)
+Y = np.eye(3, dtype=np.float32)[[0, 1, 2, 0, 1, 2, 0, 1]]
+W0 = np.random.default_rng(2).standard_normal((3, 3)).astype(np.float32)
+LR = 0.5
+
+
+def _graph(rec: summary_v1.Recorder, use_resource: bool):
+    """A linear softmax model; returns (train_op, global_step, kernel)."""
+    gs = tf.compat.v1.train.get_or_create_global_step()
+    w = tf.compat.v1.get_variable("w", initializer=W0, use_resource=use_resource)
+    b = tf.compat.v1.get_variable("b", initializer=np.zeros(3, np.float32), use_resource=use_resource)
+    logits = rec.activation("logits", tf.matmul(tf.constant(X), w) + b)
+    loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(tf.constant(Y), logits))
+    rec.lr(tf.constant(LR))
+    train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(LR), loss, global_step=gs)
+    return train_op, gs, w
+
+
+@pytest.mark.parametrize("use_resource", [True, False])
+def test_session_loop_logs_weights_before_update(tmp_path, use_resource: bool) -> None:
+    run = tmp_path / "tf1"
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(str(run))
+        train_op, _, w = _graph(rec, use_resource)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for _ in range(4):
+                _, parity = sess.run([train_op, rec.fetches])
+                rec.write(parity)
+            final_w = sess.run(w)
+        rec.close()
+
+    got = tensors_by_step(str(run))
+    assert sorted(got) == [0, 1, 2, 3]
+    name = w.name
+    np.testing.assert_array_equal(got[0][("weight", name)][2], W0)
+    for k in range(4):
+        wk, gk = got[k][("weight", name)][2], got[k][("grad", name)][2]
+        nxt = got[k + 1][("weight", name)][2] if k < 3 else final_w
+        np.testing.assert_allclose(nxt, wk - LR * gk, rtol=1e-6, atol=1e-7)
+        for spec, row, values in got[k].values():
+            np.testing.assert_allclose(row, health.health_numpy(values), rtol=1e-6, atol=1e-7)
+    # execution order: lr, weights, activation, loss, grads
+    kinds = [s.kind for s in sorted((v[0] for v in got[0].values()), key=lambda s: s.order)]
+    assert kinds == ["lr", "weight", "weight", "activation", "loss", "grad", "grad"]
+
+    data = load_with_tensorboard(str(run))
+    assert data["info"]["side"] == "tf1" and data["info"]["mode"] == "graph"
+    assert data["plugins"][metadata.SCALAR_TAGS["lr"]] == "scalars"
+    assert float(data["steps"][2][metadata.SCALAR_TAGS["lr"]]) == LR
+    loss2 = got[2][("loss", "loss")][2]
+    assert float(data["steps"][2][metadata.SCALAR_TAGS["loss"]]) == pytest.approx(float(loss2))
+    check_with_reader(str(tmp_path), "tf1", got)
+
+
+def test_monitored_session_hook(tmp_path) -> None:
+    run = tmp_path / "hook"
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(str(run), full_values_limit=4)
+        train_op, gs, w = _graph(rec, True)
+        with tf.compat.v1.train.MonitoredTrainingSession(hooks=[summary_v1.ParityHook(rec)]) as sess:
+            for _ in range(3):
+                sess.run(train_op)
+        rec.close()
+    got = tensors_by_step(str(run))
+    assert sorted(got) == [0, 1, 2]
+    spec, row, values = got[0][("weight", w.name)]
+    assert values is None  # 9 elements > limit 4: statistics only
+    np.testing.assert_allclose(row, health.health_numpy(W0), rtol=1e-6)
+    assert got[0][("weight", "b:0")][2] is not None  # 3 elements: full values
+
+
+def test_before_update_context_and_errors(tmp_path) -> None:
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(str(tmp_path / "ctx"))
+        v = tf.compat.v1.get_variable("v", initializer=np.ones(2, np.float32))
+        rec.weight(v)
+        with pytest.raises(ValueError, match="logged twice"):
+            rec.weight(v)
+        with pytest.raises(TypeError, match="string"):
+            rec.tensor("metric", "s", tf.constant("x"))
+        with rec.before_update():
+            update = v.assign_add([1.0, 1.0])
+        with pytest.raises(RuntimeError, match="record every tensor before"):
+            rec.loss(tf.constant(1.0))
+        with tf.compat.v1.Session() as sess:
+            sess.run(v.initializer)
+            for step in range(2):
+                _, parity = sess.run([update, rec.fetches])
+                rec.write(parity, step=step)
+        rec.close()
+    got = tensors_by_step(str(tmp_path / "ctx"))
+    np.testing.assert_array_equal(got[1][("weight", "v:0")][2], [2.0, 2.0])
+
+
+def test_weights_without_ordering_warn(tmp_path) -> None:
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(str(tmp_path / "warn"))
+        rec.weight(tf.compat.v1.get_variable("v", initializer=np.ones(2, np.float32)))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            rec.fetches
+        assert any("may be read after the update" in str(w.message) for w in caught)
+        rec.close()
