@@ -1,0 +1,127 @@
+"""``tb-parity diff LOGDIR``: exit 0 when the runs agree, 1 when they diverge, 2 on bad input.
+
+Input errors print one line on stderr, never a traceback: the command is meant for CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Optional, Sequence, TextIO
+
+from tb_parity_plugin import api
+from tb_parity_plugin.compare import ParityReport
+
+EXIT_AGREE, EXIT_DIVERGE, EXIT_ERROR = 0, 1, 2
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line instead of usage + message
+        raise _UsageError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="tb-parity", description="Compare a TF1 run with its TF2 port step by step.")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    diff = sub.add_parser("diff", help="find the first step and tensor where the runs diverge")
+    diff.add_argument("logdir", nargs="?", help="logdir holding the runs (one subdirectory per run)")
+    diff.add_argument("--baseline", help="baseline run (default: the TF1 run when LOGDIR holds two)")
+    diff.add_argument("--candidate", help="candidate run (default: the other run)")
+    diff.add_argument("--atol", type=float, help="absolute tolerance (default 1e-5, every step)")
+    diff.add_argument("--rtol", type=float, help="relative tolerance after the warm-up (default 0.05)")
+    diff.add_argument("--warmup-steps", type=int, help="first N compared steps use rtol=0 (default 10)")
+    diff.add_argument("--equal-nan", action="store_true", help="NaN equals NaN at the same position")
+    diff.add_argument(
+        "--map", dest="mapping", action="extend", nargs="+", default=[], metavar="OLD=NEW",
+        help="pair baseline name OLD with candidate name NEW; re:PATTERN=REPL rewrites by regex",
+    )
+    diff.add_argument(
+        "--override", dest="overrides", action="append", default=[], metavar="PATTERN:atol=X,rtol=Y",
+        help="tolerance for tags <kind>/<name> matching a glob (or re:REGEX)",
+    )
+    diff.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    return parser
+
+
+def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    args = _parser().parse_args(argv)
+    if args.command != "diff":
+        raise _UsageError("expected a command: tb-parity diff LOGDIR [options]")
+    if args.logdir is None and args.mapping and "=" not in args.mapping[-1]:
+        args.logdir = args.mapping.pop()  # `--map A=B LOGDIR`: --map swallowed the logdir
+    if args.logdir is None:
+        raise _UsageError("the following arguments are required: LOGDIR")
+    return args
+
+
+def format_report(report: ParityReport) -> str:
+    """The short human report: verdict, the first divergent step's tensors, NaN/Inf, leftovers."""
+    lines = [
+        f"baseline {report.baseline!r} vs candidate {report.candidate!r}: "
+        f"{report.steps_compared} steps x {report.tensors_compared} tensors compared"
+    ]
+    first = report.first_divergence
+    if first is None:
+        lines.append("AGREE: no divergence within tolerance")
+    else:
+        lines.append(f"DIVERGE at step {first.step}: {first.kind}/{first.tensor} ({first.reason})")
+        lines.append(f"tensors diverging at step {first.step}, in execution order:")
+        lines += [f"  {api.describe(d)}" for d in report.divergences_at_first_step]
+    for run, hit in report.first_nonfinite.items():
+        if hit is not None:
+            lines.append(f"first NaN/Inf in {run!r}: step {hit['step']}, {hit['kind']}/{hit['tensor']}")
+    for run, tags in report.unmatched.items():
+        if tags:
+            lines.append(f"unmatched in {run!r} ({len(tags)}): {', '.join(tags)}")
+    for run, count in report.steps_only.items():
+        if count:
+            lines.append(f"{count} steps logged only by {run!r} (not compared)")
+    for problem in report.problems:
+        lines.append(f"read problem in {problem['run']!r}: {problem['path']} at byte {problem['offset']}: {problem['message']}")
+    lines += [f"warning: {w}" for w in report.warnings]
+    return "\n".join(lines)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None) -> int:
+    """Entry point of the ``tb-parity`` console script; returns the exit status."""
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    try:
+        args = _parse(argv)
+        report = api.compare(
+            args.logdir,
+            args.baseline,
+            args.candidate,
+            atol=args.atol,
+            rtol=args.rtol,
+            warmup_steps=args.warmup_steps,
+            equal_nan=args.equal_nan,
+            mapping=args.mapping,
+            overrides=args.overrides,
+        )
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_AGREE
+    except (_UsageError, api.ParityInputError) as exc:
+        print(_one_line(f"tb-parity: error: {exc}"), file=err)
+        return EXIT_ERROR
+    except Exception as exc:  # corrupt input must not end in a traceback
+        print(_one_line(f"tb-parity: error: {type(exc).__name__}: {exc}"), file=err)
+        return EXIT_ERROR
+    if args.json:
+        print(json.dumps(report.to_dict(), allow_nan=False), file=out)
+    else:
+        print(format_report(report), file=out)
+    return EXIT_AGREE if report.agree else EXIT_DIVERGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

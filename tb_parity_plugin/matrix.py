@@ -1,0 +1,101 @@
+"""The steps x tensors verdict matrix behind the dashboard's heat map, and its bucketing.
+
+Reason codes are ordered by precedence (a higher code wins when several hold):
+0 ok, 1 value, 2 nonfinite, 3 dtype, 4 shape, 5 missing. 255 marks a cell where
+neither run logged the tensor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import numpy as np
+
+OK, VALUE, NONFINITE, DTYPE, SHAPE, MISSING = range(6)
+ABSENT = 255
+REASONS = {OK: "ok", VALUE: "value", NONFINITE: "nonfinite", DTYPE: "dtype", SHAPE: "shape", MISSING: "missing", ABSENT: "absent"}
+
+
+def _json_float(value: float) -> Optional[float]:
+    return float(value) if np.isfinite(value) else None
+
+
+@dataclasses.dataclass
+class ParityMatrix:
+    """Per (step row, tensor column): the largest ``error_ratio`` and the reason code.
+
+    Rows are compared steps, or after :meth:`bucketed` buckets of consecutive steps
+    (``step_start[i]..step_end[i]`` inclusive). Columns follow the baseline's execution
+    order. ``error_ratio`` is float32: ``|c-b| / (atol + rtol*|b|)`` maximised over
+    elements (or moments when only statistics exist); NaN where it does not apply
+    (missing, no finite pair), inf where a difference meets a zero tolerance.
+    ``first_divergence`` is ``(row, column)`` of the first divergence, or None.
+    """
+
+    step_start: np.ndarray  # int64 [rows]
+    step_end: np.ndarray  # int64 [rows]
+    tensors: list  # baseline tags, [cols]
+    candidate_tensors: list  # the paired candidate tags, [cols]
+    kinds: list  # [cols]
+    error_ratio: np.ndarray  # float32 [rows, cols]
+    reason: np.ndarray  # uint8 [rows, cols]
+    first_divergence: Optional[tuple] = None
+
+    @property
+    def steps(self) -> np.ndarray:
+        """Row steps (the first step of each bucket)."""
+        return self.step_start
+
+    def bucketed(self, max_rows: int) -> "ParityMatrix":
+        """At most ``max_rows`` rows: consecutive steps merged, ratio by max.
+
+        A bucket's reason for a tensor is the reason at that tensor's earliest divergent
+        step inside the bucket, so the bucket holding the first divergence reports it.
+        """
+        n = len(self.step_start)
+        if max_rows <= 0:
+            raise ValueError("max_rows must be positive")
+        if n <= max_rows:
+            return self
+        starts = (np.arange(max_rows, dtype=np.int64) * n) // max_rows
+        starts = np.unique(starts)
+        ends = np.append(starts[1:], n) - 1
+        with np.errstate(invalid="ignore"):
+            ratio = np.fmax.reduceat(self.error_ratio, starts, axis=0)
+        bad = (self.reason != OK) & (self.reason != ABSENT)
+        row_ids = np.where(bad, np.arange(n)[:, None], n)
+        earliest = np.minimum.reduceat(row_ids, starts, axis=0)
+        reason = np.where(
+            earliest < n,
+            np.take_along_axis(self.reason, np.minimum(earliest, n - 1), axis=0),
+            np.minimum.reduceat(self.reason, starts, axis=0),  # OK unless every row is ABSENT
+        ).astype(np.uint8)
+        first = None
+        if self.first_divergence is not None:
+            row, col = self.first_divergence
+            first = (int(np.searchsorted(starts, row, side="right") - 1), col)
+        return ParityMatrix(
+            step_start=self.step_start[starts],
+            step_end=self.step_end[ends],
+            tensors=self.tensors,
+            candidate_tensors=self.candidate_tensors,
+            kinds=self.kinds,
+            error_ratio=ratio.astype(np.float32),
+            reason=reason,
+            first_divergence=first,
+        )
+
+    def to_dict(self) -> dict:
+        """JSON-safe form: nested lists, non-finite ratios as None, reasons as codes."""
+        return {
+            "step_start": self.step_start.tolist(),
+            "step_end": self.step_end.tolist(),
+            "tensors": list(self.tensors),
+            "candidate_tensors": list(self.candidate_tensors),
+            "kinds": list(self.kinds),
+            "error_ratio": [[_json_float(v) for v in row] for row in self.error_ratio.tolist()],
+            "reason": self.reason.tolist(),
+            "reason_names": {str(code): name for code, name in REASONS.items()},
+            "first_divergence": list(self.first_divergence) if self.first_divergence else None,
+        }

@@ -1,0 +1,123 @@
+"""Tolerance policy: which atol/rtol applies to a tensor at a compared step.
+
+The default is the TF migration guide's: atol 1e-5 at every step, rtol 0 for the
+first ``warmup_steps`` compared steps, then rtol 5%; ``equal_nan=False`` so a NaN
+fails. Overrides adjust it per kind or per tensor-name pattern.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import re
+from typing import Any, Optional, Sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class ToleranceOverride:
+    """Tolerance for the tensors whose tag ``<kind>/<name>`` matches ``pattern``.
+
+    ``pattern`` is a glob (``"grad/*"``, ``"*/dense*/kernel*"``) or ``"re:<regex>"``
+    (``re.search`` on the tag). ``None`` fields keep the policy's value. Later
+    overrides win over earlier ones.
+    """
+
+    pattern: str
+    atol: Optional[float] = None
+    rtol: Optional[float] = None
+    warmup_steps: Optional[int] = None
+
+    def matches(self, tag: str) -> bool:
+        if self.pattern.startswith("re:"):
+            return re.search(self.pattern[3:], tag) is not None
+        return fnmatch.fnmatchcase(tag, self.pattern)
+
+    @classmethod
+    def parse(cls, text: str) -> "ToleranceOverride":
+        """Parse ``PATTERN:key=value[,key=value]`` (CLI form), e.g. ``grad/*:rtol=0.1,atol=1e-4``.
+
+        The last ``:`` separates the pattern from the settings, so ``re:`` patterns work.
+        """
+        pattern, sep, settings = text.rpartition(":")
+        if not sep or not pattern:
+            raise ValueError(f"override {text!r} is not PATTERN:key=value[,key=value]")
+        fields: dict[str, Any] = {}
+        for item in settings.split(","):
+            key, eq, value = item.partition("=")
+            key = key.strip().replace("-", "_")
+            if not eq or key not in ("atol", "rtol", "warmup_steps"):
+                raise ValueError(f"override {text!r}: unknown setting {item!r} (atol, rtol, warmup_steps)")
+            fields[key] = int(value) if key == "warmup_steps" else float(value)
+        return cls(pattern=pattern, **fields)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    """The resolved tolerance of one tensor."""
+
+    atol: float
+    rtol: float
+    warmup_steps: int
+
+    def rtol_at(self, compared_index: int) -> float:
+        """rtol at the ``compared_index``-th compared step (0-based)."""
+        return 0.0 if compared_index < self.warmup_steps else self.rtol
+
+
+@dataclasses.dataclass(frozen=True)
+class TolerancePolicy:
+    """Per-tensor tolerance; see the module docstring for the defaults' origin."""
+
+    atol: float = 1e-5
+    rtol: float = 0.05
+    warmup_steps: int = 10
+    equal_nan: bool = False
+    overrides: tuple = ()  # of ToleranceOverride
+
+    def __post_init__(self) -> None:
+        for name in ("atol", "rtol"):
+            value = getattr(self, name)
+            if not (value >= 0.0) or value == float("inf"):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        object.__setattr__(self, "overrides", tuple(self.overrides))
+
+    def for_tag(self, tag: str) -> Tolerance:
+        """The tolerance for tensor ``tag`` after applying every matching override in order."""
+        atol, rtol, warmup = self.atol, self.rtol, self.warmup_steps
+        for override in self.overrides:
+            if override.matches(tag):
+                atol = override.atol if override.atol is not None else atol
+                rtol = override.rtol if override.rtol is not None else rtol
+                warmup = override.warmup_steps if override.warmup_steps is not None else warmup
+        return Tolerance(float(atol), float(rtol), int(warmup))
+
+    def to_dict(self) -> dict:
+        return {
+            "atol": self.atol,
+            "rtol": self.rtol,
+            "warmup_steps": self.warmup_steps,
+            "equal_nan": self.equal_nan,
+            "overrides": [dataclasses.asdict(o) for o in self.overrides],
+        }
+
+    @classmethod
+    def build(
+        cls,
+        atol: Optional[float] = None,
+        rtol: Optional[float] = None,
+        warmup_steps: Optional[int] = None,
+        equal_nan: bool = False,
+        overrides: Sequence[Any] = (),
+    ) -> "TolerancePolicy":
+        """Policy from optional settings (``None`` keeps the default); overrides may be strings."""
+        parsed = tuple(o if isinstance(o, ToleranceOverride) else ToleranceOverride.parse(str(o)) for o in overrides)
+        default = cls()
+        return cls(
+            atol=default.atol if atol is None else float(atol),
+            rtol=default.rtol if rtol is None else float(rtol),
+            warmup_steps=default.warmup_steps if warmup_steps is None else int(warmup_steps),
+            equal_nan=bool(equal_nan),
+            overrides=parsed,
+        )
