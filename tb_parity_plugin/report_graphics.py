@@ -62,10 +62,12 @@ def line_chart(
     *,
     log: bool = False,
     marker_step: Optional[int] = None,
+    empty: str = "no data",
     width: int = 460,
     height: int = 170,
 ) -> str:
-    """An SVG chart; non-finite points break a line, and ``log`` drops points <= 0."""
+    """An SVG chart; non-finite points break a line, ``log`` drops points <= 0, and a
+    chart with nothing to draw says ``empty``."""
     pad_l, pad_r, pad_t, pad_b = 66, 20, 22, 24
     pw, ph = width - pad_l - pad_r, height - pad_t - pad_b
     ys = [s.values if not log else np.where(s.values > 0, s.values, np.nan) for s in series]
@@ -75,13 +77,15 @@ def line_chart(
     parts = [f'<svg class="chart" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img">']
     parts.append(f'<text x="{pad_l}" y="14" class="ctitle">{html.escape(title)}</text>')
     if finite.size == 0 or xs.size == 0:
-        parts.append(f'<text x="{pad_l}" y="{pad_t + ph / 2}" class="axis">no data</text></svg>')
+        parts.append(f'<text x="{pad_l}" y="{pad_t + ph / 2}" class="axis">{html.escape(empty)}</text></svg>')
         return "".join(parts)
     x0, x1 = float(xs.min()), float(xs.max())
     y0, y1 = float(finite.min()), float(finite.max())
     if x1 == x0:
         x1 = x0 + 1
-    if y1 == y0:
+    if log and y1 - y0 < 1:  # at least one decade, so float noise does not fill the chart
+        y0, y1 = (y0 + y1) / 2 - 0.5, (y0 + y1) / 2 + 0.5
+    elif y1 == y0:
         y0, y1 = y0 - (abs(y0) * 0.1 or 1), y1 + (abs(y1) * 0.1 or 1)
 
     def px(x: np.ndarray) -> np.ndarray:

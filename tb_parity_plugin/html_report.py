@@ -1,0 +1,312 @@
+"""One self-contained HTML page (or notebook fragment) showing a parity report.
+
+It renders what the engine decided (``ParityReport.to_dict()``, its steps x tensors
+matrix) and the runs' lr/loss; it never judges anything itself. Everything is inline
+(CSS, SVG charts, a PNG heat map as a data URI) and every name is HTML-escaped, so the
+file opens offline, in exported notebooks, VS Code and GitHub previews, and a tensor
+named ``<script>`` stays text. The standalone page also forbids any fetch by CSP.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any, Mapping, Optional
+
+import numpy as np
+
+from tb_parity_plugin import matrix as matrix_mod
+from tb_parity_plugin.report_graphics import Series, fmt, line_chart, png_data_uri
+
+#: run -> (steps, values), per scalar name ("lr", "loss").
+Scalars = Mapping[str, Mapping[str, tuple]]
+
+_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+
+_STYLE = """
+.tbp-report{font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;color:#212121;background:#fff;
+ padding:12px 16px;max-width:1100px}
+.tbp-report h2{font-size:20px;margin:4px 0 8px}.tbp-report h3{font-size:15px;margin:18px 0 6px}
+.tbp-report .verdict{padding:10px 14px;border-radius:4px;font-size:16px;font-weight:600;margin:6px 0}
+.tbp-report .verdict.diverge{background:#fdecea;border-left:5px solid #c62828;color:#7f1d1d}
+.tbp-report .verdict.agree{background:#e8f5e9;border-left:5px solid #2e7d32;color:#1b5e20}
+.tbp-report .meta{color:#616161;margin:4px 0}
+.tbp-report table{border-collapse:collapse;font-size:13px;margin:4px 0}
+.tbp-report th,.tbp-report td{border-bottom:1px solid #e0e0e0;padding:3px 8px;text-align:left;vertical-align:top}
+.tbp-report td.num{text-align:right;font-variant-numeric:tabular-nums}
+.tbp-report tr.first td{background:#fff3e0;font-weight:600}
+.tbp-report code{font:12px ui-monospace,Menlo,Consolas,monospace;word-break:break-all}
+.tbp-report .charts{display:flex;flex-wrap:wrap;gap:8px}
+.tbp-report svg text{font:11px system-ui,sans-serif;fill:#424242}.tbp-report svg .ctitle{font-weight:600;font-size:12px}
+.tbp-report svg .plot{fill:#fafafa;stroke:#e0e0e0}
+.tbp-report svg .base{fill:none;stroke:#1565c0;stroke-width:1.6}
+.tbp-report svg .cand{fill:none;stroke:#ef6c00;stroke-width:1.6;stroke-dasharray:5 3}
+.tbp-report svg .diff{fill:none;stroke:#6a1b9a;stroke-width:1.4}
+.tbp-report svg .marker{stroke:#c62828;stroke-dasharray:3 3}
+.tbp-report svg .outline{fill:none;stroke:#00e5ff;stroke-width:2}
+.tbp-report svg.heat{max-width:100%;height:auto}.tbp-report .heat image{image-rendering:pixelated}
+.tbp-report .swatch{display:inline-block;width:12px;height:12px;vertical-align:-2px;margin:0 3px 0 10px}
+"""
+
+#: Heat-map colours by the engine's reason code: within tolerance goes from pale to
+#: darker green with the error ratio, out-of-tolerance values go orange -> dark red.
+_REASON_RGB = {
+    matrix_mod.NONFINITE: (123, 50, 148),
+    matrix_mod.SHAPE: (33, 33, 33),
+    matrix_mod.DTYPE: (33, 33, 33),
+    matrix_mod.MISSING: (144, 144, 144),
+    matrix_mod.ABSENT: (238, 238, 238),
+}
+_LEGEND = [
+    ("within tolerance", (165, 214, 167)),
+    ("value out of tolerance", (198, 40, 40)),
+    ("NaN/Inf pattern", _REASON_RGB[matrix_mod.NONFINITE]),
+    ("shape/dtype", _REASON_RGB[matrix_mod.SHAPE]),
+    ("logged by one run only", _REASON_RGB[matrix_mod.MISSING]),
+    ("not logged", _REASON_RGB[matrix_mod.ABSENT]),
+]
+#: Heat-map columns; longer runs are bucketed by the engine (``ParityMatrix.bucketed``).
+MAX_COLUMNS = 1000
+
+
+def _e(text: Any) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _verdict(summary: Mapping[str, Any]) -> str:
+    first = summary.get("first_divergence")
+    if summary.get("agree") and not first:
+        text = (
+            f"Runs agree within tolerance across {summary.get('steps_compared', 0)} steps "
+            f"and {summary.get('tensors_compared', 0)} tensors."
+        )
+        return f'<div class="verdict agree">{_e(text)}</div>'
+    if not first:  # disagreement without a divergence: e.g. nothing comparable
+        return '<div class="verdict diverge">Runs do not agree (no comparable divergence found).</div>'
+    return (
+        f'<div class="verdict diverge">First divergence at step {_e(first.get("step"))}: '
+        f'<code>{_e(first.get("tensor"))}</code> ({_e(first.get("kind"))}, {_e(first.get("reason"))})</div>'
+    )
+
+
+_DIV_COLUMNS = [
+    ("order", "order"),
+    ("kind", "kind"),
+    ("tensor", "baseline tensor"),
+    ("candidate_tensor", "candidate tensor"),
+    ("reason", "reason"),
+    ("max_abs_diff", "max |diff|"),
+    ("max_rel_diff", "max rel diff"),
+    ("cosine", "cosine"),
+    ("mismatch_fraction", "mismatched"),
+    ("error_ratio", "error / tolerance"),
+]
+_TEXT_KEYS = {"kind", "tensor", "candidate_tensor", "reason"}
+
+
+def _divergence_table(summary: Mapping[str, Any]) -> str:
+    rows = summary.get("divergences_at_first_step") or []
+    first = summary.get("first_divergence")
+    if not rows:
+        return ""
+    head = "".join(f"<th>{_e(label)}</th>" for _, label in _DIV_COLUMNS)
+    body = []
+    for row in rows:
+        is_first = first is not None and row.get("tensor") == first.get("tensor") and row.get("kind") == first.get("kind")
+        cells = "".join(
+            f"<td><code>{_e(row.get(k, ''))}</code></td>" if k in ("tensor", "candidate_tensor")
+            else f"<td>{_e(row.get(k, ''))}</td>" if k in _TEXT_KEYS
+            else f'<td class="num">{_e(fmt(row.get(k)))}</td>'
+            for k, _ in _DIV_COLUMNS
+        )
+        body.append(f'<tr class="{"first" if is_first else ""}">{cells}</tr>')
+    step = first.get("step") if first else rows[0].get("step")
+    return (
+        f"<h3>Tensors that diverged at step {_e(step)}, in execution order</h3>"
+        f'<table class="divergences"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    )
+
+
+def _nonfinite(summary: Mapping[str, Any]) -> str:
+    items = []
+    for run, where in (summary.get("first_nonfinite") or {}).items():
+        what = "none" if not where else f"step {_e(where.get('step'))}: <code>{_e(where.get('tensor'))}</code>"
+        items.append(f"<li><code>{_e(run)}</code>: {what}</li>")
+    return f"<h3>First NaN/Inf per run</h3><ul>{''.join(items)}</ul>" if items else ""
+
+
+def _charts(summary: Mapping[str, Any], scalars: Optional[Scalars]) -> str:
+    if not scalars:
+        return ""
+    base, cand = summary.get("baseline"), summary.get("candidate")
+    first = summary.get("first_divergence") or {}
+    marker = first.get("step")
+    charts = []
+    for name in ("lr", "loss"):
+        runs = scalars.get(name) or {}
+        if base not in runs or cand not in runs:
+            continue
+        (bs, bv), (cs, cv) = (np.asarray(a) for a in runs[base]), (np.asarray(a) for a in runs[cand])
+        charts.append(
+            line_chart(name, [Series(f"baseline {base}", bs, bv, "base"), Series(f"candidate {cand}", cs, cv, "cand")],
+                       marker_step=marker)
+        )
+        common, bi, ci = np.intersect1d(bs, cs, return_indices=True)
+        diff = np.abs(np.asarray(cv, np.float64)[ci] - np.asarray(bv, np.float64)[bi])
+        empty = "identical at every common step" if common.size and not diff.any() else "no finite difference"
+        charts.append(line_chart(f"|{name} candidate − baseline| (log)", [Series("|diff|", common, diff, "diff")],
+                                 log=True, marker_step=marker, empty=empty))
+    if not charts:
+        return ""
+    return f'<h3>Learning rate and loss</h3><div class="charts">{"".join(charts)}</div>'
+
+
+def _cell_colours(ratio: np.ndarray, reason: np.ndarray) -> np.ndarray:
+    """uint8 RGB per cell from the engine's error ratio and reason code."""
+    ratio = np.nan_to_num(np.asarray(ratio, np.float64), nan=0.0, posinf=1e4)
+    t = np.clip((np.log10(np.fmax(ratio, 1e-4)) + 4) / 4, 0, 1)[..., None]  # 1e-4..1 -> 0..1
+    rgb = (1 - t) * np.array([215, 237, 216]) + t * np.array([102, 187, 106])
+    u = np.clip(np.log10(np.fmax(ratio, 1.0)) / 4, 0, 1)[..., None]  # 1..1e4 -> 0..1
+    value = (1 - u) * np.array([255, 167, 38]) + u * np.array([127, 0, 0])
+    rgb = np.where((reason == matrix_mod.VALUE)[..., None], value, rgb)
+    for code, colour in _REASON_RGB.items():
+        rgb[reason == code] = colour
+    return rgb.astype(np.uint8)
+
+
+def _heat_map(matrix: Optional["matrix_mod.ParityMatrix"]) -> str:
+    """The engine's matrix as a PNG (tensors down, steps across) in an SVG with the
+    first divergence outlined and, for few tensors, their names."""
+    if matrix is None or len(matrix.step_start) == 0 or len(matrix.tensors) == 0:
+        return ""
+    n_steps = len(matrix.step_start)
+    shown = matrix.bucketed(MAX_COLUMNS)
+    n_cols, n_tensors = shown.error_ratio.shape
+    image = png_data_uri(_cell_colours(shown.error_ratio, shown.reason).transpose(1, 0, 2))
+    label_w, plot_w = (220 if n_tensors <= 40 else 0), 760
+    row_h = min(16.0, 400 / n_tensors)
+    width, height = label_w + plot_w, row_h * n_tensors
+    parts = [
+        f'<svg class="heat" viewBox="-3 -3 {width + 6} {height + 24:.0f}" width="{width}" role="img">',
+        f'<image x="{label_w}" y="0" width="{plot_w}" height="{height:.1f}" preserveAspectRatio="none" href="{image}"/>',
+    ]
+    if label_w:
+        for i, name in enumerate(shown.tensors):
+            parts.append(
+                f'<text x="{label_w - 4}" y="{(i + 0.75) * row_h:.1f}" text-anchor="end">'
+                f"{_e(name[-38:])}<title>{_e(name)}</title></text>"
+            )
+    if shown.first_divergence is not None:
+        row, col = shown.first_divergence
+        cw = plot_w / n_cols
+        parts.append(
+            f'<rect class="outline" x="{label_w + row * cw - 2:.1f}" y="{col * row_h - 2:.1f}" width="{cw + 4:.1f}" '
+            f'height="{row_h + 4:.1f}"><title>first divergence</title></rect>'
+        )
+    parts.append(
+        f'<text x="{label_w}" y="{height + 14:.0f}">step {_e(fmt(shown.step_start[0]))}</text>'
+        f'<text x="{width}" y="{height + 14:.0f}" text-anchor="end">step {_e(fmt(shown.step_end[-1]))}</text></svg>'
+    )
+    legend = "".join(f'<span class="swatch" style="background:rgb{c}"></span>{_e(t)}' for t, c in _LEGEND)
+    note = f" Each column is a bucket of about {-(-n_steps // n_cols)} steps (its worst cell)." if n_cols < n_steps else ""
+    return (
+        f"<h3>Divergence map: {n_tensors} tensors (execution order) × {n_steps} steps</h3>"
+        f'<p class="meta">Colour = error relative to tolerance.{_e(note)}</p>{"".join(parts)}'
+        f'<p class="meta">{legend}</p>'
+    )
+
+
+def _unmatched_and_mapping(summary: Mapping[str, Any]) -> str:
+    out = []
+    unmatched = summary.get("unmatched") or {}
+    if any(unmatched.values()):
+        items = "".join(
+            f"<li><code>{_e(run)}</code>: " + (", ".join(f"<code>{_e(t)}</code>" for t in tags) or "none") + "</li>"
+            for run, tags in unmatched.items()
+        )
+        out.append(f"<h3>Unmatched tensors</h3><ul class=\"unmatched\">{items}</ul>")
+    else:
+        out.append("<h3>Unmatched tensors</h3><p class=\"meta\">none: every tensor found its counterpart.</p>")
+    mapping = summary.get("mapping") or []
+    if mapping:
+        rows = "".join(
+            f"<tr><td>{_e(m.get('kind', ''))}</td><td><code>{_e(m.get('baseline', ''))}</code></td>"
+            f"<td><code>{_e(m.get('candidate', ''))}</code></td><td>{_e(m.get('how', ''))}</td></tr>"
+            for m in mapping
+        )
+        out.append(
+            f"<details><summary>Name mapping used ({len(mapping)} tensors)</summary><table class=\"mapping\">"
+            f"<thead><tr><th>kind</th><th>baseline</th><th>candidate</th><th>how</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table></details>"
+        )
+    return "".join(out)
+
+
+def _footer(summary: Mapping[str, Any]) -> str:
+    out = []
+    only = {run: n for run, n in (summary.get("steps_only") or {}).items() if n}
+    if only:
+        out.append("<p class=\"meta\">Steps logged by one run only: "
+                   + ", ".join(f"<code>{_e(r)}</code> {_e(n)}" for r, n in only.items()) + "</p>")
+    problems = summary.get("problems") or []
+    if problems:
+        items = "".join(f"<li><code>{_e(p.get('run', ''))}/{_e(p.get('path', ''))}</code> at byte "
+                        f"{_e(p.get('offset', ''))}: {_e(p.get('message', ''))}</li>" for p in problems)
+        out.append(f"<h3>Read problems</h3><ul>{items}</ul>")
+    policy = summary.get("policy")
+    if policy:
+        shown = ", ".join(f"{_e(k)}={_e(fmt(v) if not isinstance(v, (list, tuple, dict, str)) else v)}"
+                          for k, v in policy.items())
+        out.append(f'<p class="meta">Tolerance policy: {shown}</p>')
+    return "".join(out)
+
+
+def render_fragment(summary: Mapping[str, Any], matrix: Optional["matrix_mod.ParityMatrix"] = None, scalars: Optional[Scalars] = None) -> str:
+    """The report as an HTML fragment with scoped CSS (what a notebook output shows)."""
+    title = f"tb-parity: {summary.get('baseline')} vs {summary.get('candidate')}"
+    meta = (f"{summary.get('steps_compared', 0)} steps and {summary.get('tensors_compared', 0)} tensors compared; "
+            f"baseline <code>{_e(summary.get('baseline'))}</code>, candidate <code>{_e(summary.get('candidate'))}</code>.")
+    return "".join([
+        f'<div class="tbp-report"><style>{_STYLE}</style><h2>{_e(title)}</h2>',
+        _verdict(summary),
+        f'<p class="meta">{meta}</p>',
+        _divergence_table(summary),
+        _nonfinite(summary),
+        _charts(summary, scalars),
+        _heat_map(matrix),
+        _unmatched_and_mapping(summary),
+        _footer(summary),
+        "</div>",
+    ])
+
+
+def render_document(summary: Mapping[str, Any], matrix: Optional["matrix_mod.ParityMatrix"] = None, scalars: Optional[Scalars] = None) -> str:
+    """The report as one standalone page; its CSP forbids every network request."""
+    title = f"tb-parity report: {summary.get('baseline')} vs {summary.get('candidate')}"
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_e(title)}</title></head><body style=\"margin:0;background:#fff\">"
+        f"{render_fragment(summary, matrix, scalars)}</body></html>\n"
+    )
+
+
+def _report_parts(report: Any) -> tuple:
+    """(summary, matrix, scalars) of an engine ``ParityReport``; matrix/scalars need its Comparison."""
+    summary = report.to_dict()
+    comparison = getattr(report, "comparison", None)
+    if comparison is None:
+        return summary, None, None
+    runs = (comparison.base, comparison.cand)
+    scalars = {name: {run.name: run.scalars[name] for run in runs if name in run.scalars} for name in ("lr", "loss")}
+    return summary, report.matrix(), scalars
+
+
+def report_fragment(report: Any) -> str:
+    """``ParityReport._repr_html_``: the report inline in a notebook, no server needed."""
+    return render_fragment(*_report_parts(report))
+
+
+def report_document(report: Any) -> str:
+    """The standalone page ``tb-parity report`` writes."""
+    return render_document(*_report_parts(report))
