@@ -5,7 +5,7 @@ The CLI's ``--json`` output is ``compare(...).to_dict()``; both go through one e
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from tb_parity_plugin.compare import Comparison, Divergence, ParityReport
 from tb_parity_plugin.tolerance import TolerancePolicy
@@ -44,13 +44,18 @@ def _pick_runs(logdir: str, names: list, infos: dict, baseline: Optional[str], c
     raise ParityInputError(f"cannot tell which of {listing} is the TF1 run; pass --baseline RUN")
 
 
-def load_runs(logdir: str, baseline: Optional[str] = None, candidate: Optional[str] = None) -> tuple:
-    """Read ``logdir`` and return the (baseline, candidate) ``RunData`` to compare."""
+def load_runs(
+    logdir: str, baseline: Optional[str] = None, candidate: Optional[str] = None, reload: Optional[Callable] = None
+) -> tuple:
+    """Read ``logdir`` and return the (baseline, candidate) ``RunData`` to compare.
+
+    ``reload(reader)`` replaces ``reader.reload()`` (the HTML report wraps it in a progress bar).
+    """
     from tb_parity_plugin.reader import LogdirReader
 
     try:
         reader = LogdirReader(logdir)
-        reader.reload()
+        reader.reload() if reload is None else reload(reader)
     except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
         raise ParityInputError(str(exc) or f"cannot read {logdir}") from None
     try:
@@ -100,6 +105,7 @@ def compare(
     mapping: Sequence[str] = (),
     overrides: Sequence[Any] = (),
     policy: Optional[TolerancePolicy] = None,
+    reload: Optional[Callable] = None,
 ) -> ParityReport:
     """Compare two runs of ``logdir``; the report's ``to_dict()`` is the CLI's JSON.
 
@@ -110,7 +116,7 @@ def compare(
     tolerance = make_policy(
         policy, atol=atol, rtol=rtol, warmup_steps=warmup_steps, equal_nan=equal_nan, overrides=overrides
     )
-    base, cand = load_runs(logdir, baseline, candidate)
+    base, cand = load_runs(logdir, baseline, candidate, reload)
     try:
         report = Comparison(base, cand, tolerance, mapping).report()
     except ValueError as exc:  # a malformed mapping

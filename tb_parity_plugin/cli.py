@@ -95,6 +95,11 @@ def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None, 
     """Entry point of the ``tb-parity`` console script; returns the exit status."""
     out = stdout or sys.stdout
     err = stderr or sys.stderr
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["report"]:  # `tb-parity report ... -o report.html` lives in report_cli.py
+        from tb_parity_plugin import report_cli
+
+        return report_cli.main(argv[1:], out, err)
     try:
         args = _parse(argv)
         report = api.compare(
