@@ -286,6 +286,12 @@ class ParityReport:
             "warnings": self.warnings,
         }
 
+    def _repr_html_(self) -> str:
+        """Notebook view of this report, no server needed (drawn by html_report.py)."""
+        from tb_parity_plugin import html_report
+
+        return html_report.report_fragment(self)
+
     def matrix(self, max_steps: Optional[int] = None) -> ParityMatrix:
         """The steps x tensors matrix of the comparison behind this report."""
         if self.comparison is None:
