@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import struct
 import threading
@@ -122,7 +123,7 @@ def decode_tensor(proto: Any) -> np.ndarray:
     last element), as ``tf.make_ndarray`` accepts.
     """
     shape = tuple(d.size for d in proto.tensor_shape.dim)
-    size = int(np.prod(shape, dtype=np.int64))
+    size = math.prod(shape)
     if proto.dtype == types_pb2.DT_STRING:
         return np.array(list(proto.string_val), dtype=object).reshape(shape)
     if proto.dtype not in _DECODE:
@@ -156,42 +157,44 @@ def _last_wins(steps: np.ndarray, ranks: np.ndarray, offsets: np.ndarray) -> np.
 
 
 class _Column:
-    """Step blocks of one tag: appended cheaply, stacked lazily, deduped with numpy."""
+    """Step blocks of one tag, copied straight into one growable ``[capacity, *row]`` array.
+
+    Why not a list stacked on access: for full values the list doubles peak memory
+    and the page faults of fresh memory cost more than the copy. ``reserve`` lets a
+    cold read size the array once from the bytes left in the file. Rows below ``n``
+    never change, so snapshots may keep views of them.
+    """
 
     def __init__(self, row_shape: tuple, dtype: np.dtype) -> None:
         self.row_shape, self.dtype = row_shape, dtype
-        self._stacked = np.empty((0, *row_shape), dtype)
-        self._pending: list[np.ndarray] = []
+        self._rows = np.empty((0, *row_shape), dtype)
+        self._row_bytes = max(1, int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize)
         self._steps: list[int] = []
         self._files: list[int] = []
         self._offsets: list[int] = []
         self._increasing = True  # steps strictly increasing in arrival order: nothing to dedupe
         self._resolved: Optional[tuple] = None
 
-    def append(self, step: int, file_id: int, offset: int, block: np.ndarray) -> None:
-        if self._steps and step <= self._steps[-1]:
+    def append(self, step: int, file_id: int, offset: int, block: np.ndarray, hint: tuple = (0, 0)) -> None:
+        """Add one block; ``hint`` = (records, bytes) left in the file, to size growth."""
+        n = len(self._steps)
+        if n == len(self._rows):
+            records_left, bytes_left = hint
+            extra = max(n, 1, min(records_left, bytes_left // self._row_bytes))
+            grown = np.empty((n + extra, *self.row_shape), self.dtype)
+            grown[:n] = self._rows[:n]
+            self._rows = grown
+        self._rows[n] = block
+        if n and step <= self._steps[-1]:
             self._increasing = False
         self._steps.append(step)
         self._files.append(file_id)
         self._offsets.append(offset)
-        self._pending.append(block)
         self._resolved = None
 
     def rows(self) -> np.ndarray:
-        """All blocks in arrival order, ``[n, *row_shape]``; grows geometrically."""
-        if self._pending:
-            n, extra = len(self._stacked), len(self._pending)
-            base = self._stacked.base if self._stacked.base is not None else self._stacked
-            if base.shape[0] < n + extra:
-                capacity = n + extra if n == 0 else max(n + extra, 2 * base.shape[0])
-                grown = np.empty((capacity, *self.row_shape), self.dtype)
-                grown[:n] = self._stacked
-                base = grown
-            for i, block in enumerate(self._pending):
-                base[n + i] = block
-            self._stacked = base[: n + extra]
-            self._pending = []
-        return self._stacked
+        """All blocks in arrival order, ``[n, *row_shape]`` (a view)."""
+        return self._rows[: len(self._steps)]
 
     def resolve(self, rank_of: np.ndarray) -> tuple[np.ndarray, Union[slice, np.ndarray], np.ndarray, np.ndarray]:
         """(unique sorted steps, row index, file ranks, offsets) of the winning rows."""
@@ -246,6 +249,7 @@ class _RunState:
         self.problems: list[ReadProblem] = []
         self.generation = 0
         self._rank_of = np.zeros(0, dtype=np.int64)
+        self._hint = (0, 0)
         self._snapshot: Optional[RunData] = None
 
     def add_file(self, path: str, rel: str) -> _FileState:
@@ -257,7 +261,9 @@ class _RunState:
         self._rank_of = ranks
         return state
 
-    def ingest(self, fs: _FileState, items: list[_Item], problems: list[ReadProblem]) -> None:
+    def ingest(self, fs: _FileState, items: list[_Item], problems: list[ReadProblem], hint: tuple = (0, 0)) -> None:
+        """File one chunk's items; ``hint`` = (records, bytes) left in the file."""
+        self._hint = hint
         for item in items:
             self._file(fs, item)
         self.problems.extend(problems)
@@ -268,8 +274,10 @@ class _RunState:
         if item.what == "info":
             self.info = item.data
         elif item.what == "scalar":
-            column = self.scalars.setdefault(item.key, _Column((), np.dtype(np.float64)))
-            column.append(item.step, fs.file_id, item.offset, np.float64(item.data))
+            column = self.scalars.get(item.key)
+            if column is None:
+                column = self.scalars[item.key] = _Column((), np.dtype(np.float64))
+            column.append(item.step, fs.file_id, item.offset, np.float64(item.data), self._hint)
         elif item.what == "layout":
             if item.key not in self.layouts:
                 self.layouts[item.key] = item.data
@@ -297,7 +305,7 @@ class _RunState:
                 ReadProblem(rel, item.offset, f"{item.what} block of shape {list(item.data.shape)}, layout needs {list(shape)}")
             )
             return
-        column.append(item.step, file_id, item.offset, item.data)
+        column.append(item.step, file_id, item.offset, item.data, self._hint)
 
     def _width(self, layout_hash: str, dtype: str) -> int:
         key = (layout_hash, dtype)
@@ -418,6 +426,8 @@ def _item(tag: str, value: Any, step: int, offset: int) -> Optional[_Item]:
     if tag in _SCALAR_KEYS:
         if value.WhichOneof("value") == "simple_value":
             number = float(value.simple_value)
+        elif len(value.tensor.float_val) == 1:  # make_tensor_proto and TF's scalar writer
+            number = float(value.tensor.float_val[0])
         else:
             number = float(decode_tensor(value.tensor).reshape(-1)[0])
         return _Item("scalar", _SCALAR_KEYS[tag], "", step, offset, number)
@@ -437,30 +447,27 @@ def _item(tag: str, value: Any, step: int, offset: int) -> Optional[_Item]:
     return None  # a tag of a later format version, or another tool's
 
 
-def scan_records(buf: bytes, base: int) -> tuple[list[tuple[int, memoryview]], int, int, Optional[str]]:
-    """Frame the complete records of ``buf`` (read at file offset ``base``).
+def scan_records(buf: Union[bytes, bytearray], end: int, base: int) -> tuple[list, int, int, Optional[str]]:
+    """Frame the complete records in ``buf[:end]`` (read at file offset ``base``).
 
-    Returns (records as (file offset, payload view), bytes consumed, bytes needed to
-    complete the next record (0 if none started), corruption message or None). The
-    length and the data CRC of every record are checked; views are zero-copy.
+    Returns (records as (file offset, read-only payload view), bytes consumed, bytes
+    needed to complete the next record (0 if none started), corruption message or
+    None). The length CRC and the data CRC of every record are checked, zero-copy.
     """
-    view = memoryview(buf)  # for protobuf
-    u8 = np.frombuffer(buf, dtype=np.uint8)  # for google_crc32c, which rejects memoryviews
-    records = []
-    pos, end = 0, len(buf)
-    crc = event_file.masked_crc32c
+    view = memoryview(buf).toreadonly()  # protobuf parses read-only buffers
+    u8 = np.frombuffer(buf, dtype=np.uint8)  # google_crc32c rejects memoryviews, takes arrays
+    crc, records, pos = event_file.masked_crc32c, [], 0
     while pos + _HEAD <= end:
         length, length_crc = _HEADER.unpack_from(buf, pos)
         if crc(u8[pos : pos + 8]) != length_crc:
             return records, pos, 0, "length CRC mismatch (corrupt record header)"
-        total = _HEAD + length + _FOOT
-        if pos + total > end:
-            return records, pos, total, None
-        payload = view[pos + _HEAD : pos + _HEAD + length]
-        if crc(u8[pos + _HEAD : pos + _HEAD + length]) != _FOOTER.unpack_from(buf, pos + _HEAD + length)[0]:
+        data_end = pos + _HEAD + length
+        if data_end + _FOOT > end:
+            return records, pos, _HEAD + length + _FOOT, None
+        if crc(u8[pos + _HEAD : data_end]) != _FOOTER.unpack_from(buf, data_end)[0]:
             return records, pos, 0, "data CRC mismatch (corrupt record)"
-        records.append((base + pos, payload))
-        pos += total
+        records.append((base + pos, view[pos + _HEAD : data_end]))
+        pos = data_end + _FOOT
     return records, pos, (_HEAD if pos < end else 0), None
 
 
@@ -485,6 +492,7 @@ class LogdirReader:
         self._loaded = False
         #: Bytes of complete records consumed so far (an incremental reload adds only what was appended).
         self.bytes_read = 0
+        self._buffer = bytearray(0)
 
     def reload(self) -> bool:
         """Read whatever was appended since the last call; True if anything new was read."""
@@ -577,18 +585,20 @@ class LogdirReader:
         try:
             if fs.handle is None:
                 fs.handle = open(fs.path, "rb")
-            fs.handle.seek(fs.offset)
+            size = os.fstat(fs.handle.fileno()).st_size
         except OSError as exc:
             with self._lock:
                 state.ingest(fs, [], [ReadProblem(fs.rel, fs.offset, f"cannot read: {exc}")])
             fs.stopped = True
             return True
         changed, want = False, CHUNK_SIZE
-        while True:
-            buf = fs.handle.read(want)
-            if not buf:
-                return changed
-            records, used, need, error = scan_records(buf, fs.offset)
+        while fs.offset < size:
+            if len(self._buffer) < want:
+                self._buffer = bytearray(want)
+            buf = self._buffer  # reused: fresh memory per chunk would cost page faults
+            fs.handle.seek(fs.offset)
+            end = fs.handle.readinto(memoryview(buf)[:want])
+            records, used, need, error = scan_records(buf, end, fs.offset)
             items: list[_Item] = []
             problems: list[ReadProblem] = []
             for offset, payload in records:
@@ -600,16 +610,17 @@ class LogdirReader:
                 except DecodeError as exc:
                     error, used = f"unparsable event: {exc}", offset - fs.offset
                     break
-            del records
             if error is not None:
                 problems.append(ReadProblem(fs.rel, fs.offset + used, error))
                 fs.stopped = True
+            left = size - fs.offset  # from this chunk on, so the chunk's own blocks count
+            hint = (left * len(records) // used if used else 0, left)
             with self._lock:
-                state.ingest(fs, items, problems)
+                state.ingest(fs, items, problems, hint)
             changed |= bool(items or problems)
             fs.offset += used
             self.bytes_read += used
-            if error is not None or len(buf) < want:
-                return changed  # end of file (a partial record stays for the next reload)
+            if error is not None or end < want:
+                break  # end of file (a partial record stays for the next reload)
             want = max(CHUNK_SIZE, need)
-            fs.handle.seek(fs.offset)
+        return changed

@@ -1,0 +1,234 @@
+"""P2: reader throughput against raw TFRecord framing of the same files, with and without TF.
+
+Builds two logdirs in a temp dir (statistics only; full values for most tensors),
+then measures side by side, best of ``--repeat`` with warm page cache:
+
+* raw framing: chunked reads, length + CRC checks (google_crc32c), payload slicing;
+* our ``LogdirReader``: cold ``reload()`` plus materialising every run's arrays;
+* TensorBoard's ``EventFileLoader`` (TF installed: TF's record reader; proto parse);
+* in a subprocess with ``import tensorflow`` blocked: our reader again, and
+  ``EventFileLoader`` on its pure-Python CRC path (on a prefix of the files,
+  ``--notf-tb-mb``, since it runs at a few MB/s).
+
+Target (issue #2, P2): our reader >= 50% of raw framing throughput, with and without TF.
+
+    .venv/bin/python benchmarks/bench_p2_reader.py            # ~1/4 scale, about 1 minute
+    .venv/bin/python benchmarks/bench_p2_reader.py --full     # 2 runs x 2000 steps x 200 tensors
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Callable
+
+BLOCK_TF = """
+import importlib.abc, sys
+class _NoTF(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "tensorflow" or name.startswith("tensorflow."):
+            raise ImportError("tensorflow blocked by bench_p2_reader")
+sys.meta_path.insert(0, _NoTF())
+"""
+
+if __name__ == "__main__" and "--child-no-tf" in sys.argv:
+    exec(BLOCK_TF)  # before anything can import TensorFlow
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tb_parity_plugin import event_file, health, metadata  # noqa: E402
+from tb_parity_plugin.reader import CHUNK_SIZE, LogdirReader  # noqa: E402
+from tb_parity_plugin.writer import BlockWriter, build_layout  # noqa: E402
+
+_U64 = struct.Struct("<Q")
+_U32 = struct.Struct("<I")
+
+
+def build_logdir(root: str, runs: int, steps: int, tensors: int, valued: int, size: int, keep_values: bool) -> str:
+    """``runs`` runs of ``steps`` steps; ``valued`` tensors of ``size`` float32, the rest scalars."""
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(size).astype(np.float32) for _ in range(valued)]
+    arrays += [np.float32(rng.standard_normal()) for _ in range(tensors - valued)]
+    entries = [("weight" if i % 2 else "activation", f"layer_{i}/t:0", "float32", np.shape(a)) for i, a in enumerate(arrays)]
+    layout = build_layout(entries, full_values_limit=size if keep_values else 0)
+    stats = np.stack([health.health_numpy(a) for a in arrays])
+    flat = np.concatenate([np.ravel(a) for a in arrays]) if keep_values else None
+    for r in range(runs):
+        writer = BlockWriter(os.path.join(root, f"run{r}"), side="tf1" if r == 0 else "tf2")
+        for step in range(steps):
+            blocks = {"float32": flat + np.float32(step)} if keep_values else {}
+            writer.write_step(step, layout, stats, blocks, {"lr": 0.01, "loss": 1.0 / (step + 1)})
+        writer.close()
+    return root
+
+
+def event_files(logdir: str) -> list[str]:
+    return sorted(os.path.join(d, f) for d, _, fs in os.walk(logdir) for f in fs if "tfevents" in f)
+
+
+def raw_framing(files: list[str]) -> int:
+    """Frame every record (length CRC, data CRC, payload view) like a minimal reader; returns records."""
+    crc, records = event_file.masked_crc32c, 0
+    for path in files:
+        with open(path, "rb") as f:
+            offset, want = 0, CHUNK_SIZE
+            while True:
+                f.seek(offset)
+                buf = f.read(want)
+                view, u8, pos, end = memoryview(buf), np.frombuffer(buf, np.uint8), 0, len(buf)
+                while pos + 12 <= end:
+                    length = _U64.unpack_from(buf, pos)[0]
+                    if crc(u8[pos : pos + 8]) != _U32.unpack_from(buf, pos + 8)[0]:
+                        raise ValueError(f"{path}: bad length CRC at {offset + pos}")
+                    if pos + 16 + length > end:
+                        break
+                    payload = view[pos + 12 : pos + 12 + length]
+                    if crc(u8[pos + 12 : pos + 12 + length]) != _U32.unpack_from(buf, pos + 12 + length)[0]:
+                        raise ValueError(f"{path}: bad data CRC at {offset + pos}")
+                    del payload
+                    records += 1
+                    pos += 16 + length
+                offset += pos
+                if len(buf) < want:
+                    break
+                want = max(CHUNK_SIZE, 16 + _U64.unpack_from(buf, pos)[0] if pos + 8 <= end else CHUNK_SIZE)
+    return records
+
+
+def our_reader(logdir: str) -> int:
+    """Cold read of the logdir and every run's arrays; returns tensor-records (steps x tensors)."""
+    reader = LogdirReader(logdir)
+    reader.reload()
+    count = 0
+    for name in reader.run_names():
+        run = reader.run(name)
+        for series in run.tensors.values():
+            count += len(series.steps)
+            series.stats.sum()  # touch: arrays are real, not promises
+    reader.close()
+    if reader.problems:
+        raise RuntimeError(reader.problems)
+    return count
+
+
+def tb_loader(files: list[str]) -> int:
+    """TensorBoard's EventFileLoader (framing + CRC + Event parse); returns events."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    return sum(1 for path in files for _ in EventFileLoader(path).Load())
+
+
+def best_of(repeat: int, fn: Callable[[], int]) -> tuple[float, int]:
+    best, result = float("inf"), 0
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+def prefix_copy(files: list[str], limit: int, out_dir: str) -> list[str]:
+    """Copies of ``files`` cut at a record boundary so that they total at most ``limit`` bytes."""
+    copies, budget = [], limit
+    for i, path in enumerate(files):
+        data, pos = open(path, "rb").read(), 0
+        while pos + 12 <= len(data) and pos + 16 + _U64.unpack_from(data, pos)[0] <= budget:
+            pos += 16 + _U64.unpack_from(data, pos)[0]
+        if pos == 0:
+            break
+        copy = os.path.join(out_dir, f"events.out.tfevents.{i}.prefix")
+        with open(copy, "wb") as f:
+            f.write(data[:pos])
+        copies.append(copy)
+        budget -= pos
+    return copies
+
+
+def measure(logdir: str, repeat: int, with_tf_loader: bool, notf_tb_bytes: int) -> dict:
+    """Rows name -> (seconds, bytes, count, unit) for one logdir."""
+    files = event_files(logdir)
+    size = sum(os.path.getsize(p) for p in files)
+    raw_framing(files)  # warm the page cache
+    rows = {}
+    t, n = best_of(repeat, lambda: raw_framing(files))
+    rows["raw TFRecord framing"] = (t, size, n, "records")
+    t, n = best_of(repeat, lambda: our_reader(logdir))
+    rows["LogdirReader cold + arrays"] = (t, size, n, "tensor-records")
+    if with_tf_loader:
+        t, n = best_of(repeat, lambda: tb_loader(files))
+        rows["TB EventFileLoader"] = (t, size, n, "events")
+    if notf_tb_bytes:
+        with tempfile.TemporaryDirectory() as tmp:
+            prefix = prefix_copy(files, notf_tb_bytes, tmp)
+            t, n = best_of(1, lambda: tb_loader(prefix))
+            rows["TB EventFileLoader (prefix)"] = (t, sum(os.path.getsize(p) for p in prefix), n, "events")
+    return rows
+
+
+def print_table(title: str, rows: dict, raw: tuple) -> None:
+    raw_mbs = raw[1] / raw[0] / 1e6
+    print(f"\n{title}")
+    print(f"  {'way of reading':38} {'s':>8} {'MB':>8} {'MB/s':>8} {'k/s':>9}  {'unit':15} {'vs raw':>7}")
+    for name, (t, size, n, unit) in rows.items():
+        mbs = size / t / 1e6
+        print(f"  {name:38} {t:8.3f} {size / 1e6:8.1f} {mbs:8.0f} {n / t / 1e3:9.1f}  {unit:15} {mbs / raw_mbs:7.0%}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=500)
+    parser.add_argument("--tensors", type=int, default=200)
+    parser.add_argument("--valued", type=int, default=150, help="tensors with ~size values (the rest are scalars)")
+    parser.add_argument("--size", type=int, default=1000, help="elements of each valued tensor")
+    parser.add_argument("--full", action="store_true", help="2 runs x 2000 steps x 200 tensors (2.4 GB)")
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--notf-tb-mb", type=float, default=20, help="bytes fed to TF-free EventFileLoader")
+    parser.add_argument("--child-no-tf", metavar="JSON", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child_no_tf:
+        job = json.loads(args.child_no_tf)
+        out = {label: measure(path, args.repeat, False, int(args.notf_tb_mb * 1e6)) for label, path in job.items()}
+        assert not [m for m in sys.modules if m.split(".")[0] == "tensorflow"]
+        print(json.dumps(out))
+        return
+    if args.full:
+        args.steps = 2000
+    tmp = tempfile.mkdtemp(prefix="bench_p2_")
+    try:
+        shape = (args.runs, args.steps, args.tensors, args.valued, args.size)
+        start = time.perf_counter()
+        logdirs = {
+            "statistics only": build_logdir(os.path.join(tmp, "stats"), *shape, keep_values=False),
+            "full values": build_logdir(os.path.join(tmp, "values"), *shape, keep_values=True),
+        }
+        print(f"P2 reader: {args.runs} runs x {args.steps} steps x {args.tensors} tensors "
+              f"({args.valued} of {args.size} float32); built in {time.perf_counter() - start:.0f} s")
+        child = subprocess.run(
+            [sys.executable, __file__, "--child-no-tf", json.dumps(logdirs), "--repeat", str(args.repeat),
+             "--notf-tb-mb", str(args.notf_tb_mb)],
+            capture_output=True, text=True, check=True,
+        )
+        no_tf = json.loads(child.stdout)
+        import tensorflow  # noqa: F401  (the "TF installed" side: EventFileLoader uses TF's reader)
+
+        for label, path in logdirs.items():
+            rows = measure(path, args.repeat, True, 0)
+            raw = rows["raw TFRecord framing"]
+            print_table(f"{label}, TensorFlow installed", rows, raw)
+            print_table(f"{label}, TensorFlow blocked (subprocess)", {k: tuple(v) for k, v in no_tf[label].items()},
+                        tuple(no_tf[label]["raw TFRecord framing"]))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
