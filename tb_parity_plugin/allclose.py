@@ -37,7 +37,7 @@ def isclose(x: np.ndarray, y: np.ndarray, rtol: float, atol: float, equal_nan: b
     """
     x = np.asarray(x)
     y = np.asarray(y)
-    if not _fast_ok(x, y, rtol, atol) or x.shape != y.shape:
+    if not _fast_ok(x, y, rtol, atol) or x.shape != y.shape or x.ndim == 0:
         return np.asarray(np.isclose(x, y, rtol=rtol, atol=atol, equal_nan=equal_nan))
     with np.errstate(all="ignore"):
         diff = np.subtract(x, y)

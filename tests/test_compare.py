@@ -1,0 +1,301 @@
+"""Engine tests: alignment, tolerance policy, divergence reasons and ordering, matrix, refresh."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from tb_parity_plugin import align
+from tb_parity_plugin.compare import Comparison, compare_runs
+from tb_parity_plugin.matrix import DTYPE, MISSING, NONFINITE, OK, SHAPE, VALUE, ParityMatrix
+from tb_parity_plugin.reader import LogdirReader
+from tb_parity_plugin.tolerance import ToleranceOverride, TolerancePolicy
+
+from engine_helpers import run, series, write_run
+
+RNG = np.random.default_rng(0)
+
+
+def steady(n: int, shape: tuple = (3,), scale: float = 1.0, seed: int = 0) -> list:
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal(shape) * scale + 2.0).astype(np.float32) for _ in range(n)]
+
+
+def names(alignment: align.Alignment) -> list:
+    return [(m.base[1], m.cand[1], m.how) for m in alignment.matches]
+
+
+# -- alignment -------------------------------------------------------------------
+def test_align_keras_suffix_drift_and_scope_prefix() -> None:
+    base = [series("weight", n, steady(1), order=i) for i, n in enumerate(["dense/kernel:0", "dense_1/kernel:0", "dense_2/kernel:0"])]
+    cand = [
+        series("weight", n, steady(1), order=i)
+        for i, n in enumerate(["simple_model/dense_3/kernel:0", "simple_model/dense_4/kernel:0", "simple_model/dense_5/kernel:0"])
+    ]
+    result = align.align(base, cand)
+    assert names(result) == [
+        ("dense/kernel:0", "simple_model/dense_3/kernel:0", "canonical"),
+        ("dense_1/kernel:0", "simple_model/dense_4/kernel:0", "canonical"),
+        ("dense_2/kernel:0", "simple_model/dense_5/kernel:0", "canonical"),
+    ]
+    assert result.unmatched_base == [] and result.unmatched_cand == []
+
+
+def test_align_strips_output_index_and_prefers_exact() -> None:
+    base = [series("grad", "dense/bias:0", steady(1)), series("grad", "loss_scale", steady(1), order=1)]
+    cand = [series("grad", "dense/bias", steady(1)), series("grad", "loss_scale", steady(1), order=1)]
+    assert names(align.align(base, cand)) == [("dense/bias:0", "dense/bias", "canonical"), ("loss_scale", "loss_scale", "exact")]
+
+
+def test_align_user_mappings_exact_tag_and_regex() -> None:
+    base = [series("weight", "a", steady(1)), series("weight", "enc/w", steady(1), order=1), series("loss", "xent", steady(1, ()), order=2)]
+    cand = [series("weight", "z", steady(1)), series("weight", "encoder/w", steady(1), order=1), series("loss", "ce", steady(1, ()), order=2)]
+    result = align.align(base, cand, ["a=z", r"re:^enc/(.*)$=encoder/\1", "loss/xent=loss/ce", "nothing=here"])
+    assert names(result) == [("a", "z", "map"), ("enc/w", "encoder/w", "map"), ("xent", "ce", "map")]
+    assert result.warnings == ["mapping 'nothing=here' paired no tensors"]
+    with pytest.raises(ValueError):
+        align.align(base, cand, ["no-equals-sign"])
+
+
+def test_align_fallback_by_order_and_shape_reports_unmatched() -> None:
+    base = [series("lr", "lr", steady(1, ())), series("activation", "h1", steady(1, (4,)), order=1), series("activation", "h2", steady(1, (2,)), order=2)]
+    cand = [
+        series("lr", "learning_rate", steady(1, ())),
+        series("activation", "x", steady(1, (4,)), order=1),
+        series("activation", "y", steady(1, (7,)), order=2),
+        series("metric", "acc", steady(1, ()), order=3),
+    ]
+    result = align.align(base, cand)
+    assert names(result) == [("lr", "learning_rate", "fallback"), ("h1", "x", "fallback")]
+    assert result.unmatched_base == [("activation", "h2")]
+    assert result.unmatched_cand == [("activation", "y"), ("metric", "acc")]
+
+
+def test_align_never_crosses_kinds() -> None:
+    result = align.align([series("weight", "w", steady(1))], [series("grad", "w", steady(1))])
+    assert result.matches == [] and result.unmatched_base == [("weight", "w")]
+
+
+# -- tolerance -----------------------------------------------------------------------
+def test_default_policy_is_the_migration_guides() -> None:
+    """A 1% relative difference fails during the 10 warm-up steps (atol 1e-5), passes after (rtol 5%)."""
+    b = [np.full(3, 10.0, np.float32)] * 14
+    c = [np.full(3, 10.1, np.float32)] * 14
+    m = Comparison(run("b", [series("loss", "l", b)]), run("c", [series("loss", "l", c)])).matrix()
+    assert m.reason[:, 0].tolist() == [VALUE] * 10 + [OK] * 4
+    late = [np.full(3, 10.0, np.float32)] * 10
+    report = compare_runs(run("b", [series("loss", "l", late + b[:4])]), run("c", [series("loss", "l", late + c[:4])]))
+    assert report.agree
+
+
+def test_overrides_by_kind_and_pattern() -> None:
+    base = run("b", [series("grad", "g", [np.ones(2, np.float32)] * 3), series("weight", "w", [np.ones(2, np.float32)] * 3, order=1)])
+    cand = run("c", [series("grad", "g", [np.full(2, 1.01, np.float32)] * 3), series("weight", "w", [np.full(2, 1.01, np.float32)] * 3, order=1)])
+    policy = TolerancePolicy(overrides=(ToleranceOverride("grad/*", atol=0.1),))
+    report = compare_runs(base, cand, policy)
+    assert report.first_divergence.kind == "weight"
+    both = TolerancePolicy.build(overrides=["grad/*:atol=0.1", "re:^weight/w$:warmup_steps=0,rtol=0.05"])
+    assert compare_runs(base, cand, both).agree
+    assert both.for_tag("weight/w").warmup_steps == 0 and both.for_tag("weight/v").warmup_steps == 10
+    with pytest.raises(ValueError):
+        ToleranceOverride.parse("grad/*:speed=3")
+    with pytest.raises(ValueError):
+        TolerancePolicy(atol=-1.0)
+
+
+# -- reasons ---------------------------------------------------------------------
+def _reason_at(base_arrays: list, cand_arrays: list, **kw) -> list:
+    m = Comparison(run("b", [series("weight", "w", base_arrays, **kw)]), run("c", [series("weight", "w", cand_arrays, **kw)])).matrix()
+    return m.reason[:, 0].tolist()
+
+
+def test_reason_value_and_nonfinite() -> None:
+    b = [np.array([1.0, 2.0, 3.0], np.float32)] * 3
+    c = [b[0], np.array([1.0, 2.5, 3.0], np.float32), np.array([1.0, np.nan, 3.0], np.float32)]
+    assert _reason_at(b, c) == [OK, VALUE, NONFINITE]
+    # Same Inf at the same place passes; NaN fails with equal_nan=False even at the same place.
+    inf = [np.array([np.inf, 1.0], np.float32)]
+    assert _reason_at(inf, inf) == [OK]
+    nan = [np.array([np.nan, 1.0], np.float32)]
+    assert _reason_at(nan, nan) == [NONFINITE]
+    cmp = Comparison(run("b", [series("w", "w", nan)]), run("c", [series("w", "w", nan)]), TolerancePolicy(equal_nan=True))
+    assert cmp.report().agree
+    # Same counts, different positions: caught by the values.
+    assert _reason_at([np.array([np.inf, 1.0], np.float32)], [np.array([1.0, np.inf], np.float32)]) == [NONFINITE]
+
+
+def test_reason_shape_dtype_missing() -> None:
+    shape = compare_runs(run("b", [series("w", "w", [np.ones((2, 3), np.float32)])]), run("c", [series("w", "w", [np.ones((3, 2), np.float32)])]))
+    assert shape.first_divergence.reason == "shape"
+    dtype = compare_runs(run("b", [series("w", "w", [np.ones(3, np.float32)])]), run("c", [series("w", "w", [np.ones(3, np.float64)])]))
+    assert dtype.first_divergence.reason == "dtype"
+    # both runs logged step 1 (via another tensor), only the baseline logged w there
+    base = run("b", [series("w", "w", [np.ones(2)] * 3), series("loss", "l", [np.ones(())] * 3, order=1)])
+    cand = run("c", [series("w", "w", [np.ones(2)] * 2, steps=[0, 2]), series("loss", "l", [np.ones(())] * 3, order=1)])
+    report = compare_runs(base, cand)
+    assert (report.first_divergence.step, report.first_divergence.reason) == (1, "missing")
+    assert report.first_divergence.max_abs_diff is None
+    assert report.matrix().reason[:, 0].tolist() == [OK, MISSING, OK]
+
+
+def test_steps_only_one_run_logged_are_not_compared() -> None:
+    base = run("b", [series("w", "w", steady(5))])
+    cand = run("c", [series("w", "w", steady(5)[2:] + steady(3, seed=9), steps=[2, 3, 4, 5, 6, 7])])
+    report = compare_runs(base, cand)
+    assert report.steps_compared == 3 and report.agree
+    assert report.steps_only == {"b": 2, "c": 3}
+
+
+# -- ordering --------------------------------------------------------------------
+def test_first_divergence_smallest_step_then_baseline_order() -> None:
+    ok, bad = steady(6), steady(6)
+    bad = bad[:3] + [a + 1 for a in bad[3:]]
+    base = run("b", [series("activation", "late", ok, order=0), series("weight", "w", ok, order=1), series("grad", "g", ok, order=2)])
+    # candidate executes in another order; the baseline's order decides
+    cand = run("c", [series("activation", "late", ok, order=2), series("weight", "w", bad, order=1), series("grad", "g", bad, order=0)])
+    report = compare_runs(base, cand)
+    assert (report.first_divergence.step, report.first_divergence.tensor) == (3, "w")
+    assert [d.tensor for d in report.divergences_at_first_step] == ["w", "g"]
+    earlier = run("c", [series("activation", "late", ok[:1] + [ok[1] + 5] + ok[2:], order=0), series("weight", "w", bad, order=1), series("grad", "g", bad, order=2)])
+    report = compare_runs(base, earlier)
+    assert (report.first_divergence.step, report.first_divergence.tensor) == (1, "late")
+
+
+def test_first_nonfinite_per_run() -> None:
+    clean = steady(5)
+    dirty = [a.copy() for a in clean]
+    dirty[3][1] = -np.inf
+    also = [a.copy() for a in clean]
+    also[3][0] = np.nan
+    base = run("b", [series("weight", "w", clean)])
+    cand = run("c", [series("weight", "w", also, order=1), series("activation", "a", dirty, order=0), series("loss", "l", clean, order=2)])
+    report = compare_runs(base, cand)
+    assert report.first_nonfinite == {"b": None, "c": {"step": 3, "tensor": "a", "kind": "activation"}}
+
+
+# -- statistics-only path ------------------------------------------------------------
+def test_statistics_only_compares_moments() -> None:
+    b = steady(12)
+    c = [a.copy() for a in b]
+    c[11] = c[11] * 1.5
+    base = run("b", [series("weight", "w", b, keep_values=False)])
+    cand = run("c", [series("weight", "w", c, keep_values=False)])
+    report = compare_runs(base, cand)
+    d = report.first_divergence
+    assert (d.step, d.reason, d.cosine) == (11, "value", None)
+    assert 0 < d.mismatch_fraction <= 1 and d.max_abs_diff > 0
+    # the same data with values gives the same step, now with a cosine
+    full = compare_runs(run("b", [series("weight", "w", b)]), run("c", [series("weight", "w", c)]))
+    assert full.first_divergence.step == 11 and full.first_divergence.cosine == pytest.approx(1.0)
+    # one side without values: falls back to the moments
+    mixed = compare_runs(run("b", [series("weight", "w", b)]), cand)
+    assert mixed.first_divergence.step == 11 and mixed.first_divergence.cosine is None
+
+
+def test_report_json_has_only_finite_numbers() -> None:
+    b = [np.array([0.0, 1.0], np.float32)] * 2
+    c = [np.array([1.0, 1.0], np.float32), np.array([np.inf, np.nan], np.float32)]
+    report = compare_runs(run("b", [series("w", "w", b)]), run("c", [series("w", "w", c)]), TolerancePolicy(atol=0.0, rtol=0.0))
+    text = json.dumps(report.to_dict(), allow_nan=False)
+    d = json.loads(text)["first_divergence"]
+    assert d["step"] == 0 and d["max_rel_diff"] is None and d["error_ratio"] is None and d["max_abs_diff"] == 1.0
+    json.dumps(report.detail("w/w", 1).to_dict(), allow_nan=False)
+    json.dumps(report.matrix().to_dict(), allow_nan=False)
+
+
+# -- matrix ------------------------------------------------------------------------
+def test_matrix_columns_and_bucketing_keep_first_divergence() -> None:
+    n = 100
+    ok = steady(n)
+    bad = [a + (3.0 if k == 37 else 0.0) for k, a in enumerate(ok)]
+    worse = [a + (9.0 if k >= 80 else 0.0) for k, a in enumerate(ok)]
+    base = run("b", [series("weight", "w", ok, order=0), series("grad", "g", ok, order=1)])
+    cand = run("c", [series("weight", "w", worse, order=0), series("grad", "g", bad, order=1)])
+    cmp = Comparison(base, cand)
+    m = cmp.matrix()
+    assert m.tensors == ["weight/w", "grad/g"] and m.reason.shape == (n, 2) and m.error_ratio.dtype == np.float32
+    assert m.first_divergence == (37, 1)
+    assert m.error_ratio[37, 1] > 1 and m.error_ratio[36, 1] == 0
+    for rows in (1, 3, 7, 10, 64):
+        bm = m.bucketed(rows)
+        assert len(bm.step_start) <= rows
+        row, col = bm.first_divergence
+        assert bm.step_start[row] <= 37 <= bm.step_end[row] and col == 1
+        assert bm.reason[row, 1] == VALUE and bm.error_ratio[row, 1] >= m.error_ratio[37, 1]
+    one = m.bucketed(1)
+    assert one.reason[0].tolist() == [VALUE, VALUE] and one.error_ratio[0, 0] == np.nanmax(m.error_ratio[:, 0])
+    assert isinstance(cmp.matrix(max_steps=10), ParityMatrix)
+
+
+def test_detail_series_and_values() -> None:
+    b = steady(4, (2, 2))
+    c = [a.copy() for a in b]
+    c[2][1, 0] += 1
+    detail = Comparison(run("b", [series("weight", "w", b)]), run("c", [series("weight", "w", c)])).detail("weight/w", 2)
+    assert detail.reason.tolist() == [OK, OK, VALUE, OK]
+    assert detail.diff.shape == (2, 2) and detail.diff[1, 0] == pytest.approx(1.0)
+    assert detail.base_stats.shape == (4, 14) and detail.figures["max_abs_diff"] == pytest.approx(1.0)
+
+
+# -- incremental refresh (real reader) ---------------------------------------------------
+def _tensors(step: int, bad_from: int = 10**9) -> list:
+    rng = np.random.default_rng(step)
+    w = rng.standard_normal((4, 3)).astype(np.float32)
+    return [("lr", "lr", np.float32(0.1)), ("weight", "dense/kernel:0", w), ("loss", "loss", np.float32(step))]
+
+
+def test_incremental_refresh_equals_cold_compare(tmp_path, monkeypatch) -> None:
+    logdir = str(tmp_path)
+
+    def cand_at(step: int) -> list:
+        t = _tensors(step)
+        if step >= 70:
+            t[1] = ("weight", "simple_model/dense/kernel:0", t[1][2] * 1.2)
+        else:
+            t[1] = ("weight", "simple_model/dense/kernel:0", t[1][2])
+        return t
+
+    write_run(logdir, "tf1", range(50), _tensors, side="tf1")
+    write_run(logdir, "tf2", range(50), cand_at, side="tf2")
+    reader = LogdirReader(logdir)
+    reader.reload()
+    cmp = Comparison(reader.run("tf1"), reader.run("tf2"))
+    assert cmp.report().agree
+    cmp.matrix()
+    # append 50 steps to each run (a second event file, as a restarted writer would)
+    write_run(logdir, "tf1", range(50, 100), _tensors, side="tf1")
+    write_run(logdir, "tf2", range(50, 100), cand_at, side="tf2")
+    assert reader.reload()
+    computed = []
+    from tb_parity_plugin import compare as compare_module
+
+    original = compare_module._Pair.verdicts
+
+    def spy(self, k0, k1, equal_nan):
+        computed.append((k0, k1))
+        return original(self, k0, k1, equal_nan)
+
+    monkeypatch.setattr(compare_module._Pair, "verdicts", spy)
+    cmp.update(reader.run("tf1"), reader.run("tf2"))
+    warm = cmp.report()
+    assert computed and all(k0 >= 50 for k0, _ in computed)  # only the new steps
+    cold = compare_runs(reader.run("tf1"), reader.run("tf2"))
+    assert warm.to_dict() == cold.to_dict()
+    assert warm.first_divergence.step == 70
+    warm_m, cold_m = cmp.matrix(), Comparison(reader.run("tf1"), reader.run("tf2")).matrix()
+    np.testing.assert_array_equal(warm_m.reason, cold_m.reason)
+    np.testing.assert_array_equal(warm_m.error_ratio, cold_m.error_ratio)
+    reader.close()
+
+
+def test_rewritten_step_invalidates_cache() -> None:
+    b = steady(6)
+    cmp = Comparison(run("b", [series("w", "w", b)]), run("c", [series("w", "w", b)]))
+    assert cmp.report().agree
+    changed = [a.copy() for a in b]
+    changed[2] = changed[2] + 1
+    cmp.update(run("b", [series("w", "w", b)]), run("c", [series("w", "w", changed)]))
+    assert cmp.report().first_divergence.step == 2
