@@ -1,0 +1,262 @@
+"""`tb-parity diff`: exit codes, the JSON contract and bad input, on logdirs written by BlockWriter."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tb_parity_plugin import api, cli
+
+from engine_helpers import write_run
+
+XSS = "<script>alert('x')</script>"
+
+
+def tensors(step: int, shift: float = 0.0, from_step: int = 10**9, name: str = "dense/kernel:0", dtype=np.float32) -> list:
+    rng = np.random.default_rng(step)
+    w = rng.standard_normal((3, 2)).astype(dtype)
+    if step >= from_step:
+        w = w + dtype(shift)
+    return [
+        ("lr", "lr", np.float32(0.1)),
+        ("weight", name, w),
+        ("activation", XSS, np.tanh(w)),
+        ("loss", "loss", np.float32(1.0 / (step + 1))),
+    ]
+
+
+def make_pair(logdir: str, steps=range(20), cand=None, base=None) -> str:
+    write_run(logdir, "tf1", steps, base or tensors, side="tf1")
+    write_run(logdir, "tf2", steps, cand or tensors, side="tf2")
+    return logdir
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(list(argv), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def run_json(*argv: str) -> tuple[int, dict]:
+    code, out, err = run_cli("diff", *argv, "--json")
+    assert err == "", err
+    return code, json.loads(out)
+
+
+# -- agree / diverge -------------------------------------------------------------
+def test_agree_exit_0_and_json_contract(tmp_path) -> None:
+    logdir = make_pair(str(tmp_path))
+    code, report = run_json(logdir)
+    assert code == 0
+    for key in ("baseline", "candidate", "steps_compared", "tensors_compared", "first_divergence", "first_nonfinite", "unmatched"):
+        assert key in report
+    assert (report["baseline"], report["candidate"]) == ("tf1", "tf2")
+    assert (report["steps_compared"], report["tensors_compared"], report["first_divergence"]) == (20, 4, None)
+    assert report["first_nonfinite"] == {"tf1": None, "tf2": None}
+    assert report["unmatched"] == {"tf1": [], "tf2": []}
+
+
+def test_diverge_exit_1_names_baseline_tensor(tmp_path) -> None:
+    logdir = make_pair(
+        str(tmp_path),
+        cand=lambda s: tensors(s, 0.5, from_step=13, name="simple_model/dense_7/kernel:0"),
+    )
+    code, report = run_json(logdir)
+    assert code == 1
+    first = report["first_divergence"]
+    assert {k: first[k] for k in ("step", "tensor", "kind", "reason")} == {
+        "step": 13, "tensor": "dense/kernel:0", "kind": "weight", "reason": "value"
+    }
+    assert first["max_abs_diff"] == pytest.approx(0.5) and first["max_rel_diff"] > 0
+    # the baseline may be chosen explicitly, also the other way round
+    code, swapped = run_json(logdir, "--baseline", "tf2", "--candidate", "tf1")
+    assert code == 1 and swapped["first_divergence"]["tensor"] == "simple_model/dense_7/kernel:0"
+    code, out, _ = run_cli("diff", logdir)
+    assert code == 1
+    assert "DIVERGE at step 13: weight/dense/kernel:0" in out
+    assert "simple_model/dense_7/kernel:0" in out and "max_abs_diff=0.5" in out
+
+
+def test_tolerance_flags(tmp_path) -> None:
+    def one_percent_off(step: int) -> list:
+        return [(k, n, a * np.float32(1.01) if k == "weight" and step >= 15 else a) for k, n, a in tensors(step)]
+
+    logdir = make_pair(str(tmp_path), cand=one_percent_off)
+    assert run_json(logdir)[0] == 0  # 1% after the 10 warm-up steps: within rtol 5%
+    assert run_json(logdir, "--rtol", "0")[0] == 1
+    assert run_json(logdir, "--warmup-steps", "16")[0] == 1
+    assert run_json(logdir, "--rtol", "0.001")[0] == 1
+    assert run_json(logdir, "--rtol", "0", "--atol", "0.1")[0] == 0
+    assert run_json(logdir, "--rtol", "0", "--override", "weight/*:atol=0.1")[0] == 0
+
+
+# -- the runs ------------------------------------------------------------------------
+def test_missing_logdir_and_run_exit_2_one_line(tmp_path) -> None:
+    code, out, err = run_cli("diff", str(tmp_path / "nope"))
+    assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err
+    logdir = make_pair(str(tmp_path / "ok"))
+    code, _, err = run_cli("diff", logdir, "--baseline", "tf3")
+    assert code == 2 and "tf3" in err and "tf1, tf2" in err and err.count("\n") == 1
+    assert run_cli("diff")[0] == 2
+    assert run_cli("frobnicate")[0] == 2
+    assert run_cli("diff", logdir, "--atol", "-1")[0] == 2
+    assert run_cli("diff", logdir, "--map", "nonsense")[0] == 2
+
+
+def test_three_runs_need_a_choice(tmp_path) -> None:
+    logdir = make_pair(str(tmp_path))
+    write_run(logdir, "tf2_fixed", range(20), tensors, side="tf2")
+    code, _, err = run_cli("diff", logdir)
+    assert code == 2 and "tf1, tf2, tf2_fixed" in err
+    assert run_cli("diff", logdir, "--baseline", "tf1", "--candidate", "tf2_fixed")[0] == 0
+
+
+def test_empty_run_exit_2(tmp_path) -> None:
+    logdir = str(tmp_path)
+    write_run(logdir, "tf1", range(5), tensors, side="tf1")
+    write_run(logdir, "tf2", [], tensors, side="tf2")  # run_info only, no step
+    code, _, err = run_cli("diff", logdir)
+    assert code == 2 and "tf2" in err and "no tb_parity records" in err
+
+
+def test_different_step_sets_compare_the_common_steps(tmp_path) -> None:
+    logdir = make_pair(str(tmp_path), steps=range(0, 20))
+    shutil.rmtree(os.path.join(logdir, "tf2"))
+    write_run(logdir, "tf2", range(0, 30, 2), tensors, side="tf2")
+    code, report = run_json(logdir)
+    assert code == 0 and report["steps_compared"] == 10
+    assert report["steps_only"] == {"tf1": 10, "tf2": 5}
+    shutil.rmtree(os.path.join(logdir, "tf2"))
+    write_run(logdir, "tf2", range(100, 110), tensors, side="tf2")
+    code, _, err = run_cli("diff", logdir)
+    assert code == 2 and "share no logged step" in err
+
+
+def test_shape_and_dtype_mismatch(tmp_path) -> None:
+    def reshaped(step: int) -> list:
+        t = tensors(step)
+        t[1] = ("weight", t[1][1], t[1][2].reshape(2, 3))
+        return t
+
+    code, report = run_json(make_pair(str(tmp_path / "shape"), cand=reshaped))
+    assert code == 1 and report["first_divergence"]["reason"] == "shape" and report["first_divergence"]["step"] == 0
+    code, report = run_json(make_pair(str(tmp_path / "dtype"), cand=lambda s: tensors(s, dtype=np.float64)))
+    assert code == 1 and report["first_divergence"]["reason"] == "dtype"
+
+
+def test_nan_inf_everywhere(tmp_path) -> None:
+    def poisoned(step: int) -> list:
+        return [(k, n, np.full(np.shape(a), np.nan if k != "lr" else np.inf, np.float32)) for k, n, a in tensors(step)]
+
+    logdir = make_pair(str(tmp_path), base=poisoned, cand=poisoned)
+    code, report = run_json(logdir)
+    assert code == 1 and report["first_divergence"]["reason"] == "nonfinite"  # equal_nan=False: NaN fails
+    assert report["first_nonfinite"]["tf1"] == {"step": 0, "tensor": "lr", "kind": "lr"}
+    assert report["first_nonfinite"]["tf2"]["step"] == 0
+    assert run_json(logdir, "--equal-nan")[0] == 0
+    code, out, _ = run_cli("diff", logdir)
+    assert "first NaN/Inf in 'tf1': step 0, lr/lr" in out
+
+
+def test_truncated_tail_keeps_the_rest(tmp_path) -> None:
+    logdir = make_pair(str(tmp_path))
+    path = [os.path.join(d, f) for d, _, fs in os.walk(os.path.join(logdir, "tf2")) for f in fs][0]
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        f.truncate(size - 7)
+    code, report = run_json(logdir)
+    assert code == 0 and report["steps_compared"] == 19 and report["steps_only"] == {"tf1": 1, "tf2": 0}
+
+
+def test_bit_flip_is_reported_not_a_crash(tmp_path) -> None:
+    logdir = make_pair(str(tmp_path))
+    path = [os.path.join(d, f) for d, _, fs in os.walk(os.path.join(logdir, "tf2")) for f in fs][0]
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) // 2)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0x10]))
+    code, report = run_json(logdir)
+    assert code == 0 and 0 < report["steps_compared"] < 20
+    assert report["problems"] and report["problems"][0]["run"] == "tf2" and report["problems"][0]["offset"] > 0
+    code, out, _ = run_cli("diff", logdir)
+    assert "read problem in 'tf2'" in out
+
+
+def test_garbage_file_is_an_input_error(tmp_path) -> None:
+    os.makedirs(tmp_path / "tf1")
+    os.makedirs(tmp_path / "tf2")
+    for run in ("tf1", "tf2"):
+        (tmp_path / run / "events.out.tfevents.1.host").write_bytes(os.urandom(300))
+    code, _, err = run_cli("diff", str(tmp_path), "--baseline", "tf1")
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_step_written_twice_last_write_wins(tmp_path) -> None:
+    logdir = str(tmp_path)
+    write_run(logdir, "tf1", range(10), tensors, side="tf1")
+
+    # candidate: step 5 first written wrong, then rewritten right -> agree
+    write_run(logdir, "tf2", list(range(10)), tensors, side="tf2")
+    write_run(logdir, "tf2", [5], lambda s: tensors(s, 9.0, from_step=0), side="tf2")
+    write_run(logdir, "tf2", [5], tensors, side="tf2")
+    assert run_json(logdir)[0] == 0
+    # and the other way round -> diverge at 5
+    write_run(logdir, "tf2", [5], lambda s: tensors(s, 9.0, from_step=0), side="tf2")
+    code, report = run_json(logdir)
+    assert code == 1 and report["first_divergence"]["step"] == 5
+
+
+def test_html_names_are_printed_as_given(tmp_path) -> None:
+    logdir = make_pair(str(tmp_path), cand=lambda s: [t if t[0] != "activation" else (t[0], t[1], t[2] + 1) for t in tensors(s)])
+    code, report = run_json(logdir)
+    assert code == 1 and report["first_divergence"]["tensor"] == XSS
+    code, out, _ = run_cli("diff", logdir)
+    assert XSS in out
+
+
+def test_map_option_pairs_names(tmp_path) -> None:
+    logdir = make_pair(str(tmp_path), cand=lambda s: tensors(s, name="renamed"))
+    # canonical/fallback already pair it; an explicit mapping shows up as "map"
+    code, report = run_json(logdir, "--map", "dense/kernel:0=renamed")
+    assert code == 0
+    assert {"baseline": "dense/kernel:0", "candidate": "renamed", "kind": "weight", "how": "map"} in report["mapping"]
+    # `--map A=B LOGDIR` order works too
+    code, _, _ = run_cli("diff", "--map", "dense/kernel:0=renamed", logdir, "--json")
+    assert code == 0
+
+
+# -- Python API ----------------------------------------------------------------------
+def test_api_compare_matches_cli_and_assert_parity(tmp_path) -> None:
+    logdir = make_pair(str(tmp_path), cand=lambda s: tensors(s, 0.5, from_step=13))
+    report = api.compare(logdir)
+    assert report.to_dict() == run_json(logdir)[1]
+    with pytest.raises(AssertionError) as info:
+        api.assert_parity(logdir)
+    message = str(info.value)
+    assert "step 13" in message and "weight/dense/kernel:0" in message and "max_abs_diff=0.5" in message
+    assert api.assert_parity(logdir, atol=1.0).agree
+    with pytest.raises(api.ParityInputError):
+        api.compare(str(tmp_path / "missing"))
+    with pytest.raises(api.ParityInputError):
+        api.compare(logdir, policy=api.TolerancePolicy(), atol=1.0)
+
+
+# -- the installed console script ---------------------------------------------------
+def test_console_script_subprocess(tmp_path) -> None:
+    script = shutil.which("tb-parity", path=os.path.dirname(sys.executable)) or shutil.which("tb-parity")
+    if script is None:
+        pytest.skip("tb-parity console script is not installed")
+    logdir = make_pair(str(tmp_path), cand=lambda s: tensors(s, 0.5, from_step=3))
+    proc = subprocess.run([script, "diff", logdir, "--json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert json.loads(proc.stdout)["first_divergence"]["step"] == 3
+    proc = subprocess.run([script, "diff", str(tmp_path / "nope")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
