@@ -1,0 +1,42 @@
+"""The TF1 original: graph, ``tf.compat.v1.layers.dense``, Session loop, ``global_step``."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from demo.common import LAYER_NAMES, UNITS, PairConfig, data, initial_weights
+from tb_parity_plugin import summary_v1
+
+
+def train(run_dir: str, cfg: PairConfig) -> None:
+    """Trains ``cfg.steps`` steps, logging lr, weights, layer outputs, loss and grads."""
+    x_np, y_np = data(cfg)
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, x_np.shape[1:], name="x")
+        y = tf.compat.v1.placeholder(tf.float32, y_np.shape[1:], name="y")
+        h = x
+        for units, name, (kernel, bias) in zip(UNITS, LAYER_NAMES, initial_weights()):
+            h = tf.compat.v1.layers.dense(
+                h,
+                units,
+                kernel_initializer=tf.constant_initializer(kernel),
+                bias_initializer=tf.constant_initializer(bias),
+                name=name,
+            )
+            rec.activation(name, h)
+        loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(y, h))
+        lr = rec.lr(
+            tf.compat.v1.train.polynomial_decay(
+                cfg.learning_rate, global_step, cfg.decay_steps, cfg.end_learning_rate
+            )
+        )
+        optimizer = tf.compat.v1.train.GradientDescentOptimizer(lr)
+        train_op = rec.minimize(optimizer, loss, global_step=global_step)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for step in range(cfg.steps):
+                _, parity = sess.run([train_op, rec.fetches], {x: x_np[step], y: y_np[step]})
+                rec.write(parity)
+        rec.close()

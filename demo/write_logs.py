@@ -1,0 +1,50 @@
+"""Writes the three demo pairs: ``python -m demo.write_logs LOGDIR``.
+
+``LOGDIR/<pair>/tf1`` is the TF1 original, ``LOGDIR/<pair>/tf2`` its port:
+``clean`` (a correct port), ``lr_offbyone`` (schedule off by one step) and ``nan``
+(hand-written cross-entropy that takes ``log`` of an underflowed softmax).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Optional, Sequence
+
+import demo  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow is imported)
+from demo import model_tf1, model_tf2
+from demo.common import PairConfig
+
+#: pair -> (config, bug planted in the port)
+PAIRS = {
+    "clean": (PairConfig(), None),
+    "lr_offbyone": (PairConfig(), "lr_offbyone"),
+    # Step 25's batch holds an unnormalized example the model classifies confidently:
+    # its other-class softmax probabilities underflow to 0 in float32. TF1's stable
+    # loss stays finite; the port's log(softmax) gives 0 * -inf = NaN.
+    "nan": (PairConfig(outlier_step=25), "log_softmax"),
+}
+
+
+def write_pair(logdir: str, pair: str) -> None:
+    cfg, bug = PAIRS[pair]
+    model_tf1.train(os.path.join(logdir, pair, "tf1"), cfg)
+    model_tf2.train(os.path.join(logdir, pair, "tf2"), cfg, bug=bug)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("logdir")
+    parser.add_argument("--pairs", nargs="*", default=list(PAIRS), choices=list(PAIRS))
+    args = parser.parse_args(argv)
+    for pair in args.pairs:
+        start = time.perf_counter()
+        write_pair(args.logdir, pair)
+        print(f"{pair}: {args.logdir}/{pair}/{{tf1,tf2}} ({time.perf_counter() - start:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
