@@ -7,7 +7,7 @@ PORT ?= 6006
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: install demo demo-logs test chromium bench lock
+.PHONY: install demo demo-logs test chromium bench lock frontend bundle-check
 
 # Installs the locked environment once; reinstalls when the lock or setup.py change.
 $(VENV)/.installed: requirements.txt setup.py
@@ -32,7 +32,25 @@ chromium:
 	  echo "installing Debian chromium for the browser tests"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-test: install chromium
+# The dashboard's bundle is committed (TensorBoard serves it; users need no Node).
+# `frontend` rebuilds it from frontend/ with the locked npm dependencies;
+# `bundle-check` rebuilds into a temp dir and fails if the committed one is stale.
+FRONTEND_DEPS := frontend/node_modules/.package-lock.json
+BUNDLE := tb_parity_plugin/static/index.js
+
+$(FRONTEND_DEPS): frontend/package.json frontend/package-lock.json
+	cd frontend && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+frontend: $(FRONTEND_DEPS)
+	cd frontend && npx tsc --noEmit -p . && node build.mjs
+
+bundle-check: $(FRONTEND_DEPS)
+	@tmp=$$(mktemp -d) && (cd frontend && node build.mjs $$tmp/index.js) && \
+	  if cmp -s $$tmp/index.js $(BUNDLE); then echo "bundle up to date"; rm -rf $$tmp; else \
+	  echo "$(BUNDLE) is stale: run 'make frontend' and commit it"; rm -rf $$tmp; exit 1; fi
+
+test: install chromium bundle-check
 	$(BIN)/python -m pytest -q tests
 
 bench: install

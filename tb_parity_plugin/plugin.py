@@ -1,23 +1,193 @@
-"""The tb_parity TensorBoard plugin (routes are added by the dashboard work)."""
+"""The tb_parity TensorBoard plugin: JSON routes over the comparison engine, and the tab.
+
+Routes (under ``data/plugin/tb_parity/``; see docs/dashboard.md for the payloads):
+``/index.js`` (the bundled frontend), ``/runs``, ``/summary``, ``/matrix``,
+``/tensor``, ``/scalars``. Handlers only parse the request (``routes_params``) and
+call an ``*_impl`` method. Data comes from the plugin's own incremental reader on a
+background thread, never from TensorBoard's sampled data provider. Nothing here
+imports TensorFlow.
+"""
 
 from __future__ import annotations
 
+import functools
+import logging
+import os
+from typing import Any, Callable, Optional
+
+from werkzeug import wrappers
+
+from tensorboard import errors
+from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 
-from tb_parity_plugin import metadata
+from tb_parity_plugin import dashboard_views, metadata, routes_params
+from tb_parity_plugin.background_reader import BackgroundReader
+from tb_parity_plugin.comparison_cache import ComparisonCache, Entry
+
+logger = logging.getLogger(__name__)
+
+STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
+#: Static files the plugin serves, and their content types. A fixed table: the
+#: request path never reaches the filesystem.
+STATIC_FILES = {"/index.js": ("index.js", "text/javascript")}
+DEFAULT_RELOAD_INTERVAL = 5.0
+
+Handler = Callable[[wrappers.Request], wrappers.Response]
+
+
+def _json_route(route: str) -> Callable[[Callable[..., Any]], Handler]:
+    """Wrap a handler: check parameter names, answer JSON, and errors as JSON 400/404."""
+
+    def decorate(fn: Callable[..., Any]) -> Handler:
+        @functools.wraps(fn)
+        @wrappers.Request.application
+        def handler(self: "ParityPlugin", request: wrappers.Request) -> wrappers.Response:
+            try:
+                args = routes_params.Args(request.args)
+                routes_params.check_known(route, args)
+                body = fn(self, args)
+            except errors.PublicError as exc:
+                return http_util.Respond(request, {"error": str(exc)}, "application/json", code=exc.http_code)
+            return http_util.Respond(request, body, "application/json")
+
+        return handler  # type: ignore[return-value]
+
+    return decorate
 
 
 class ParityPlugin(base_plugin.TBPlugin):
+    """Serves the tb_parity tab."""
+
     plugin_name = metadata.PLUGIN_NAME
 
-    def __init__(self, context: base_plugin.TBContext) -> None:
-        self._logdir = context.logdir
+    def __init__(self, context: base_plugin.TBContext, reload_interval: Optional[float] = None) -> None:
+        self._logdir = context.logdir or ""
+        if reload_interval is None:
+            flag = getattr(context.flags, "reload_interval", None) if context.flags is not None else None
+            reload_interval = float(flag) if flag and flag > 0 else DEFAULT_RELOAD_INTERVAL
+        self._reader = BackgroundReader(self._logdir, reload_interval)
+        self._cache = ComparisonCache()
 
+    # -- TensorBoard hooks ---------------------------------------------------------
     def get_plugin_apps(self) -> dict:
-        return {}
+        apps: dict = {path: self._serve_static for path in STATIC_FILES}
+        apps.update(
+            {
+                "/runs": self._serve_runs,
+                "/summary": self._serve_summary,
+                "/matrix": self._serve_matrix,
+                "/tensor": self._serve_tensor,
+                "/scalars": self._serve_scalars,
+            }
+        )
+        return apps
 
     def is_active(self) -> bool:
-        return False
+        """Cheap: starts the reader thread and answers from what it has read so far."""
+        if not self._logdir:
+            return False
+        self._reader.start()
+        return bool(self._reader.run_names())
+
+    def data_plugin_names(self) -> tuple:
+        return (metadata.PLUGIN_NAME,)
 
     def frontend_metadata(self) -> base_plugin.FrontendMetadata:
-        return base_plugin.FrontendMetadata(es_module_path="/index.js")
+        return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name="TB Parity")
+
+    # -- static files --------------------------------------------------------------
+    @wrappers.Request.application
+    def _serve_static(self, request: wrappers.Request) -> wrappers.Response:
+        name, content_type = STATIC_FILES[request.path[request.path.rindex("/") :]]
+        try:
+            with open(os.path.join(STATIC_DIR, name), "rb") as f:
+                content = f.read()
+        except OSError:
+            return http_util.Respond(request, {"error": f"{name} is not built (make frontend)"}, "application/json", code=404)
+        return http_util.Respond(request, content, content_type)
+
+    # -- JSON routes: parse, then call the impl --------------------------------------
+    @_json_route("runs")
+    def _serve_runs(self, args: routes_params.Args) -> dict:
+        return self.runs_impl()
+
+    @_json_route("summary")
+    def _serve_summary(self, args: routes_params.Args) -> dict:
+        return self.summary_impl(routes_params.parse_pair(args))
+
+    @_json_route("matrix")
+    def _serve_matrix(self, args: routes_params.Args) -> dict:
+        return self.matrix_impl(routes_params.parse_pair(args), routes_params.parse_width(args))
+
+    @_json_route("tensor")
+    def _serve_tensor(self, args: routes_params.Args) -> dict:
+        tag, values_at = routes_params.parse_tensor(args)
+        return self.tensor_impl(routes_params.parse_pair(args), tag, values_at)
+
+    @_json_route("scalars")
+    def _serve_scalars(self, args: routes_params.Args) -> dict:
+        return self.scalars_impl(routes_params.parse_pair(args))
+
+    # -- implementations -----------------------------------------------------------
+    def runs_impl(self) -> dict:
+        """Runs with parity data, and a suggested baseline/candidate pair per folder."""
+        self._reader.wait_first_load()
+        runs = []
+        for name in self._reader.run_names():
+            try:
+                run = self._reader.run(name)
+            except KeyError:
+                continue
+            if run.tensors or run.info:
+                runs.append(dashboard_views.run_entry(run))
+        pairs = dashboard_views.suggest_pairs(runs)
+        return {
+            "runs": runs,
+            "pairs": pairs,
+            "suggested": pairs[0] if pairs else None,
+            "loaded": self._reader.loaded,
+            "error": self._reader.error,
+        }
+
+    def _use(self, query: routes_params.PairQuery, fn: Callable[[Entry, Any, Any], Any]) -> Any:
+        """Run ``fn(entry, base, cand)`` on the pair's up-to-date cached comparison."""
+        self._reader.wait_first_load()
+        runs = []
+        for name in (query.baseline, query.candidate):
+            try:
+                runs.append(self._reader.run(name))
+            except KeyError:
+                raise errors.NotFoundError(f"no run {name!r} in this logdir") from None
+        base, cand = runs
+        return self._cache.use(
+            query.cache_key, base, cand, query.policy, query.mapping, lambda entry: fn(entry, base, cand)
+        )
+
+    def summary_impl(self, query: routes_params.PairQuery) -> dict:
+        return self._use(query, lambda e, b, c: dashboard_views.summary_payload(e.report, e.generations))
+
+    def matrix_impl(self, query: routes_params.PairQuery, width: Optional[int]) -> dict:
+        def build(entry: Entry, base: Any, cand: Any) -> dict:
+            return entry.memo(
+                ("matrix", width),
+                lambda: dashboard_views.matrix_payload(entry.comparison.matrix(width), entry.report),
+            )
+
+        return self._use(query, build)
+
+    def tensor_impl(self, query: routes_params.PairQuery, tag: str, values_at: Optional[int]) -> dict:
+        def build(entry: Entry, base: Any, cand: Any) -> dict:
+            kind, _, name = tag.partition("/")
+            if (kind, name) not in base.tensors:
+                raise errors.NotFoundError(f"no tensor {tag!r} in baseline run {base.name!r}")
+            try:
+                detail = entry.comparison.detail(tag, values_at)
+            except KeyError as exc:
+                raise errors.NotFoundError(str(exc.args[0]) if exc.args else str(exc)) from None
+            return dashboard_views.tensor_payload(detail, base, cand, values_at)
+
+        return self._use(query, build)
+
+    def scalars_impl(self, query: routes_params.PairQuery) -> dict:
+        return self._use(query, lambda e, b, c: dashboard_views.scalars_payload(b, c, e.report, query.policy))

@@ -1,0 +1,217 @@
+"""JSON payloads of the dashboard routes, built from reader snapshots and engine results.
+
+Nothing here decides a verdict: the engine's report, matrix and detail are
+reshaped for the browser. Encoding rules (see docs/dashboard.md):
+
+* Non-finite floats in JSON are the strings ``"NaN"``, ``"Infinity"``,
+  ``"-Infinity"`` (``json_util.Cleanse``, applied by ``http_util.Respond``);
+  ``null`` only ever means "absent".
+* The heat map matrix travels as base64 little-endian float32 (ratios, row-major
+  ``[bucket][tensor]``) and uint8 (reason codes), which keeps NaN/Inf exact and costs
+  nothing to encode at 2000 x 200 cells.
+"""
+
+from __future__ import annotations
+
+import base64
+import posixpath
+from typing import Any, Optional
+
+import numpy as np
+
+from tb_parity_plugin import metadata
+from tb_parity_plugin.compare import ParityMatrix, ParityReport, TensorDetail
+from tb_parity_plugin.matrix import ABSENT, REASONS
+from tb_parity_plugin.tolerance import TolerancePolicy
+
+#: Full values sent for one step at most (the detail table shows the first few hundred).
+MAX_VALUES = 10_000
+
+
+def run_entry(run: Any) -> dict:
+    """One run of /runs: where it is, which side it is, how far it got."""
+    steps = run.steps
+    return {
+        "name": run.name,
+        "folder": posixpath.dirname(run.name),
+        "side": str(run.info.get("side", "")),
+        "mode": str(run.info.get("mode", "")),
+        "tensorflow": str(run.info.get("tensorflow", "")),
+        "steps": int(len(steps)),
+        "first_step": int(steps[0]) if len(steps) else None,
+        "last_step": int(steps[-1]) if len(steps) else None,
+        "tensors": len(run.tensors),
+        "generation": int(run.generation),
+        "problems": len(run.problems),
+    }
+
+
+def suggest_pairs(runs: list[dict]) -> list[dict]:
+    """A baseline/candidate pair per folder of sibling runs.
+
+    The TF1 run (``run_info`` side ``tf1``) is the baseline and a TF2 run the
+    candidate; without side information the first two runs by name are used.
+    """
+    by_folder: dict[str, list[dict]] = {}
+    for run in runs:
+        by_folder.setdefault(run["folder"], []).append(run)
+    pairs = []
+    for folder in sorted(by_folder):
+        members = sorted(by_folder[folder], key=lambda r: r["name"])
+        if len(members) < 2:
+            continue
+        tf1 = [r for r in members if r["side"] == "tf1"]
+        others = [r for r in members if r["side"] != "tf1"]
+        tf2 = [r for r in others if r["side"] == "tf2"] or others
+        if tf1 and tf2:
+            base, cand = tf1[0], tf2[0]
+        else:
+            base, cand = members[0], members[1]
+        pairs.append({"folder": folder, "baseline": base["name"], "candidate": cand["name"]})
+    return pairs
+
+
+def summary_payload(report: ParityReport, generations: tuple) -> dict:
+    """The engine's report as the CLI's ``--json`` prints it, plus the runs' generations."""
+    body = report.to_dict()
+    body["generations"] = {report.baseline: generations[0], report.candidate: generations[1]}
+    return body
+
+
+def _b64(array: np.ndarray, dtype: str) -> str:
+    return base64.b64encode(np.ascontiguousarray(array, dtype=np.dtype(dtype).newbyteorder("<")).tobytes()).decode("ascii")
+
+
+def matrix_payload(m: ParityMatrix, report: ParityReport) -> dict:
+    """The (bucketed) matrix; ``first`` is the bucket, column and exact step of the first divergence.
+
+    The engine's bucketing keeps the first divergence's reason in its bucket (ratio by
+    max, reason from the earliest divergent step), so it cannot be averaged away.
+    """
+    first = None
+    if m.first_divergence is not None and report.first_divergence is not None:
+        row, col = m.first_divergence
+        first = {"bucket": int(row), "tensor": int(col), "step": int(report.first_divergence.step)}
+    codes = max(k for k in REASONS if k != ABSENT) + 1
+    return {
+        "tensors": [
+            {"tag": tag, "kind": kind, "name": tag.split("/", 1)[1] if "/" in tag else tag, "candidate_tag": cand}
+            for tag, kind, cand in zip(m.tensors, m.kinds, m.candidate_tensors)
+        ],
+        "step_start": m.step_start.tolist(),
+        "step_end": m.step_end.tolist(),
+        "n_steps": int(report.steps_compared),
+        "ratio": _b64(m.error_ratio, "float32"),
+        "reason": _b64(m.reason, "uint8"),
+        "reason_codes": [REASONS[c] for c in range(codes)],
+        "no_data": ABSENT,
+        "first": first,
+        "encoding": "base64 little-endian: ratio float32, reason uint8, row-major [bucket][tensor]",
+    }
+
+
+def _floats(a: Optional[np.ndarray], limit: Optional[int] = None) -> Optional[list]:
+    """Plain floats (Cleanse later turns NaN/Inf into strings); None when absent."""
+    if a is None:
+        return None
+    flat = np.asarray(a, dtype=np.float64).reshape(-1)
+    return flat[:limit].tolist() if limit is not None else flat.tolist()
+
+
+def tensor_payload(d: TensorDetail, base: Any, cand: Any, values_at: Optional[int]) -> dict:
+    """One tensor pair over time: both runs' stats, the per-step verdict, values at one step."""
+    fig_rows = _per_step_figures(d)
+    body: dict = {
+        "tag": f"{d.kind}/{d.tensor}",
+        "kind": d.kind,
+        "name": d.tensor,
+        "how": d.how,
+        "tolerance": {"atol": d.atol, "rtol": d.rtol, "warmup_steps": d.warmup_steps},
+        "stats_fields": list(metadata.STATS_FIELDS),
+        "baseline": _side(base, d.kind, d.tensor, d.base_steps, d.base_stats),
+        "candidate": _side(cand, d.kind, d.candidate_tensor, d.cand_steps, d.cand_stats),
+        "diff": {
+            "steps": d.steps.tolist(),
+            "error_ratio": _floats(d.error_ratio),
+            "reason": [REASONS[int(c)] for c in d.reason],
+            **fig_rows,
+        },
+        "values": None,
+    }
+    if values_at is not None:
+        size = max((np.asarray(v).size for v in (d.base_values, d.cand_values, d.diff) if v is not None), default=0)
+        tol = None
+        if d.base_values is not None:
+            k = int(np.searchsorted(d.steps, values_at))
+            rtol = 0.0 if k < d.warmup_steps else d.rtol
+            tol = d.atol + rtol * np.abs(np.asarray(d.base_values, dtype=np.float64))
+        body["values"] = {
+            "step": int(values_at),
+            "baseline": _floats(d.base_values, MAX_VALUES),
+            "candidate": _floats(d.cand_values, MAX_VALUES),
+            "abs_diff": _floats(None if d.diff is None else np.abs(d.diff), MAX_VALUES),
+            "tolerance": _floats(tol, MAX_VALUES),
+            "figures": d.figures,
+            "truncated": size > MAX_VALUES,
+        }
+    return body
+
+
+def _side(run: Any, kind: str, name: str, steps: np.ndarray, stats: np.ndarray) -> dict:
+    series = run.tensors.get((kind, name)) or next((s for s in run.tensors.values() if s.name == name), None)
+    return {
+        "run": run.name,
+        "tag": series.tag if series is not None else "",
+        "dtype": series.dtype if series is not None else "",
+        "shape": list(series.shape) if series is not None else [],
+        "steps": steps.tolist(),
+        "stats": np.asarray(stats, dtype=np.float64).tolist(),
+    }
+
+
+def _per_step_figures(d: TensorDetail) -> dict:
+    """|mean difference| per compared step, from the statistics (display only)."""
+    mean = metadata.STAT_INDEX["mean"]
+    b = dict(zip(d.base_steps.tolist(), np.asarray(d.base_stats)[:, mean].tolist()))
+    c = dict(zip(d.cand_steps.tolist(), np.asarray(d.cand_stats)[:, mean].tolist()))
+    return {"mean_abs_diff": [abs(c[s] - b[s]) if s in b and s in c else None for s in d.steps.tolist()]}
+
+
+def scalars_payload(base: Any, cand: Any, report: ParityReport, policy: TolerancePolicy) -> dict:
+    """lr and loss of both runs, |difference| at common steps and the tolerance there."""
+    body = {}
+    for key in metadata.SCALAR_TAGS:
+        b, c = base.scalars.get(key), cand.scalars.get(key)
+        body[key] = {
+            "baseline": _scalar_series(b),
+            "candidate": _scalar_series(c),
+            "diff": _scalar_diff(b, c, _tolerance_tag(base, key), policy) if b is not None and c is not None else None,
+        }
+    return body
+
+
+def _scalar_series(series: Optional[tuple]) -> Optional[dict]:
+    if series is None:
+        return None
+    steps, values = series
+    return {"steps": np.asarray(steps).tolist(), "values": np.asarray(values, dtype=np.float64).tolist()}
+
+
+def _tolerance_tag(run: Any, kind: str) -> str:
+    """The tag whose tolerance applies to the ``lr``/``loss`` scalar: its logged tensor's."""
+    candidates = sorted((s for s in run.tensors.values() if s.kind == kind), key=lambda s: s.order)
+    return candidates[0].tag if candidates else f"{kind}/{kind}"
+
+
+def _scalar_diff(b: tuple, c: tuple, tag: str, policy: TolerancePolicy) -> dict:
+    steps, ib, ic = np.intersect1d(np.asarray(b[0]), np.asarray(c[0]), return_indices=True)
+    bv = np.asarray(b[1], dtype=np.float64)[ib]
+    cv = np.asarray(c[1], dtype=np.float64)[ic]
+    tol = policy.for_tag(tag)
+    rtol = np.where(np.arange(len(steps)) < tol.warmup_steps, 0.0, tol.rtol)
+    with np.errstate(invalid="ignore"):
+        return {
+            "steps": steps.tolist(),
+            "abs_diff": np.abs(cv - bv).tolist(),
+            "tolerance": (tol.atol + rtol * np.abs(bv)).tolist(),
+        }
