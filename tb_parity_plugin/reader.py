@@ -24,11 +24,11 @@ import math
 import os
 import struct
 import threading
-from typing import Any, BinaryIO, Iterator, Optional, Union
+from typing import Any, BinaryIO, Callable, Iterator, NamedTuple, Optional, Union
 
 import numpy as np
 from google.protobuf.message import DecodeError
-from tensorboard.compat.proto import event_pb2, types_pb2
+from tensorboard.compat.proto import event_pb2, tensor_pb2, types_pb2
 
 from tb_parity_plugin import event_file, metadata
 
@@ -43,6 +43,9 @@ except ImportError:  # pragma: no cover - depends on the environment
 CHUNK_SIZE = 16 << 20
 _HEADER = struct.Struct("<QI")  # uint64 length, uint32 masked crc of the length
 _FOOTER = struct.Struct("<I")
+_F32 = struct.Struct("<f")
+#: Records at least this big are walked without protobuf (see _walk_event).
+WALK_BYTES = 1 << 16
 _HEAD, _FOOT = event_file.HEADER_SIZE, event_file.FOOTER_SIZE
 _MARK = metadata.TAG_PREFIX.encode("utf-8")
 _SCALAR_KEYS = {tag: key for key, tag in metadata.SCALAR_TAGS.items()}
@@ -221,8 +224,7 @@ class _FileState:
     stopped: bool = False
 
 
-@dataclasses.dataclass
-class _Item:
+class _Item(NamedTuple):
     """One useful summary value of an event, before it is filed into a run."""
 
     what: str  # "layout" | "stats" | "values" | "info" | "scalar"
@@ -284,7 +286,8 @@ class _RunState:
                 for file_id, rel, held in self.held.pop(item.key, []):
                     self._block(file_id, rel, held)
         elif item.key not in self.layouts:
-            self.held.setdefault(item.key, []).append((fs.file_id, fs.rel, item))
+            held = item._replace(data=np.array(item.data))  # may be a view into the read buffer
+            self.held.setdefault(item.key, []).append((fs.file_id, fs.rel, held))
         else:
             self._block(fs.file_id, fs.rel, item)
 
@@ -400,50 +403,139 @@ def _merge(parts: list[tuple]) -> TensorSeries:
     return TensorSeries(spec.kind, spec.name, spec.order, spec.dtype, tuple(spec.shape), steps, stats, values)
 
 
-def _parse_event(payload: memoryview, offset: int, items: list[_Item], problems: list[ReadProblem], rel: str) -> None:
-    """Append the tb-parity items of one event; raises DecodeError on a broken event."""
+def _parse_event(payload: memoryview, offset: int, out: list, problems: list, rel: str) -> None:
+    """Append the tb-parity items of one event, parsed by protobuf; DecodeError if broken."""
     event = event_pb2.Event()
     event.ParseFromString(payload)
-    if event.WhichOneof("what") != "summary":
+    if not event.HasField("summary"):
         return
-    step = int(event.step)
     for value in event.summary.value:
-        tag = value.tag
-        at = tag.find(metadata.TAG_PREFIX)
-        if at < 0 or (at > 0 and tag[at - 1] != "/"):  # also accept a tf.name_scope prefix
-            continue
-        tag = tag[at:]
-        try:
-            item = _item(tag, value, step, offset)
-        except (ValueError, KeyError, TypeError, IndexError) as exc:
-            problems.append(ReadProblem(rel, offset, f"bad {tag!r} value: {exc}"))
-            continue
-        if item is not None:
-            items.append(item)
+        simple = value.simple_value if value.WhichOneof("value") == "simple_value" else None
+        _add_item(value.tag, event.step, offset, lambda v=value: decode_tensor(v.tensor), simple, out, problems, rel)
 
 
-def _item(tag: str, value: Any, step: int, offset: int) -> Optional[_Item]:
+class _Malformed(Exception):
+    """The wire walker met something it does not handle; protobuf decides instead."""
+
+
+def _varint(buf: bytearray, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise _Malformed
+
+
+def _fields(buf: bytearray, pos: int, end: int) -> Iterator[tuple[int, int, Any]]:
+    """(field number, wire type, varint value or byte position or (start, end) span) of one message."""
+    try:
+        while pos < end:
+            key, pos = _varint(buf, pos)
+            wire = key & 7
+            if wire == 0:
+                value, pos = _varint(buf, pos)
+            elif wire == 2:
+                length, pos = _varint(buf, pos)
+                value, pos = (pos, pos + length), pos + length
+            elif wire in (1, 5):
+                value, pos = pos, pos + (8 if wire == 1 else 4)
+            else:
+                raise _Malformed
+            if pos > end:
+                raise _Malformed
+            yield key >> 3, wire, value
+    except IndexError:
+        raise _Malformed from None
+
+
+def _walk_event(buf: bytearray, start: int, end: int, offset: int, out: list, problems: list, rel: str) -> None:
+    """Like :func:`_parse_event`, but tensor_content stays a zero-copy view into ``buf``.
+
+    Why: for big records protobuf's copies (into its arena, then into a Python bytes)
+    cost more than framing the record; this walks Event.summary.value[].tensor
+    (field numbers from event.proto, summary.proto, tensor.proto) instead. Raises
+    _Malformed on anything unexpected. The views must be copied before ``buf`` is reused.
+    """
+    step, summary = 0, None
+    for field, wire, value in _fields(buf, start, end):
+        if field == 2 and wire == 0:
+            step = value - (1 << 64) if value >= 1 << 63 else value
+        elif field == 5 and wire == 2:
+            summary = value
+    for field, wire, span in _fields(buf, *summary) if summary else ():
+        if field != 1 or wire != 2:
+            continue
+        tag, tensor, simple = "", None, None
+        for f, w, value in _fields(buf, *span):
+            if f == 1 and w == 2:
+                tag = buf[value[0] : value[1]].decode("utf-8")
+            elif f == 8 and w == 2:
+                tensor = value
+            elif f == 2 and w == 5:
+                simple = _F32.unpack_from(buf, value)[0]
+        _add_item(tag, step, offset, lambda t=tensor: _span_tensor(buf, t), simple, out, problems, rel)
+
+
+def _span_tensor(buf: bytearray, span: Optional[tuple[int, int]]) -> np.ndarray:
+    """The TensorProto at ``span``: a view of its tensor_content, else via protobuf."""
+    if span is None:
+        raise ValueError("no tensor")
+    dtype, dims, content, plain = 0, [], None, True
+    for field, wire, value in _fields(buf, *span):
+        if field == 1 and wire == 0:
+            dtype = value
+        elif field == 2 and wire == 2:  # TensorShapeProto.dim[].size
+            dims = [size for f, w, dim in _fields(buf, *value) if f == 2 and w == 2 for g, v, size in _fields(buf, *dim) if g == 1 and v == 0]
+        elif field == 4 and wire == 2:
+            content = value
+        elif field != 3:  # anything but version_number: typed values, handles, ...
+            plain = False
+    if content is None or not plain or dtype not in _DECODE or (dtype == types_pb2.DT_BFLOAT16 and _BFLOAT16 is None):
+        return decode_tensor(tensor_pb2.TensorProto.FromString(bytes(buf[span[0] : span[1]])))
+    np_type = np.dtype(_DECODE[dtype][0])
+    count, extra = divmod(content[1] - content[0], np_type.itemsize)
+    if extra or count != math.prod(dims):
+        raise ValueError(f"tensor_content of {content[1] - content[0]} bytes for shape {dims}")
+    return np.frombuffer(buf, np_type, count, content[0]).reshape(dims)
+
+
+def _add_item(tag: str, step: int, offset: int, tensor: Callable[[], np.ndarray], simple: Optional[float],
+              out: list, problems: list, rel: str) -> None:
+    """Append the item of one summary value if it is ours; bad content becomes a ReadProblem."""
+    if not tag.startswith(metadata.TAG_PREFIX):
+        at = tag.find("/" + metadata.TAG_PREFIX)  # a tf.name_scope prefix
+        if at < 0:
+            return
+        tag = tag[at + 1 :]
+    try:
+        item = _item(tag, step, offset, tensor, simple)
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+        problems.append(ReadProblem(rel, offset, f"bad {tag!r} value: {exc}"))
+        return
+    if item is not None:
+        out.append(item)
+
+
+def _item(tag: str, step: int, offset: int, tensor: Callable[[], np.ndarray], simple: Optional[float]) -> Optional[_Item]:
+    head, _, rest = tag[len(metadata.TAG_PREFIX) :].partition("/")
+    if head == "stats":
+        return _Item("stats", rest, "", step, offset, tensor().astype(np.float64, copy=False))
+    if head == "values":
+        layout_hash, _, dtype = rest.partition("/")
+        return _Item("values", layout_hash, dtype, step, offset, tensor().reshape(-1).astype(np_dtype(dtype), copy=False))
+    if head == "layout":
+        return _Item("layout", rest, "", step, offset, metadata.Layout.from_json_bytes(tensor().reshape(-1)[0]))
     if tag in _SCALAR_KEYS:
-        if value.WhichOneof("value") == "simple_value":
-            number = float(value.simple_value)
-        elif len(value.tensor.float_val) == 1:  # make_tensor_proto and TF's scalar writer
-            number = float(value.tensor.float_val[0])
-        else:
-            number = float(decode_tensor(value.tensor).reshape(-1)[0])
+        number = simple if simple is not None else float(tensor().reshape(-1)[0])
         return _Item("scalar", _SCALAR_KEYS[tag], "", step, offset, number)
     if tag == metadata.RUN_INFO_TAG:
-        info = json.loads(value.tensor.string_val[0].decode("utf-8"))
+        info = json.loads(tensor().reshape(-1)[0].decode("utf-8"))
         return _Item("info", "", "", step, offset, info if isinstance(info, dict) else {})
-    if tag.startswith(metadata.LAYOUT_PREFIX):
-        layout = metadata.Layout.from_json_bytes(value.tensor.string_val[0])
-        return _Item("layout", tag[len(metadata.LAYOUT_PREFIX) :], "", step, offset, layout)
-    if tag.startswith(metadata.STATS_PREFIX):
-        data = decode_tensor(value.tensor).astype(np.float64, copy=False)
-        return _Item("stats", tag[len(metadata.STATS_PREFIX) :], "", step, offset, data)
-    if tag.startswith(metadata.VALUES_PREFIX):
-        layout_hash, _, dtype = tag[len(metadata.VALUES_PREFIX) :].partition("/")
-        data = decode_tensor(value.tensor).reshape(-1)
-        return _Item("values", layout_hash, dtype, step, offset, data.astype(np_dtype(dtype), copy=False))
     return None  # a tag of a later format version, or another tool's
 
 
@@ -578,6 +670,23 @@ class LogdirReader:
                 runs[os.path.relpath(dirpath, self._root).replace(os.sep, "/")] = files
         return runs
 
+    @staticmethod
+    def _parse(buf: bytearray, start: int, stop: int, payload: memoryview, offset: int,
+               items: list, problems: list, rel: str) -> None:
+        """Items of one record: big ones walked zero-copy, the rest (and anything odd) by protobuf."""
+        if stop - start >= WALK_BYTES:
+            walked: list = []
+            found: list = []
+            try:
+                _walk_event(buf, start, stop, offset, walked, found, rel)
+            except _Malformed:
+                pass
+            else:
+                items.extend(walked)
+                problems.extend(found)
+                return
+        _parse_event(payload, offset, items, problems, rel)
+
     def _read_file(self, state: _RunState, fs: _FileState) -> bool:
         """Read ``fs`` from its last good offset to the end; True if it yielded anything."""
         if fs.stopped:
@@ -606,7 +715,7 @@ class LogdirReader:
                 if buf.find(_MARK, start, start + len(payload)) < 0:
                     continue  # CRC-checked, but not ours: skip the parse
                 try:
-                    _parse_event(payload, offset, items, problems, fs.rel)
+                    self._parse(buf, start, start + len(payload), payload, offset, items, problems, fs.rel)
                 except DecodeError as exc:
                     error, used = f"unparsable event: {exc}", offset - fs.offset
                     break

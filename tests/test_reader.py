@@ -374,3 +374,40 @@ def test_real_tf_summary_write(tmp_path):
     np.testing.assert_array_equal(run.tensors[("activation", "h")].values[1], half)
     np.testing.assert_array_equal(run.tensors[("lr", "lr")].values[:, 0], [0, 0.5, 1.0])
     np.testing.assert_array_equal(run.scalars["lr"][1], [0, 0.5, 1.0])
+
+
+def test_big_records_walked_without_protobuf_match_protobuf(tmp_path, monkeypatch):
+    """Records >= WALK_BYTES take the zero-copy wire walker; it must agree with protobuf."""
+    from tb_parity_plugin import reader as reader_module
+
+    writer = BlockWriter(str(tmp_path / "run"))
+    rng = np.random.default_rng(1)
+    for step in range(3):
+        big = rng.standard_normal(20000).astype(np.float32)
+        big[step] = np.nan
+        writer.write_arrays(step, [("lr", "lr", np.float32(0.1)), ("weight", "big", big),
+                                   ("grad", "half", big[:100].astype(np.float16))], full_values_limit=20000)
+    writer.close()
+    assert os.path.getsize(writer.path) > 3 * reader_module.WALK_BYTES
+    walked = _summarise(str(tmp_path))
+    monkeypatch.setattr(reader_module, "WALK_BYTES", 1 << 62)
+    assert _summarise(str(tmp_path)) == walked
+    run = LogdirReader(str(tmp_path)).run("run")
+    assert np.isnan(run.tensors[("weight", "big")].values[2, 2])
+
+
+def test_decode_tensor_typed_fields_and_compression():
+    from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
+
+    from tb_parity_plugin.reader import decode_tensor
+
+    shape = tensor_shape_pb2.TensorShapeProto(dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=4)])
+    compressed = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, tensor_shape=shape, float_val=[1.0, 2.0])
+    np.testing.assert_array_equal(decode_tensor(compressed), [1, 2, 2, 2])  # TF repeats the last element
+    doubles = tensor_pb2.TensorProto(dtype=types_pb2.DT_DOUBLE, tensor_shape=shape, double_val=[1, 2, 3, 4])
+    np.testing.assert_array_equal(decode_tensor(doubles), [1, 2, 3, 4])
+    halves = np.array([1.5, -np.inf, np.nan, 0], np.float16)
+    half = tensor_pb2.TensorProto(dtype=types_pb2.DT_HALF, tensor_shape=shape, half_val=halves.view(np.uint16).tolist())
+    np.testing.assert_array_equal(decode_tensor(half), halves)
+    ints = tensor_pb2.TensorProto(dtype=types_pb2.DT_INT64, tensor_shape=shape, int64_val=[7])
+    np.testing.assert_array_equal(decode_tensor(ints), [7, 7, 7, 7])
