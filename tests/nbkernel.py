@@ -2,21 +2,41 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
 import urllib.request
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import nbformat
 from nbclient import NotebookClient
 
 
-def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int = 600) -> nbformat.NotebookNode:
-    """Executes ``nb`` in a fresh ``python3`` kernel (this interpreter) with ``cwd`` as its directory."""
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}).execute()
+def _client(nb: nbformat.NotebookNode, cwd: Path) -> NotebookClient:
+    """A client for a ``python3`` kernel (this interpreter) running in ``cwd``."""
+    return NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(cwd)}})
+
+
+def execute(nb: nbformat.NotebookNode, cwd: Path) -> nbformat.NotebookNode:
+    """Executes ``nb`` in a fresh kernel, which is shut down afterwards."""
+    _client(nb, cwd).execute()
     return nb
+
+
+@contextlib.contextmanager
+def live_kernel(nb: nbformat.NotebookNode, cwd: Path) -> Iterator[nbformat.NotebookNode]:
+    """Executes ``nb`` and keeps its kernel alive inside the block.
+
+    Shutting a kernel down ends its process group, so a TensorBoard the notebook started
+    answers only while the kernel lives (as in Jupyter).
+    """
+    client = _client(nb, cwd)
+    with client.setup_kernel():
+        for index, cell in enumerate(nb.cells):
+            client.execute_cell(cell, index)
+        yield nb
 
 
 def run_cells(sources: Iterable[str], cwd: Path) -> list:
@@ -42,6 +62,21 @@ def http_get(url: str) -> tuple[int, str]:
         return resp.status, resp.read().decode("utf-8", "replace")
 
 
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs; a zombie (exited, not yet reaped by its parent) counts as gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+
 def stop_server(pid: int) -> None:
     """SIGTERMs a TensorBoard we started; it removes its own manager info file on exit."""
     try:
@@ -49,13 +84,10 @@ def stop_server(pid: int) -> None:
     except ProcessLookupError:
         return
     for _ in range(100):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
         try:  # our own child: reap it so it does not linger as a zombie
-            if os.waitpid(pid, os.WNOHANG)[0]:
-                return
+            os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             pass
+        if not _alive(pid):
+            return
         time.sleep(0.1)
