@@ -125,21 +125,23 @@ def decode_tensor(proto: Any) -> np.ndarray:
     Typed fields may be shorter than the shape (TensorFlow's compression repeats the
     last element), as ``tf.make_ndarray`` accepts.
     """
-    shape = tuple(d.size for d in proto.tensor_shape.dim)
+    shape = tuple([d.size for d in proto.tensor_shape.dim])
     size = math.prod(shape)
-    if proto.dtype == types_pb2.DT_STRING:
-        return np.array(list(proto.string_val), dtype=object).reshape(shape)
-    if proto.dtype not in _DECODE:
-        raise ValueError(f"unsupported tensor dtype {proto.dtype}")
-    dtype, field = _DECODE[proto.dtype]
-    if proto.tensor_content:
-        array = np.frombuffer(proto.tensor_content, dtype=dtype)
+    code = proto.dtype
+    if code not in _DECODE:
+        if code == types_pb2.DT_STRING:
+            return np.array(list(proto.string_val), dtype=object).reshape(shape)
+        raise ValueError(f"unsupported tensor dtype {code}")
+    dtype, field = _DECODE[code]
+    content = proto.tensor_content
+    if content:
+        array = np.frombuffer(content, dtype=dtype)
     else:
         typed = getattr(proto, field)
         if field == "half_val":
             array = np.array(typed, dtype=np.uint16).view(dtype)
         else:
-            array = np.array(typed, dtype=dtype)
+            array = np.array(list(typed), dtype=dtype)
         if 0 < array.size < size:
             array = np.pad(array, (0, size - array.size), mode="edge")
         elif array.size == 0:
@@ -409,9 +411,15 @@ def _parse_event(payload: memoryview, offset: int, out: list, problems: list, re
     event.ParseFromString(payload)
     if not event.HasField("summary"):
         return
+    step = event.step
     for value in event.summary.value:
-        simple = value.simple_value if value.WhichOneof("value") == "simple_value" else None
-        _add_item(value.tag, event.step, offset, lambda v=value: decode_tensor(v.tensor), simple, out, problems, rel)
+        tag, simple = value.tag, None
+        if tag in _SCALAR_KEYS:  # scalars skip decode_tensor: they are a third of a stats-only log's values
+            if value.WhichOneof("value") == "simple_value":
+                simple = value.simple_value
+            elif len(value.tensor.float_val) == 1:
+                simple = value.tensor.float_val[0]
+        _add_item(tag, step, offset, lambda v=value: decode_tensor(v.tensor), simple, out, problems, rel)
 
 
 class _Malformed(Exception):
