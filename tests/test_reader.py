@@ -411,3 +411,41 @@ def test_decode_tensor_typed_fields_and_compression():
     np.testing.assert_array_equal(decode_tensor(half), halves)
     ints = tensor_pb2.TensorProto(dtype=types_pb2.DT_INT64, tensor_shape=shape, int64_val=[7])
     np.testing.assert_array_equal(decode_tensor(ints), [7, 7, 7, 7])
+
+
+def test_layout_change_mid_run_merges_series(tmp_path):
+    writer = BlockWriter(str(tmp_path / "run"))
+    for step in range(4):
+        tensors = [("weight", "a", np.full(2, step, np.float32))]
+        if step >= 2:  # a tensor appears: a second layout
+            tensors.append(("activation", "c", np.full(3, -step, np.float32)))
+        writer.write_arrays(step, tensors)
+    writer.close()
+    run = LogdirReader(str(tmp_path)).run("run")
+    a, c = run.tensors[("weight", "a")], run.tensors[("activation", "c")]
+    np.testing.assert_array_equal(a.steps, [0, 1, 2, 3])
+    np.testing.assert_array_equal(a.values[:, 0], [0, 1, 2, 3])
+    np.testing.assert_array_equal(c.steps, [2, 3])
+    np.testing.assert_array_equal(run.steps, [0, 1, 2, 3])
+
+
+def test_values_event_not_yet_written_holds_back_the_tail_step(tmp_path):
+    """TF's writer may flush a step's stats event before its values event."""
+    layout = build_layout([("weight", "w", "float32", (2,))])
+    h = layout.hash
+    out = event_file.EventFileWriter(str(tmp_path / "run"))
+    stats = np.stack([health.health_numpy(np.zeros(2, np.float32))])
+    out.write_summary(0, summary_pb2.Summary(value=[_summary_value(metadata.layout_tag(h), np.array(layout.to_json_bytes(), dtype=object))]))
+    for step in range(3):
+        out.write_summary(step, summary_pb2.Summary(value=[_summary_value(metadata.stats_tag(h), stats)]))
+        if step < 2:
+            out.write_summary(step, summary_pb2.Summary(value=[_summary_value(metadata.values_tag(h, "float32"), np.full(2, step, np.float32))]))
+    out.flush()
+    reader = LogdirReader(str(tmp_path))
+    series = reader.run("run").tensors[("weight", "w")]
+    np.testing.assert_array_equal(series.steps, [0, 1])
+    np.testing.assert_array_equal(series.values, [[0, 0], [1, 1]])
+    out.write_summary(2, summary_pb2.Summary(value=[_summary_value(metadata.values_tag(h, "float32"), np.full(2, 2, np.float32))]))
+    out.close()
+    reader.reload()
+    np.testing.assert_array_equal(reader.run("run").tensors[("weight", "w")].values[:, 0], [0, 1, 2])
