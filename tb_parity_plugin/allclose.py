@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 
 #: Elements per block: temporaries stay in L2 cache.
-BLOCK_ELEMENTS = 1 << 15
+BLOCK_ELEMENTS = 1 << 16
 
 
 def _fast_ok(x: np.ndarray, y: np.ndarray, rtol: float, atol: float) -> bool:
@@ -64,23 +64,48 @@ def isclose(x: np.ndarray, y: np.ndarray, rtol: float, atol: float, equal_nan: b
 def rows_allclose(cand: np.ndarray, base: np.ndarray, rtol: float, atol: float, equal_nan: bool) -> np.ndarray:
     """Per row of 2-D ``cand``/``base``: would ``assert_allclose(cand[i], base[i], ...)`` pass?
 
-    Fast path first: a row whose elements all compare ``==`` passes (``==`` is False for
-    NaN, so NaN rows always take the full rule); only the other rows get :func:`isclose`.
+    Exact, but proves most rows with two passes: ``isclose``'s tolerance for element i is
+    ``fl(atol + fl(rtol*|b_i|))``, which rounding keeps monotone in ``|b_i|``, so a row
+    passes if ``max|c-b| <= atol`` or ``max|c-b| <= fl(atol + fl(rtol*min|b|))`` (computed
+    with the same ufuncs in the same dtype). NaN/Inf make the max NaN/Inf, so such rows,
+    and rows these bounds cannot settle, get the element-wise :func:`isclose`.
     Works on strided row views (the reader's values are column slices of a block).
     """
     n, size = cand.shape
     out = np.ones(n, dtype=bool)
     if size == 0 or n == 0:
         return out
+    if not _fast_ok(cand, base, rtol, atol):
+        return np.asarray(np.isclose(cand, base, rtol=rtol, atol=atol, equal_nan=equal_nan)).all(axis=1)
+    atol_t = base.dtype.type(atol)
     rows = max(1, BLOCK_ELEMENTS // size)
-    for r0 in range(0, n, rows):
-        r1 = min(n, r0 + rows)
-        c, b = cand[r0:r1], base[r0:r1]
-        equal = np.equal(c, b).all(axis=1)
-        if equal.all():
-            continue
-        todo = np.flatnonzero(~equal)
-        out[r0 + todo] = isclose(c[todo], b[todo], rtol, atol, equal_nan).all(axis=1)
+    buffer = np.empty((min(rows, n), size), dtype=base.dtype)
+    try_equal = True  # identical runs are common: one compare pass settles a block
+    with np.errstate(all="ignore"):
+        for r0 in range(0, n, rows):
+            r1 = min(n, r0 + rows)
+            c, b = cand[r0:r1], base[r0:r1]
+            if try_equal:
+                if np.array_equal(c, b):
+                    continue
+                try_equal = False
+            diff = np.subtract(c, b, out=buffer[: r1 - r0])
+            np.abs(diff, out=diff)
+            dmax = diff.max(axis=1)
+            ok = dmax <= atol_t
+            if ok.all():
+                continue
+            todo = np.flatnonzero(~ok)
+            if rtol > 0.0:
+                bound = np.abs(b[todo]).min(axis=1)
+                np.multiply(bound, rtol, out=bound)
+                np.add(bound, atol, out=bound)
+                settled = (dmax[todo] <= bound) & np.isfinite(dmax[todo])  # finite max: no NaN/Inf in the row
+                ok[todo[settled]] = True
+                todo = todo[~settled]
+            if len(todo):
+                ok[todo] = isclose(c[todo], b[todo], rtol, atol, equal_nan).all(axis=1)
+            out[r0:r1] = ok
     return out
 
 
@@ -139,24 +164,41 @@ def rows_error_ratio(cand: np.ndarray, base: np.ndarray, rtol: np.ndarray, atol:
 
     float32 result for the heat map: 0 where equal, inf where a difference meets a zero
     tolerance, NaN for rows without a finite pair. ``rtol`` is one value per row.
+    Display only, so it is computed in float32 (float64 for float64 data).
     """
     n = cand.shape[0]
     out = np.full(n, np.nan, dtype=np.float32)
     if n == 0 or cand.ndim != 2 or cand.shape[1] == 0:
         return out
-    rows = max(1, BLOCK_ELEMENTS // cand.shape[1])
-    work = np.result_type(cand.dtype, base.dtype, np.float32)
+    size = cand.shape[1]
+    work = np.float64 if np.float64 in (cand.dtype, base.dtype) else np.float32
+    rows = max(1, BLOCK_ELEMENTS // size)
+    diff_buf = np.empty((min(rows, n), size), dtype=work)
+    den_buf = np.empty_like(diff_buf)
     with np.errstate(all="ignore"):
         for r0 in range(0, n, rows):
             r1 = min(n, r0 + rows)
-            c = cand[r0:r1].astype(work, copy=False)
-            b = base[r0:r1].astype(work, copy=False)
-            diff = np.abs(c - b)
-            den = np.abs(b)
-            den *= rtol[r0:r1, None].astype(work)
-            den += atol
-            ratio = diff / den
-            ratio[diff == 0] = 0  # equal (0/0 when tolerance is 0)
-            ratio[~np.isfinite(diff)] = np.nan  # not a finite pair: ignored by fmax
-            out[r0:r1] = np.fmax.reduce(ratio, axis=1)
+            c, b = cand[r0:r1], base[r0:r1]
+            diff = np.subtract(c, b, out=diff_buf[: r1 - r0], dtype=work)
+            np.abs(diff, out=diff)
+            r = rtol[r0:r1]
+            if np.all(r == 0):
+                ratio = diff if atol == 0 else np.divide(diff, work(atol), out=diff)
+            else:
+                den = np.abs(b, out=den_buf[: r1 - r0], dtype=work)
+                np.multiply(den, r[:, None].astype(work), out=den)
+                np.add(den, work(atol), out=den)
+                ratio = np.divide(diff, den, out=diff)
+                if atol == 0:
+                    ratio[np.isnan(ratio) & (np.abs(c) == np.abs(b))] = 0  # 0/0: equal zeros
+            best = ratio.max(axis=1)
+            bad = ~np.isfinite(best)
+            if bad.any():  # NaN/Inf inputs: ignore pairs that are not both finite
+                sub = ratio[bad]
+                finite = np.isfinite(c[bad]) & np.isfinite(b[bad])
+                sub[~finite] = np.nan
+                best[bad] = np.fmax.reduce(sub, axis=1)
+            if atol == 0 and np.all(r == 0):
+                best = np.where(best > 0, np.inf, best)  # any difference at zero tolerance
+            out[r0:r1] = best
     return out

@@ -36,10 +36,11 @@ __all__ = [
 _IDX = metadata.STAT_INDEX
 _NONFINITE_COLS = [_IDX[f] for f in metadata.NONFINITE_FIELDS]
 _MOMENT_COLS = [_IDX[f] for f in metadata.MOMENT_FIELDS]
+_CHECK_COLS = [_IDX["dtype"], _IDX["rank"], _IDX["size"]] + _NONFINITE_COLS
 _FIGURES = ("max_abs_diff", "max_rel_diff", "cosine", "mismatch_fraction", "error_ratio")
 #: Bytes of data one scan chunk touches: big enough to amortise per-call overhead,
 #: small enough that a divergence early in the run is found without reading the rest.
-_CHUNK_BYTES = 48 << 20
+_CHUNK_BYTES = 256 << 20
 _MIN_CHUNK_STEPS = 16
 
 
@@ -138,7 +139,15 @@ class _Pair:
             return out
         rb, rc = ib[both], ic[both]
         sb, sc = _rows(self.base.stats, rb), _rows(self.cand.stats, rc)
-        r = np.full(len(both), self.static_reason, dtype=np.uint8)
+        static = self.static_reason
+        if (
+            static == OK
+            and not (sb[:, _CHECK_COLS] != sc[:, _CHECK_COLS]).any()
+            and (equal_nan or not sb[:, _IDX["nan"]].any())
+        ):  # the common case: only the values (or moments) can differ
+            out[both] = self._value_verdicts(rb, rc, ks, sb, sc, equal_nan)
+            return out
+        r = np.full(len(both), static, dtype=np.uint8)
         r[(sb[:, _IDX["dtype"]] != sc[:, _IDX["dtype"]]) & (r < DTYPE)] = DTYPE
         r[(sb[:, _IDX["rank"]] != sc[:, _IDX["rank"]]) | (sb[:, _IDX["size"]] != sc[:, _IDX["size"]])] = SHAPE
         nonfinite = (sb[:, _NONFINITE_COLS] != sc[:, _NONFINITE_COLS]).any(axis=1)
@@ -156,9 +165,9 @@ class _Pair:
     ) -> np.ndarray:
         """VALUE/NONFINITE/OK for rows whose shape, dtype and NaN/Inf counts agree."""
         r = np.zeros(len(rb), dtype=np.uint8)
-        warm = ks < self.tol.warmup_steps
-        for sel, rtol in ((np.flatnonzero(warm), 0.0), (np.flatnonzero(~warm), self.tol.rtol)):
-            if not len(sel):
+        n_warm = int(np.searchsorted(ks, self.tol.warmup_steps))  # ks ascending
+        for sel, rtol in ((slice(0, n_warm), 0.0), (slice(n_warm, len(ks)), self.tol.rtol)):
+            if sel.start == sel.stop:
                 continue
             if self.use_values:
                 cv, bv = _rows(self.cand.values, rc[sel]), _rows(self.base.values, rb[sel])
@@ -167,12 +176,12 @@ class _Pair:
                     c, b = cv[i], bv[i]
                     fail = ~allclose.isclose(c, b, rtol, self.tol.atol, equal_nan)
                     finite = np.isfinite(c) & np.isfinite(b) if c.dtype.kind == "f" else True
-                    r[sel[i]] = NONFINITE if np.any(fail & ~finite) else VALUE
+                    r[sel.start + i] = NONFINITE if np.any(fail & ~finite) else VALUE
             else:
                 ok = np.isclose(
                     sc[sel][:, _MOMENT_COLS], sb[sel][:, _MOMENT_COLS], rtol=rtol, atol=self.tol.atol, equal_nan=True
                 ).all(axis=1)
-                r[sel[~ok]] = VALUE
+                r[sel][~ok] = VALUE
         return r
 
     def ratios(self, k0: int, k1: int) -> np.ndarray:

@@ -60,7 +60,7 @@ def array_pairs(draw: st.DrawFn) -> tuple:
     return cand, base, rtol, atol, equal_nan
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(array_pairs())
 def test_elementwise_rule_matches_numpy(case: tuple) -> None:
     cand, base, rtol, atol, equal_nan = case
@@ -73,7 +73,7 @@ def test_elementwise_rule_matches_numpy(case: tuple) -> None:
         assert rows.tolist() == expected
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(array_pairs(), min_size=1, max_size=12), st.integers(0, 4))
 def test_engine_step_verdicts_match_numpy(cases: list, warmup: int) -> None:
     """Per step, the engine's verdict (counts + values) equals assert_allclose's."""

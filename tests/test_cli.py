@@ -14,6 +14,8 @@ import pytest
 
 from tb_parity_plugin import api, cli
 
+from tb_parity_plugin.writer import BlockWriter
+
 from engine_helpers import write_run
 
 XSS = "<script>alert('x')</script>"
@@ -199,19 +201,22 @@ def test_garbage_file_is_an_input_error(tmp_path) -> None:
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
 
 
-def test_step_written_twice_last_write_wins(tmp_path) -> None:
+@pytest.mark.parametrize("last_is_right", [True, False])
+def test_step_written_twice_last_write_wins(tmp_path, last_is_right: bool) -> None:
+    """One file writes step 5 wrong and right (in file order: which one comes last decides)."""
     logdir = str(tmp_path)
     write_run(logdir, "tf1", range(10), tensors, side="tf1")
-
-    # candidate: step 5 first written wrong, then rewritten right -> agree
-    write_run(logdir, "tf2", list(range(10)), tensors, side="tf2")
-    write_run(logdir, "tf2", [5], lambda s: tensors(s, 9.0, from_step=0), side="tf2")
-    write_run(logdir, "tf2", [5], tensors, side="tf2")
-    assert run_json(logdir)[0] == 0
-    # and the other way round -> diverge at 5
-    write_run(logdir, "tf2", [5], lambda s: tensors(s, 9.0, from_step=0), side="tf2")
+    wrong = lambda s: tensors(s, 9.0, from_step=0)  # noqa: E731
+    writes = [(s, tensors) for s in range(10)] + ([(5, wrong), (5, tensors)] if last_is_right else [(5, tensors), (5, wrong)])
+    writer = BlockWriter(os.path.join(logdir, "tf2"), side="tf2")
+    for step, make in writes:
+        writer.write_arrays(step, make(step))
+    writer.close()
     code, report = run_json(logdir)
-    assert code == 1 and report["first_divergence"]["step"] == 5
+    if last_is_right:
+        assert code == 0 and report["steps_compared"] == 10
+    else:
+        assert code == 1 and report["first_divergence"]["step"] == 5
 
 
 def test_html_names_are_printed_as_given(tmp_path) -> None:
