@@ -1,0 +1,125 @@
+"""`tb-parity report` opened in headless chromium: it shows the engine's verdict, fetches
+nothing at all, and shows names holding HTML as text."""
+
+from __future__ import annotations
+
+import html
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tb_parity_plugin import api
+from tb_parity_plugin.cli import main as cli_main
+from tb_parity_plugin.writer import BlockWriter
+
+REPO = Path(__file__).resolve().parents[1]
+ARTIFACTS = REPO / "artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+EVIL = '<script>document.title="pwned"</script><img src=x onerror="document.title=\'pwned\'">'
+
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian chromium (make chromium)")
+
+
+@pytest.fixture(scope="module")
+def demo_logs(tmp_path_factory) -> str:
+    logdir = str(tmp_path_factory.mktemp("report") / "logs")
+    subprocess.run([sys.executable, "-m", "demo.write_logs", logdir, "--pairs", "lr_offbyone", "clean"],
+                   cwd=REPO, check=True, capture_output=True)
+    return logdir
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def open_report(browser, path: Path, shot: str):
+    """Loads ``path``; returns (page, every request URL but the page's own)."""
+    page = browser.new_page(viewport={"width": 1150, "height": 900})
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto(path.as_uri(), wait_until="load")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / shot), full_page=True)
+    return page, [u for u in requests if u != path.as_uri()]
+
+
+def report_cli(*args: str) -> int:
+    return cli_main(["report", *args])
+
+
+def test_report_shows_the_verdict_and_makes_no_request(demo_logs, tmp_path, browser):
+    out = tmp_path / "report.html"
+    status = report_cli(demo_logs, "--baseline", "lr_offbyone/tf1", "--candidate", "lr_offbyone/tf2", "-o", str(out))
+    expected = api.compare(demo_logs, "lr_offbyone/tf1", "lr_offbyone/tf2")
+    first = expected.first_divergence
+    assert status == 1 and first is not None and first.kind == "lr"  # the planted schedule bug
+    page, requests = open_report(browser, out, "html_report_lr_offbyone.png")
+    assert requests == []
+    verdict = page.locator(".verdict").inner_text()
+    assert verdict == f"First divergence at step {first.step}: {first.tensor} (lr, {first.reason})"
+    rows = page.locator("table.divergences tbody tr")
+    assert rows.count() == len(expected.divergences_at_first_step)
+    assert page.locator("table.divergences tr.first").inner_text().split("\t")[2] == first.tensor
+    assert page.locator("svg.chart").count() == 4  # lr, loss and their differences
+    assert page.locator("svg.heat image").count() == 1
+    page.close()
+
+
+def test_clean_pair_reads_agree(demo_logs, tmp_path, browser):
+    out = tmp_path / "clean.html"
+    assert report_cli(demo_logs, "--baseline", "clean/tf1", "--candidate", "clean/tf2", "-o", str(out)) == 0
+    expected = api.compare(demo_logs, "clean/tf1", "clean/tf2")
+    page, requests = open_report(browser, out, "html_report_clean.png")
+    assert requests == []
+    assert page.locator(".verdict.agree").inner_text() == (
+        f"Runs agree within tolerance across {expected.steps_compared} steps and {expected.tensors_compared} tensors."
+    )
+    page.close()
+
+
+def test_names_holding_html_stay_text(tmp_path, browser):
+    logdir = tmp_path / "logs"
+    for side, shift, extra in (("tf1", 0.0, "weight"), ("tf2", 1.0, "grad")):  # `extra`: one side only
+        writer = BlockWriter(str(logdir / side), side=side, mode="graph")
+        for step in range(3):
+            writer.write_arrays(step, [("lr", "lr", np.float32(0.1)), ("activation", EVIL, np.arange(4.0) + shift * step),
+                                       (extra, f"only_{side}/{EVIL}", np.ones(2))])
+        writer.close()
+    out = tmp_path / "evil.html"
+    assert report_cli(str(logdir), "-o", str(out)) == 1
+    text = out.read_text(encoding="utf-8")
+    assert EVIL not in text and html.escape(EVIL) in text
+    page, requests = open_report(browser, out, "html_report_escaped.png")
+    assert requests == []  # the <img src=x> was not loaded
+    assert page.title() != "pwned"
+    assert EVIL in page.locator(".verdict").inner_text()
+    assert EVIL in page.locator("ul.unmatched").inner_text()
+    page.close()
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    assert report_cli(str(tmp_path / "missing"), "-o", str(tmp_path / "x.html")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tb-parity report: error:") and err.count("\n") == 1
+    assert not (tmp_path / "x.html").exists()
+
+
+def test_progress_bar_on_request(demo_logs, tmp_path, capsys):
+    out = tmp_path / "p.html"
+    report_cli(demo_logs, "--baseline", "clean/tf1", "--candidate", "clean/tf2", "--progress", "-o", str(out))
+    assert "reading logdir" in capsys.readouterr().err  # tqdm in a terminal
+    assert out.exists()
