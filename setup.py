@@ -20,6 +20,8 @@ setup(
     ],
     extras_require={
         "tf": ["tensorflow-cpu==2.21.*", "tf-keras==2.21.*"],
+        # %tb_parity / notebook.show() and progress bars; ipywidgets turns the bar into a widget.
+        "notebook": ["ipython>=8", "tqdm>=4.66"],
     },
     entry_points={
         "tensorboard_plugins": ["tb_parity = tb_parity_plugin.loader:ParityLoader"],
