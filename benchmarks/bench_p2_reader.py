@@ -44,7 +44,7 @@ if __name__ == "__main__" and "--child-no-tf" in sys.argv:
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tb_parity_plugin import event_file, health, metadata  # noqa: E402
+from tb_parity_plugin import event_file, health  # noqa: E402
 from tb_parity_plugin.reader import CHUNK_SIZE, LogdirReader  # noqa: E402
 from tb_parity_plugin.writer import BlockWriter, build_layout  # noqa: E402
 
