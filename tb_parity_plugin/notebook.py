@@ -56,6 +56,21 @@ def _tensorboard_binary() -> Iterator[None]:
         os.environ.pop("TENSORBOARD_BINARY", None)
 
 
+def _forget_if_dead(info: manager.TensorBoardInfo) -> bool:
+    """Drops the manager's record of a server that died without removing it (e.g. killed
+    with its kernel), which ``manager.start`` would otherwise keep "reusing"; True if dropped."""
+    try:
+        os.kill(info.pid, 0)
+        return False
+    except ProcessLookupError:
+        pass
+    except PermissionError:  # alive, another user's
+        return False
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(manager._get_info_dir(), f"pid-{info.pid}.info"))
+    return True
+
+
 def start_server(logdir: str, port: Optional[int] = None) -> manager.TensorBoardInfo:
     """Starts TensorBoard on ``logdir`` or reuses the one started with the same arguments.
 
@@ -65,6 +80,8 @@ def start_server(logdir: str, port: Optional[int] = None) -> manager.TensorBoard
     args = ["--logdir", str(logdir)] + (["--port", str(port)] if port is not None else [])
     with _tensorboard_binary():
         result = manager.start(args)
+        if isinstance(result, manager.StartReused) and _forget_if_dead(result.info):
+            result = manager.start(args)
     if isinstance(result, (manager.StartLaunched, manager.StartReused)):
         return result.info
     if isinstance(result, manager.StartFailed):

@@ -140,3 +140,31 @@ def test_terminal_prints_the_url(server, capsys, monkeypatch):
     url = notebook.show("logs", *PAIR, port=0)
     assert url == f"http://localhost:{info.port}/data/plugin_entry.html?name=tb_parity{FRAGMENT}"
     assert url in capsys.readouterr().out
+
+
+def test_a_dead_servers_record_is_not_reused(tmp_path, monkeypatch):
+    """A TensorBoard killed with its kernel can leave its manager record behind."""
+    import subprocess
+    import sys
+
+    from tensorboard import manager
+
+    (tmp_path / "logs").mkdir()
+    monkeypatch.chdir(tmp_path)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    stale = manager.TensorBoardInfo(
+        version="2.21.0", start_time=1, pid=gone.pid, port=1, path_prefix="", logdir="logs", db="",
+        cache_key=manager.cache_key(working_directory=str(tmp_path), arguments=["--logdir", "logs", "--port", "0"],
+                                    configure_kwargs={}),
+    )
+    record = os.path.join(manager._get_info_dir(), f"pid-{gone.pid}.info")
+    with open(record, "w") as f:
+        f.write(manager._info_to_string(stale) + "\n")
+    info = notebook.start_server("logs", port=0)
+    try:
+        assert info.pid != gone.pid and info.port != 1
+        assert not os.path.exists(record)
+        assert http_get(f"http://localhost:{info.port}/data/plugin_entry.html?name=tb_parity")[0] == 200
+    finally:
+        stop_server(info.pid)
