@@ -63,42 +63,40 @@ def _static_size(t: tf.Tensor) -> int | None:
 def _masked_columns(flats: Sequence[tf.Tensor]) -> tf.Tensor:
     """Counts and moments (11 columns, float64) of 1-D float64 tensors, batched.
 
-    Handles NaN/Inf and empty tensors; one segment reduction per statistic.
+    Handles NaN/Inf and empty tensors. Per-op overhead dominates small tensors, so
+    all counts and sums are one sorted segment reduction over a stacked
+    ``[elements, 9]`` matrix, and min/max one more over ``[elements, 2]``.
     """
     k = len(flats)
-    sizes = tf.stack([tf.size(f) for f in flats])
-    x = tf.concat(list(flats), 0) if k > 1 else flats[0]
-    seg = tf.repeat(tf.range(k), sizes)
-
-    def count(mask: tf.Tensor) -> tf.Tensor:
-        return tf.math.unsorted_segment_sum(tf.cast(mask, tf.float64), seg, k)
-
-    nan = tf.math.is_nan(x)
-    pos_inf = tf.equal(x, float("inf"))
-    neg_inf = tf.equal(x, float("-inf"))
+    sizes = tf.stack([tf.size(f) for f in flats] + [tf.constant(1)])
+    # A one-element sentinel segment k keeps trailing empty tensors in the output.
+    x = tf.concat([*flats, tf.zeros([1], tf.float64)], 0)
+    seg = tf.repeat(tf.range(k + 1), sizes)
     finite = tf.math.is_finite(x)
     xf = tf.where(finite, x, tf.zeros_like(x))
-    n_fin = count(finite)
-    total = tf.math.unsorted_segment_sum(xf, seg, k)
-    mean = total / n_fin
-    dev = tf.where(finite, x - tf.gather(mean, seg), tf.zeros_like(x))
-    var = tf.math.unsorted_segment_sum(dev * dev, seg, k) / n_fin
-    l2 = tf.sqrt(tf.math.unsorted_segment_sum(xf * xf, seg, k))
-    inf = tf.constant(float("inf"), tf.float64)
-    mn = tf.math.unsorted_segment_min(tf.where(finite, x, inf * tf.ones_like(x)), seg, k)
-    mx = tf.math.unsorted_segment_max(tf.where(finite, x, -inf * tf.ones_like(x)), seg, k)
-    none = tf.equal(n_fin, 0.0)
-    nan_k = tf.fill([k], tf.constant(float("nan"), tf.float64))
-    moments = [tf.where(none, nan_k, m) for m in (mn, mx, mean, tf.sqrt(var), l2)]
-    counts = [
-        count(neg_inf),
-        count(pos_inf),
-        count(nan),
-        count(finite & (x < 0)),
-        count(finite & tf.equal(x, 0.0)),
-        count(finite & (x > 0)),
-    ]
-    return tf.stack(counts + moments, axis=1)
+    masks = tf.stack(
+        [
+            tf.equal(x, float("-inf")),
+            tf.equal(x, float("inf")),
+            tf.math.is_nan(x),
+            finite & (x < 0),
+            finite & tf.equal(x, 0.0),
+            finite & (x > 0),
+            finite,
+        ],
+        axis=1,
+    )
+    columns = tf.concat([tf.cast(masks, tf.float64), tf.stack([xf, xf * xf], axis=1)], axis=1)
+    sums = tf.math.segment_sum(columns, seg)[:k]
+    inf = tf.fill(tf.shape(x), tf.constant(float("inf"), tf.float64))
+    extremes = tf.math.segment_min(tf.stack([tf.where(finite, x, inf), tf.where(finite, -x, inf)], axis=1), seg)[:k]
+    n_fin = sums[:, 6]
+    mean = sums[:, 7] / n_fin
+    dev = tf.where(finite, x - tf.gather(tf.concat([mean, [0.0]], 0), seg), tf.zeros_like(x))
+    var = tf.math.segment_sum(dev * dev, seg)[:k] / n_fin
+    moments = tf.stack([extremes[:, 0], -extremes[:, 1], mean, tf.sqrt(var), tf.sqrt(sums[:, 8])], axis=1)
+    moments = tf.where(tf.equal(n_fin, 0.0)[:, None], tf.constant(float("nan"), tf.float64), moments)
+    return tf.concat([sums[:, :6], moments], axis=1)
 
 
 def _large_columns(x: tf.Tensor) -> tf.Tensor:

@@ -37,10 +37,6 @@ class Blocks:
     values: dict  # dtype name -> 1-D tensor
     scalars: dict  # "lr"/"loss" -> scalar tensor
 
-    def tensors(self) -> list:
-        """Every tensor of the blocks (for control dependencies)."""
-        return [self.stats, *self.values.values(), *self.scalars.values()]
-
 
 def variable_name(var: Any) -> str:
     """The name a variable is logged under (``var.name``, e.g. ``dense/kernel:0``)."""

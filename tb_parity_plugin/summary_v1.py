@@ -15,10 +15,12 @@ fetch ``recorder.fetches`` in the same ``sess.run`` as the train op::
         rec.write(parity)          # step = global_step as read before the update
 
 Why the update goes through the recorder: a variable fetched beside the op that
-updates it can come back before or after the update. The recorder copies each weight
-(``DeepCopy``, so no buffer is shared with the variable) and makes the update op
-control-depend on every logged block, so the logged weights are always the values the
-step read before updating them.
+updates it can come back before or after the update. The recorder reads each weight
+into a buffer the update cannot overwrite (resource variables copy on write; legacy
+ref variables are copied with ``DeepCopy``) and makes the update op
+control-depend on those reads, so the logged weights are always the values the step
+read before updating them. (Only the reads: the statistics themselves still run in
+parallel with the update.)
 """
 
 from __future__ import annotations
@@ -35,8 +37,15 @@ from tb_parity_plugin.recorder import DEFAULT_FULL_VALUES_LIMIT, BaseRecorder, B
 
 
 def _read_copy(value: Any) -> tf.Tensor:
-    """A real copy of a variable's (or tensor's) current value."""
+    """The current value of a variable (or tensor), never aliasing a later update.
+
+    A resource variable's read is copy-on-write protected: an update that finds its
+    buffer still referenced writes a new one. A legacy ref variable's read aliases the
+    buffer that the update overwrites in place, so it is copied (``DeepCopy``).
+    """
     if isinstance(value, tf.Variable):
+        if hasattr(value, "handle"):
+            return value.value()
         value = value.value()
     return tf.raw_ops.DeepCopy(x=tf.convert_to_tensor(value))
 
@@ -56,7 +65,7 @@ class Recorder(BaseRecorder):
         self._writer = writer.BlockWriter(logdir, side="tf1", mode="graph", tensorflow=tf.__version__)
         self._blocks: Optional[Blocks] = None
         self._ordered = False
-        self._has_weights = False
+        self._snapshots: list[tf.Tensor] = []
         #: global_step as read before the update (set by apply_gradients/minimize/before_update).
         self.step: Optional[tf.Tensor] = None
 
@@ -73,8 +82,9 @@ class Recorder(BaseRecorder):
             )
 
     def _snapshot(self, var: Any) -> tf.Tensor:
-        self._has_weights = True
-        return _read_copy(var)
+        snap = _read_copy(var)
+        self._snapshots.append(snap)
+        return snap
 
     # -- building -----------------------------------------------------------------
     def _build(self) -> Blocks:
@@ -88,7 +98,8 @@ class Recorder(BaseRecorder):
     @contextlib.contextmanager
     def before_update(self, global_step: Optional[Any] = None) -> Iterator[Blocks]:
         """Context for building your own update op: every op created inside runs after
-        the logged blocks are computed, so the weights logged are those read before it.
+        the logged weights (and ``global_step``) were read, so they are the values
+        from before the update. Recording ends here.
 
         Example::
 
@@ -100,7 +111,7 @@ class Recorder(BaseRecorder):
             self.step = _read_copy(global_step)
         blocks = self._build()
         self._ordered = True
-        deps = blocks.tensors() + ([self.step] if self.step is not None else [])
+        deps = self._snapshots + ([self.step] if self.step is not None else [])
         with tf.control_dependencies(deps):
             yield blocks
 
@@ -132,7 +143,7 @@ class Recorder(BaseRecorder):
     def fetches(self) -> dict:
         """What to fetch in the train op's ``sess.run``; pass the result to :meth:`write`."""
         blocks = self._build()
-        if self._has_weights and not self._ordered:
+        if self._snapshots and not self._ordered:
             warnings.warn(
                 "tb_parity: weights are logged but no update was built with apply_gradients, "
                 "minimize or before_update; they may be read after the update",

@@ -1,0 +1,208 @@
+"""P1: training-step overhead of the tb-parity shim vs no logging and vs Debugger V2.
+
+Model: MLP 1024 -> 4 x 1024 -> 10 (4.2 M parameters), batch 256, Adam, CPU.
+Variants are timed side by side in one process with interleaved repetitions
+(medians of per-step times):
+
+* TF2 ``tf.function``: no logging; the shim recording every weight, gradient and
+  activation plus lr and loss each step (statistics only: small values limit).
+* Debugger V2 (``enable_dump_debug_info(..., "FULL_HEALTH", circular_buffer_size=-1)``)
+  in a child process: once enabled it instruments every later trace and cannot be
+  cleanly undone, so the child times its own no-logging baseline (traced before
+  enabling) interleaved with an instrumented copy (traced after).
+* TF1 Session: no logging vs the shim's ``minimize`` + ``fetches``.
+
+Target: shim overhead (ratio - 1) <= 1/20 of Debugger V2's overhead.
+
+Usage: ``python benchmarks/bench_p1_shim_overhead.py [--steps 5 --reps 5]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Callable
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tb_parity_plugin import summary_v1, summary_v2  # noqa: E402
+
+WIDTH, DEPTH, CLASSES = 1024, 4, 10
+
+
+def _data(batch: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, WIDTH)).astype(np.float32)
+    y = np.eye(CLASSES, dtype=np.float32)[rng.integers(0, CLASSES, batch)]
+    return x, y
+
+
+def _model() -> tf.keras.Model:
+    layers = [tf.keras.layers.Dense(WIDTH, activation="relu") for _ in range(DEPTH)]
+    model = tf.keras.Sequential([tf.keras.Input((WIDTH,)), *layers, tf.keras.layers.Dense(CLASSES)])
+    return model
+
+
+def _tf2_step(model: tf.keras.Model, opt, rec=None) -> Callable:
+    loss_fn = tf.keras.losses.CategoricalCrossentropy(from_logits=True)
+
+    def forward(x, y):
+        h = x
+        for layer in model.layers:
+            h = layer(h)
+            if rec is not None:
+                rec.activation(layer.name, h)
+        return loss_fn(y, h)
+
+    @tf.function
+    def plain(x, y):
+        with tf.GradientTape() as tape:
+            loss = forward(x, y)
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    @tf.function
+    def logged(x, y):
+        with rec.step(opt.iterations):
+            rec.lr(opt.learning_rate)
+            with tf.GradientTape() as tape:
+                loss = rec.loss(forward(x, y))
+            rec.minimize(opt, loss, model.trainable_variables, tape)
+        return loss
+
+    return plain if rec is None else logged
+
+
+def _time(fn: Callable, steps: int) -> float:
+    """Mean seconds per step over ``steps`` calls (results forced to host)."""
+    start = time.perf_counter()
+    for _ in range(steps):
+        out = fn()
+    np.asarray(out)
+    return (time.perf_counter() - start) / steps
+
+
+def _interleave(variants: dict, steps: int, reps: int) -> dict:
+    for fn in variants.values():  # trace and warm up
+        _time(fn, 2)
+    times: dict = {name: [] for name in variants}
+    for _ in range(reps):
+        for name, fn in variants.items():
+            times[name].append(_time(fn, steps))
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def bench_tf2(args, logdir: str) -> dict:
+    x, y = (tf.constant(a) for a in _data(args.batch))
+    model = _model()
+    opt = tf.keras.optimizers.Adam(1e-4)
+    plain = _tf2_step(model, opt)
+    rec = summary_v2.Recorder(os.path.join(logdir, "tf2"), full_values_limit=args.values_limit)
+    logged = _tf2_step(model, opt, rec)
+    out = _interleave({"none": lambda: plain(x, y), "shim": lambda: logged(x, y)}, args.steps, args.reps)
+    rec.close()
+    return out
+
+
+def bench_debugger(args) -> dict:
+    """Runs in a child process: baseline traced before enabling, then instrumented."""
+    x, y = (tf.constant(a) for a in _data(args.batch))
+    model = _model()
+    opt = tf.keras.optimizers.Adam(1e-4)
+    plain = _tf2_step(model, opt)
+    _time(lambda: plain(x, y), 2)
+    with tempfile.TemporaryDirectory() as dump_root:
+        tf.debugging.experimental.enable_dump_debug_info(
+            dump_root, tensor_debug_mode="FULL_HEALTH", circular_buffer_size=-1
+        )
+        debugged = _tf2_step(model, opt)
+        out = _interleave({"none": lambda: plain(x, y), "debugger": lambda: debugged(x, y)}, args.steps, args.reps)
+        tf.debugging.experimental.disable_dump_debug_info()
+    return out
+
+
+def bench_tf1(args, logdir: str) -> dict:
+    x_np, y_np = _data(args.batch)
+    with tf.Graph().as_default():
+        x, y = tf.constant(x_np), tf.constant(y_np)
+        rec = summary_v1.Recorder(os.path.join(logdir, "tf1"), full_values_limit=args.values_limit)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        h = x
+        for i in range(DEPTH + 1):
+            last = i == DEPTH
+            h = tf.compat.v1.layers.dense(h, CLASSES if last else WIDTH, None if last else tf.nn.relu, name=f"d{i}")
+            rec.activation(f"d{i}", h)
+        loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(y, h))
+        rec.lr(tf.constant(1e-4))
+        plain_op = tf.compat.v1.train.AdamOptimizer(1e-4).minimize(loss, global_step=gs)
+        logged_op = rec.minimize(tf.compat.v1.train.AdamOptimizer(1e-4), loss, global_step=gs)
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+
+            def logged():
+                _, parity = sess.run([logged_op, fetches])
+                rec.write(parity)
+                return parity["stats"]
+
+            out = _interleave({"none": lambda: sess.run([plain_op, loss])[1], "shim": logged}, args.steps, args.reps)
+        rec.close()
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="P1: shim overhead vs no logging and Debugger V2")
+    parser.add_argument("--steps", type=int, default=5, help="steps per timed repetition")
+    parser.add_argument("--reps", type=int, default=5, help="interleaved repetitions (median)")
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--values-limit", type=int, default=16, help="full_values_limit for the shim")
+    parser.add_argument("--skip-debugger", action="store_true")
+    parser.add_argument("--skip-tf1", action="store_true")
+    parser.add_argument("--debugger-child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.debugger_child:
+        print(json.dumps(bench_debugger(args)))
+        return 0
+
+    params = sum(int(np.prod(v.shape)) for v in _model().trainable_variables)
+    print(f"P1: MLP {WIDTH}->{DEPTH}x{WIDTH}->{CLASSES} ({params / 1e6:.2f} M params), batch {args.batch}, Adam, "
+          f"{args.reps} reps x {args.steps} steps, medians")
+    with tempfile.TemporaryDirectory() as logdir:
+        tf2 = bench_tf2(args, logdir)
+        tf1 = None if args.skip_tf1 else bench_tf1(args, logdir)
+    shim_over = tf2["shim"] / tf2["none"] - 1
+    print(f"TF2 tf.function  none {tf2['none'] * 1e3:7.1f} ms   shim {tf2['shim'] * 1e3:7.1f} ms   "
+          f"ratio {tf2['shim'] / tf2['none']:.3f}")
+    if tf1 is not None:
+        print(f"TF1 Session      none {tf1['none'] * 1e3:7.1f} ms   shim {tf1['shim'] * 1e3:7.1f} ms   "
+              f"ratio {tf1['shim'] / tf1['none']:.3f}")
+    if not args.skip_debugger:
+        child = subprocess.run(
+            [sys.executable, __file__, "--debugger-child", "--steps", str(args.steps), "--reps", str(args.reps),
+             "--batch", str(args.batch)],
+            capture_output=True, text=True, check=True,
+        )
+        dbg = json.loads(child.stdout.strip().splitlines()[-1])
+        dbg_over = dbg["debugger"] / dbg["none"] - 1
+        print(f"Debugger V2      none {dbg['none'] * 1e3:7.1f} ms   dbg  {dbg['debugger'] * 1e3:7.1f} ms   "
+              f"ratio {dbg['debugger'] / dbg['none']:.3f}   (child process)")
+        verdict = "meets" if shim_over <= dbg_over / 20 else "misses"
+        print(f"shim overhead {shim_over:.1%} = 1/{dbg_over / max(shim_over, 1e-9):.1f} of Debugger V2's "
+              f"{dbg_over:.1%}; target <= 1/20 ({dbg_over / 20:.1%}): {verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
