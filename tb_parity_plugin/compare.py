@@ -14,7 +14,7 @@ chunk holding a divergence, and equal rows skip the tolerance arithmetic.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -36,6 +36,9 @@ __all__ = [
 _IDX = metadata.STAT_INDEX
 _NONFINITE_COLS = [_IDX[f] for f in metadata.NONFINITE_FIELDS]
 _MOMENT_COLS = [_IDX[f] for f in metadata.MOMENT_FIELDS]
+#: The column compared when a refresh cannot prove old rows unchanged by memory identity:
+#: a step rewritten with other data changes its L2 norm.
+_FINGERPRINT = _IDX["l2"]
 _CHECK_COLS = [_IDX["dtype"], _IDX["rank"], _IDX["size"]] + _NONFINITE_COLS
 _FIGURES = ("max_abs_diff", "max_rel_diff", "cosine", "mismatch_fraction", "error_ratio")
 #: Bytes of data one scan chunk touches: big enough to amortise per-call overhead,
@@ -56,6 +59,18 @@ def _rows(array: np.ndarray, index: np.ndarray) -> np.ndarray:
     if len(index) and index[-1] - index[0] == len(index) - 1:
         return array[index[0] : index[-1] + 1]
     return array[index]
+
+
+def _same_memory(old: np.ndarray, new: np.ndarray) -> bool:
+    """True if ``new`` starts with the very rows of ``old`` (same buffer, same layout).
+
+    Reader snapshots never change after they are taken, so when an appending reload
+    hands out views of the same buffer, the old rows are unchanged without reading them.
+    """
+    if old is new:
+        return True
+    ia, ib = old.__array_interface__, new.__array_interface__
+    return ia["data"][0] == ib["data"][0] and old.strides == new.strides and old.dtype == new.dtype and len(new) >= len(old)
 
 
 def _positions(steps: np.ndarray, series_steps: np.ndarray) -> np.ndarray:
@@ -376,21 +391,35 @@ def _nested(a: np.ndarray) -> Any:
     return [_nested(x) for x in a] if a.ndim > 1 else [_json_float(x) for x in a.tolist()]
 
 
-def _first_nonfinite(run: Any) -> Optional[dict]:
-    """Earliest (step, tensor in execution order) holding NaN/Inf, from the counts."""
-    best: Optional[tuple] = None
-    for series in run.tensors.values():
-        if not len(series.steps):
-            continue
-        rows = np.flatnonzero(series.stats[:, _NONFINITE_COLS].any(axis=1))
-        if len(rows):
-            key = (int(series.steps[rows[0]]), align.execution_key(series))
-            if best is None or key < best[0]:
-                best = (key, series)
-    if best is None:
-        return None
-    series = best[1]
-    return {"step": best[0][0], "tensor": series.name, "kind": series.kind}
+class _FirstNonfinite:
+    """One run's earliest (step, tensor in execution order) holding NaN/Inf, from the counts.
+
+    Remembers per tensor how many rows it scanned, so an update reads only new rows
+    (a series whose old rows moved, e.g. an out-of-order step, is rescanned).
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict = {}  # key -> (rows scanned, last step scanned, first NaN/Inf step or None)
+
+    def find(self, run: Any) -> Optional[dict]:
+        best: Optional[tuple] = None
+        for key, series in run.tensors.items():
+            n = len(series.steps)
+            n0, last, hit = self._seen.get(key, (0, None, None))
+            if n < n0 or (n0 and int(series.steps[n0 - 1]) != last):
+                n0, hit = 0, None
+            if hit is None and n > n0:
+                rows = np.flatnonzero(series.stats[n0:, _NONFINITE_COLS].any(axis=1))
+                if len(rows):
+                    hit = int(series.steps[n0 + rows[0]])
+            self._seen[key] = (n, int(series.steps[-1]) if n else None, hit)
+            if hit is not None:
+                rank = (hit, align.execution_key(series))
+                if best is None or rank < best[0]:
+                    best = (rank, series)
+        if best is None:
+            return None
+        return {"step": best[0][0], "tensor": best[1].name, "kind": best[1].kind}
 
 
 class Comparison:
@@ -410,6 +439,7 @@ class Comparison:
         self._alignment: Optional[align.Alignment] = None
         self._keys: Optional[tuple] = None
         self.steps = np.zeros(0, dtype=np.int64)
+        self._nonfinite_scans: dict[str, _FirstNonfinite] = {}
         self.base = base
         self.cand = cand
         self.update(base, cand)
@@ -430,6 +460,21 @@ class Comparison:
         prefix = len(old_steps) <= len(steps) and np.array_equal(steps[: len(old_steps)], old_steps)
         old_pairs = {(p.match.base, p.match.cand): p for p in self._pairs}
         pairs = []
+        positions: dict[int, np.ndarray] = {}  # tensors of one layout share their steps array
+
+        def rows_of(series: Any) -> np.ndarray:
+            if id(series.steps) not in positions:
+                positions[id(series.steps)] = _positions(steps, series.steps)
+            return positions[id(series.steps)]
+
+        memo: dict[tuple, bool] = {}  # row-position arrays are shared by a layout's tensors
+
+        def same_prefix(a: np.ndarray, b: np.ndarray, n: int) -> bool:
+            key = (id(a), id(b), n)
+            if key not in memo:
+                memo[key] = len(b) >= n and np.array_equal(a[:n], b[:n])
+            return memo[key]
+
         assert self._alignment is not None
         for match in self._alignment.matches:
             b, c = base.tensors[match.base], cand.tensors[match.cand]
@@ -439,34 +484,37 @@ class Comparison:
                 base=b,
                 cand=c,
                 tol=self.policy.for_tag(f"{b.kind}/{b.name}"),
-                ib=_positions(steps, b.steps),
-                ic=_positions(steps, c.steps),
+                ib=rows_of(b),
+                ic=rows_of(c),
                 reason=np.zeros(n, dtype=np.uint8),
                 ratio=np.full(n, np.nan, dtype=np.float32),
             )
             old = old_pairs.get((match.base, match.cand))
             if prefix and old is not None:
-                self._reuse(old, pair)
+                self._reuse(old, pair, same_prefix)
             pairs.append(pair)
         self._pairs = pairs
         self.steps = steps
         self.base, self.cand = base, cand
-        self._nonfinite = {base.name: _first_nonfinite(base), cand.name: _first_nonfinite(cand)}
+        self._nonfinite = {run.name: self._nonfinite_scans.setdefault(run.name, _FirstNonfinite()).find(run) for run in (base, cand)}
 
     @staticmethod
-    def _reuse(old: _Pair, new: _Pair) -> None:
+    def _reuse(old: _Pair, new: _Pair, same_prefix: Callable[[np.ndarray, np.ndarray, int], bool]) -> None:
+        """Copy ``old``'s verdicts into ``new`` if the rows they were computed from are unchanged."""
         keep = old.done
         if not (
-            np.array_equal(old.ib[:keep], new.ib[:keep])
-            and np.array_equal(old.ic[:keep], new.ic[:keep])
-            and old.use_values == new.use_values
+            old.use_values == new.use_values
             and old.static_reason == new.static_reason
+            and same_prefix(old.ib, new.ib, keep)
+            and same_prefix(old.ic, new.ic, keep)
         ):
             return
         for o, n, idx in ((old.base, new.base, old.ib[:keep]), (old.cand, new.cand, old.ic[:keep])):
             rows = idx[idx >= 0]
-            if len(rows) and not (o.stats is n.stats or np.array_equal(_rows(o.stats, rows), _rows(n.stats, rows))):
-                return  # an already-compared step was rewritten (last write wins)
+            if len(rows) and not _same_memory(o.stats, n.stats):
+                a, b = _rows(o.stats, rows)[:, _FINGERPRINT], _rows(n.stats, rows)[:, _FINGERPRINT]
+                if not np.array_equal(a, b, equal_nan=True):
+                    return  # an already-compared step was rewritten (last write wins)
         new.reason[:keep] = old.reason[:keep]
         new.done = keep
         new.first_bad = old.first_bad
