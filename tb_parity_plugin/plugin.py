@@ -190,4 +190,7 @@ class ParityPlugin(base_plugin.TBPlugin):
         return self._use(query, build)
 
     def scalars_impl(self, query: routes_params.PairQuery) -> dict:
-        return self._use(query, lambda e, b, c: dashboard_views.scalars_payload(b, c, e.report, query.policy))
+        return self._use(
+            query,
+            lambda e, b, c: e.memo(("scalars",), lambda: dashboard_views.scalars_payload(b, c, e.report, query.policy)),
+        )

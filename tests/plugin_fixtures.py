@@ -16,7 +16,7 @@ HTML_NAME = '<img src=x onerror="window.__xss=1">'
 
 
 def step_tensors(step: int, diverge_at: Optional[int], side: str, nan_at: Optional[int] = None,
-                 extra_name: str = "dense/kernel") -> list:
+                 extra_name: str = "dense/kernel", lr_name: str = "learning_rate") -> list:
     """lr, a weight, an activation, loss and a grad for one step; the candidate's lr is off after ``diverge_at``."""
     rng = np.random.default_rng(step)
     lr = 0.1 * (0.99 ** step)
@@ -30,7 +30,7 @@ def step_tensors(step: int, diverge_at: Optional[int], side: str, nan_at: Option
         act[1, 1] = np.inf
     loss = np.float32(1.0 / (step + 1))
     return [
-        ("lr", "learning_rate", np.float32(lr)),
+        ("lr", lr_name, np.float32(lr)),
         ("weight", extra_name, w),
         ("activation", "dense/Relu", act),
         ("loss", "loss", loss),
@@ -39,12 +39,12 @@ def step_tensors(step: int, diverge_at: Optional[int], side: str, nan_at: Option
 
 
 def write_pair(root: str, folder: str, steps: int, diverge_at: Optional[int] = None,
-               nan_at: Optional[int] = None, extra_name: str = "dense/kernel") -> None:
+               nan_at: Optional[int] = None, extra_name: str = "dense/kernel", lr_name: str = "learning_rate") -> None:
     """Write ``root/folder/{tf1,tf2}`` with ``steps`` steps each."""
     for side in ("tf1", "tf2"):
         writer = BlockWriter(os.path.join(root, folder, side), side=side, mode="graph" if side == "tf1" else "function")
         for step in range(steps):
-            writer.write_arrays(step, step_tensors(step, diverge_at, side, nan_at, extra_name))
+            writer.write_arrays(step, step_tensors(step, diverge_at, side, nan_at, extra_name, lr_name))
         writer.close()
 
 

@@ -134,7 +134,7 @@ export class TensorDetail {
         el("td", { text: String(s) }),
         ...sideCells(rowAt(t.baseline, s), "grp-b"),
         ...sideCells(rowAt(t.candidate, s), "grp-c"),
-        el("td", { cls: "grp-b", text: k >= 0 ? fmt(num(t.diff.mean_abs_diff[k])) : "–" }),
+        el("td", { cls: "grp-d", text: k >= 0 ? fmt(num(t.diff.mean_abs_diff[k])) : "–" }),
         el("td", { cls: ratio > 1 ? "out" : "", text: fmt(ratio) }),
         el("td", { cls: "l" + (reason !== "ok" ? " out" : ""), text: reason }),
       );
@@ -149,7 +149,7 @@ export class TensorDetail {
           "thead",
           {},
           el("tr", {}, el("th", { text: "" }), el("th", { cls: "grp-b tbp-swatch-b", attrs: { colspan: "4" }, text: roles[0] }), el("th", { cls: "grp-c tbp-swatch-c", attrs: { colspan: "4" }, text: roles[1] }), el("th", { attrs: { colspan: "3" }, text: "difference" })),
-          el("tr", {}, ...["step", "mean", "l2", "NaN", "±Inf", "mean", "l2", "NaN", "±Inf", "|Δ mean|", "err/tol", "reason"].map((h, i) => el("th", { cls: (i === 1 ? "grp-b" : i === 5 ? "grp-c" : i === 9 ? "grp-b" : "") + (i === 11 ? " l" : ""), text: h }))),
+          el("tr", {}, ...["step", "mean", "l2", "NaN", "±Inf", "mean", "l2", "NaN", "±Inf", "|Δ mean|", "err/tol", "reason"].map((h, i) => el("th", { cls: (i === 1 ? "grp-b" : i === 5 ? "grp-c" : i === 9 ? "grp-d" : "") + (i === 11 ? " l" : ""), text: h }))),
         ),
         el("tbody", {}, ...rows),
       ),

@@ -1,0 +1,120 @@
+"""A real ``tensorboard`` process on the demo logs, and Debian's chromium via Playwright.
+
+The server fixture is parametrized over ``--load_fast=true``, ``--load_fast=false``
+and ``--path_prefix`` (the tab must fetch relatively to work under a prefix).
+Screenshots go to ``artifacts/browser/`` (gitignored) for a human to look at.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from typing import Iterator
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
+import plugin_fixtures as fx  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ARTIFACTS = os.path.join(REPO, "artifacts", "browser")
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+SERVERS = {
+    "load_fast_true": ["--load_fast=true"],
+    "load_fast_false": ["--load_fast=false"],
+    "path_prefix": ["--load_fast=false", "--path_prefix=/proxy/tb"],
+}
+
+playwright_sync = pytest.importorskip("playwright.sync_api")
+if not os.path.exists(CHROMIUM):
+    pytest.skip("Debian chromium is not installed (make chromium)", allow_module_level=True)
+
+
+@pytest.fixture(scope="session")
+def demo_logdir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The demo's three pairs, plus a pair whose first-diverging tensor is named with HTML."""
+    root = str(tmp_path_factory.mktemp("demo_logs"))
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2")
+    subprocess.run([sys.executable, "-m", "demo.write_logs", root], cwd=REPO, env=env, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+    fx.write_pair(root, "html", 8, diverge_at=2, lr_name=fx.HTML_NAME)
+    return root
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session", params=list(SERVERS))
+def server(request: pytest.FixtureRequest, demo_logdir: str) -> Iterator[str]:
+    """Base URL (ending in ``/``) of a tensorboard serving the demo logs."""
+    port = _free_port()
+    flags = SERVERS[request.param]
+    prefix = next((f.split("=", 1)[1] for f in flags if f.startswith("--path_prefix=")), "")
+    tensorboard = shutil.which("tensorboard", path=os.path.dirname(sys.executable)) or "tensorboard"
+    log = open(os.path.join(demo_logdir, f"tensorboard-{request.param}.log"), "w")
+    proc = subprocess.Popen(
+        [tensorboard, "--logdir", demo_logdir, "--host", "127.0.0.1", "--port", str(port), "--reload_interval=2", *flags],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}{prefix}/"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(base + "data/plugin/tb_parity/runs", timeout=30).read()
+                break
+            except Exception:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"tensorboard did not start ({request.param}); see {log.name}")
+                time.sleep(0.5)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    with playwright_sync.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: object, request: pytest.FixtureRequest) -> Iterator[object]:
+    """A fresh page; fails the test on any console error or uncaught exception."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1900})  # type: ignore[attr-defined]
+    pg = context.new_page()
+    problems: list[str] = []
+    pg.on("console", lambda m: problems.append(f"console.{m.type}: {m.text}") if m.type == "error" else None)
+    pg.on("pageerror", lambda e: problems.append(f"pageerror: {e}"))
+    pg.on("response", lambda r: problems.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None)
+    yield pg
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    name = request.node.name.replace("[", "-").replace("]", "").replace("/", "_")
+    try:
+        pg.screenshot(path=os.path.join(ARTIFACTS, name + ".png"))
+    finally:
+        context.close()
+    # TensorBoard's own stylesheet loads /font-roboto/ from the server root, ignoring
+    # --path_prefix; those 404s (and their console lines) are TensorBoard's, not the tab's.
+    fonts = [p for p in problems if p.startswith("HTTP 404") and "/font-roboto/" in p]
+    rest = [p for p in problems if p not in fonts]
+    resource = [p for p in rest if "Failed to load resource" in p]
+    if fonts and len(resource) <= len(fonts):
+        rest = [p for p in rest if p not in resource]
+    assert not rest, rest
