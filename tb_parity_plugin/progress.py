@@ -69,3 +69,11 @@ def reload_with_progress(reader: Any, *, show: Optional[bool] = None) -> bool:
     if "error" in result:
         raise result["error"]
     return result["value"]
+
+
+def compare_with_progress(logdir: str, baseline: Optional[str] = None, candidate: Optional[str] = None, *,
+                          progress: Optional[bool] = None, **policy: Any) -> Any:
+    """``api.compare`` whose logdir read shows progress (``progress=None``: big logdirs only)."""
+    from tb_parity_plugin import api
+
+    return api.compare(logdir, baseline, candidate, reload=lambda r: reload_with_progress(r, show=progress), **policy)

@@ -13,7 +13,7 @@ from typing import Any, Optional, Sequence, TextIO
 
 from tb_parity_plugin import api, html_report
 from tb_parity_plugin.cli import EXIT_AGREE, EXIT_DIVERGE, EXIT_ERROR
-from tb_parity_plugin.progress import reload_with_progress
+from tb_parity_plugin.progress import compare_with_progress
 
 
 class _UsageError(Exception):
@@ -41,12 +41,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def build_report(logdir: str, baseline: Optional[str] = None, candidate: Optional[str] = None, *,
-                 progress: Optional[bool] = None, **policy: Any) -> Any:
-    """``api.compare`` whose logdir read shows progress (``progress=None``: big logdirs only)."""
-    return api.compare(logdir, baseline, candidate, reload=lambda r: reload_with_progress(r, show=progress), **policy)
-
-
 def write_report(path: str, report: Any) -> None:
     """Writes ``report`` as a standalone page (UTF-8)."""
     with open(path, "w", encoding="utf-8") as f:
@@ -58,8 +52,9 @@ def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None, 
     out, err = stdout or sys.stdout, stderr or sys.stderr
     try:
         args = _parser().parse_args(argv)
-        report = build_report(args.logdir, args.baseline, args.candidate, progress=args.progress, atol=args.atol,
-                              rtol=args.rtol, warmup_steps=args.warmup_steps, mapping=args.mapping)
+        report = compare_with_progress(args.logdir, args.baseline, args.candidate, progress=args.progress,
+                                       atol=args.atol, rtol=args.rtol, warmup_steps=args.warmup_steps,
+                                       mapping=args.mapping)
         write_report(args.output, report)
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else EXIT_AGREE
