@@ -112,8 +112,8 @@ export class ScalarCharts {
         axes: axes(p, false),
         series: [
           { label: "step" },
-          { label: labels.baseline, stroke: p.base, width: 1.5, spanGaps: true, value: (_u, v) => fmt(v) },
-          { label: labels.candidate, stroke: p.cand, width: 1.5, dash: [6, 3], spanGaps: true, value: (_u, v) => fmt(v) },
+          { label: labels.baseline, stroke: p.base, width: 1.5, spanGaps: true, points: { fill: p.base }, value: (_u, v) => fmt(v) },
+          { label: labels.candidate, stroke: p.cand, width: 1.5, dash: [6, 3], spanGaps: true, points: { fill: p.cand }, value: (_u, v) => fmt(v) },
         ],
       },
       [xs, onto(xs, base), onto(xs, cand)],
@@ -136,8 +136,8 @@ export class ScalarCharts {
         axes: axes(p, true),
         series: [
           { label: "step" },
-          { label: "tolerance", stroke: p.band, fill: p.band, width: 1, spanGaps: true, value: (_u, v) => fmt(v) },
-          { label: "|Δ|", stroke: p.diff, width: 1.5, spanGaps: false, points: { show: true, size: 3 }, value: (_u, v) => fmt(v) },
+          { label: "tolerance", stroke: p.band, fill: p.band, width: 1, spanGaps: true, points: { show: false }, value: (_u, v) => fmt(v) },
+          { label: "|Δ|", stroke: p.diff, width: 1.5, spanGaps: false, points: { show: true, size: 3, fill: p.diff }, value: (_u, v) => fmt(v) },
         ],
       },
       [d.steps, tol, absDiff],
@@ -165,7 +165,7 @@ export class SeriesChart {
         axes: axes(p, logY),
         series: [
           { label: "step" },
-          ...series.map((s) => ({ label: s.label, stroke: s.color, width: 1.5, dash: s.dash, spanGaps: true, value: (_u: uPlot, v: number | null) => fmt(v) })),
+          ...series.map((s) => ({ label: s.label, stroke: s.color, width: 1.5, dash: s.dash, spanGaps: true, points: { fill: s.color }, value: (_u: uPlot, v: number | null) => fmt(v) })),
         ],
       },
       [xs, ...series.map((s) => s.values)],
