@@ -104,3 +104,20 @@ def test_rejects_strings_and_complex() -> None:
         health_tf.stats_block([tf.constant([1 + 2j], tf.complex64)])
     with pytest.raises(TypeError, match="string"):
         health_tf.stats_block([tf.constant(["a"])])
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis.extra import numpy as hnp  # noqa: E402
+
+_FLOAT_ARRAYS = hnp.arrays(
+    dtype=st.sampled_from([np.float16, np.float32, np.float64]),
+    shape=hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=6),
+    elements=st.floats(allow_nan=True, allow_infinity=True, width=16),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(_FLOAT_ARRAYS, min_size=1, max_size=4))
+def test_random_small_arrays_match_numpy(arrays) -> None:
+    _check(health_tf.stats_block([tf.constant(a) for a in arrays]).numpy(), arrays)
