@@ -10,6 +10,7 @@ from __future__ import annotations
 import html.parser
 import json
 import os
+import re
 
 import pytest
 
@@ -196,8 +197,7 @@ def test_jupyter_markup_in_a_browser_frames_the_server_on_the_notebook_pages_hos
             view = f"http://127.0.0.1:{info.port}/data/plugin_entry.html?name=tb_parity"
             assert src == view + FRAGMENT
             (frame,) = page.main_frame.child_frames
-            frame.wait_for_load_state()
-            assert frame.url.startswith(f"http://127.0.0.1:{info.port}/data/")
+            frame.wait_for_url(re.compile(rf"http://127\.0\.0\.1:{info.port}/data/.*"))
             assert frame.locator("base").get_attribute("href") == "plugin/tb_parity/"  # the entry page
             browser.close()
     finally:
