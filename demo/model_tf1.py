@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import tensorflow as tf
 
 from demo.common import LAYER_NAMES, UNITS, PairConfig, data, initial_weights
@@ -11,6 +13,8 @@ from tb_parity_plugin import summary_v1
 def train(run_dir: str, cfg: PairConfig) -> None:
     """Trains ``cfg.steps`` steps, logging lr, weights, layer outputs, loss and grads."""
     x_np, y_np = data(cfg)
+    # The original is TF1 code on purpose; its deprecation notices are noise here.
+    warnings.filterwarnings("ignore", message=r"`tf.layers.dense` is deprecated")
     with tf.Graph().as_default():
         rec = summary_v1.Recorder(run_dir)
         global_step = tf.compat.v1.train.get_or_create_global_step()
