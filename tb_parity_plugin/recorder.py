@@ -39,8 +39,9 @@ class Blocks:
 
 
 def variable_name(var: Any) -> str:
-    """The name a variable is logged under (``var.name``, e.g. ``dense/kernel:0``)."""
-    name = getattr(var, "name", None)
+    """The name a variable is logged under: ``var.name`` (e.g. ``dense/kernel:0``), or a
+    Keras 3 variable's ``path`` (its ``name`` lacks the layer, so names would collide)."""
+    name = getattr(var, "path", None) or getattr(var, "name", None)
     if not name:
         raise ValueError(f"cannot name {var!r}: pass name= explicitly")
     return str(name)
