@@ -46,6 +46,7 @@ frontend: $(FRONTEND_DEPS)
 	cd frontend && npx tsc --noEmit -p . && node build.mjs
 
 bundle-check: $(FRONTEND_DEPS)
+	cd frontend && npx tsc --noEmit -p .
 	@tmp=$$(mktemp -d) && (cd frontend && node build.mjs $$tmp/index.js) && \
 	  if cmp -s $$tmp/index.js $(BUNDLE); then echo "bundle up to date"; rm -rf $$tmp; else \
 	  echo "$(BUNDLE) is stale: run 'make frontend' and commit it"; rm -rf $$tmp; exit 1; fi

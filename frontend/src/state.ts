@@ -53,7 +53,11 @@ export function loadState(): ViewState {
 
 export function saveState(state: ViewState): void {
   const own = "#" + encode(state, "").join("&");
-  if (own !== window.location.hash) history.replaceState(null, "", own);
+  // A bare "#..." would resolve against the entry page's <base href="plugin/tb_parity/">
+  // and move the frame to a URL that 404s on reload: keep path and query explicitly.
+  if (own !== window.location.hash) {
+    history.replaceState(null, "", window.location.pathname + window.location.search + own);
+  }
   const parent = parentWindow();
   if (!parent) return;
   // Keep TensorBoard's own parts of its hash (the active tab and other plugins' keys).
