@@ -29,7 +29,7 @@ from typing import Callable
 import numpy as np
 
 from tb_parity_plugin import event_file, metadata
-from tb_parity_plugin.compare import Comparison
+from tb_parity_plugin.engine import Comparison
 from tb_parity_plugin.reader import LogdirReader
 from tb_parity_plugin.writer import BlockWriter, build_layout
 

@@ -16,9 +16,9 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "compare": "tb_parity_plugin.api",
     "assert_parity": "tb_parity_plugin.api",
-    "ParityReport": "tb_parity_plugin.compare",
-    "TolerancePolicy": "tb_parity_plugin.compare",
-    "ToleranceOverride": "tb_parity_plugin.compare",
+    "ParityReport": "tb_parity_plugin.engine",
+    "TolerancePolicy": "tb_parity_plugin.tolerance",
+    "ToleranceOverride": "tb_parity_plugin.tolerance",
     "LogdirReader": "tb_parity_plugin.reader",
 }
 _SUBMODULES = {"v1": "tb_parity_plugin.summary_v1", "v2": "tb_parity_plugin.summary_v2"}

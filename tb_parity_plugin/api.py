@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
-from tb_parity_plugin.compare import Comparison, Divergence, ParityReport
+from tb_parity_plugin.engine import Comparison, Divergence, ParityReport
 from tb_parity_plugin.tolerance import TolerancePolicy
 
 

@@ -11,7 +11,7 @@ import sys
 from typing import Optional, Sequence, TextIO
 
 from tb_parity_plugin import api
-from tb_parity_plugin.compare import ParityReport
+from tb_parity_plugin.engine import ParityReport
 
 EXIT_AGREE, EXIT_DIVERGE, EXIT_ERROR = 0, 1, 2
 

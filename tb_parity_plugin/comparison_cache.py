@@ -15,7 +15,7 @@ import dataclasses
 import threading
 from typing import Any, Callable, Hashable, Optional, TypeVar
 
-from tb_parity_plugin.compare import Comparison, ParityReport
+from tb_parity_plugin.engine import Comparison, ParityReport
 
 T = TypeVar("T")
 

@@ -20,7 +20,7 @@ from typing import Any, Optional
 import numpy as np
 
 from tb_parity_plugin import metadata
-from tb_parity_plugin.compare import ParityMatrix, ParityReport, TensorDetail
+from tb_parity_plugin.engine import ParityMatrix, ParityReport, TensorDetail
 from tb_parity_plugin.matrix import ABSENT, REASONS
 from tb_parity_plugin.tolerance import TolerancePolicy
 

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tb_parity_plugin import allclose
-from tb_parity_plugin.compare import Comparison
+from tb_parity_plugin.engine import Comparison
 from tb_parity_plugin.matrix import OK
 from tb_parity_plugin.tolerance import TolerancePolicy
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tb_parity_plugin import align
-from tb_parity_plugin.compare import Comparison, compare_runs
+from tb_parity_plugin.engine import Comparison, compare_runs
 from tb_parity_plugin.matrix import DTYPE, MISSING, NONFINITE, OK, SHAPE, VALUE, ParityMatrix
 from tb_parity_plugin.reader import LogdirReader
 from tb_parity_plugin.tolerance import ToleranceOverride, TolerancePolicy
@@ -270,7 +270,7 @@ def test_incremental_refresh_equals_cold_compare(tmp_path, monkeypatch) -> None:
     write_run(logdir, "tf2", range(50, 100), cand_at, side="tf2")
     assert reader.reload()
     computed = []
-    from tb_parity_plugin import compare as compare_module
+    from tb_parity_plugin import engine as compare_module
 
     original = compare_module._Pair.verdicts
 

@@ -1,6 +1,6 @@
 """The tb_parity tab in a real TensorBoard and a real chromium, on the demo logs.
 
-Expected verdicts come from the engine (``tb_parity_plugin.compare``), so the test
+Expected verdicts come from the engine (``tb_parity_plugin.engine``), so the test
 checks that the tab shows the engine's answer; the demo's planted facts (lr first
 in lr_offbyone, NaN at the nan pair's loss) are asserted too.
 """
