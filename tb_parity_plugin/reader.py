@@ -19,18 +19,18 @@ order, then record order); nothing outside the logdir is read.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
-import struct
 import threading
-from typing import Any, BinaryIO, Callable, Iterator, NamedTuple, Optional, Union
+from typing import Any, BinaryIO, Iterator, NamedTuple, Optional, Union
 
 import numpy as np
 from google.protobuf.message import DecodeError
-from tensorboard.compat.proto import event_pb2, tensor_pb2, types_pb2
+from tensorboard.compat.proto import event_pb2, types_pb2
 
-from tb_parity_plugin import event_file, metadata
+from tb_parity_plugin import event_file, event_scan, metadata
 
 try:  # ships with TensorFlow; without it bfloat16 values are widened to float32
     import ml_dtypes
@@ -41,12 +41,10 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 #: Bytes read per chunk; a record larger than this is read whole.
 CHUNK_SIZE = 16 << 20
-_HEADER = struct.Struct("<QI")  # uint64 length, uint32 masked crc of the length
-_FOOTER = struct.Struct("<I")
-_F32 = struct.Struct("<f")
-#: Records at least this big are walked without protobuf (see _walk_event).
-WALK_BYTES = 1 << 16
-_HEAD, _FOOT = event_file.HEADER_SIZE, event_file.FOOTER_SIZE
+#: Records are filed through event_scan's templates (False: protobuf only; tests compare both).
+FAST_PATH = True
+_MAX_TEMPLATES = 4  # per uniform run of records; what no template matches goes to protobuf
+_HEAD = event_file.HEADER_SIZE
 _MARK = metadata.TAG_PREFIX.encode("utf-8")
 _SCALAR_KEYS = {tag: key for key, tag in metadata.SCALAR_TAGS.items()}
 
@@ -174,39 +172,36 @@ class _Column:
         self.row_shape, self.dtype = row_shape, dtype
         self._rows = np.empty((0, *row_shape), dtype)
         self._row_bytes = max(1, int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize)
-        self._steps: list[int] = []
-        self._files: list[int] = []
-        self._offsets: list[int] = []
+        self._meta = np.empty((0, 3), np.int64)  # per row: step, file id, record offset
+        self._n = 0
         self._increasing = True  # steps strictly increasing in arrival order: nothing to dedupe
         self._resolved: Optional[tuple] = None
 
-    def append(self, step: int, file_id: int, offset: int, block: np.ndarray, hint: tuple = (0, 0)) -> None:
-        """Add one block; ``hint`` = (records, bytes) left in the file, to size growth."""
-        n = len(self._steps)
-        if n == len(self._rows):
+    def extend(self, steps: np.ndarray, file_id: int, offsets: np.ndarray, blocks: np.ndarray, hint: tuple = (0, 0)) -> None:
+        """Add ``len(steps)`` blocks; ``hint`` = (records, bytes) left in the file, to size growth."""
+        n, k = self._n, len(steps)
+        if n + k > len(self._rows):
             records_left, bytes_left = hint
-            extra = max(n, 1, min(records_left, bytes_left // self._row_bytes))
-            grown = np.empty((n + extra, *self.row_shape), self.dtype)
-            grown[:n] = self._rows[:n]
-            self._rows = grown
-        self._rows[n] = block
-        if n and step <= self._steps[-1]:
-            self._increasing = False
-        self._steps.append(step)
-        self._files.append(file_id)
-        self._offsets.append(offset)
+            extra = max(n, k, min(records_left, bytes_left // self._row_bytes))
+            self._rows = _grown(self._rows, n, n + extra)
+            self._meta = _grown(self._meta, n, n + extra)
+        self._rows[n : n + k] = blocks
+        meta = self._meta[n : n + k]
+        meta[:, 0], meta[:, 1], meta[:, 2] = steps, file_id, offsets
+        if k and self._increasing:
+            self._increasing = bool((n == 0 or steps[0] > self._meta[n - 1, 0]) and (k == 1 or (np.diff(steps) > 0).all()))
+        self._n = n + k
         self._resolved = None
 
     def rows(self) -> np.ndarray:
         """All blocks in arrival order, ``[n, *row_shape]`` (a view)."""
-        return self._rows[: len(self._steps)]
+        return self._rows[: self._n]
 
     def resolve(self, rank_of: np.ndarray) -> tuple[np.ndarray, Union[slice, np.ndarray], np.ndarray, np.ndarray]:
         """(unique sorted steps, row index, file ranks, offsets) of the winning rows."""
         if self._resolved is None or self._resolved[0] is not rank_of:
-            steps = np.asarray(self._steps, dtype=np.int64)
-            ranks = rank_of[np.asarray(self._files, dtype=np.int64)]
-            offsets = np.asarray(self._offsets, dtype=np.int64)
+            meta = self._meta[: self._n]
+            steps, ranks, offsets = meta[:, 0].copy(), rank_of[meta[:, 1]], meta[:, 2].copy()
             index: Union[slice, np.ndarray]
             if self._increasing:
                 index = slice(0, len(steps))
@@ -214,6 +209,13 @@ class _Column:
                 index = _last_wins(steps, ranks, offsets)
             self._resolved = (rank_of, (steps[index], index, ranks[index], offsets[index]))
         return self._resolved[1]
+
+
+def _grown(array: np.ndarray, used: int, capacity: int) -> np.ndarray:
+    """A ``capacity``-row copy of ``array``'s first ``used`` rows (the rest uninitialised)."""
+    grown = np.empty((capacity, *array.shape[1:]), array.dtype)
+    grown[:used] = array[:used]
+    return grown
 
 
 @dataclasses.dataclass
@@ -227,14 +229,14 @@ class _FileState:
 
 
 class _Item(NamedTuple):
-    """One useful summary value of an event, before it is filed into a run."""
+    """Values of one of our tags at one or more records, before they are filed into a run."""
 
     what: str  # "layout" | "stats" | "values" | "info" | "scalar"
     key: str  # layout hash or scalar key
     dtype: str
-    step: int
-    offset: int
-    data: Any
+    steps: np.ndarray  # int64 [n]
+    offsets: np.ndarray  # int64 [n], record offsets in the file
+    data: Any  # [n, ...] array; a Layout or dict (n == 1) for "layout" and "info"
 
 
 class _RunState:
@@ -281,7 +283,7 @@ class _RunState:
             column = self.scalars.get(item.key)
             if column is None:
                 column = self.scalars[item.key] = _Column((), np.dtype(np.float64))
-            column.append(item.step, fs.file_id, item.offset, np.float64(item.data), self._hint)
+            column.extend(item.steps, fs.file_id, item.offsets, item.data, self._hint)
         elif item.what == "layout":
             if item.key not in self.layouts:
                 self.layouts[item.key] = item.data
@@ -305,12 +307,11 @@ class _RunState:
             column = self.values.get((item.key, item.dtype))
             if column is None:
                 column = self.values[(item.key, item.dtype)] = _Column(shape, np_dtype(item.dtype))
-        if item.data.shape != shape:
-            self.problems.append(
-                ReadProblem(rel, item.offset, f"{item.what} block of shape {list(item.data.shape)}, layout needs {list(shape)}")
-            )
+        if item.data.shape[1:] != shape:
+            message = f"{item.what} block of shape {list(item.data.shape[1:])}, layout needs {list(shape)}"
+            self.problems.extend(ReadProblem(rel, int(offset), message) for offset in item.offsets)
             return
-        column.append(item.step, file_id, item.offset, item.data, self._hint)
+        column.extend(item.steps, file_id, item.offsets, item.data, self._hint)
 
     def _width(self, layout_hash: str, dtype: str) -> int:
         key = (layout_hash, dtype)
@@ -333,7 +334,7 @@ class _RunState:
         for key, column in self.scalars.items():
             steps, index, _, _ = column.resolve(self._rank_of)
             scalars[key] = (steps, _readonly(column.rows()[index]))
-        all_steps = [series.steps for series in tensors.values()]
+        all_steps = list({id(series.steps): series.steps for series in tensors.values()}.values())  # shared per layout
         self._snapshot = RunData(
             name=self.name,
             tensors=tensors,
@@ -385,7 +386,7 @@ def _align(steps: np.ndarray, resolved: tuple, column: _Column) -> Optional[np.n
     pos = np.searchsorted(v_steps, steps)
     if len(v_steps) == 0 or np.any(pos >= len(v_steps)) or not np.array_equal(v_steps[np.minimum(pos, len(v_steps) - 1)], steps):
         return None
-    rows = np.arange(len(column._steps))[v_index][pos]
+    rows = np.arange(len(column.rows()))[v_index][pos]
     return _readonly(column.rows()[rows])
 
 
@@ -405,170 +406,143 @@ def _merge(parts: list[tuple]) -> TensorSeries:
     return TensorSeries(spec.kind, spec.name, spec.order, spec.dtype, tuple(spec.shape), steps, stats, values)
 
 
-def _parse_event(payload: memoryview, offset: int, out: list, problems: list, rel: str) -> None:
-    """Append the tb-parity items of one event, parsed by protobuf; DecodeError if broken."""
+def _parse_event(buf: bytearray, start: int, length: int, base: int, out: list, problems: list, rel: str) -> None:
+    """Append the tb-parity items of the record at ``buf[start:]``, parsed by protobuf.
+
+    Raises DecodeError if the event does not parse. The slow path: layouts, run info,
+    typed tensor fields and anything :mod:`event_scan` does not describe exactly.
+    """
     event = event_pb2.Event()
-    event.ParseFromString(payload)
+    event.ParseFromString(memoryview(buf)[start : start + length].toreadonly())
     if not event.HasField("summary"):
         return
-    step = event.step
+    offset = base + start - _HEAD
+    steps, offsets = np.array([event.step], np.int64), np.array([offset], np.int64)
     for value in event.summary.value:
-        tag, simple = value.tag, None
-        if tag in _SCALAR_KEYS:  # scalars skip decode_tensor: they are a third of a stats-only log's values
-            if value.WhichOneof("value") == "simple_value":
-                simple = value.simple_value
-            elif len(value.tensor.float_val) == 1:
-                simple = value.tensor.float_val[0]
-        _add_item(tag, step, offset, lambda v=value: decode_tensor(v.tensor), simple, out, problems, rel)
-
-
-class _Malformed(Exception):
-    """The wire walker met something it does not handle; protobuf decides instead."""
-
-
-def _varint(buf: bytearray, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise _Malformed
-
-
-def _fields(buf: bytearray, pos: int, end: int) -> Iterator[tuple[int, int, Any]]:
-    """(field number, wire type, varint value or byte position or (start, end) span) of one message."""
-    try:
-        while pos < end:
-            key, pos = _varint(buf, pos)
-            wire = key & 7
-            if wire == 0:
-                value, pos = _varint(buf, pos)
-            elif wire == 2:
-                length, pos = _varint(buf, pos)
-                value, pos = (pos, pos + length), pos + length
-            elif wire in (1, 5):
-                value, pos = pos, pos + (8 if wire == 1 else 4)
-            else:
-                raise _Malformed
-            if pos > end:
-                raise _Malformed
-            yield key >> 3, wire, value
-    except IndexError:
-        raise _Malformed from None
-
-
-def _walk_event(buf: bytearray, start: int, end: int, offset: int, out: list, problems: list, rel: str) -> None:
-    """Like :func:`_parse_event`, but tensor_content stays a zero-copy view into ``buf``.
-
-    Why: for big records protobuf's copies (into its arena, then into a Python bytes)
-    cost more than framing the record; this walks Event.summary.value[].tensor
-    (field numbers from event.proto, summary.proto, tensor.proto) instead. Raises
-    _Malformed on anything unexpected. The views must be copied before ``buf`` is reused.
-    """
-    step, summary = 0, None
-    for field, wire, value in _fields(buf, start, end):
-        if field == 2 and wire == 0:
-            step = value - (1 << 64) if value >= 1 << 63 else value
-        elif field == 5 and wire == 2:
-            summary = value
-    for field, wire, span in _fields(buf, *summary) if summary else ():
-        if field != 1 or wire != 2:
+        route = _route(value.tag)
+        if route is None:
             continue
-        tag, tensor, simple = "", None, None
-        for f, w, value in _fields(buf, *span):
-            if f == 1 and w == 2:
-                tag = buf[value[0] : value[1]].decode("utf-8")
-            elif f == 8 and w == 2:
-                tensor = value
-            elif f == 2 and w == 5:
-                simple = _F32.unpack_from(buf, value)[0]
-        _add_item(tag, step, offset, lambda t=tensor: _span_tensor(buf, t), simple, out, problems, rel)
+        try:
+            if route[0] == "scalar" and value.WhichOneof("value") == "simple_value":
+                array = np.array([value.simple_value])
+            elif route[0] == "scalar" and len(value.tensor.float_val) == 1 and not value.tensor.tensor_content:
+                array = np.array([value.tensor.float_val[0]])
+            else:
+                array = decode_tensor(value.tensor)[None]
+            out.append(_make_item(route, steps, offsets, array))
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+            problems.append(ReadProblem(rel, offset, f"bad {value.tag!r} value: {exc}"))
 
 
-def _span_tensor(buf: bytearray, span: Optional[tuple[int, int]]) -> np.ndarray:
-    """The TensorProto at ``span``: a view of its tensor_content, else via protobuf."""
-    if span is None:
-        raise ValueError("no tensor")
-    dtype, dims, content, plain = 0, [], None, True
-    for field, wire, value in _fields(buf, *span):
-        if field == 1 and wire == 0:
-            dtype = value
-        elif field == 2 and wire == 2:  # TensorShapeProto.dim[].size
-            dims = [size for f, w, dim in _fields(buf, *value) if f == 2 and w == 2 for g, v, size in _fields(buf, *dim) if g == 1 and v == 0]
-        elif field == 4 and wire == 2:
-            content = value
-        elif field != 3:  # anything but version_number: typed values, handles, ...
-            plain = False
-    if content is None or not plain or dtype not in _DECODE or (dtype == types_pb2.DT_BFLOAT16 and _BFLOAT16 is None):
-        return decode_tensor(tensor_pb2.TensorProto.FromString(bytes(buf[span[0] : span[1]])))
-    np_type = np.dtype(_DECODE[dtype][0])
-    count, extra = divmod(content[1] - content[0], np_type.itemsize)
-    if extra or count != math.prod(dims):
-        raise ValueError(f"tensor_content of {content[1] - content[0]} bytes for shape {dims}")
-    return np.frombuffer(buf, np_type, count, content[0]).reshape(dims)
-
-
-def _add_item(tag: str, step: int, offset: int, tensor: Callable[[], np.ndarray], simple: Optional[float],
-              out: list, problems: list, rel: str) -> None:
-    """Append the item of one summary value if it is ours; bad content becomes a ReadProblem."""
+@functools.lru_cache(maxsize=4096)
+def _route(tag: str) -> Optional[tuple[str, str, str]]:
+    """(what, key, dtype) of one of our tags, None for other tools' or newer formats' tags."""
     if not tag.startswith(metadata.TAG_PREFIX):
         at = tag.find("/" + metadata.TAG_PREFIX)  # a tf.name_scope prefix
         if at < 0:
-            return
+            return None
         tag = tag[at + 1 :]
-    try:
-        item = _item(tag, step, offset, tensor, simple)
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
-        problems.append(ReadProblem(rel, offset, f"bad {tag!r} value: {exc}"))
-        return
-    if item is not None:
-        out.append(item)
-
-
-def _item(tag: str, step: int, offset: int, tensor: Callable[[], np.ndarray], simple: Optional[float]) -> Optional[_Item]:
     head, _, rest = tag[len(metadata.TAG_PREFIX) :].partition("/")
     if head == "stats":
-        return _Item("stats", rest, "", step, offset, tensor().astype(np.float64, copy=False))
+        return ("stats", rest, "")
     if head == "values":
         layout_hash, _, dtype = rest.partition("/")
-        return _Item("values", layout_hash, dtype, step, offset, tensor().reshape(-1).astype(np_dtype(dtype), copy=False))
+        return ("values", layout_hash, dtype)
     if head == "layout":
-        return _Item("layout", rest, "", step, offset, metadata.Layout.from_json_bytes(tensor().reshape(-1)[0]))
+        return ("layout", rest, "")
     if tag in _SCALAR_KEYS:
-        number = simple if simple is not None else float(tensor().reshape(-1)[0])
-        return _Item("scalar", _SCALAR_KEYS[tag], "", step, offset, number)
+        return ("scalar", _SCALAR_KEYS[tag], "")
     if tag == metadata.RUN_INFO_TAG:
-        info = json.loads(tensor().reshape(-1)[0].decode("utf-8"))
-        return _Item("info", "", "", step, offset, info if isinstance(info, dict) else {})
-    return None  # a tag of a later format version, or another tool's
+        return ("info", "", "")
+    return None
 
 
-def scan_records(buf: Union[bytes, bytearray], end: int, base: int) -> tuple[list, int, int, Optional[str]]:
-    """Frame the complete records in ``buf[:end]`` (read at file offset ``base``).
+def _wanted(tag: str) -> Optional[bool]:
+    """For event_scan: file per step (True), skip (False), or protobuf only (None)."""
+    route = _route(tag)
+    if route is None:
+        return False
+    return None if route[0] in ("layout", "info") else True
 
-    Returns (records as (file offset, read-only payload view), bytes consumed, bytes
-    needed to complete the next record (0 if none started), corruption message or
-    None). The length CRC and the data CRC of every record are checked, zero-copy.
+
+def _make_item(route: tuple[str, str, str], steps: np.ndarray, offsets: np.ndarray, array: np.ndarray) -> _Item:
+    """The item of ``len(steps)`` values of one tag; ``array`` is ``[n, *tensor shape]``.
+
+    One function for both paths, so they convert (and fail) the same way.
     """
-    view = memoryview(buf).toreadonly()  # protobuf parses read-only buffers
-    u8 = np.frombuffer(buf, dtype=np.uint8)  # google_crc32c rejects memoryviews, takes arrays
-    crc, records, pos = event_file.masked_crc32c, [], 0
-    while pos + _HEAD <= end:
-        length, length_crc = _HEADER.unpack_from(buf, pos)
-        if crc(u8[pos : pos + 8]) != length_crc:
-            return records, pos, 0, "length CRC mismatch (corrupt record header)"
-        data_end = pos + _HEAD + length
-        if data_end + _FOOT > end:
-            return records, pos, _HEAD + length + _FOOT, None
-        if crc(u8[pos + _HEAD : data_end]) != _FOOTER.unpack_from(buf, data_end)[0]:
-            return records, pos, 0, "data CRC mismatch (corrupt record)"
-        records.append((base + pos, view[pos + _HEAD : data_end]))
-        pos = data_end + _FOOT
-    return records, pos, (_HEAD if pos < end else 0), None
+    what, key, dtype = route
+    n = len(steps)
+    if what == "stats":
+        data: Any = array.astype(np.float64, copy=False)
+    elif what == "values":
+        data = array.reshape(n, -1).astype(np_dtype(dtype), copy=False)
+    elif what == "scalar":
+        data = array.reshape(n, -1)[:, 0].astype(np.float64)
+    elif what == "layout":
+        data = metadata.Layout.from_json_bytes(array.reshape(-1)[0])
+    else:
+        info = json.loads(array.reshape(-1)[0].decode("utf-8"))
+        data = info if isinstance(info, dict) else {}
+    return _Item(what, key, dtype, steps, offsets, data)
+
+
+def _scan_chunk(buf: bytearray, framed: event_scan.Framed, base: int, rel: str) -> tuple[list, list]:
+    """Items and problems of a chunk's marked records (event_scan first, protobuf for the rest).
+
+    Raises DecodeError for an unparsable event (callers then use :func:`_parse_in_order`).
+    """
+    items: list[_Item] = []
+    problems: list[ReadProblem] = []
+    for run in event_scan.uniform_runs(framed.starts, framed.lengths):
+        left = _scan_run(buf, run, base, items, problems, rel) if FAST_PATH else range(run.count)
+        for i in left:
+            _parse_event(buf, run.first + i * run.stride, run.length, base, items, problems, rel)
+    items.sort(key=lambda item: item.offsets[0])  # stable: record order, then value order
+    problems.sort(key=lambda problem: problem.offset)
+    return items, problems
+
+
+def _scan_run(buf: bytearray, run: event_scan.Uniform, base: int, items: list, problems: list, rel: str) -> list[int]:
+    """File the records of a uniform run that match a template; returns the rest's indices."""
+    rows = event_scan.rows_view(buf, run)
+    todo = np.ones(run.count, dtype=bool)
+    slow: list[int] = []
+    for _ in range(_MAX_TEMPLATES):
+        seed = int(np.argmax(todo))
+        start = run.first + seed * run.stride
+        template = event_scan.build_template(buf, start, run.length, _wanted)
+        if template is not None:  # protobuf validates the seed's fixed bytes (UTF-8 of strings, ...)
+            event_pb2.Event.FromString(memoryview(buf)[start : start + run.length].toreadonly())
+        if template is None:
+            slow.append(seed)
+            todo[seed] = False
+        else:
+            ok = template.matches(rows) & todo
+            todo &= ~ok
+            every = bool(ok.all())
+            steps = template.steps(rows) if every else template.steps(rows)[ok]
+            offsets = base - _HEAD + run.first + run.stride * np.flatnonzero(ok)
+            for slot in template.slots:
+                array = event_scan.slot_array(buf, run, slot)
+                try:
+                    items.append(_make_item(_route(slot.tag), steps, offsets, array if every else array[ok]))
+                except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+                    problems.extend(ReadProblem(rel, int(o), f"bad {slot.tag!r} value: {exc}") for o in offsets)
+        if not todo.any():
+            break
+    return sorted(slow + np.flatnonzero(todo).tolist())
+
+
+def _parse_in_order(buf: bytearray, framed: event_scan.Framed, base: int, rel: str) -> tuple[list, list, Optional[tuple]]:
+    """Protobuf only, record by record, up to the first unparsable one: (its offset, message) or None."""
+    items: list[_Item] = []
+    problems: list[ReadProblem] = []
+    for start, length in zip(framed.starts, framed.lengths):
+        try:
+            _parse_event(buf, start, length, base, items, problems, rel)
+        except DecodeError as exc:
+            return items, problems, (base + start - _HEAD, f"unparsable event: {exc}")
+    return items, problems, None
 
 
 class LogdirReader:
@@ -592,7 +566,7 @@ class LogdirReader:
         self._loaded = False
         #: Bytes of complete records consumed so far (an incremental reload adds only what was appended).
         self.bytes_read = 0
-        self._buffer = bytearray(0)
+        self._buffer = event_scan.new_buffer(0)
 
     def reload(self) -> bool:
         """Read whatever was appended since the last call; True if anything new was read."""
@@ -678,23 +652,6 @@ class LogdirReader:
                 runs[os.path.relpath(dirpath, self._root).replace(os.sep, "/")] = files
         return runs
 
-    @staticmethod
-    def _parse(buf: bytearray, start: int, stop: int, payload: memoryview, offset: int,
-               items: list, problems: list, rel: str) -> None:
-        """Items of one record: big ones walked zero-copy, the rest (and anything odd) by protobuf."""
-        if stop - start >= WALK_BYTES:
-            walked: list = []
-            found: list = []
-            try:
-                _walk_event(buf, start, stop, offset, walked, found, rel)
-            except _Malformed:
-                pass
-            else:
-                items.extend(walked)
-                problems.extend(found)
-                return
-        _parse_event(payload, offset, items, problems, rel)
-
     def _read_file(self, state: _RunState, fs: _FileState) -> bool:
         """Read ``fs`` from its last good offset to the end; True if it yielded anything."""
         if fs.stopped:
@@ -711,27 +668,23 @@ class LogdirReader:
         changed, want = False, CHUNK_SIZE
         while fs.offset < size:
             if len(self._buffer) < want:
-                self._buffer = bytearray(want)
+                self._buffer = event_scan.new_buffer(want)
             buf = self._buffer  # reused: fresh memory per chunk would cost page faults
             fs.handle.seek(fs.offset)
             end = fs.handle.readinto(memoryview(buf)[:want])
-            records, used, need, error = scan_records(buf, end, fs.offset)
-            items: list[_Item] = []
-            problems: list[ReadProblem] = []
-            for offset, payload in records:
-                start = offset - fs.offset + _HEAD
-                if buf.find(_MARK, start, start + len(payload)) < 0:
-                    continue  # CRC-checked, but not ours: skip the parse
-                try:
-                    self._parse(buf, start, start + len(payload), payload, offset, items, problems, fs.rel)
-                except DecodeError as exc:
-                    error, used = f"unparsable event: {exc}", offset - fs.offset
-                    break
+            framed = event_scan.frame(buf, end, _MARK)
+            used, error = framed.used, framed.error
+            try:
+                items, problems = _scan_chunk(buf, framed, fs.offset, fs.rel)
+            except DecodeError:  # redo in record order to stop exactly at the first bad event
+                items, problems, bad = _parse_in_order(buf, framed, fs.offset, fs.rel)
+                if bad is not None:
+                    used, error = bad[0] - fs.offset, bad[1]
             if error is not None:
                 problems.append(ReadProblem(fs.rel, fs.offset + used, error))
                 fs.stopped = True
             left = size - fs.offset  # from this chunk on, so the chunk's own blocks count
-            hint = (left * len(records) // used if used else 0, left)
+            hint = (left * framed.records // used if used else 0, left)
             with self._lock:
                 state.ingest(fs, items, problems, hint)
             changed |= bool(items or problems)
@@ -739,5 +692,5 @@ class LogdirReader:
             self.bytes_read += used
             if error is not None or end < want:
                 break  # end of file (a partial record stays for the next reload)
-            want = max(CHUNK_SIZE, need)
+            want = max(CHUNK_SIZE, framed.need)
         return changed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import struct
@@ -24,12 +25,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def step_tensors(step: int, name: str = "dense/kernel:0") -> list:
     """A small step: lr, one weight with values, a big grad (stats only), loss."""
-    rng = np.random.default_rng(step)
+    rng = np.random.default_rng(abs(step))
     return [
-        ("lr", "lr", np.float32(0.1 / (step + 1))),
+        ("lr", "lr", np.float32(0.1 / (abs(step) + 1))),
         ("weight", name, rng.standard_normal((3, 4)).astype(np.float32)),
         ("grad", "big", rng.standard_normal(5000).astype(np.float32)),
-        ("loss", "loss", np.float32(1.0 / (step + 1))),
+        ("loss", "loss", np.float32(1.0 / (abs(step) + 1))),
     ]
 
 
@@ -346,7 +347,7 @@ def test_reader_import_does_not_import_tensorflow():
     assert proc.stdout.strip() == "[]"
 
 
-def test_real_tf_summary_write(tmp_path):
+def test_real_tf_summary_write(tmp_path, monkeypatch):
     tf = pytest.importorskip("tensorflow")
 
     weight = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -374,12 +375,31 @@ def test_real_tf_summary_write(tmp_path):
     np.testing.assert_array_equal(run.tensors[("activation", "h")].values[1], half)
     np.testing.assert_array_equal(run.tensors[("lr", "lr")].values[:, 0], [0, 0.5, 1.0])
     np.testing.assert_array_equal(run.scalars["lr"][1], [0, 0.5, 1.0])
+    _both_paths(str(tmp_path), monkeypatch)  # TF's own framing of each value takes the fast path too
 
 
-def test_big_records_walked_without_protobuf_match_protobuf(tmp_path, monkeypatch):
-    """Records >= WALK_BYTES take the zero-copy wire walker; it must agree with protobuf."""
+def _both_paths(logdir: str, monkeypatch) -> dict:
+    """_summarise (plus problems) via event_scan templates and via protobuf only; they must agree."""
     from tb_parity_plugin import reader as reader_module
 
+    def digest() -> dict:
+        reader = LogdirReader(logdir)
+        return {"runs": _summarise(logdir), "problems": [list(map(str, dataclasses.astuple(p))) for p in reader.problems]}
+
+    calls = []
+    real = reader_module._parse_event
+    monkeypatch.setattr(reader_module, "_parse_event", lambda *a: calls.append(a[1]) or real(*a))
+    fast = digest()
+    fast_calls = len(calls)
+    monkeypatch.setattr(reader_module, "FAST_PATH", False)
+    calls.clear()
+    assert digest() == fast
+    assert fast_calls < len(calls) or not calls
+    return fast
+
+
+def test_fast_path_matches_protobuf_big_and_small_records(tmp_path, monkeypatch):
+    """Uniform runs of records are cut out by template; protobuf must give the same result."""
     writer = BlockWriter(str(tmp_path / "run"))
     rng = np.random.default_rng(1)
     for step in range(3):
@@ -388,12 +408,51 @@ def test_big_records_walked_without_protobuf_match_protobuf(tmp_path, monkeypatc
         writer.write_arrays(step, [("lr", "lr", np.float32(0.1)), ("weight", "big", big),
                                    ("grad", "half", big[:100].astype(np.float16))], full_values_limit=20000)
     writer.close()
-    assert os.path.getsize(writer.path) > 3 * reader_module.WALK_BYTES
-    walked = _summarise(str(tmp_path))
-    monkeypatch.setattr(reader_module, "WALK_BYTES", 1 << 62)
-    assert _summarise(str(tmp_path)) == walked
+    write_run(str(tmp_path / "long"), range(300)).close()  # step varint grows from 1 to 2 bytes at 128
+    write_run(str(tmp_path / "neg"), [-3, 0, 1, 2, 1 << 40], name="w").close()  # negative: a 10-byte varint
+    _both_paths(str(tmp_path), monkeypatch)
     run = LogdirReader(str(tmp_path)).run("run")
     assert np.isnan(run.tensors[("weight", "big")].values[2, 2])
+    np.testing.assert_array_equal(LogdirReader(str(tmp_path)).run("neg").steps, [-3, 0, 1, 2, 1 << 40])
+
+
+def test_fast_path_falls_back_on_odd_records(tmp_path, monkeypatch):
+    """Equal-length records that differ in structure, other tools' varying values, typed
+    fields, name scopes and a bad block all give what protobuf gives."""
+    layout = build_layout([("weight", "w", "float32", (2,)), ("grad", "g", "float32", (2,))])
+    h = layout.hash
+    out = event_file.EventFileWriter(str(tmp_path / "run"))
+    stats = np.stack([health.health_numpy(np.array([1.0, 2.0], np.float32))] * 2)
+    out.write_summary(0, summary_pb2.Summary(value=[_summary_value(metadata.layout_tag(h), np.array(layout.to_json_bytes(), dtype=object))]))
+    for step in range(1, 40):
+        values = [_summary_value(metadata.stats_tag(h), stats + step),
+                  _summary_value("other/x", np.float32(step), plugin="scalars"),  # not ours, varies
+                  _summary_value("scope/" + metadata.values_tag(h, "float32"), np.arange(4, dtype=np.float32) * step)]
+        if step % 3 == 0:  # same length, different tag: a second template in the same run
+            values[2] = _summary_value(metadata.values_tag(h, "float32")[:-7] + "int32", np.arange(4, dtype=np.int32) * step)
+        if step % 7 == 0:  # typed fields: protobuf only
+            values.append(summary_pb2.Summary.Value(tag=metadata.SCALAR_TAGS["loss"], simple_value=0.5 * step))
+        if step == 20:  # a stats block that does not fit the layout
+            values[0] = _summary_value(metadata.stats_tag(h), stats[:1])
+        out.write_summary(step, summary_pb2.Summary(value=values))
+    out.close()
+    digest = _both_paths(str(tmp_path), monkeypatch)
+    assert len(digest["problems"]) >= 1 and digest["runs"]["run"]["steps"][:3] == [1, 2, 3]
+
+
+def test_unparsable_event_stops_the_file_at_that_record(tmp_path, monkeypatch):
+    """A record with good CRCs but a broken Event stops the file there, on both paths."""
+    path = write_run(str(tmp_path / "run"), range(6)).path
+    data = bytearray(open(path, "rb").read())
+    bad = record_offsets(path)[5]
+    body = bytes(data[bad + 12 : bad + 12 + struct.unpack_from("<Q", data, bad)[0]])
+    broken = body[:-3] + b"\xff\xff\xff"  # a truncated field at the end
+    with open(path, "wb") as f:
+        f.write(bytes(data[:bad]) + event_file.frame_record(broken) + bytes(data[bad + 16 + len(body) :]))
+    digest = _both_paths(str(tmp_path), monkeypatch)
+    assert digest["runs"]["run"]["steps"] == [0, 1, 2]
+    (problem,) = LogdirReader(str(tmp_path)).problems
+    assert problem.offset == bad and "unparsable" in problem.message
 
 
 def test_decode_tensor_typed_fields_and_compression():
