@@ -2,11 +2,10 @@
 
 Why not TensorBoard's data provider: it samples (100 or 10 steps of a tensor
 series), and a parity tool must see every step. Why not ``EventFileLoader``: without
-TensorFlow its CRC path is pure Python (about 6 MB/s here). So this module frames
-TFRecords itself (``struct`` on big chunks, ``google_crc32c`` on zero-copy
-memoryviews), parses ``Event`` protos with protobuf, and keeps each step block as a
-numpy array, stacking them into ``[n_steps, ...]`` arrays only when a run is asked
-for after new data arrived.
+TensorFlow its CRC path is pure Python (about 6 MB/s here). So :mod:`event_scan`
+frames TFRecords (``struct`` on big chunks, ``google_crc32c`` on zero-copy views) and
+cuts each tag's blocks out of runs of identical records by template; protobuf parses
+the rest. Each tag's blocks are copied into one ``[n_steps, ...]`` array per run.
 
 Contract (docs/ARCHITECTURE.md): runs are the directories under the logdir holding
 ``*tfevents*`` files, files read in name order; one kept-open handle per file resumes
