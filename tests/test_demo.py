@@ -1,0 +1,56 @@
+"""The demo's planted bugs are found where they were planted, through the installed CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tb_parity_plugin import compare
+
+TB_PARITY = shutil.which("tb-parity", path=os.path.dirname(sys.executable)) or "tb-parity"
+
+
+def _diff(logdir: str) -> tuple[int, dict]:
+    proc = subprocess.run([TB_PARITY, "diff", logdir, "--json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode in (0, 1), proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_lr_off_by_one_diverges_first_on_lr_at_step_0(demo_logs: str) -> None:
+    code, report = _diff(os.path.join(demo_logs, "lr_offbyone"))
+    assert code == 1
+    assert (report["baseline"], report["candidate"]) == ("tf1", "tf2")
+    first = report["first_divergence"]
+    assert (first["step"], first["kind"], first["tensor"], first["reason"]) == (0, "lr", "lr", "value")
+    # polynomial decay 0.1 -> 0.01 over 40 steps: one step of the schedule is 0.00225
+    assert first["max_abs_diff"] == pytest.approx(0.00225, rel=1e-3)
+    assert report["unmatched"] == {"tf1": [], "tf2": []}
+    assert report["first_nonfinite"] == {"tf1": None, "tf2": None}
+
+
+def test_nan_pair_diverges_when_the_port_loss_turns_nonfinite(demo_logs: str) -> None:
+    code, report = _diff(os.path.join(demo_logs, "nan"))
+    assert code == 1
+    first = report["first_divergence"]
+    assert (first["kind"], first["tensor"], first["reason"]) == ("loss", "loss", "nonfinite")
+    assert report["first_nonfinite"]["tf1"] is None
+    assert report["first_nonfinite"]["tf2"] == {"step": first["step"], "tensor": "loss", "kind": "loss"}
+
+
+def test_clean_pair_agrees_and_names_align_across_scopes(demo_logs: str) -> None:
+    code, report = _diff(os.path.join(demo_logs, "clean"))
+    assert code == 0 and report["first_divergence"] is None
+    assert report["steps_compared"] == 40 and report["tensors_compared"] == 17
+    how = {(m["kind"], m["baseline"]): (m["candidate"], m["how"]) for m in report["mapping"]}
+    assert how[("weight", "dense/kernel:0")] == ("simple_model/dense/kernel:0", "canonical")
+
+
+def test_python_api_gives_the_cli_verdict(demo_logs: str) -> None:
+    for pair in ("lr_offbyone", "nan", "clean"):
+        _, cli_report = _diff(os.path.join(demo_logs, pair))
+        assert compare(os.path.join(demo_logs, pair)).to_dict() == cli_report
