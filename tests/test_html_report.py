@@ -4,7 +4,6 @@ nothing at all, and shows names holding HTML as text."""
 from __future__ import annotations
 
 import html
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,14 +17,7 @@ from tb_parity_plugin.writer import BlockWriter
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "artifacts"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
 EVIL = '<script>document.title="pwned"</script><img src=x onerror="document.title=\'pwned\'">'
-
-pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian chromium (make chromium)")
 
 
 @pytest.fixture(scope="module")
@@ -34,16 +26,6 @@ def demo_logs(tmp_path_factory) -> str:
     subprocess.run([sys.executable, "-m", "demo.write_logs", logdir, "--pairs", "lr_offbyone", "clean"],
                    cwd=REPO, check=True, capture_output=True)
     return logdir
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 def open_report(browser, path: Path, shot: str):

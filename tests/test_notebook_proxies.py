@@ -171,34 +171,27 @@ def test_a_dead_servers_record_is_not_reused(tmp_path, monkeypatch):
         stop_server(info.pid)
 
 
-@pytest.mark.skipif(not os.path.exists("/usr/bin/chromium"), reason="needs Debian chromium (make chromium)")
-def test_jupyter_markup_in_a_browser_frames_the_server_on_the_notebook_pages_host(server, jupyter_cells, tmp_path):
+def test_jupyter_markup_in_a_browser_frames_the_server_on_the_notebook_pages_host(server, jupyter_cells, tmp_path, browser):
     """The cell's HTML, served like a notebook page from 127.0.0.1: its script points the
     frame at that host on TensorBoard's port, and the frame loads our view."""
     import functools
     import http.server
     import threading
 
-    from playwright.sync_api import sync_playwright
-
     _, info = server
     (tmp_path / "nb.html").write_text("<!DOCTYPE html><body>" + outputs(jupyter_cells[0], "text/html")[0])
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
     pages = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=pages.serve_forever, daemon=True).start()
-    args = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+    page = browser.new_page()
     try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=args)
-            page = browser.new_page()
-            page.goto(f"http://127.0.0.1:{pages.server_address[1]}/nb.html")
-            src = page.locator("iframe.tb-parity-view").get_attribute("src")
-            view = f"http://127.0.0.1:{info.port}/data/plugin_entry.html?name=tb_parity"
-            assert src == view + FRAGMENT
-            (frame,) = page.main_frame.child_frames
-            frame.wait_for_url(re.compile(rf"http://127\.0\.0\.1:{info.port}/data/.*"))
-            assert frame.locator("base").get_attribute("href") == "plugin/tb_parity/"  # the entry page
-            browser.close()
+        page.goto(f"http://127.0.0.1:{pages.server_address[1]}/nb.html")
+        src = page.locator("iframe.tb-parity-view").get_attribute("src")
+        view = f"http://127.0.0.1:{info.port}/data/plugin_entry.html?name=tb_parity"
+        assert src == view + FRAGMENT
+        (frame,) = page.main_frame.child_frames
+        frame.wait_for_url(re.compile(rf"http://127\.0\.0\.1:{info.port}/data/.*"), timeout=120_000)
+        assert frame.locator("base").get_attribute("href") == "plugin/tb_parity/"  # the entry page
     finally:
+        page.close()
         pages.shutdown()

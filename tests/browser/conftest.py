@@ -24,17 +24,13 @@ import plugin_fixtures as fx  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ARTIFACTS = os.path.join(REPO, "artifacts", "browser")
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
 SERVERS = {
     "load_fast_true": ["--load_fast=true"],
     "load_fast_false": ["--load_fast=false"],
     "path_prefix": ["--load_fast=false", "--path_prefix=/proxy/tb"],
 }
 
-playwright_sync = pytest.importorskip("playwright.sync_api")
+pytest.importorskip("playwright.sync_api")
 if not os.path.exists(CHROMIUM):
     if os.environ.get("CI"):  # CI installs it through `make test`: missing means broken
         raise RuntimeError(f"{CHROMIUM} is missing; `make chromium` installs it")
@@ -82,14 +78,6 @@ def server(request: pytest.FixtureRequest, demo_logdir: str) -> Iterator[str]:
         proc.terminate()
         proc.wait(timeout=30)
         log.close()
-
-
-@pytest.fixture(scope="session")
-def browser() -> Iterator[object]:
-    with playwright_sync.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture
