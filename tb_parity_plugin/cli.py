@@ -45,13 +45,15 @@ def _parser() -> argparse.ArgumentParser:
         help="tolerance for tags <kind>/<name> matching a glob (or re:REGEX)",
     )
     diff.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    # Listed for --help only: main() hands `report` to report_cli before this parser runs.
+    sub.add_parser("report", help="write the comparison as one self-contained HTML file (see tb-parity report -h)")
     return parser
 
 
 def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     args = _parser().parse_args(argv)
     if args.command != "diff":
-        raise _UsageError("expected a command: tb-parity diff LOGDIR [options]")
+        raise _UsageError("expected a command: tb-parity diff LOGDIR [options] | tb-parity report LOGDIR -o FILE")
     if args.logdir is None and args.mapping and "=" not in args.mapping[-1]:
         args.logdir = args.mapping.pop()  # `--map A=B LOGDIR`: --map swallowed the logdir
     if args.logdir is None:

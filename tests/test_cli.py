@@ -265,3 +265,13 @@ def test_console_script_subprocess(tmp_path) -> None:
     assert json.loads(proc.stdout)["first_divergence"]["step"] == 3
     proc = subprocess.run([script, "diff", str(tmp_path / "nope")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_help_lists_both_commands(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--help"])
+    assert exit_.value.code == 0
+    usage = capsys.readouterr().out
+    assert "diff" in usage and "report" in usage
+    code, out, err = run_cli()
+    assert code == 2 and out == "" and "tb-parity diff" in err and "tb-parity report" in err
