@@ -97,17 +97,19 @@ def _canonical_names(series: Sequence[SeriesLike], renumber: bool) -> list[str]:
     return _renumber(names) if renumber else names
 
 
-def _parse_mapping(item: str) -> tuple[Optional[re.Pattern], str, str]:
-    """``OLD=NEW`` or ``re:PATTERN=REPL`` (the first ``=`` separates)."""
+def parse_mapping(item: str) -> tuple[Optional[re.Pattern], str, str]:
+    """``OLD=NEW`` or ``re:PATTERN=REPL`` (the first ``=`` separates); ``ValueError`` if malformed."""
     text = item[3:] if item.startswith("re:") else item
     old, sep, new = text.partition("=")
     if not sep or not old:
         raise ValueError(f"mapping {item!r} is not OLD=NEW or re:PATTERN=REPL")
     if item.startswith("re:"):
         try:
-            return re.compile(old), old, new
+            regex = re.compile(old)
+            regex.sub(new, "")  # compiles REPL too: a bad group reference fails here, not mid-scan
         except re.error as exc:
             raise ValueError(f"mapping {item!r}: bad regex: {exc}") from None
+        return regex, old, new
     return None, old, new
 
 
@@ -148,7 +150,7 @@ class _Pairing:
         warnings = []
         cand_names = {(s.kind, s.name) for s in self.cand}
         for item in items:
-            regex, old, new = _parse_mapping(item)
+            regex, old, new = parse_mapping(item)
             used = False
             for s in self.base:
                 b = (s.kind, s.name)

@@ -52,23 +52,31 @@ class ComparisonCache:
         with self._lock:
             key_lock = self._locks.setdefault(key, threading.Lock())
         with key_lock:
-            generations = (base.generation, cand.generation)
-            with self._lock:
-                entry: Optional[Entry] = self._entries.get(key)
-                if entry is not None:
-                    self._entries.move_to_end(key)
-            if entry is None:
-                comparison = Comparison(base, cand, policy, mapping)
-                entry = Entry(comparison, generations, comparison.report())
-                self.computed += 1
-            elif entry.generations != generations:
-                entry.comparison.update(base, cand)
-                entry.generations, entry.report, entry.derived = generations, entry.comparison.report(), {}
-                self.updated += 1
-            result = fn(entry)
-            with self._lock:
-                self._entries[key] = entry
-                while len(self._entries) > self._capacity:
-                    old, _ = self._entries.popitem(last=False)
+            try:
+                return self._use_locked(key, base, cand, policy, mapping, fn)
+            finally:
+                with self._lock:  # a query that failed stores nothing: drop its lock too
+                    if key not in self._entries:
+                        self._locks.pop(key, None)
+
+    def _use_locked(self, key: Hashable, base: Any, cand: Any, policy: Any, mapping: tuple, fn: Callable[[Entry], T]) -> T:
+        generations = (base.generation, cand.generation)
+        with self._lock:
+            entry: Optional[Entry] = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+        if entry is None:
+            comparison = Comparison(base, cand, policy, mapping)
+            entry = Entry(comparison, generations, comparison.report())
+            self.computed += 1
+        elif entry.generations != generations:
+            entry.comparison.update(base, cand)
+            entry.generations, entry.report, entry.derived = generations, entry.comparison.report(), {}
+            self.updated += 1
+        with self._lock:  # stored before fn runs: a 404 for one tensor keeps the comparison
+            self._entries[key] = entry
+            while len(self._entries) > self._capacity:
+                old, _ = self._entries.popitem(last=False)
+                if old != key:
                     self._locks.pop(old, None)
-            return result
+        return fn(entry)

@@ -36,9 +36,6 @@ __all__ = [
 _IDX = metadata.STAT_INDEX
 _NONFINITE_COLS = [_IDX[f] for f in metadata.NONFINITE_FIELDS]
 _MOMENT_COLS = [_IDX[f] for f in metadata.MOMENT_FIELDS]
-#: The column compared when a refresh cannot prove old rows unchanged by memory identity:
-#: a step rewritten with other data changes its L2 norm.
-_FINGERPRINT = _IDX["l2"]
 _CHECK_COLS = [_IDX["dtype"], _IDX["rank"], _IDX["size"]] + _NONFINITE_COLS
 _FIGURES = ("max_abs_diff", "max_rel_diff", "cosine", "mismatch_fraction", "error_ratio")
 #: Bytes of data one scan chunk touches: big enough to amortise per-call overhead,
@@ -391,35 +388,23 @@ def _nested(a: np.ndarray) -> Any:
     return [_nested(x) for x in a] if a.ndim > 1 else [_json_float(x) for x in a.tolist()]
 
 
-class _FirstNonfinite:
+def _first_nonfinite(run: Any) -> Optional[dict]:
     """One run's earliest (step, tensor in execution order) holding NaN/Inf, from the counts.
 
-    Remembers per tensor how many rows it scanned, so an update reads only new rows
-    (a series whose old rows moved, e.g. an out-of-order step, is rescanned).
+    Scans every row on each call: a step rewritten later (last write wins) can gain or
+    lose a NaN, and one pass over three count columns per tensor costs about a millisecond
+    for 200 tensors x 2000 steps.
     """
-
-    def __init__(self) -> None:
-        self._seen: dict = {}  # key -> (rows scanned, last step scanned, first NaN/Inf step or None)
-
-    def find(self, run: Any) -> Optional[dict]:
-        best: Optional[tuple] = None
-        for key, series in run.tensors.items():
-            n = len(series.steps)
-            n0, last, hit = self._seen.get(key, (0, None, None))
-            if n < n0 or (n0 and int(series.steps[n0 - 1]) != last):
-                n0, hit = 0, None
-            if hit is None and n > n0:
-                rows = np.flatnonzero(series.stats[n0:, _NONFINITE_COLS].any(axis=1))
-                if len(rows):
-                    hit = int(series.steps[n0 + rows[0]])
-            self._seen[key] = (n, int(series.steps[-1]) if n else None, hit)
-            if hit is not None:
-                rank = (hit, align.execution_key(series))
-                if best is None or rank < best[0]:
-                    best = (rank, series)
-        if best is None:
-            return None
-        return {"step": best[0][0], "tensor": best[1].name, "kind": best[1].kind}
+    best: Optional[tuple] = None
+    for series in run.tensors.values():
+        rows = np.flatnonzero(series.stats[:, _NONFINITE_COLS].any(axis=1)) if len(series.steps) else ()
+        if len(rows):
+            rank = (int(series.steps[rows].min()), align.execution_key(series))
+            if best is None or rank < best[0]:
+                best = (rank, series)
+    if best is None:
+        return None
+    return {"step": best[0][0], "tensor": best[1].name, "kind": best[1].kind}
 
 
 class Comparison:
@@ -439,7 +424,6 @@ class Comparison:
         self._alignment: Optional[align.Alignment] = None
         self._keys: Optional[tuple] = None
         self.steps = np.zeros(0, dtype=np.int64)
-        self._nonfinite_scans: dict[str, _FirstNonfinite] = {}
         self.base = base
         self.cand = cand
         self.update(base, cand)
@@ -496,7 +480,7 @@ class Comparison:
         self._pairs = pairs
         self.steps = steps
         self.base, self.cand = base, cand
-        self._nonfinite = {run.name: self._nonfinite_scans.setdefault(run.name, _FirstNonfinite()).find(run) for run in (base, cand)}
+        self._nonfinite = {run.name: _first_nonfinite(run) for run in (base, cand)}
 
     @staticmethod
     def _reuse(old: _Pair, new: _Pair, same_prefix: Callable[[np.ndarray, np.ndarray, int], bool]) -> None:
@@ -512,7 +496,8 @@ class Comparison:
         for o, n, idx in ((old.base, new.base, old.ib[:keep]), (old.cand, new.cand, old.ic[:keep])):
             rows = idx[idx >= 0]
             if len(rows) and not _same_memory(o.stats, n.stats):
-                a, b = _rows(o.stats, rows)[:, _FINGERPRINT], _rows(n.stats, rows)[:, _FINGERPRINT]
+                # every statistic, not one: a rewrite can keep the L2 norm (e.g. signs flipped)
+                a, b = _rows(o.stats, rows), _rows(n.stats, rows)
                 if not np.array_equal(a, b, equal_nan=True):
                     return  # an already-compared step was rewritten (last write wins)
         new.reason[:keep] = old.reason[:keep]
@@ -629,12 +614,12 @@ class Comparison:
         return m.bucketed(max_steps) if max_steps else m
 
     def _pair(self, tensor: str) -> _Pair:
-        for p in self._pairs:
-            if tensor in (p.base.tag, p.base.name):
-                return p
-        for p in self._pairs:
-            if tensor in (p.cand.tag, p.cand.name):
-                return p
+        """Tags before names: an activation *named* ``grad/w`` must not shadow the tag ``grad/w``."""
+        for field in ("tag", "name"):
+            for side in ("base", "cand"):
+                for p in self._pairs:
+                    if getattr(getattr(p, side), field) == tensor:
+                        return p
         raise KeyError(f"no compared tensor {tensor!r}")
 
     def detail(self, tensor: str, step: Optional[int] = None) -> TensorDetail:

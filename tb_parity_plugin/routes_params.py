@@ -14,6 +14,7 @@ from typing import Iterable, Mapping, Optional
 
 from tensorboard import errors
 
+from tb_parity_plugin import align
 from tb_parity_plugin.tolerance import TolerancePolicy
 
 #: Parameters each route accepts; anything else is a 400 (catches typos like ``rtoll``).
@@ -125,8 +126,12 @@ def parse_pair(args: Args) -> PairQuery:
         raise errors.InvalidArgumentError("baseline and candidate must be non-empty run names")
     mapping = tuple(args.getlist("mapping"))
     for item in mapping:
-        if "=" not in item or len(item) > MAX_TEXT:
-            raise errors.InvalidArgumentError(f"mapping {item[:80]!r} is not OLD=NEW or re:PAT=REPL")
+        if len(item) > MAX_TEXT:
+            raise errors.InvalidArgumentError(f"mapping {item[:80]!r}... is longer than {MAX_TEXT} characters")
+        try:
+            align.parse_mapping(item)
+        except ValueError as exc:
+            raise errors.InvalidArgumentError(str(exc)) from None
     try:
         policy = TolerancePolicy.build(
             atol=_float(args, "atol"),

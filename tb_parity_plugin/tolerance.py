@@ -13,6 +13,15 @@ import re
 from typing import Any, Optional, Sequence
 
 
+def check_settings(atol: Optional[float], rtol: Optional[float], warmup_steps: Optional[int], where: str = "") -> None:
+    """Raise ``ValueError`` unless each given setting is finite and >= 0 (``None``: not set)."""
+    for name, value in (("atol", atol), ("rtol", rtol)):
+        if value is not None and (not (value >= 0.0) or value == float("inf")):
+            raise ValueError(f"{where}{name} must be a finite number >= 0, got {value!r}")
+    if warmup_steps is not None and warmup_steps < 0:
+        raise ValueError(f"{where}warmup_steps must be >= 0, got {warmup_steps}")
+
+
 @dataclasses.dataclass(frozen=True)
 class ToleranceOverride:
     """Tolerance for the tensors whose tag ``<kind>/<name>`` matches ``pattern``.
@@ -26,6 +35,16 @@ class ToleranceOverride:
     atol: Optional[float] = None
     rtol: Optional[float] = None
     warmup_steps: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.pattern, str) or not self.pattern:
+            raise ValueError(f"override pattern must be a non-empty string, got {self.pattern!r}")
+        if self.pattern.startswith("re:"):
+            try:
+                re.compile(self.pattern[3:])
+            except re.error as exc:
+                raise ValueError(f"override pattern {self.pattern!r}: bad regex: {exc}") from None
+        check_settings(self.atol, self.rtol, self.warmup_steps, f"override {self.pattern!r}: ")
 
     def matches(self, tag: str) -> bool:
         if self.pattern.startswith("re:"):
@@ -47,7 +66,10 @@ class ToleranceOverride:
             key = key.strip().replace("-", "_")
             if not eq or key not in ("atol", "rtol", "warmup_steps"):
                 raise ValueError(f"override {text!r}: unknown setting {item!r} (atol, rtol, warmup_steps)")
-            fields[key] = int(value) if key == "warmup_steps" else float(value)
+            try:
+                fields[key] = int(value) if key == "warmup_steps" else float(value)
+            except ValueError:
+                raise ValueError(f"override {text!r}: {key} must be a number, got {value.strip()!r}") from None
         return cls(pattern=pattern, **fields)
 
 
@@ -75,12 +97,7 @@ class TolerancePolicy:
     overrides: tuple = ()  # of ToleranceOverride
 
     def __post_init__(self) -> None:
-        for name in ("atol", "rtol"):
-            value = getattr(self, name)
-            if not (value >= 0.0) or value == float("inf"):
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-        if self.warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        check_settings(self.atol, self.rtol, self.warmup_steps)
         object.__setattr__(self, "overrides", tuple(self.overrides))
 
     def for_tag(self, tag: str) -> Tolerance:

@@ -110,6 +110,11 @@ def test_missing_logdir_and_run_exit_2_one_line(tmp_path) -> None:
     assert run_cli("frobnicate")[0] == 2
     assert run_cli("diff", logdir, "--atol", "-1")[0] == 2
     assert run_cli("diff", logdir, "--map", "nonsense")[0] == 2
+    for bad in ("*:atol=nan", "*:atol=inf", "*:rtol=-1", "re:(:atol=1"):
+        code, out, err = run_cli("diff", logdir, "--override", bad, "--json")
+        assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err, (bad, err)
+    code, _, err = run_cli("diff", logdir, "--map", "re:(a)=\\2")
+    assert code == 2 and "group" in err and err.count("\n") == 1
 
 
 def test_three_runs_need_a_choice(tmp_path) -> None:

@@ -299,3 +299,54 @@ def test_rewritten_step_invalidates_cache() -> None:
     changed[2] = changed[2] + 1
     cmp.update(run("b", [series("w", "w", b)]), run("c", [series("w", "w", changed)]))
     assert cmp.report().first_divergence.step == 2
+
+
+def test_rewrite_keeping_the_l2_norm_invalidates_cache() -> None:
+    """Flipped signs keep the L2 norm: the refresh must compare every statistic."""
+    b = steady(6)
+    cmp = Comparison(run("b", [series("w", "w", b)]), run("c", [series("w", "w", b)]))
+    assert cmp.report().agree
+    changed = [a.copy() for a in b]
+    changed[3] = -changed[3]
+    cmp.update(run("b", [series("w", "w", b)]), run("c", [series("w", "w", changed)]))
+    assert cmp.report().first_divergence.step == 3
+    assert compare_runs(run("b", [series("w", "w", b)]), run("c", [series("w", "w", changed)])).first_divergence.step == 3
+
+
+def test_first_nonfinite_sees_a_rewritten_step() -> None:
+    b = steady(6)
+    cmp = Comparison(run("b", [series("w", "w", b)]), run("c", [series("w", "w", b)]))
+    assert cmp.report().first_nonfinite == {"b": None, "c": None}
+    changed = [a.copy() for a in b]
+    changed[1][0] = np.nan
+    cmp.update(run("b", [series("w", "w", b)]), run("c", [series("w", "w", changed)]))
+    assert cmp.report().first_nonfinite["c"] == {"step": 1, "tensor": "w", "kind": "w"}
+
+
+def test_detail_resolves_tags_before_names() -> None:
+    """An activation *named* ``grad/w`` must not shadow the gradient whose tag is ``grad/w``."""
+    grad, act = steady(4, seed=1), steady(4, scale=3.0, seed=2)
+    tensors = [series("activation", "grad/w", act, order=0), series("grad", "w", grad, order=1)]
+    cmp = Comparison(run("b", tensors), run("c", tensors))
+    assert cmp.detail("grad/w").to_dict()["kind"] == "grad"
+    assert cmp.detail("activation/grad/w").to_dict()["kind"] == "activation"
+
+
+def test_cache_keeps_no_lock_for_failed_queries_and_keeps_the_comparison_on_a_failing_view() -> None:
+    from tb_parity_plugin.comparison_cache import ComparisonCache
+
+    b = steady(4)
+    base, cand = run("b", [series("w", "w", b)]), run("c", [series("w", "w", b)])
+    cache = ComparisonCache()
+    for i in range(20):  # malformed mappings: Comparison raises, nothing is stored
+        with pytest.raises(ValueError):
+            cache.use(("bad", i), base, cand, TolerancePolicy(), (f"re:({i}=x",), lambda e: e)
+    assert cache._locks == {} and cache.computed == 0
+
+    def missing_tensor(entry):
+        raise KeyError("no such tensor")
+
+    with pytest.raises(KeyError):
+        cache.use("ok", base, cand, TolerancePolicy(), (), missing_tensor)
+    assert cache.use("ok", base, cand, TolerancePolicy(), (), lambda e: e.report.agree)
+    assert cache.computed == 1  # the 404 did not throw the comparison away

@@ -179,6 +179,16 @@ def test_html_names_come_back_verbatim(client: werkzeug_test.Client) -> None:
         "summary?" + LR + "&baseline=lr%2Ftf1",
         "summary?" + LR + "&mapping=nomapping",
         "summary?" + LR + "&override=nope",
+        "summary?" + LR + "&mapping=re%3A(%3Dx",  # unbalanced regex
+        "summary?" + LR + "&mapping=%3Db",  # empty OLD
+        "summary?" + LR + "&mapping=re%3A(a)%3D%5C2",  # REPL names a group the regex lacks
+        "summary?" + LR + "&override=re%3A(%3Aatol%3D1",
+        "summary?" + LR + "&override=re%3A%5B%3Artol%3D0.1",
+        "summary?" + LR + "&override=*%3Aatol%3Dinf",
+        "summary?" + LR + "&override=*%3Aatol%3Dnan",
+        "summary?" + LR + "&override=*%3Artol%3D-1",
+        "summary?" + LR + "&override=*%3Awarmup_steps%3D-2",
+        "summary?" + LR + "&override=*%3Aatol%3Dabc",
         "matrix?" + LR + "&width=0",
         "matrix?" + LR + "&width=x",
         "matrix?" + LR + "&width=100000",

@@ -15,15 +15,25 @@ export interface ViewState {
 const KEYS: (keyof ViewState)[] = ["baseline", "candidate", "tensor", "step", "atol", "rtol", "warmup"];
 const PREFIX = "p.tb_parity.";
 
+/** decodeURIComponent that yields null for a malformed escape (`%zz`) instead of throwing. */
+function decode(text: string): string | null {
+  try {
+    return decodeURIComponent(text);
+  } catch {
+    return null;
+  }
+}
+
 function parseHash(hash: string, prefix: string): ViewState {
   const out: ViewState = {};
   for (const part of hash.replace(/^#/, "").split("&")) {
     const eq = part.indexOf("=");
     if (eq < 0) continue;
-    const key = decodeURIComponent(part.slice(0, eq));
-    if (!key.startsWith(prefix)) continue;
+    const key = decode(part.slice(0, eq));
+    if (key === null || !key.startsWith(prefix)) continue;
     const k = key.slice(prefix.length) as keyof ViewState;
-    if (KEYS.includes(k)) out[k] = decodeURIComponent(part.slice(eq + 1));
+    const value = decode(part.slice(eq + 1));
+    if (KEYS.includes(k) && value !== null) out[k] = value;
   }
   return out;
 }
@@ -64,7 +74,7 @@ export function saveState(state: ViewState): void {
   const kept = parent.location.hash
     .replace(/^#/, "")
     .split("&")
-    .filter((part) => part && !decodeURIComponent(part.split("=")[0]).startsWith(PREFIX));
+    .filter((part) => part && !(decode(part.split("=")[0]) ?? "").startsWith(PREFIX));
   if (!kept.length || kept[0].includes("=")) kept.unshift("tb_parity");
   const next = "#" + [...kept, ...encode(state, PREFIX)].join("&");
   if (next !== parent.location.hash) {
