@@ -388,23 +388,37 @@ def _nested(a: np.ndarray) -> Any:
     return [_nested(x) for x in a] if a.ndim > 1 else [_json_float(x) for x in a.tolist()]
 
 
-def _first_nonfinite(run: Any) -> Optional[dict]:
+class _FirstNonfinite:
     """One run's earliest (step, tensor in execution order) holding NaN/Inf, from the counts.
 
-    Scans every row on each call: a step rewritten later (last write wins) can gain or
-    lose a NaN, and one pass over three count columns per tensor costs about a millisecond
-    for 200 tensors x 2000 steps.
+    Remembers per tensor the stats array it scanned and the first hit. A refresh whose
+    stats start with the very same memory (an appending reload) scans only the new rows;
+    anything else, such as a step rewritten later (last write wins), is rescanned whole.
     """
-    best: Optional[tuple] = None
-    for series in run.tensors.values():
-        rows = np.flatnonzero(series.stats[:, _NONFINITE_COLS].any(axis=1)) if len(series.steps) else ()
-        if len(rows):
-            rank = (int(series.steps[rows].min()), align.execution_key(series))
-            if best is None or rank < best[0]:
-                best = (rank, series)
-    if best is None:
-        return None
-    return {"step": best[0][0], "tensor": best[1].name, "kind": best[1].kind}
+
+    def __init__(self) -> None:
+        self._seen: dict = {}  # key -> (stats array scanned, first NaN/Inf step or None)
+
+    def find(self, run: Any) -> Optional[dict]:
+        best: Optional[tuple] = None
+        for key, series in run.tensors.items():
+            stats = series.stats
+            old, hit = self._seen.get(key, (None, None))
+            if old is not None and _same_memory(old, stats):
+                start = len(old) if hit is None else len(stats)  # an earlier hit cannot move
+            else:
+                start, hit = 0, None
+            rows = np.flatnonzero(stats[start:, _NONFINITE_COLS].any(axis=1))
+            if len(rows):
+                hit = int(series.steps[start + rows[0]])
+            self._seen[key] = (stats, hit)
+            if hit is not None:
+                rank = (hit, align.execution_key(series))
+                if best is None or rank < best[0]:
+                    best = (rank, series)
+        if best is None:
+            return None
+        return {"step": best[0][0], "tensor": best[1].name, "kind": best[1].kind}
 
 
 class Comparison:
@@ -423,6 +437,7 @@ class Comparison:
         self._pairs: list[_Pair] = []
         self._alignment: Optional[align.Alignment] = None
         self._keys: Optional[tuple] = None
+        self._nonfinite_scans: dict[str, _FirstNonfinite] = {}
         self.steps = np.zeros(0, dtype=np.int64)
         self.base = base
         self.cand = cand
@@ -480,7 +495,7 @@ class Comparison:
         self._pairs = pairs
         self.steps = steps
         self.base, self.cand = base, cand
-        self._nonfinite = {run.name: _first_nonfinite(run) for run in (base, cand)}
+        self._nonfinite = {run.name: self._nonfinite_scans.setdefault(run.name, _FirstNonfinite()).find(run) for run in (base, cand)}
 
     @staticmethod
     def _reuse(old: _Pair, new: _Pair, same_prefix: Callable[[np.ndarray, np.ndarray, int], bool]) -> None:
@@ -498,7 +513,7 @@ class Comparison:
             if len(rows) and not _same_memory(o.stats, n.stats):
                 # every statistic, not one: a rewrite can keep the L2 norm (e.g. signs flipped)
                 a, b = _rows(o.stats, rows), _rows(n.stats, rows)
-                if not np.array_equal(a, b, equal_nan=True):
+                if not ((a == b).all() or np.array_equal(a, b, equal_nan=True)):  # NaN-aware only if needed
                     return  # an already-compared step was rewritten (last write wins)
         new.reason[:keep] = old.reason[:keep]
         new.done = keep
