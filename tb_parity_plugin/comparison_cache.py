@@ -77,6 +77,5 @@ class ComparisonCache:
             self._entries[key] = entry
             while len(self._entries) > self._capacity:
                 old, _ = self._entries.popitem(last=False)
-                if old != key:
-                    self._locks.pop(old, None)
+                self._locks.pop(old, None)
         return fn(entry)
