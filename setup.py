@@ -24,7 +24,7 @@ setup(
         "notebook": ["ipython>=8", "tqdm>=4.66"],
     },
     entry_points={
-        "tensorboard_plugins": ["tb_parity = tb_parity_plugin.loader:ParityLoader"],
+        "tensorboard_plugins": ["tb_parity = tb_parity_plugin.dashboard.loader:ParityLoader"],
         "console_scripts": ["tb-parity = tb_parity_plugin.cli:main"],
     },
 )

@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tb_parity_plugin import summary_v1, summary_v2  # noqa: E402
+from tb_parity_plugin import summary_v1, summary_v2
 
 WIDTH, DEPTH, CLASSES = 1024, 4, 10
 

@@ -28,10 +28,11 @@ from typing import Callable
 
 import numpy as np
 
-from tb_parity_plugin import event_file, metadata
+from tb_parity_plugin.records import event_file
+from tb_parity_plugin.records import metadata
 from tb_parity_plugin.engine import Comparison
-from tb_parity_plugin.reader import LogdirReader
-from tb_parity_plugin.writer import BlockWriter, build_layout
+from tb_parity_plugin.logdir.reader import LogdirReader
+from tb_parity_plugin.records.writer import BlockWriter, build_layout
 
 N_VEC, VEC_SIZE, N_SCALAR = 150, 1000, 50
 POOL = 16  # distinct value blocks cycled over the steps (keeps generation fast)

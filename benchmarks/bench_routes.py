@@ -24,8 +24,8 @@ from werkzeug import wrappers
 from tensorboard.backend import application
 from tensorboard.plugins import base_plugin
 
-from tb_parity_plugin.plugin import ParityPlugin
-from tb_parity_plugin.writer import BlockWriter
+from tb_parity_plugin.dashboard.plugin import ParityPlugin
+from tb_parity_plugin.records.writer import BlockWriter
 
 
 def write_logdir(root: str, steps: int, tensors: int, diverge_at: int) -> None:

@@ -17,11 +17,16 @@ _EXPORTS = {
     "compare": "tb_parity_plugin.api",
     "assert_parity": "tb_parity_plugin.api",
     "ParityReport": "tb_parity_plugin.engine",
-    "TolerancePolicy": "tb_parity_plugin.tolerance",
-    "ToleranceOverride": "tb_parity_plugin.tolerance",
-    "LogdirReader": "tb_parity_plugin.reader",
+    "TolerancePolicy": "tb_parity_plugin.engine.tolerance",
+    "ToleranceOverride": "tb_parity_plugin.engine.tolerance",
+    "LogdirReader": "tb_parity_plugin.logdir.reader",
 }
-_SUBMODULES = {"v1": "tb_parity_plugin.summary_v1", "v2": "tb_parity_plugin.summary_v2"}
+# Submodules users reach as attributes (``tb_parity_plugin.notebook.show(...)``), imported on first use.
+_SUBMODULES = {
+    "v1": "tb_parity_plugin.summary_v1",
+    "v2": "tb_parity_plugin.summary_v2",
+    "notebook": "tb_parity_plugin.report.notebook",
+}
 
 __all__ = sorted([*_EXPORTS, *_SUBMODULES])
 
@@ -36,6 +41,6 @@ def __getattr__(name: str) -> Any:
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext tb_parity_plugin``: registers ``%tb_parity`` (notebook code imported only then)."""
-    from tb_parity_plugin import notebook
+    from tb_parity_plugin.report import notebook
 
     notebook.load_ipython_extension(ipython)

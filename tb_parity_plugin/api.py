@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Sequence
 
 from tb_parity_plugin.engine import Comparison, Divergence, ParityReport
-from tb_parity_plugin.tolerance import TolerancePolicy
+from tb_parity_plugin.engine.tolerance import TolerancePolicy
 
 
 class ParityInputError(ValueError):
@@ -51,7 +51,7 @@ def load_runs(
 
     ``reload(reader)`` replaces ``reader.reload()`` (the HTML report wraps it in a progress bar).
     """
-    from tb_parity_plugin.reader import LogdirReader
+    from tb_parity_plugin.logdir.reader import LogdirReader
 
     try:
         reader = LogdirReader(logdir)

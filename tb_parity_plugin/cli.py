@@ -1,6 +1,8 @@
-"""``tb-parity diff LOGDIR``: exit 0 when the runs agree, 1 when they diverge, 2 on bad input.
+"""The ``tb-parity`` command: ``diff`` (text or JSON verdict) and ``report`` (HTML page).
 
-Input errors print one line on stderr, never a traceback: the command is meant for CI.
+Exit status, for CI: 0 the runs agree, 1 they diverge, 2 bad input. Errors print one
+line on stderr, never a traceback. Both subcommands take the comparison options from
+one parent parser (:func:`comparison_options`), so they cannot drift apart.
 """
 
 from __future__ import annotations
@@ -8,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Optional, Sequence, TextIO
+from typing import Any, NoReturn, Optional, Sequence, TextIO
 
 from tb_parity_plugin import api
 from tb_parity_plugin.engine import ParityReport
@@ -21,44 +23,68 @@ class _UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line instead of usage + message
+    def error(self, message: str) -> NoReturn:  # one line instead of usage + message
         raise _UsageError(message)
+
+
+def comparison_options() -> argparse.ArgumentParser:
+    """The options every comparing subcommand shares: runs, tolerance policy, name mapping."""
+    p = _Parser(add_help=False)
+    p.add_argument("logdir", nargs="?", help="logdir holding the runs (one subdirectory per run)")
+    p.add_argument("--baseline", help="baseline run (default: the TF1 run when LOGDIR holds two)")
+    p.add_argument("--candidate", help="candidate run (default: the other run)")
+    p.add_argument("--atol", type=float, help="absolute tolerance (default 1e-5, every step)")
+    p.add_argument("--rtol", type=float, help="relative tolerance after the warm-up (default 0.05)")
+    p.add_argument("--warmup-steps", type=int, help="first N compared steps use rtol=0 (default 10)")
+    p.add_argument("--equal-nan", action="store_true", help="NaN equals NaN at the same position")
+    p.add_argument(
+        "--map", dest="mapping", action="extend", nargs="+", default=[], metavar="OLD=NEW",
+        help="pair baseline name OLD with candidate name NEW; re:PATTERN=REPL rewrites by regex",
+    )
+    p.add_argument(
+        "--override", dest="overrides", action="append", default=[], metavar="PATTERN:atol=X,rtol=Y",
+        help="tolerance for tags <kind>/<name> matching a glob (or re:REGEX)",
+    )
+    return p
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tb-parity", description="Compare a TF1 run with its TF2 port step by step.")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
-    diff = sub.add_parser("diff", help="find the first step and tensor where the runs diverge")
-    diff.add_argument("logdir", nargs="?", help="logdir holding the runs (one subdirectory per run)")
-    diff.add_argument("--baseline", help="baseline run (default: the TF1 run when LOGDIR holds two)")
-    diff.add_argument("--candidate", help="candidate run (default: the other run)")
-    diff.add_argument("--atol", type=float, help="absolute tolerance (default 1e-5, every step)")
-    diff.add_argument("--rtol", type=float, help="relative tolerance after the warm-up (default 0.05)")
-    diff.add_argument("--warmup-steps", type=int, help="first N compared steps use rtol=0 (default 10)")
-    diff.add_argument("--equal-nan", action="store_true", help="NaN equals NaN at the same position")
-    diff.add_argument(
-        "--map", dest="mapping", action="extend", nargs="+", default=[], metavar="OLD=NEW",
-        help="pair baseline name OLD with candidate name NEW; re:PATTERN=REPL rewrites by regex",
-    )
-    diff.add_argument(
-        "--override", dest="overrides", action="append", default=[], metavar="PATTERN:atol=X,rtol=Y",
-        help="tolerance for tags <kind>/<name> matching a glob (or re:REGEX)",
-    )
+    shared = comparison_options()
+    diff = sub.add_parser("diff", parents=[shared], help="find the first step and tensor where the runs diverge")
     diff.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    # Listed for --help only: main() hands `report` to report_cli before this parser runs.
-    sub.add_parser("report", help="write the comparison as one self-contained HTML file (see tb-parity report -h)")
+    report = sub.add_parser(
+        "report", parents=[shared], help="write the comparison as one self-contained HTML file"
+    )
+    report.add_argument("-o", "--output", default="tb_parity_report.html", help="HTML file to write")
+    report.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=None,
+        help="progress bar while reading (default: only for big logdirs)",
+    )
     return parser
 
 
-def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+def _parse(argv: Sequence[str]) -> argparse.Namespace:
     args = _parser().parse_args(argv)
-    if args.command != "diff":
+    if args.command is None:
         raise _UsageError("expected a command: tb-parity diff LOGDIR [options] | tb-parity report LOGDIR -o FILE")
     if args.logdir is None and args.mapping and "=" not in args.mapping[-1]:
         args.logdir = args.mapping.pop()  # `--map A=B LOGDIR`: --map swallowed the logdir
     if args.logdir is None:
         raise _UsageError("the following arguments are required: LOGDIR")
     return args
+
+
+def _policy_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "atol": args.atol,
+        "rtol": args.rtol,
+        "warmup_steps": args.warmup_steps,
+        "equal_nan": args.equal_nan,
+        "mapping": args.mapping,
+        "overrides": args.overrides,
+    }
 
 
 def format_report(report: ParityReport) -> str:
@@ -93,40 +119,47 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def _run_diff(args: argparse.Namespace, out: TextIO) -> ParityReport:
+    report = api.compare(args.logdir, args.baseline, args.candidate, **_policy_kwargs(args))
+    if args.json:
+        print(json.dumps(report.to_dict(), allow_nan=False), file=out)
+    else:
+        print(format_report(report), file=out)
+    return report
+
+
+def _run_report(args: argparse.Namespace, out: TextIO) -> ParityReport:
+    from tb_parity_plugin.report import page
+    from tb_parity_plugin.report.progress import compare_with_progress
+
+    report = compare_with_progress(
+        args.logdir, args.baseline, args.candidate, progress=args.progress, **_policy_kwargs(args)
+    )
+    page.write_report(args.output, report)
+    first = report.first_divergence
+    verdict = "agree" if first is None else f"diverge at step {first.step}"
+    print(f"wrote {args.output}: {report.baseline} vs {report.candidate}, {verdict}", file=out)
+    return report
+
+
 def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None) -> int:
     """Entry point of the ``tb-parity`` console script; returns the exit status."""
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["report"]:  # `tb-parity report ... -o report.html` lives in report_cli.py
-        from tb_parity_plugin import report_cli
-
-        return report_cli.main(argv[1:], out, err)
+    prog = "tb-parity report" if argv[:1] == ["report"] else "tb-parity"
     try:
         args = _parse(argv)
-        report = api.compare(
-            args.logdir,
-            args.baseline,
-            args.candidate,
-            atol=args.atol,
-            rtol=args.rtol,
-            warmup_steps=args.warmup_steps,
-            equal_nan=args.equal_nan,
-            mapping=args.mapping,
-            overrides=args.overrides,
-        )
+        run = _run_report if args.command == "report" else _run_diff
+        report = run(args, out)
     except SystemExit as exc:  # --help
         return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_AGREE
-    except (_UsageError, api.ParityInputError) as exc:
-        print(_one_line(f"tb-parity: error: {exc}"), file=err)
+    except (_UsageError, api.ParityInputError, OSError) as exc:
+        print(_one_line(f"{prog}: error: {exc}"), file=err)
         return EXIT_ERROR
     except Exception as exc:  # corrupt input must not end in a traceback
-        print(_one_line(f"tb-parity: error: {type(exc).__name__}: {exc}"), file=err)
+        print(_one_line(f"{prog}: error: {type(exc).__name__}: {exc}"), file=err)
         return EXIT_ERROR
-    if args.json:
-        print(json.dumps(report.to_dict(), allow_nan=False), file=out)
-    else:
-        print(format_report(report), file=out)
     return EXIT_AGREE if report.agree else EXIT_DIVERGE
 
 

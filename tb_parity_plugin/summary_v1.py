@@ -32,8 +32,8 @@ from typing import Any, Iterable, Iterator, Mapping, Optional
 import numpy as np
 import tensorflow as tf
 
-from tb_parity_plugin import writer
-from tb_parity_plugin.recorder import DEFAULT_FULL_VALUES_LIMIT, BaseRecorder, Blocks, build_blocks
+from tb_parity_plugin.records import writer
+from tb_parity_plugin.shim.recorder import DEFAULT_FULL_VALUES_LIMIT, BaseRecorder, Blocks, build_blocks
 
 
 def _read_copy(value: Any) -> tf.Tensor:

@@ -37,8 +37,8 @@ from typing import Any, Iterable, Iterator, Optional
 import tensorflow as tf
 from tensorboard.plugins.scalar import metadata as scalar_metadata
 
-from tb_parity_plugin import metadata
-from tb_parity_plugin.recorder import DEFAULT_FULL_VALUES_LIMIT, BaseRecorder, Entry, build_blocks
+from tb_parity_plugin.records import metadata
+from tb_parity_plugin.shim.recorder import DEFAULT_FULL_VALUES_LIMIT, BaseRecorder, Entry, build_blocks
 
 
 class Recorder(BaseRecorder):

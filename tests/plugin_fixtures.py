@@ -10,7 +10,7 @@ from typing import Optional
 
 import numpy as np
 
-from tb_parity_plugin.writer import BlockWriter
+from tb_parity_plugin.records.writer import BlockWriter
 
 HTML_NAME = '<img src=x onerror="window.__xss=1">'
 

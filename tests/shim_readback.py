@@ -16,7 +16,7 @@ from tensorboard.backend.event_processing.event_file_loader import EventFileLoad
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.util import tensor_util
 
-from tb_parity_plugin import metadata
+from tb_parity_plugin.records import metadata
 
 
 def load_with_tensorboard(run_dir: str) -> dict:
@@ -69,7 +69,7 @@ def tensors_by_step(run_dir: str) -> dict:
 
 def check_with_reader(logdir: str, run: str, expected: dict) -> None:
     """Our LogdirReader sees the same stats and values as the TensorBoard loader."""
-    from tb_parity_plugin.reader import LogdirReader
+    from tb_parity_plugin.logdir.reader import LogdirReader
 
     reader = LogdirReader(logdir)
     reader.reload()

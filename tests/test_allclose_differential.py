@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tb_parity_plugin import allclose
+from tb_parity_plugin.engine import allclose
 from tb_parity_plugin.engine import Comparison
-from tb_parity_plugin.matrix import OK
-from tb_parity_plugin.tolerance import TolerancePolicy
+from tb_parity_plugin.engine.matrix import OK
+from tb_parity_plugin.engine.tolerance import TolerancePolicy
 
 from engine_helpers import run, series
 

@@ -14,7 +14,7 @@ import pytest
 
 from tb_parity_plugin import api, cli
 
-from tb_parity_plugin.writer import BlockWriter
+from tb_parity_plugin.records.writer import BlockWriter
 
 from engine_helpers import write_run
 

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
 
-from tb_parity_plugin import align
+from tb_parity_plugin.engine import align
 from tb_parity_plugin.engine import Comparison, compare_runs
-from tb_parity_plugin.matrix import DTYPE, MISSING, NONFINITE, OK, SHAPE, VALUE, ParityMatrix
-from tb_parity_plugin.reader import LogdirReader
-from tb_parity_plugin.tolerance import ToleranceOverride, TolerancePolicy
+from tb_parity_plugin.engine.matrix import MISSING, NONFINITE, OK, VALUE, ParityMatrix
+from tb_parity_plugin.logdir.reader import LogdirReader
+from tb_parity_plugin.engine.tolerance import ToleranceOverride, TolerancePolicy
 
 from engine_helpers import run, series, write_run
 
@@ -270,15 +269,15 @@ def test_incremental_refresh_equals_cold_compare(tmp_path, monkeypatch) -> None:
     write_run(logdir, "tf2", range(50, 100), cand_at, side="tf2")
     assert reader.reload()
     computed = []
-    from tb_parity_plugin import engine as compare_module
+    from tb_parity_plugin.engine import pair as pair_module
 
-    original = compare_module._Pair.verdicts
+    original = pair_module.Pair.verdicts
 
     def spy(self, k0, k1, equal_nan):
         computed.append((k0, k1))
         return original(self, k0, k1, equal_nan)
 
-    monkeypatch.setattr(compare_module._Pair, "verdicts", spy)
+    monkeypatch.setattr(pair_module.Pair, "verdicts", spy)
     cmp.update(reader.run("tf1"), reader.run("tf2"))
     warm = cmp.report()
     assert computed and all(k0 >= 50 for k0, _ in computed)  # only the new steps
@@ -333,7 +332,7 @@ def test_detail_resolves_tags_before_names() -> None:
 
 
 def test_cache_keeps_no_lock_for_failed_queries_and_keeps_the_comparison_on_a_failing_view() -> None:
-    from tb_parity_plugin.comparison_cache import ComparisonCache
+    from tb_parity_plugin.engine.comparison_cache import ComparisonCache
 
     b = steady(4)
     base, cand = run("b", [series("w", "w", b)]), run("c", [series("w", "w", b)])

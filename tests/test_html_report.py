@@ -13,7 +13,7 @@ import pytest
 
 from tb_parity_plugin import api
 from tb_parity_plugin.cli import main as cli_main
-from tb_parity_plugin.writer import BlockWriter
+from tb_parity_plugin.records.writer import BlockWriter
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "artifacts"

@@ -15,7 +15,7 @@ import re
 import pytest
 
 from nbkernel import http_get, outputs, run_cells, stop_server
-from tb_parity_plugin import notebook
+from tb_parity_plugin.report import notebook
 
 PAIR = ("pair/tf1", "pair/tf2 <b>&+")  # a name that needs quoting in the hash
 FRAGMENT = "#baseline=pair/tf1&candidate=pair/tf2%20%3Cb%3E%26%2B"

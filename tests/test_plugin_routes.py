@@ -25,7 +25,7 @@ from tensorboard.backend.event_processing import data_provider
 from tensorboard.backend.event_processing import plugin_event_multiplexer as event_multiplexer
 from tensorboard.plugins import base_plugin
 
-from tb_parity_plugin.plugin import ParityPlugin
+from tb_parity_plugin.dashboard.plugin import ParityPlugin
 
 sys.path.insert(0, os.path.dirname(__file__))
 import plugin_fixtures as fx  # noqa: E402
@@ -268,7 +268,7 @@ def test_serves_with_tensorflow_absent(logdir: str) -> None:
         from tensorboard.backend import application
         tb = program.TensorBoard(plugins=default.get_plugins(), assets_zip_provider=None)
         tb.configure(argv=["tensorboard", "--logdir", {logdir!r}, "--load_fast=false"])
-        from tb_parity_plugin.loader import ParityLoader
+        from tb_parity_plugin.dashboard.loader import ParityLoader
         assert any(isinstance(p, ParityLoader) for p in tb.plugin_loaders)
         provider, multiplexer = tb._make_data_provider()
         app = application.TensorBoardWSGIApp(tb.flags, tb.plugin_loaders, provider, None, multiplexer)

@@ -13,12 +13,14 @@ import threading
 
 import numpy as np
 import pytest
-from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.compat.proto import summary_pb2
 from tensorboard.util import tensor_util
 
-from tb_parity_plugin import event_file, health, metadata
-from tb_parity_plugin.reader import LogdirReader, ReadProblem
-from tb_parity_plugin.writer import BlockWriter, build_layout
+from tb_parity_plugin.records import event_file
+from tb_parity_plugin.records import health
+from tb_parity_plugin.records import metadata
+from tb_parity_plugin.logdir.reader import LogdirReader, ReadProblem
+from tb_parity_plugin.records.writer import BlockWriter, build_layout
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -341,7 +343,7 @@ def test_works_without_tensorflow_and_never_imports_it(tmp_path):
 
 
 def test_reader_import_does_not_import_tensorflow():
-    code = "import sys, tb_parity_plugin.reader; print(sorted(m for m in sys.modules if m.startswith('tensorflow')))"
+    code = "import sys, tb_parity_plugin.logdir.reader; print(sorted(m for m in sys.modules if m.startswith('tensorflow')))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
@@ -380,7 +382,7 @@ def test_real_tf_summary_write(tmp_path, monkeypatch):
 
 def _both_paths(logdir: str, monkeypatch) -> dict:
     """_summarise (plus problems) via event_scan templates and via protobuf only; they must agree."""
-    from tb_parity_plugin import reader as reader_module
+    from tb_parity_plugin.logdir import decode as reader_module
 
     def digest() -> dict:
         reader = LogdirReader(logdir)
@@ -458,7 +460,7 @@ def test_unparsable_event_stops_the_file_at_that_record(tmp_path, monkeypatch):
 def test_decode_tensor_typed_fields_and_compression():
     from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
 
-    from tb_parity_plugin.reader import decode_tensor
+    from tb_parity_plugin.records.dtypes import decode_tensor
 
     shape = tensor_shape_pb2.TensorShapeProto(dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=4)])
     compressed = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, tensor_shape=shape, float_val=[1.0, 2.0])

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tb_parity_plugin import health, metadata, summary_v1
+from tb_parity_plugin import summary_v1
+from tb_parity_plugin.records import health
+from tb_parity_plugin.records import metadata
 from shim_readback import check_with_reader, load_with_tensorboard, tensors_by_step
 
 X = np.random.default_rng(1).standard_normal((8, 3)).astype(np.float32)

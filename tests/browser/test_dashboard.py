@@ -11,7 +11,6 @@ import os
 import sys
 from urllib.parse import quote
 
-import pytest
 
 from tb_parity_plugin import api
 

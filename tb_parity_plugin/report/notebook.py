@@ -25,7 +25,7 @@ from urllib.parse import quote, urlencode
 from tensorboard import manager
 from tensorboard import notebook as tb_notebook
 
-from tb_parity_plugin import metadata
+from tb_parity_plugin.records import metadata
 
 __all__ = ["show", "start_server", "entry_path", "load_ipython_extension"]
 

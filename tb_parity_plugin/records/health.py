@@ -8,25 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tb_parity_plugin import metadata
+from tb_parity_plugin.records import metadata
+from tb_parity_plugin.records.dtypes import TF_DTYPE_ENUM
 
-#: numpy dtype name -> TF DataType enum value (tensorflow/core/framework/types.proto).
-TF_DTYPE_ENUM = {
-    "float32": 1,
-    "float64": 2,
-    "int32": 3,
-    "uint8": 4,
-    "int16": 5,
-    "int8": 6,
-    "int64": 9,
-    "bool": 10,
-    "bfloat16": 14,
-    "uint16": 17,
-    "float16": 19,
-    "uint32": 22,
-    "uint64": 23,
-}
-DTYPE_FROM_ENUM = {v: k for k, v in TF_DTYPE_ENUM.items()}
 
 
 def health_numpy(array: np.ndarray, dtype_name: str | None = None) -> np.ndarray:

@@ -18,7 +18,7 @@ import dataclasses
 import re
 from typing import Callable, Hashable, Iterable, Optional, Protocol, Sequence
 
-from tb_parity_plugin import metadata
+from tb_parity_plugin.records import metadata
 
 Key = tuple  # (kind, name)
 

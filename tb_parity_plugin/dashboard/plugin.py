@@ -21,13 +21,15 @@ from tensorboard import errors
 from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 
-from tb_parity_plugin import dashboard_views, metadata, routes_params
-from tb_parity_plugin.background_reader import BackgroundReader
-from tb_parity_plugin.comparison_cache import ComparisonCache, Entry
+from tb_parity_plugin.dashboard import views
+from tb_parity_plugin.records import metadata
+from tb_parity_plugin.dashboard import params
+from tb_parity_plugin.logdir.background_reader import BackgroundReader
+from tb_parity_plugin.engine.comparison_cache import ComparisonCache, Entry
 
 logger = logging.getLogger(__name__)
 
-STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
+STATIC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "static")
 #: Static files the plugin serves, and their content types. A fixed table: the
 #: request path never reaches the filesystem.
 STATIC_FILES = {"/index.js": ("index.js", "text/javascript")}
@@ -44,8 +46,8 @@ def _json_route(route: str) -> Callable[[Callable[..., Any]], Handler]:
         @wrappers.Request.application
         def handler(self: "ParityPlugin", request: wrappers.Request) -> wrappers.Response:
             try:
-                args = routes_params.Args(request.args)
-                routes_params.check_known(route, args)
+                args = params.Args(request.args)
+                params.check_known(route, args)
                 body = fn(self, args)
             except errors.PublicError as exc:
                 return http_util.Respond(request, {"error": str(exc)}, "application/json", code=exc.http_code)
@@ -109,25 +111,25 @@ class ParityPlugin(base_plugin.TBPlugin):
 
     # -- JSON routes: parse, then call the impl --------------------------------------
     @_json_route("runs")
-    def _serve_runs(self, args: routes_params.Args) -> dict:
+    def _serve_runs(self, args: params.Args) -> dict:
         return self.runs_impl()
 
     @_json_route("summary")
-    def _serve_summary(self, args: routes_params.Args) -> dict:
-        return self.summary_impl(routes_params.parse_pair(args))
+    def _serve_summary(self, args: params.Args) -> dict:
+        return self.summary_impl(params.parse_pair(args))
 
     @_json_route("matrix")
-    def _serve_matrix(self, args: routes_params.Args) -> dict:
-        return self.matrix_impl(routes_params.parse_pair(args), routes_params.parse_width(args))
+    def _serve_matrix(self, args: params.Args) -> dict:
+        return self.matrix_impl(params.parse_pair(args), params.parse_width(args))
 
     @_json_route("tensor")
-    def _serve_tensor(self, args: routes_params.Args) -> dict:
-        tag, values_at = routes_params.parse_tensor(args)
-        return self.tensor_impl(routes_params.parse_pair(args), tag, values_at)
+    def _serve_tensor(self, args: params.Args) -> dict:
+        tag, values_at = params.parse_tensor(args)
+        return self.tensor_impl(params.parse_pair(args), tag, values_at)
 
     @_json_route("scalars")
-    def _serve_scalars(self, args: routes_params.Args) -> dict:
-        return self.scalars_impl(routes_params.parse_pair(args))
+    def _serve_scalars(self, args: params.Args) -> dict:
+        return self.scalars_impl(params.parse_pair(args))
 
     # -- implementations -----------------------------------------------------------
     def runs_impl(self) -> dict:
@@ -140,8 +142,8 @@ class ParityPlugin(base_plugin.TBPlugin):
             except KeyError:
                 continue
             if run.tensors or run.info:
-                runs.append(dashboard_views.run_entry(run))
-        pairs = dashboard_views.suggest_pairs(runs)
+                runs.append(views.run_entry(run))
+        pairs = views.suggest_pairs(runs)
         return {
             "runs": runs,
             "pairs": pairs,
@@ -150,7 +152,7 @@ class ParityPlugin(base_plugin.TBPlugin):
             "error": self._reader.error,
         }
 
-    def _use(self, query: routes_params.PairQuery, fn: Callable[[Entry, Any, Any], Any]) -> Any:
+    def _use(self, query: params.PairQuery, fn: Callable[[Entry, Any, Any], Any]) -> Any:
         """Run ``fn(entry, base, cand)`` on the pair's up-to-date cached comparison."""
         self._reader.wait_first_load()
         runs = []
@@ -164,19 +166,19 @@ class ParityPlugin(base_plugin.TBPlugin):
             query.cache_key, base, cand, query.policy, query.mapping, lambda entry: fn(entry, base, cand)
         )
 
-    def summary_impl(self, query: routes_params.PairQuery) -> dict:
-        return self._use(query, lambda e, b, c: dashboard_views.summary_payload(e.report, e.generations))
+    def summary_impl(self, query: params.PairQuery) -> dict:
+        return self._use(query, lambda e, b, c: views.summary_payload(e.report, e.generations))
 
-    def matrix_impl(self, query: routes_params.PairQuery, width: Optional[int]) -> dict:
+    def matrix_impl(self, query: params.PairQuery, width: Optional[int]) -> dict:
         def build(entry: Entry, base: Any, cand: Any) -> dict:
             return entry.memo(
                 ("matrix", width),
-                lambda: dashboard_views.matrix_payload(entry.comparison.matrix(width), entry.report),
+                lambda: views.matrix_payload(entry.comparison.matrix(width), entry.report),
             )
 
         return self._use(query, build)
 
-    def tensor_impl(self, query: routes_params.PairQuery, tag: str, values_at: Optional[int]) -> dict:
+    def tensor_impl(self, query: params.PairQuery, tag: str, values_at: Optional[int]) -> dict:
         def build(entry: Entry, base: Any, cand: Any) -> dict:
             kind, _, name = tag.partition("/")
             if (kind, name) not in base.tensors:
@@ -185,12 +187,12 @@ class ParityPlugin(base_plugin.TBPlugin):
                 detail = entry.comparison.detail(tag, values_at)
             except KeyError as exc:
                 raise errors.NotFoundError(str(exc.args[0]) if exc.args else str(exc)) from None
-            return dashboard_views.tensor_payload(detail, base, cand, values_at)
+            return views.tensor_payload(detail, base, cand, values_at)
 
         return self._use(query, build)
 
-    def scalars_impl(self, query: routes_params.PairQuery) -> dict:
+    def scalars_impl(self, query: params.PairQuery) -> dict:
         return self._use(
             query,
-            lambda e, b, c: e.memo(("scalars",), lambda: dashboard_views.scalars_payload(b, c, e.report, query.policy)),
+            lambda e, b, c: e.memo(("scalars",), lambda: views.scalars_payload(b, c, e.report, query.policy)),
         )

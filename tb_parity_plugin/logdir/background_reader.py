@@ -13,7 +13,7 @@ import logging
 import threading
 from typing import Optional
 
-from tb_parity_plugin.reader import LogdirReader, RunData
+from tb_parity_plugin.logdir.reader import LogdirReader, RunData
 
 logger = logging.getLogger(__name__)
 

@@ -20,19 +20,14 @@ from typing import Any, Iterator, NamedTuple, Optional, Union
 import google_crc32c
 import numpy as np
 
-from tb_parity_plugin import event_file
+from tb_parity_plugin.records import event_file
+from tb_parity_plugin.records.dtypes import CONTENT_DTYPES, DT_FLOAT
 
 _HEADER = struct.Struct("<QI")  # uint64 length, uint32 masked crc of the length
 _FOOTER = struct.Struct("<I")
 HEAD, FOOT = event_file.HEADER_SIZE, event_file.FOOTER_SIZE
 _MASK_DELTA = 0xA282EAD8
 
-# TF DataType enum -> little-endian numpy dtype of tensor_content (types.proto).
-CONTENT_DTYPES: dict[int, np.dtype] = {
-    code: np.dtype(name).newbyteorder("<")
-    for code, name in {1: "f4", 2: "f8", 3: "i4", 4: "u1", 5: "i2", 6: "i1", 9: "i8", 10: "?", 17: "u2", 19: "f2", 22: "u4", 23: "u8"}.items()
-}
-DT_FLOAT = 1
 
 
 def new_buffer(size: int) -> mmap.mmap:

@@ -14,8 +14,8 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-from tb_parity_plugin import matrix as matrix_mod
-from tb_parity_plugin.report_graphics import Series, fmt, line_chart, png_data_uri
+from tb_parity_plugin.engine import matrix as matrix_mod
+from tb_parity_plugin.report.graphics import Series, fmt, line_chart, png_data_uri
 
 #: run -> (steps, values), per scalar name ("lr", "loss").
 Scalars = Mapping[str, Mapping[str, tuple]]
@@ -310,3 +310,9 @@ def report_fragment(report: Any) -> str:
 def report_document(report: Any) -> str:
     """The standalone page ``tb-parity report`` writes."""
     return render_document(*_report_parts(report))
+
+
+def write_report(path: str, report: Any) -> None:
+    """Writes ``report`` as a standalone page (UTF-8)."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(report_document(report))

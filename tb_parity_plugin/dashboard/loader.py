@@ -14,6 +14,6 @@ class ParityLoader(base_plugin.TBLoader):
     """Creates the tb_parity plugin when TensorBoard asks for it."""
 
     def load(self, context: base_plugin.TBContext) -> base_plugin.TBPlugin:
-        from tb_parity_plugin.plugin import ParityPlugin
+        from tb_parity_plugin.dashboard.plugin import ParityPlugin
 
         return ParityPlugin(context)

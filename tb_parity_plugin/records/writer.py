@@ -16,7 +16,9 @@ from tensorboard.compat.proto import summary_pb2
 from tensorboard.plugins.scalar import metadata as scalar_metadata
 from tensorboard.util import tensor_util
 
-from tb_parity_plugin import event_file, health, metadata
+from tb_parity_plugin.records import event_file
+from tb_parity_plugin.records import health
+from tb_parity_plugin.records import metadata
 
 DEFAULT_FULL_VALUES_LIMIT = 4096
 

@@ -1,6 +1,6 @@
 """FULL_HEALTH counts and moments as TensorFlow ops (graph, eager and tf.function).
 
-Rows agree with :func:`tb_parity_plugin.health.health_numpy` (columns
+Rows agree with :func:`tb_parity_plugin.records.health.health_numpy` (columns
 ``metadata.STATS_FIELDS``): counts of -inf, +inf, NaN, negative/zero/positive finite
 elements, and min, max, mean, population std and L2 norm over the finite elements
 (NaN when there are none).
@@ -30,7 +30,8 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from tb_parity_plugin import health, metadata
+from tb_parity_plugin.records import dtypes
+from tb_parity_plugin.records import metadata
 
 #: Tensors up to this many elements go through the batched float64 path.
 SMALL_LIMIT = 1 << 16
@@ -157,7 +158,7 @@ def stats_block(tensors: Sequence[tf.Tensor]) -> tf.Tensor:
     for i, t in enumerate(tensors):
         t = tf.convert_to_tensor(t)
         check_dtype(t.dtype)
-        enum = float(health.TF_DTYPE_ENUM.get(dtype_name(t.dtype), 0))
+        enum = float(dtypes.TF_DTYPE_ENUM.get(dtype_name(t.dtype), 0))
         rank = t.shape.rank
         rank_t = tf.constant(float(rank), tf.float64) if rank is not None else tf.cast(tf.rank(t), tf.float64)
         size_t = tf.cast(tf.size(t, out_type=tf.int64), tf.float64)

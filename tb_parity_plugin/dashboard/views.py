@@ -19,10 +19,10 @@ from typing import Any, Optional
 
 import numpy as np
 
-from tb_parity_plugin import metadata
+from tb_parity_plugin.records import metadata
 from tb_parity_plugin.engine import ParityMatrix, ParityReport, TensorDetail
-from tb_parity_plugin.matrix import ABSENT, REASONS
-from tb_parity_plugin.tolerance import TolerancePolicy
+from tb_parity_plugin.engine.matrix import ABSENT, REASONS
+from tb_parity_plugin.engine.tolerance import TolerancePolicy
 
 #: Full values sent for one step at most (the detail table shows the first few hundred).
 MAX_VALUES = 10_000

@@ -14,7 +14,9 @@ from typing import Any, Iterable, Optional, Sequence
 
 import tensorflow as tf
 
-from tb_parity_plugin import health_tf, metadata, writer
+from tb_parity_plugin.shim import health_tf
+from tb_parity_plugin.records import metadata
+from tb_parity_plugin.records import writer
 
 DEFAULT_FULL_VALUES_LIMIT = writer.DEFAULT_FULL_VALUES_LIMIT
 

@@ -14,8 +14,8 @@ from typing import Iterable, Mapping, Optional
 
 from tensorboard import errors
 
-from tb_parity_plugin import align
-from tb_parity_plugin.tolerance import TolerancePolicy
+from tb_parity_plugin.engine import align
+from tb_parity_plugin.engine.tolerance import TolerancePolicy
 
 #: Parameters each route accepts; anything else is a 400 (catches typos like ``rtoll``).
 POLICY_PARAMS = ("atol", "rtol", "warmup", "equal_nan", "override", "mapping")

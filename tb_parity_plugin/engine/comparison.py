@@ -1,0 +1,304 @@
+"""The comparison: verdicts per tensor and step, the first divergence, the report.
+
+Works on the reader's :class:`~tb_parity_plugin.logdir.rundata.RunData` snapshots (numpy only,
+no TensorFlow). A :class:`Comparison` keeps per-tensor, per-step verdicts over the
+steps both runs logged; :meth:`Comparison.update` with newer snapshots keeps what is
+still valid, so a refresh after appended steps only computes the new steps.
+
+Speed comes from never looping in Python per (step, tensor): each pair checks a chunk
+of steps at once (:mod:`~tb_parity_plugin.engine.pair`), chunks are scanned in step
+order and the scan stops at the first chunk holding a divergence.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from tb_parity_plugin.engine import align
+from tb_parity_plugin.engine.matrix import REASONS, ParityMatrix
+from tb_parity_plugin.engine.nonfinite import FirstNonfinite
+from tb_parity_plugin.engine.pair import Pair, same_memory, step_rows, take_rows
+from tb_parity_plugin.engine.tolerance import ToleranceOverride, TolerancePolicy
+from tb_parity_plugin.engine.verdicts import Divergence, ParityReport, TensorDetail
+
+__all__ = [
+    "Comparison",
+    "Divergence",
+    "ParityMatrix",
+    "ParityReport",
+    "TensorDetail",
+    "ToleranceOverride",
+    "TolerancePolicy",
+    "compare_runs",
+]
+
+#: Bytes of data one scan chunk touches: big enough to amortise per-call overhead,
+#: small enough that a divergence early in the run is found without reading the rest.
+_CHUNK_BYTES = 256 << 20
+_MIN_CHUNK_STEPS = 16
+
+
+class Comparison:
+    """Baseline vs candidate, with verdicts cached per tensor and step.
+
+    ``report()`` finds the first divergence scanning forward only as far as needed;
+    ``matrix()`` and ``detail()`` fill in the rest on demand. ``update()`` with newer
+    snapshots of the same runs reuses every verdict whose inputs did not change.
+    """
+
+    def __init__(
+        self, base: Any, cand: Any, policy: TolerancePolicy = TolerancePolicy(), mapping: Sequence[str] = ()
+    ) -> None:
+        self.policy = policy
+        self.mapping = tuple(mapping)
+        self._pairs: list[Pair] = []
+        self._alignment: Optional[align.Alignment] = None
+        self._keys: Optional[tuple] = None
+        self._nonfinite_scans: dict[str, FirstNonfinite] = {}
+        self.steps = np.zeros(0, dtype=np.int64)
+        self.base = base
+        self.cand = cand
+        self.update(base, cand)
+
+    # -- building and refreshing -------------------------------------------------
+    def update(self, base: Any, cand: Any) -> None:
+        """Switch to newer snapshots of the two runs, keeping still-valid verdicts.
+
+        A pair's cached verdicts survive when the compared steps only grew at the end
+        and both series still hold the same rows (same steps, same statistics) there.
+        """
+        keys = (tuple(sorted(base.tensors)), tuple(sorted(cand.tensors)))
+        if keys != self._keys:
+            self._alignment = align.align(list(base.tensors.values()), list(cand.tensors.values()), self.mapping)
+            self._keys = keys
+        old_steps = self.steps
+        steps = np.intersect1d(base.steps, cand.steps).astype(np.int64)
+        prefix = len(old_steps) <= len(steps) and np.array_equal(steps[: len(old_steps)], old_steps)
+        old_pairs = {(p.match.base, p.match.cand): p for p in self._pairs}
+        pairs = []
+        positions: dict[int, np.ndarray] = {}  # tensors of one layout share their steps array
+
+        def rows_of(series: Any) -> np.ndarray:
+            if id(series.steps) not in positions:
+                positions[id(series.steps)] = step_rows(steps, series.steps)
+            return positions[id(series.steps)]
+
+        memo: dict[tuple, bool] = {}  # row-position arrays are shared by a layout's tensors
+
+        def same_prefix(a: np.ndarray, b: np.ndarray, n: int) -> bool:
+            key = (id(a), id(b), n)
+            if key not in memo:
+                memo[key] = len(b) >= n and np.array_equal(a[:n], b[:n])
+            return memo[key]
+
+        assert self._alignment is not None
+        for match in self._alignment.matches:
+            b, c = base.tensors[match.base], cand.tensors[match.cand]
+            n = len(steps)
+            pair = Pair(
+                match=match,
+                base=b,
+                cand=c,
+                tol=self.policy.for_tag(f"{b.kind}/{b.name}"),
+                ib=rows_of(b),
+                ic=rows_of(c),
+                reason=np.zeros(n, dtype=np.uint8),
+                ratio=np.full(n, np.nan, dtype=np.float32),
+            )
+            old = old_pairs.get((match.base, match.cand))
+            if prefix and old is not None:
+                self._reuse(old, pair, same_prefix)
+            pairs.append(pair)
+        self._pairs = pairs
+        self.steps = steps
+        self.base, self.cand = base, cand
+        self._nonfinite = {run.name: self._nonfinite_scans.setdefault(run.name, FirstNonfinite()).find(run) for run in (base, cand)}
+
+    @staticmethod
+    def _reuse(old: Pair, new: Pair, same_prefix: Callable[[np.ndarray, np.ndarray, int], bool]) -> None:
+        """Copy ``old``'s verdicts into ``new`` if the rows they were computed from are unchanged."""
+        keep = old.done
+        if not (
+            old.use_values == new.use_values
+            and old.static_reason == new.static_reason
+            and same_prefix(old.ib, new.ib, keep)
+            and same_prefix(old.ic, new.ic, keep)
+        ):
+            return
+        for o, n, idx in ((old.base, new.base, old.ib[:keep]), (old.cand, new.cand, old.ic[:keep])):
+            rows = idx[idx >= 0]
+            if len(rows) and not same_memory(o.stats, n.stats):
+                # every statistic, not one: a rewrite can keep the L2 norm (e.g. signs flipped)
+                a, b = take_rows(o.stats, rows), take_rows(n.stats, rows)
+                if not ((a == b).all() or np.array_equal(a, b, equal_nan=True)):  # NaN-aware only if needed
+                    return  # an already-compared step was rewritten (last write wins)
+        new.reason[:keep] = old.reason[:keep]
+        new.done = keep
+        new.first_bad = old.first_bad
+        rkeep = min(old.ratio_done, keep)
+        new.ratio[:rkeep] = old.ratio[:rkeep]
+        new.ratio_done = rkeep
+
+    # -- the scan ----------------------------------------------------------------
+    def _chunk_steps(self) -> int:
+        per_step = sum(p.row_bytes() for p in self._pairs) or 1
+        return max(_MIN_CHUNK_STEPS, _CHUNK_BYTES // per_step)
+
+    def _scan_first(self) -> Optional[int]:
+        """Index (into ``self.steps``) of the first divergent step, scanning lazily."""
+        n = len(self.steps)
+        chunk = self._chunk_steps()
+        equal_nan = self.policy.equal_nan
+        while True:
+            done = min((p.done for p in self._pairs), default=n)
+            bad = [p.first_bad for p in self._pairs if 0 <= p.first_bad]
+            if bad and min(bad) < done:
+                return min(bad)
+            if done >= n:
+                return None
+            end = min(n, done + chunk)
+            for p in self._pairs:
+                p.ensure(end, equal_nan)
+
+    def fill(self) -> None:
+        """Compute every verdict and ratio (the matrix needs them all)."""
+        n = len(self.steps)
+        for p in self._pairs:
+            p.ensure(n, self.policy.equal_nan)
+            p.ensure_ratios(n)
+
+    # -- results -----------------------------------------------------------------
+    def _divergence(self, pair: Pair, k: int) -> Divergence:
+        b, c = pair.base, pair.cand
+        return Divergence(
+            step=int(self.steps[k]),
+            tensor=b.name,
+            kind=b.kind,
+            candidate_tensor=c.name,
+            order=int(b.order),
+            reason=REASONS[int(pair.reason[k])],
+            **pair.figures(k, self.policy.equal_nan),
+        )
+
+    def report(self) -> ParityReport:
+        """The report; scans only as far as the first divergent step."""
+        k = self._scan_first()
+        at_first = [] if k is None else [self._divergence(p, k) for p in self._pairs if p.first_bad == k]
+        alignment = self._alignment
+        assert alignment is not None
+        base, cand = self.base, self.cand
+        problems = [
+            {"run": run.name, "path": p.path, "offset": int(p.offset), "message": p.message}
+            for run in (base, cand)
+            for p in run.problems
+        ]
+        return ParityReport(
+            baseline=base.name,
+            candidate=cand.name,
+            steps_compared=len(self.steps),
+            tensors_compared=len(self._pairs),
+            first_divergence=at_first[0] if at_first else None,
+            divergences_at_first_step=at_first,
+            first_nonfinite=dict(self._nonfinite),
+            unmatched={
+                base.name: [f"{k}/{n}" for k, n in alignment.unmatched_base],
+                cand.name: [f"{k}/{n}" for k, n in alignment.unmatched_cand],
+            },
+            mapping=[
+                {"baseline": m.base[1], "candidate": m.cand[1], "kind": m.base[0], "how": m.how}
+                for m in alignment.matches
+            ],
+            steps_only={
+                base.name: int(len(np.setdiff1d(base.steps, cand.steps))),
+                cand.name: int(len(np.setdiff1d(cand.steps, base.steps))),
+            },
+            policy=self.policy,
+            problems=problems,
+            warnings=list(alignment.warnings),
+            comparison=self,
+        )
+
+    def matrix(self, max_steps: Optional[int] = None) -> ParityMatrix:
+        """Steps x tensors matrix (baseline execution order), bucketed to ``max_steps`` rows."""
+        self.fill()
+        n = len(self.steps)
+        if self._pairs:
+            reason = np.stack([p.reason for p in self._pairs], axis=1)
+            ratio = np.stack([p.ratio for p in self._pairs], axis=1)
+        else:
+            reason = np.zeros((n, 0), dtype=np.uint8)
+            ratio = np.zeros((n, 0), dtype=np.float32)
+        first = None
+        k = self._scan_first()
+        if k is not None:
+            col = next(i for i, p in enumerate(self._pairs) if p.first_bad == k)
+            first = (k, col)
+        m = ParityMatrix(
+            step_start=self.steps.copy(),
+            step_end=self.steps.copy(),
+            tensors=[p.base.tag for p in self._pairs],
+            candidate_tensors=[p.cand.tag for p in self._pairs],
+            kinds=[p.base.kind for p in self._pairs],
+            error_ratio=ratio,
+            reason=reason,
+            first_divergence=first,
+        )
+        return m.bucketed(max_steps) if max_steps else m
+
+    def _pair(self, tensor: str) -> Pair:
+        """Tags before names: an activation *named* ``grad/w`` must not shadow the tag ``grad/w``."""
+        for field in ("tag", "name"):
+            for side in ("base", "cand"):
+                for p in self._pairs:
+                    if getattr(getattr(p, side), field) == tensor:
+                        return p
+        raise KeyError(f"no compared tensor {tensor!r}")
+
+    def detail(self, tensor: str, step: Optional[int] = None) -> TensorDetail:
+        """One pair's series (``tensor``: baseline or candidate tag or name), values at ``step``."""
+        p = self._pair(tensor)
+        n = len(self.steps)
+        p.ensure(n, self.policy.equal_nan)
+        p.ensure_ratios(n)
+        d = TensorDetail(
+            tensor=p.base.name,
+            candidate_tensor=p.cand.name,
+            kind=p.base.kind,
+            how=p.match.how,
+            atol=p.tol.atol,
+            rtol=p.tol.rtol,
+            warmup_steps=p.tol.warmup_steps,
+            steps=self.steps,
+            reason=p.reason,
+            error_ratio=p.ratio,
+            base_steps=p.base.steps,
+            base_stats=p.base.stats,
+            cand_steps=p.cand.steps,
+            cand_stats=p.cand.stats,
+        )
+        if step is not None:
+            hits = np.flatnonzero(self.steps == step)
+            if not len(hits):
+                raise KeyError(f"step {step} was not logged by both runs")
+            k = int(hits[0])
+            d.step, d.figures = int(step), p.figures(k, self.policy.equal_nan)
+            rb, rc = int(p.ib[k]), int(p.ic[k])
+            shape = tuple(p.base.shape) if None not in tuple(p.base.shape) else (-1,)
+            if rb >= 0 and p.base.values is not None:
+                d.base_values = np.asarray(p.base.values[rb]).reshape(shape)
+            if rc >= 0 and p.cand.values is not None:
+                d.cand_values = np.asarray(p.cand.values[rc]).reshape(tuple(p.cand.shape) if None not in tuple(p.cand.shape) else (-1,))
+            if p.use_values and rb >= 0 and rc >= 0:
+                d.diff = p.cand.values[rc].astype(np.float64) - p.base.values[rb].astype(np.float64)
+                d.diff = d.diff.reshape(shape)
+        return d
+
+
+def compare_runs(
+    base: Any, cand: Any, policy: TolerancePolicy = TolerancePolicy(), mapping: Sequence[str] = ()
+) -> ParityReport:
+    """Compare two runs (reader ``RunData``); ``mapping`` items are ``OLD=NEW`` or ``re:PAT=REPL``."""
+    return Comparison(base, cand, policy, mapping).report()
+

@@ -1,0 +1,47 @@
+"""Per run: the first step and tensor (in execution order) holding NaN or Inf.
+
+Debugger V2's alert, from the recorded FULL_HEALTH counts, for one run on its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from tb_parity_plugin.engine import align
+from tb_parity_plugin.engine.pair import NONFINITE_COLS, same_memory
+
+
+class FirstNonfinite:
+    """One run's earliest (step, tensor in execution order) holding NaN/Inf, from the counts.
+
+    Remembers per tensor the stats array it scanned and the first hit. A refresh whose
+    stats start with the very same memory (an appending reload) scans only the new rows;
+    anything else, such as a step rewritten later (last write wins), is rescanned whole.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict = {}  # key -> (stats array scanned, first NaN/Inf step or None)
+
+    def find(self, run: Any) -> Optional[dict]:
+        best: Optional[tuple] = None
+        for key, series in run.tensors.items():
+            stats = series.stats
+            old, hit = self._seen.get(key, (None, None))
+            if old is not None and same_memory(old, stats):
+                start = len(old) if hit is None else len(stats)  # an earlier hit cannot move
+            else:
+                start, hit = 0, None
+            rows = np.flatnonzero(stats[start:, NONFINITE_COLS].any(axis=1))
+            if len(rows):
+                hit = int(series.steps[start + rows[0]])
+            self._seen[key] = (stats, hit)
+            if hit is not None:
+                rank = (hit, align.execution_key(series))
+                if best is None or rank < best[0]:
+                    best = (rank, series)
+        if best is None:
+            return None
+        return {"step": best[0][0], "tensor": best[1].name, "kind": best[1].kind}
+

@@ -1,0 +1,174 @@
+"""What every front end receives from the engine: the report, one divergence, one tensor's detail.
+
+Plain value classes (like ``tensorboard.data.provider``'s): the CLI prints them, the API
+returns them, the dashboard and the HTML report reshape them. Every figure is a finite
+float or ``None`` in ``to_dict()``, so JSON never holds NaN.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any, Optional
+
+import numpy as np
+
+from tb_parity_plugin.engine.matrix import REASONS, ParityMatrix
+from tb_parity_plugin.engine.tolerance import TolerancePolicy
+from tb_parity_plugin.records import metadata
+
+if TYPE_CHECKING:
+    from tb_parity_plugin.engine.comparison import Comparison
+
+#: The error figures of a divergence, in display order.
+FIGURES = ("max_abs_diff", "max_rel_diff", "cosine", "mismatch_fraction", "error_ratio")
+
+
+def json_float(value: Any) -> Optional[float]:
+    if value is None:
+        return None
+    value = float(value)
+    return value if np.isfinite(value) else None
+
+
+
+@dataclasses.dataclass
+class Divergence:
+    """One tensor diverging at one step, with its figures (finite floats or None)."""
+
+    step: int
+    tensor: str  # baseline name
+    kind: str
+    candidate_tensor: str
+    order: int
+    reason: str
+    max_abs_diff: Optional[float] = None
+    max_rel_diff: Optional[float] = None
+    cosine: Optional[float] = None
+    mismatch_fraction: Optional[float] = None
+    error_ratio: Optional[float] = None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class ParityReport:
+    """What the CLI prints with ``--json`` (:meth:`to_dict`) and what the API returns."""
+
+    baseline: str
+    candidate: str
+    steps_compared: int
+    tensors_compared: int
+    first_divergence: Optional[Divergence]
+    divergences_at_first_step: list  # of Divergence, execution order
+    first_nonfinite: dict  # run -> None | {step, tensor, kind}
+    unmatched: dict  # run -> [tags]
+    mapping: list  # of {baseline, candidate, kind, how}
+    steps_only: dict  # run -> number of steps only that run logged
+    policy: TolerancePolicy
+    problems: list  # of {run, path, offset, message}
+    warnings: list  # of str
+    comparison: Optional["Comparison"] = dataclasses.field(default=None, repr=False, compare=False)
+
+    @property
+    def agree(self) -> bool:
+        return self.first_divergence is None
+
+    def to_dict(self) -> dict:
+        return {
+            "baseline": self.baseline,
+            "candidate": self.candidate,
+            "agree": self.agree,
+            "steps_compared": self.steps_compared,
+            "tensors_compared": self.tensors_compared,
+            "first_divergence": self.first_divergence.to_dict() if self.first_divergence else None,
+            "divergences_at_first_step": [d.to_dict() for d in self.divergences_at_first_step],
+            "first_nonfinite": self.first_nonfinite,
+            "unmatched": self.unmatched,
+            "mapping": self.mapping,
+            "steps_only": self.steps_only,
+            "policy": self.policy.to_dict(),
+            "problems": self.problems,
+            "warnings": self.warnings,
+        }
+
+    def _repr_html_(self) -> str:
+        """Notebook view of this report, no server needed (drawn by page.py)."""
+        from tb_parity_plugin.report import page
+
+        return page.report_fragment(self)
+
+    def matrix(self, max_steps: Optional[int] = None) -> ParityMatrix:
+        """The steps x tensors matrix of the comparison behind this report."""
+        if self.comparison is None:
+            raise ValueError("this report is not attached to a Comparison")
+        return self.comparison.matrix(max_steps)
+
+    def detail(self, tensor: str, step: Optional[int] = None) -> "TensorDetail":
+        if self.comparison is None:
+            raise ValueError("this report is not attached to a Comparison")
+        return self.comparison.detail(tensor, step)
+
+
+@dataclasses.dataclass
+class TensorDetail:
+    """One tensor pair over time, for a detail view.
+
+    ``steps``/``reason``/``error_ratio`` cover the compared steps; ``*_steps`` and
+    ``*_stats`` are each run's own series (columns ``metadata.STATS_FIELDS``). With
+    ``step`` given and full values on both sides: ``base_values``, ``cand_values`` and
+    ``diff`` (cand - base, float64) at that step, shaped like the tensor, and its figures.
+    """
+
+    tensor: str
+    candidate_tensor: str
+    kind: str
+    how: str
+    atol: float
+    rtol: float
+    warmup_steps: int
+    steps: np.ndarray
+    reason: np.ndarray
+    error_ratio: np.ndarray
+    base_steps: np.ndarray
+    base_stats: np.ndarray
+    cand_steps: np.ndarray
+    cand_stats: np.ndarray
+    step: Optional[int] = None
+    figures: Optional[dict] = None
+    base_values: Optional[np.ndarray] = None
+    cand_values: Optional[np.ndarray] = None
+    diff: Optional[np.ndarray] = None
+
+    def to_dict(self) -> dict:
+        """JSON-safe: non-finite numbers become None."""
+
+        def clean(a: Optional[np.ndarray]) -> Any:
+            return None if a is None else nested(np.asarray(a, dtype=np.float64))
+
+        return {
+            "tensor": self.tensor,
+            "candidate_tensor": self.candidate_tensor,
+            "kind": self.kind,
+            "how": self.how,
+            "tolerance": {"atol": self.atol, "rtol": self.rtol, "warmup_steps": self.warmup_steps},
+            "steps": self.steps.tolist(),
+            "reason": [REASONS[int(c)] for c in self.reason],
+            "error_ratio": clean(self.error_ratio),
+            "stats_fields": list(metadata.STATS_FIELDS),
+            "base": {"steps": self.base_steps.tolist(), "stats": clean(self.base_stats)},
+            "candidate": {"steps": self.cand_steps.tolist(), "stats": clean(self.cand_stats)},
+            "step": self.step,
+            "figures": self.figures,
+            "base_values": clean(self.base_values),
+            "cand_values": clean(self.cand_values),
+            "diff": clean(self.diff),
+        }
+
+
+def nested(a: np.ndarray) -> Any:
+    """``a.tolist()`` with NaN/Inf replaced by None."""
+    if a.ndim == 0:
+        return json_float(a)
+    return [nested(x) for x in a] if a.ndim > 1 else [json_float(x) for x in a.tolist()]
+

@@ -1,0 +1,169 @@
+"""Framed records -> the tb-parity items they hold (layouts, stats and values blocks, scalars).
+
+The fast path files runs of same-shaped records by byte template (:mod:`event_scan`);
+protobuf parses the rest. Both paths go through :func:`_make_item`, so they convert
+(and fail) the same way.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any, Optional
+
+import numpy as np
+from google.protobuf.message import DecodeError
+from tensorboard.compat.proto import event_pb2
+
+from tb_parity_plugin.logdir import event_scan
+from tb_parity_plugin.logdir.rundata import ReadProblem
+from tb_parity_plugin.logdir.run_state import Item
+from tb_parity_plugin.records import event_file, metadata
+from tb_parity_plugin.records.dtypes import decode_tensor, np_dtype
+
+#: Records are filed through event_scan's templates (False: protobuf only; tests compare both).
+FAST_PATH = True
+_MAX_TEMPLATES = 4  # per uniform run of records; what no template matches goes to protobuf
+_HEAD = event_file.HEADER_SIZE
+#: Bytes every record of ours holds (its tag prefix): framing skips records without them.
+MARK = metadata.TAG_PREFIX.encode("utf-8")
+_SCALAR_KEYS = {tag: key for key, tag in metadata.SCALAR_TAGS.items()}
+
+
+def _parse_event(buf: bytearray, start: int, length: int, base: int, out: list, problems: list, rel: str) -> None:
+    """Append the tb-parity items of the record at ``buf[start:]``, parsed by protobuf.
+
+    Raises DecodeError if the event does not parse. The slow path: layouts, run info,
+    typed tensor fields and anything :mod:`event_scan` does not describe exactly.
+    """
+    event = event_pb2.Event()
+    event.ParseFromString(memoryview(buf)[start : start + length].toreadonly())
+    if not event.HasField("summary"):
+        return
+    offset = base + start - _HEAD
+    steps, offsets = np.array([event.step], np.int64), np.array([offset], np.int64)
+    for value in event.summary.value:
+        route = _route(value.tag)
+        if route is None:
+            continue
+        try:
+            if route[0] == "scalar" and value.WhichOneof("value") == "simple_value":
+                array = np.array([value.simple_value])
+            elif route[0] == "scalar" and len(value.tensor.float_val) == 1 and not value.tensor.tensor_content:
+                array = np.array([value.tensor.float_val[0]])
+            else:
+                array = decode_tensor(value.tensor)[None]
+            out.append(_make_item(route, steps, offsets, array))
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+            problems.append(ReadProblem(rel, offset, f"bad {value.tag!r} value: {exc}"))
+
+
+@functools.lru_cache(maxsize=4096)
+def _route(tag: str) -> Optional[tuple[str, str, str]]:
+    """(what, key, dtype) of one of our tags, None for other tools' or newer formats' tags."""
+    if not tag.startswith(metadata.TAG_PREFIX):
+        at = tag.find("/" + metadata.TAG_PREFIX)  # a tf.name_scope prefix
+        if at < 0:
+            return None
+        tag = tag[at + 1 :]
+    head, _, rest = tag[len(metadata.TAG_PREFIX) :].partition("/")
+    if head == "stats":
+        return ("stats", rest, "")
+    if head == "values":
+        layout_hash, _, dtype = rest.partition("/")
+        return ("values", layout_hash, dtype)
+    if head == "layout":
+        return ("layout", rest, "")
+    if tag in _SCALAR_KEYS:
+        return ("scalar", _SCALAR_KEYS[tag], "")
+    if tag == metadata.RUN_INFO_TAG:
+        return ("info", "", "")
+    return None
+
+
+def _wanted(tag: str) -> Optional[bool]:
+    """For event_scan: file per step (True), skip (False), or protobuf only (None)."""
+    route = _route(tag)
+    if route is None:
+        return False
+    return None if route[0] in ("layout", "info") else True
+
+
+def _make_item(route: tuple[str, str, str], steps: np.ndarray, offsets: np.ndarray, array: np.ndarray) -> Item:
+    """The item of ``len(steps)`` values of one tag; ``array`` is ``[n, *tensor shape]``.
+
+    One function for both paths, so they convert (and fail) the same way.
+    """
+    what, key, dtype = route
+    n = len(steps)
+    if what == "stats":
+        data: Any = array.astype(np.float64, copy=False)
+    elif what == "values":
+        data = array.reshape(n, -1).astype(np_dtype(dtype), copy=False)
+    elif what == "scalar":
+        data = array.reshape(n, -1)[:, 0].astype(np.float64)
+    elif what == "layout":
+        data = metadata.Layout.from_json_bytes(array.reshape(-1)[0])
+    else:
+        info = json.loads(array.reshape(-1)[0].decode("utf-8"))
+        data = info if isinstance(info, dict) else {}
+    return Item(what, key, dtype, steps, offsets, data)
+
+
+def scan_chunk(buf: bytearray, framed: event_scan.Framed, base: int, rel: str) -> tuple[list, list]:
+    """Items and problems of a chunk's marked records (event_scan first, protobuf for the rest).
+
+    Raises DecodeError for an unparsable event (callers then use :func:`_parse_in_order`).
+    """
+    items: list[Item] = []
+    problems: list[ReadProblem] = []
+    for run in event_scan.uniform_runs(framed.starts, framed.lengths):
+        left = _scan_run(buf, run, base, items, problems, rel) if FAST_PATH else range(run.count)
+        for i in left:
+            _parse_event(buf, run.first + i * run.stride, run.length, base, items, problems, rel)
+    items.sort(key=lambda item: item.offsets[0])  # stable: record order, then value order
+    problems.sort(key=lambda problem: problem.offset)
+    return items, problems
+
+
+def _scan_run(buf: bytearray, run: event_scan.Uniform, base: int, items: list, problems: list, rel: str) -> list[int]:
+    """File the records of a uniform run that match a template; returns the rest's indices."""
+    rows = event_scan.rows_view(buf, run)
+    todo = np.ones(run.count, dtype=bool)
+    slow: list[int] = []
+    for _ in range(_MAX_TEMPLATES):
+        seed = int(np.argmax(todo))
+        start = run.first + seed * run.stride
+        template = event_scan.build_template(buf, start, run.length, _wanted)
+        if template is not None:  # protobuf validates the seed's fixed bytes (UTF-8 of strings, ...)
+            event_pb2.Event.FromString(memoryview(buf)[start : start + run.length].toreadonly())
+        if template is None:
+            slow.append(seed)
+            todo[seed] = False
+        else:
+            ok = template.matches(rows) & todo
+            todo &= ~ok
+            every = bool(ok.all())
+            steps = template.steps(rows) if every else template.steps(rows)[ok]
+            offsets = base - _HEAD + run.first + run.stride * np.flatnonzero(ok)
+            for slot in template.slots:
+                array = event_scan.slot_array(buf, run, slot)
+                try:
+                    items.append(_make_item(_route(slot.tag), steps, offsets, array if every else array[ok]))
+                except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+                    problems.extend(ReadProblem(rel, int(o), f"bad {slot.tag!r} value: {exc}") for o in offsets)
+        if not todo.any():
+            break
+    return sorted(slow + np.flatnonzero(todo).tolist())
+
+
+def parse_in_order(buf: bytearray, framed: event_scan.Framed, base: int, rel: str) -> tuple[list, list, Optional[tuple]]:
+    """Protobuf only, record by record, up to the first unparsable one: (its offset, message) or None."""
+    items: list[Item] = []
+    problems: list[ReadProblem] = []
+    for start, length in zip(framed.starts, framed.lengths):
+        try:
+            _parse_event(buf, start, length, base, items, problems, rel)
+        except DecodeError as exc:
+            return items, problems, (base + start - _HEAD, f"unparsable event: {exc}")
+    return items, problems, None

@@ -1,0 +1,271 @@
+"""Everything read so far from one run's files, and the snapshots built from it.
+
+Each tag's step blocks are copied into one growable ``[n_steps, ...]`` array per run;
+duplicate (tag, step) records resolve as last write wins (file order, then record order).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, BinaryIO, Iterator, NamedTuple, Optional, Union
+
+import numpy as np
+
+from tb_parity_plugin.logdir.rundata import ReadProblem, RunData, TensorSeries
+from tb_parity_plugin.records import metadata
+from tb_parity_plugin.records.dtypes import np_dtype
+
+
+def _last_wins(steps: np.ndarray, ranks: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Indices of the rows to keep, in step order: the last write of each step wins."""
+    order = np.lexsort((offsets, ranks))  # write order: file rank, then offset
+    reverse = order[::-1]
+    _, first = np.unique(steps[reverse], return_index=True)
+    return reverse[first]
+
+
+class _Column:
+    """Step blocks of one tag, copied straight into one growable ``[capacity, *row]`` array.
+
+    Why not a list stacked on access: for full values the list doubles peak memory
+    and the page faults of fresh memory cost more than the copy. ``reserve`` lets a
+    cold read size the array once from the bytes left in the file. Rows below ``n``
+    never change, so snapshots may keep views of them.
+    """
+
+    def __init__(self, row_shape: tuple, dtype: np.dtype) -> None:
+        self.row_shape, self.dtype = row_shape, dtype
+        self._rows = np.empty((0, *row_shape), dtype)
+        self._row_bytes = max(1, int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize)
+        self._meta = np.empty((0, 3), np.int64)  # per row: step, file id, record offset
+        self._n = 0
+        self._increasing = True  # steps strictly increasing in arrival order: nothing to dedupe
+        self._resolved: Optional[tuple] = None
+
+    def extend(self, steps: np.ndarray, file_id: int, offsets: np.ndarray, blocks: np.ndarray, hint: tuple = (0, 0)) -> None:
+        """Add ``len(steps)`` blocks; ``hint`` = (records, bytes) left in the file, to size growth."""
+        n, k = self._n, len(steps)
+        if n + k > len(self._rows):
+            records_left, bytes_left = hint
+            extra = max(n, k, min(records_left, bytes_left // self._row_bytes))
+            self._rows = _grown(self._rows, n, n + extra)
+            self._meta = _grown(self._meta, n, n + extra)
+        self._rows[n : n + k] = blocks
+        meta = self._meta[n : n + k]
+        meta[:, 0], meta[:, 1], meta[:, 2] = steps, file_id, offsets
+        if k and self._increasing:
+            self._increasing = bool((n == 0 or steps[0] > self._meta[n - 1, 0]) and (k == 1 or (np.diff(steps) > 0).all()))
+        self._n = n + k
+        self._resolved = None
+
+    def rows(self) -> np.ndarray:
+        """All blocks in arrival order, ``[n, *row_shape]`` (a view)."""
+        return self._rows[: self._n]
+
+    def resolve(self, rank_of: np.ndarray) -> tuple[np.ndarray, Union[slice, np.ndarray], np.ndarray, np.ndarray]:
+        """(unique sorted steps, row index, file ranks, offsets) of the winning rows."""
+        if self._resolved is None or self._resolved[0] is not rank_of:
+            meta = self._meta[: self._n]
+            steps, ranks, offsets = meta[:, 0].copy(), rank_of[meta[:, 1]], meta[:, 2].copy()
+            index: Union[slice, np.ndarray]
+            if self._increasing:
+                index = slice(0, len(steps))
+            else:
+                index = _last_wins(steps, ranks, offsets)
+            self._resolved = (rank_of, (steps[index], index, ranks[index], offsets[index]))
+        return self._resolved[1]
+
+
+def _grown(array: np.ndarray, used: int, capacity: int) -> np.ndarray:
+    """A ``capacity``-row copy of ``array``'s first ``used`` rows (the rest uninitialised)."""
+    grown = np.empty((capacity, *array.shape[1:]), array.dtype)
+    grown[:used] = array[:used]
+    return grown
+
+
+@dataclasses.dataclass
+class FileState:
+    path: str  # absolute
+    rel: str  # relative to the logdir, "/"-separated
+    file_id: int
+    offset: int = 0
+    handle: Optional[BinaryIO] = None
+    stopped: bool = False
+
+
+class Item(NamedTuple):
+    """Values of one of our tags at one or more records, before they are filed into a run."""
+
+    what: str  # "layout" | "stats" | "values" | "info" | "scalar"
+    key: str  # layout hash or scalar key
+    dtype: str
+    steps: np.ndarray  # int64 [n]
+    offsets: np.ndarray  # int64 [n], record offsets in the file
+    data: Any  # [n, ...] array; a Layout or dict (n == 1) for "layout" and "info"
+
+
+class RunState:
+    """Everything read so far from one run's files. Callers hold the reader's lock."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.files: dict[str, FileState] = {}
+        self.layouts: dict[str, metadata.Layout] = {}
+        self.widths: dict[tuple[str, str], int] = {}  # (hash, dtype) -> values block length
+        self.held: dict[str, list[tuple[int, str, Item]]] = {}  # blocks waiting for their layout
+        self.stats: dict[str, _Column] = {}
+        self.values: dict[tuple[str, str], _Column] = {}
+        self.scalars: dict[str, _Column] = {}
+        self.info: dict = {}
+        self.problems: list[ReadProblem] = []
+        self.generation = 0
+        self._rank_of = np.zeros(0, dtype=np.int64)
+        self._hint = (0, 0)
+        self._snapshot: Optional[RunData] = None
+
+    def add_file(self, path: str, rel: str) -> FileState:
+        state = FileState(path, rel, len(self.files))
+        self.files[path] = state
+        ranks = np.empty(len(self.files), dtype=np.int64)
+        for rank, name in enumerate(sorted(self.files)):
+            ranks[self.files[name].file_id] = rank
+        self._rank_of = ranks
+        return state
+
+    def ingest(self, fs: FileState, items: list[Item], problems: list[ReadProblem], hint: tuple = (0, 0)) -> None:
+        """File one chunk's items; ``hint`` = (records, bytes) left in the file."""
+        self._hint = hint
+        for item in items:
+            self._file(fs, item)
+        self.problems.extend(problems)
+        if items or problems:
+            self.generation += 1
+
+    def _file(self, fs: FileState, item: Item) -> None:
+        if item.what == "info":
+            self.info = item.data
+        elif item.what == "scalar":
+            column = self.scalars.get(item.key)
+            if column is None:
+                column = self.scalars[item.key] = _Column((), np.dtype(np.float64))
+            column.extend(item.steps, fs.file_id, item.offsets, item.data, self._hint)
+        elif item.what == "layout":
+            if item.key not in self.layouts:
+                self.layouts[item.key] = item.data
+                for file_id, rel, held in self.held.pop(item.key, []):
+                    self._block(file_id, rel, held)
+        elif item.key not in self.layouts:
+            held = item._replace(data=np.array(item.data))  # may be a view into the read buffer
+            self.held.setdefault(item.key, []).append((fs.file_id, fs.rel, held))
+        else:
+            self._block(fs.file_id, fs.rel, item)
+
+    def _block(self, file_id: int, rel: str, item: Item) -> None:
+        layout = self.layouts[item.key]
+        if item.what == "stats":
+            shape = (len(layout.tensors), metadata.N_STATS)
+            column = self.stats.get(item.key)
+            if column is None:
+                column = self.stats[item.key] = _Column(shape, np.dtype(np.float64))
+        else:
+            shape = (self._width(item.key, item.dtype),)
+            column = self.values.get((item.key, item.dtype))
+            if column is None:
+                column = self.values[(item.key, item.dtype)] = _Column(shape, np_dtype(item.dtype))
+        if item.data.shape[1:] != shape:
+            message = f"{item.what} block of shape {list(item.data.shape[1:])}, layout needs {list(shape)}"
+            self.problems.extend(ReadProblem(rel, int(offset), message) for offset in item.offsets)
+            return
+        column.extend(item.steps, file_id, item.offsets, item.data, self._hint)
+
+    def _width(self, layout_hash: str, dtype: str) -> int:
+        key = (layout_hash, dtype)
+        if key not in self.widths:
+            ends = [s.values[1] + s.values[2] for s in self.layouts[layout_hash].tensors if s.values and s.values[0] == dtype]
+            self.widths[key] = max(ends, default=0)
+        return self.widths[key]
+
+    def snapshot(self) -> RunData:
+        """The run as a :class:`RunData`, rebuilt only after new data arrived."""
+        if self._snapshot is not None and self._snapshot.generation == self.generation:
+            return self._snapshot
+        merged: dict[tuple[str, str], list[tuple]] = {}
+        for layout_hash, layout in self.layouts.items():
+            if layout_hash in self.stats:
+                for key, part in self._layout_parts(layout_hash, layout):
+                    merged.setdefault(key, []).append(part)
+        tensors = {key: _merge(parts) for key, parts in merged.items()}
+        scalars = {}
+        for key, column in self.scalars.items():
+            steps, index, _, _ = column.resolve(self._rank_of)
+            scalars[key] = (steps, _readonly(column.rows()[index]))
+        all_steps = list({id(series.steps): series.steps for series in tensors.values()}.values())  # shared per layout
+        self._snapshot = RunData(
+            name=self.name,
+            tensors=tensors,
+            scalars=scalars,
+            info=dict(self.info),
+            steps=np.unique(np.concatenate(all_steps)) if all_steps else np.zeros(0, dtype=np.int64),
+            problems=list(self.problems),
+            generation=self.generation,
+        )
+        return self._snapshot
+
+    def _layout_parts(self, layout_hash: str, layout: metadata.Layout) -> Iterator[tuple]:
+        """Per tensor of one layout: (key, (spec, steps, stats, values, ranks, offsets))."""
+        steps, index, ranks, offsets = self.stats[layout_hash].resolve(self._rank_of)
+        dtypes = sorted({s.values[0] for s in layout.tensors if s.values})
+        blocks = {d: self.values[(layout_hash, d)].resolve(self._rank_of) for d in dtypes if (layout_hash, d) in self.values}
+        # A step whose values event has not arrived yet (TF's writer may flush a step's
+        # events separately) is held back when it is at the tail, so a live run does
+        # not lose its values for one half-written step.
+        if len(blocks) == len(dtypes) and dtypes:
+            complete = steps
+            for d in dtypes:
+                complete = np.intersect1d(complete, blocks[d][0], assume_unique=True)
+            if len(complete) and complete[-1] < steps[-1]:
+                keep = int(np.searchsorted(steps, complete[-1], side="right"))
+                steps, ranks, offsets = steps[:keep], ranks[:keep], offsets[:keep]
+                index = slice(0, keep) if isinstance(index, slice) else index[:keep]
+        stats = _readonly(self.stats[layout_hash].rows()[index])
+        aligned = {d: _align(steps, blocks[d], self.values[(layout_hash, d)]) for d in blocks}
+        for i, spec in enumerate(layout.tensors):
+            values = None
+            if spec.values is not None and aligned.get(spec.values[0]) is not None:
+                start, length = int(spec.values[1]), int(spec.values[2])
+                values = aligned[spec.values[0]][:, start : start + length]
+            yield (spec.kind, spec.name), (spec, steps, stats[:, i, :], values, ranks, offsets)
+
+
+def _readonly(array: np.ndarray) -> np.ndarray:
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
+def _align(steps: np.ndarray, resolved: tuple, column: _Column) -> Optional[np.ndarray]:
+    """Values rows for exactly ``steps``, or None if some step has no values block."""
+    v_steps, v_index = resolved[0], resolved[1]
+    if len(v_steps) == len(steps) and np.array_equal(v_steps, steps):
+        return _readonly(column.rows()[v_index])
+    pos = np.searchsorted(v_steps, steps)
+    if len(v_steps) == 0 or np.any(pos >= len(v_steps)) or not np.array_equal(v_steps[np.minimum(pos, len(v_steps) - 1)], steps):
+        return None
+    rows = np.arange(len(column.rows()))[v_index][pos]
+    return _readonly(column.rows()[rows])
+
+
+def _merge(parts: list[tuple]) -> TensorSeries:
+    """One TensorSeries from a tensor's parts in one or more layouts (last write wins)."""
+    spec = max(parts, key=lambda p: p[1][-1] if len(p[1]) else -1)[0]
+    if len(parts) == 1:
+        _, steps, stats, values, _, _ = parts[0]
+    else:
+        steps_all = np.concatenate([p[1] for p in parts])
+        pick = _last_wins(steps_all, np.concatenate([p[4] for p in parts]), np.concatenate([p[5] for p in parts]))
+        steps = steps_all[pick]
+        stats = _readonly(np.concatenate([p[2] for p in parts])[pick])
+        vals = [p[3] for p in parts]
+        same = all(v is not None for v in vals) and len({(v.shape[1], v.dtype) for v in vals}) == 1
+        values = _readonly(np.concatenate(vals)[pick]) if same else None
+    return TensorSeries(spec.kind, spec.name, spec.order, spec.dtype, tuple(spec.shape), steps, stats, values)

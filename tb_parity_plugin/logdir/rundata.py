@@ -1,0 +1,56 @@
+"""What the reader hands out: consistent, immutable snapshots of a run's series.
+
+Plain value classes (like ``tensorboard.data.provider``'s) so the engine and the front
+ends depend on them, never on how the files were read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadProblem:
+    """A record that could not be used: ``path`` relative to the logdir, byte ``offset``."""
+
+    path: str
+    offset: int
+    message: str
+
+
+@dataclasses.dataclass
+class TensorSeries:
+    """One logical tensor of one run, every step it was logged at.
+
+    ``stats`` and ``values`` are read-only views into the run's stacked blocks.
+    ``values`` is ``None`` unless full values exist at every step in ``steps``.
+    """
+
+    kind: str
+    name: str
+    order: int
+    dtype: str
+    shape: tuple
+    steps: np.ndarray
+    stats: np.ndarray
+    values: Optional[np.ndarray]
+
+    @property
+    def tag(self) -> str:
+        return f"{self.kind}/{self.name}"
+
+
+@dataclasses.dataclass
+class RunData:
+    """A consistent snapshot of one run; later reloads never change it."""
+
+    name: str
+    tensors: dict
+    scalars: dict
+    info: dict
+    steps: np.ndarray
+    problems: list
+    generation: int
