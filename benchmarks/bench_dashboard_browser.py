@@ -29,7 +29,7 @@ import urllib.request
 from typing import Iterator
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_routes import write_logdir  # noqa: E402
+from bench_routes import write_logdir
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
@@ -66,8 +66,11 @@ def serve(logdir: str) -> Iterator[str]:
     """A real tensorboard on ``logdir``; yields its base URL once the pair's runs are listed."""
     port = free_port()
     tensorboard = shutil.which("tensorboard", path=os.path.dirname(sys.executable)) or "tensorboard"
-    proc = subprocess.Popen([tensorboard, "--logdir", logdir, "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [tensorboard, "--logdir", logdir, "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}/"
     try:
         deadline = time.monotonic() + 180
@@ -107,8 +110,13 @@ def measure(browser, base: str) -> dict:
     frame.locator("[data-testid=detail] [data-testid=detail-step]").wait_for(timeout=60_000)
     click_s = time.perf_counter() - start
     context.close()
-    return {"verdict": verdict_s, "long_n": len(long_tasks), "long_max": max(long_tasks, default=0.0),
-            "hover": hover_ms, "click": click_s}
+    return {
+        "verdict": verdict_s,
+        "long_n": len(long_tasks),
+        "long_max": max(long_tasks, default=0.0),
+        "hover": hover_ms,
+        "click": click_s,
+    }
 
 
 def main() -> int:
@@ -128,7 +136,9 @@ def main() -> int:
         start = time.perf_counter()
         for name, (steps, tensors) in sizes.items():
             write_logdir(os.path.join(root, name), steps, tensors, diverge_at=steps // 2)
-        print(f"wrote 2 runs x {args.steps} steps x {args.tensors} tensors (+ a 40 x 20 pair) in {time.perf_counter() - start:.0f} s")
+        print(
+            f"wrote 2 runs x {args.steps} steps x {args.tensors} tensors (+ a 40 x 20 pair) in {time.perf_counter() - start:.0f} s"
+        )
         servers = {name: serve(os.path.join(root, name)) for name in sizes}
         bases = {name: next(gen) for name, gen in servers.items()}
         results: dict[str, list[dict]] = {name: [] for name in sizes}
@@ -148,16 +158,22 @@ def main() -> int:
         return values[len(values) // 2]
 
     print(f"{'medians of ' + str(args.rounds) + ' rounds':28}{'small':>12}{'large':>12}{'large/small':>13}")
-    rows = [("verdict on screen (s)", "verdict", "{:.2f}"), ("hover handler (ms/move)", "hover", "{:.3f}"),
-            ("click to detail (s)", "click", "{:.2f}"), ("long tasks during load", "long_n", "{:.0f}"),
-            ("longest task (ms)", "long_max", "{:.0f}")]
+    rows = [
+        ("verdict on screen (s)", "verdict", "{:.2f}"),
+        ("hover handler (ms/move)", "hover", "{:.3f}"),
+        ("click to detail (s)", "click", "{:.2f}"),
+        ("long tasks during load", "long_n", "{:.0f}"),
+        ("longest task (ms)", "long_max", "{:.0f}"),
+    ]
     for label, key, fmt in rows:
         s, l = median("small", key), median("large", key)
         ratio = f"{l / s:.1f}x" if s > 0 else "-"
         print(f"{label:28}{fmt.format(s):>12}{fmt.format(l):>12}{ratio:>13}")
     hover = median("large", "hover")
-    print(f"heat map hover at {args.steps} x {args.tensors}: {hover:.3f} ms per move "
-          f"({'within' if hover < 16 else 'over'} one 60 Hz frame)")
+    print(
+        f"heat map hover at {args.steps} x {args.tensors}: {hover:.3f} ms per move "
+        f"({'within' if hover < 16 else 'over'} one 60 Hz frame)"
+    )
     return 0
 
 

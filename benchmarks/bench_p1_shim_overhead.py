@@ -32,8 +32,8 @@ from typing import Callable
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import numpy as np
+import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tb_parity_plugin import summary_v1, summary_v2
@@ -177,30 +177,51 @@ def main() -> int:
         return 0
 
     params = sum(int(np.prod(v.shape)) for v in _model().trainable_variables)
-    print(f"P1: MLP {WIDTH}->{DEPTH}x{WIDTH}->{CLASSES} ({params / 1e6:.2f} M params), batch {args.batch}, Adam, "
-          f"{args.reps} reps x {args.steps} steps, medians")
+    print(
+        f"P1: MLP {WIDTH}->{DEPTH}x{WIDTH}->{CLASSES} ({params / 1e6:.2f} M params), batch {args.batch}, Adam, "
+        f"{args.reps} reps x {args.steps} steps, medians"
+    )
     with tempfile.TemporaryDirectory() as logdir:
         tf2 = bench_tf2(args, logdir)
         tf1 = None if args.skip_tf1 else bench_tf1(args, logdir)
     shim_over = tf2["shim"] / tf2["none"] - 1
-    print(f"TF2 tf.function  none {tf2['none'] * 1e3:7.1f} ms   shim {tf2['shim'] * 1e3:7.1f} ms   "
-          f"ratio {tf2['shim'] / tf2['none']:.3f}")
+    print(
+        f"TF2 tf.function  none {tf2['none'] * 1e3:7.1f} ms   shim {tf2['shim'] * 1e3:7.1f} ms   "
+        f"ratio {tf2['shim'] / tf2['none']:.3f}"
+    )
     if tf1 is not None:
-        print(f"TF1 Session      none {tf1['none'] * 1e3:7.1f} ms   shim {tf1['shim'] * 1e3:7.1f} ms   "
-              f"ratio {tf1['shim'] / tf1['none']:.3f}")
+        print(
+            f"TF1 Session      none {tf1['none'] * 1e3:7.1f} ms   shim {tf1['shim'] * 1e3:7.1f} ms   "
+            f"ratio {tf1['shim'] / tf1['none']:.3f}"
+        )
     if not args.skip_debugger:
         child = subprocess.run(
-            [sys.executable, __file__, "--debugger-child", "--steps", str(args.steps), "--reps", str(args.reps),
-             "--batch", str(args.batch)],
-            capture_output=True, text=True, check=True,
+            [
+                sys.executable,
+                __file__,
+                "--debugger-child",
+                "--steps",
+                str(args.steps),
+                "--reps",
+                str(args.reps),
+                "--batch",
+                str(args.batch),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
         )
         dbg = json.loads(child.stdout.strip().splitlines()[-1])
         dbg_over = dbg["debugger"] / dbg["none"] - 1
-        print(f"Debugger V2      none {dbg['none'] * 1e3:7.1f} ms   dbg  {dbg['debugger'] * 1e3:7.1f} ms   "
-              f"ratio {dbg['debugger'] / dbg['none']:.3f}   (child process)")
+        print(
+            f"Debugger V2      none {dbg['none'] * 1e3:7.1f} ms   dbg  {dbg['debugger'] * 1e3:7.1f} ms   "
+            f"ratio {dbg['debugger'] / dbg['none']:.3f}   (child process)"
+        )
         verdict = "meets" if shim_over <= dbg_over / 20 else "misses"
-        print(f"shim overhead {shim_over:.1%} = 1/{dbg_over / max(shim_over, 1e-9):.1f} of Debugger V2's "
-              f"{dbg_over:.1%}; target <= 1/20 ({dbg_over / 20:.1%}): {verdict}")
+        print(
+            f"shim overhead {shim_over:.1%} = 1/{dbg_over / max(shim_over, 1e-9):.1f} of Debugger V2's "
+            f"{dbg_over:.1%}; target <= 1/20 ({dbg_over / 20:.1%}): {verdict}"
+        )
     return 0
 
 

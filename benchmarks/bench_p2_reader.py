@@ -47,10 +47,9 @@ if __name__ == "__main__" and "--child-no-tf" in sys.argv:
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tb_parity_plugin.records import event_file
 from tb_parity_plugin.logdir import event_scan
-from tb_parity_plugin.records import health
 from tb_parity_plugin.logdir.reader import CHUNK_SIZE, LogdirReader  # noqa: E402
+from tb_parity_plugin.records import event_file, health
 from tb_parity_plugin.records.metadata import N_STATS  # noqa: E402
 from tb_parity_plugin.records.writer import BlockWriter, build_layout  # noqa: E402
 
@@ -63,7 +62,9 @@ def build_logdir(root: str, runs: int, steps: int, tensors: int, valued: int, si
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(size).astype(np.float32) for _ in range(valued)]
     arrays += [np.float32(rng.standard_normal()) for _ in range(tensors - valued)]
-    entries = [("weight" if i % 2 else "activation", f"layer_{i}/t:0", "float32", np.shape(a)) for i, a in enumerate(arrays)]
+    entries = [
+        ("weight" if i % 2 else "activation", f"layer_{i}/t:0", "float32", np.shape(a)) for i, a in enumerate(arrays)
+    ]
     layout = build_layout(entries, full_values_limit=size if keep_values else 0)
     stats = np.stack([health.health_numpy(a) for a in arrays])
     flat = np.concatenate([np.ravel(a) for a in arrays]) if keep_values else None
@@ -174,8 +175,10 @@ def measure(logdir: str, repeat: int, with_tf_loader: bool, notf_tb_bytes: int) 
     size = sum(os.path.getsize(p) for p in files)
     raw_framing(files)  # warm the page cache
     our_reader(logdir)
-    fns = {"raw TFRecord framing": (lambda: raw_framing(files), "records"),
-           "LogdirReader cold + arrays": (lambda: our_reader(logdir), "tensor-records")}
+    fns = {
+        "raw TFRecord framing": (lambda: raw_framing(files), "records"),
+        "LogdirReader cold + arrays": (lambda: our_reader(logdir), "tensor-records"),
+    }
     if with_tf_loader:
         fns["TB EventFileLoader"] = (lambda: tb_loader(files), "events")
     timed = interleaved(repeat, {name: fn for name, (fn, _) in fns.items()})
@@ -189,8 +192,13 @@ def measure(logdir: str, repeat: int, with_tf_loader: bool, notf_tb_bytes: int) 
             prefix = prefix_copy(files, notf_tb_bytes, tmp)
             t, n = interleaved(1, {"tb": lambda: tb_loader(prefix)})["tb"]
             prefix_mbs = sum(os.path.getsize(p) for p in prefix) / t[0]
-            rows["TB EventFileLoader (prefix)"] = (t[0], sum(os.path.getsize(p) for p in prefix), n, "events",
-                                                   prefix_mbs / (size / statistics.median(raw_times)))
+            rows["TB EventFileLoader (prefix)"] = (
+                t[0],
+                sum(os.path.getsize(p) for p in prefix),
+                n,
+                "events",
+                prefix_mbs / (size / statistics.median(raw_times)),
+            )
     return rows
 
 
@@ -198,7 +206,9 @@ def print_table(title: str, rows: dict) -> None:
     print(f"\n{title}")
     print(f"  {'way of reading':38} {'median s':>8} {'MB':>8} {'MB/s':>8} {'k/s':>9}  {'unit':15} {'vs raw':>7}")
     for name, (t, size, n, unit, ratio) in rows.items():
-        print(f"  {name:38} {t:8.3f} {size / 1e6:8.1f} {size / t / 1e6:8.0f} {n / t / 1e3:9.1f}  {unit:15} {ratio:7.0%}")
+        print(
+            f"  {name:38} {t:8.3f} {size / 1e6:8.1f} {size / t / 1e6:8.0f} {n / t / 1e3:9.1f}  {unit:15} {ratio:7.0%}"
+        )
 
 
 def main() -> None:
@@ -229,12 +239,24 @@ def main() -> None:
             "statistics only": build_logdir(os.path.join(tmp, "stats"), *shape, keep_values=False),
             "full values": build_logdir(os.path.join(tmp, "values"), *shape, keep_values=True),
         }
-        print(f"P2 reader: {args.runs} runs x {args.steps} steps x {args.tensors} tensors "
-              f"({args.valued} of {args.size} float32); built in {time.perf_counter() - start:.0f} s")
+        print(
+            f"P2 reader: {args.runs} runs x {args.steps} steps x {args.tensors} tensors "
+            f"({args.valued} of {args.size} float32); built in {time.perf_counter() - start:.0f} s"
+        )
         child = subprocess.run(
-            [sys.executable, __file__, "--child-no-tf", json.dumps(logdirs), "--repeat", str(args.repeat),
-             "--notf-tb-mb", str(args.notf_tb_mb)],
-            capture_output=True, text=True, check=True,
+            [
+                sys.executable,
+                __file__,
+                "--child-no-tf",
+                json.dumps(logdirs),
+                "--repeat",
+                str(args.repeat),
+                "--notf-tb-mb",
+                str(args.notf_tb_mb),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
         )
         no_tf = json.loads(child.stdout)
         import tensorflow  # noqa: F401  (the "TF installed" side: EventFileLoader uses TF's reader)
@@ -246,7 +268,9 @@ def main() -> None:
             print_table(f"{label}, TensorFlow installed (imported)", rows)
             print_table(f"{label}, TensorFlow blocked (subprocess)", blocked)
             for side, table in (("TF installed", rows), ("TF blocked", blocked)):
-                summary.append(f"  {label:16} {side:13} LogdirReader / raw framing = {table['LogdirReader cold + arrays'][4]:.0%}")
+                summary.append(
+                    f"  {label:16} {side:13} LogdirReader / raw framing = {table['LogdirReader cold + arrays'][4]:.0%}"
+                )
         print(f"\nP2 target >= 50% (median over {args.repeat} interleaved rounds):")
         print("\n".join(summary))
     finally:

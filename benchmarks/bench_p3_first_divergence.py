@@ -28,10 +28,9 @@ from typing import Callable
 
 import numpy as np
 
-from tb_parity_plugin.records import event_file
-from tb_parity_plugin.records import metadata
 from tb_parity_plugin.engine import Comparison
 from tb_parity_plugin.logdir.reader import LogdirReader
+from tb_parity_plugin.records import event_file, metadata
 from tb_parity_plugin.records.writer import BlockWriter, build_layout
 
 N_VEC, VEC_SIZE, N_SCALAR = 150, 1000, 50
@@ -61,7 +60,10 @@ class Synth:
 
     def __init__(self, seed: int, full_values: bool, rel_noise: float = 0.0, bad_from: int = -1) -> None:
         rng = np.random.default_rng(seed)
-        entries = [("weight" if i < 50 else "activation" if i < 100 else "grad", f"layer_{i}/t:0", "float32", (VEC_SIZE,)) for i in range(N_VEC)]
+        entries = [
+            ("weight" if i < 50 else "activation" if i < 100 else "grad", f"layer_{i}/t:0", "float32", (VEC_SIZE,))
+            for i in range(N_VEC)
+        ]
         entries += [("loss" if i == 0 else "metric", f"scalar_{i}", "float32", ()) for i in range(N_SCALAR)]
         self.layout = build_layout(entries, full_values_limit=VEC_SIZE if full_values else 0)
         self.pool_vec = [rng.standard_normal((N_VEC, VEC_SIZE)).astype(np.float32) for _ in range(POOL)]
@@ -147,7 +149,12 @@ def scenario(root: str, label: str, steps: int, full_values: bool, kind: str, na
     bad_from = (steps * 3) // 4 if kind == "diverge" else -1
     noise = 1e-7 if kind == "agree-noisy" else 0.0
     base, cand = Synth(0, full_values), Synth(0, full_values, rel_noise=noise, bad_from=bad_from)
-    t_gen, _ = timed(lambda: (base.write(os.path.join(logdir, "tf1"), range(steps), "tf1"), cand.write(os.path.join(logdir, "tf2"), range(steps), "tf2")))
+    t_gen, _ = timed(
+        lambda: (
+            base.write(os.path.join(logdir, "tf1"), range(steps), "tf1"),
+            cand.write(os.path.join(logdir, "tf2"), range(steps), "tf2"),
+        )
+    )
     size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(logdir) for f in fs)
 
     def cold() -> object:
@@ -181,12 +188,20 @@ def scenario(root: str, label: str, steps: int, full_values: bool, kind: str, na
         t_read, (b2, c2) = timed(lambda: (reader.reload(), (reader.run("tf1"), reader.run("tf2")))[1])
         t_engine, _ = timed(lambda: (cmp.update(b2, c2), cmp.report(), cmp.matrix()))
         t_scratch, _ = timed(lambda: (lambda x: (x.report(), x.matrix()))(Comparison(b2, c2)))
-        increments.append(f"read {t_read:.3f}s + engine {t_engine:.3f}s vs engine from scratch {t_scratch:.3f}s (x{t_scratch / max(t_engine, 1e-9):.1f})")
+        increments.append(
+            f"read {t_read:.3f}s + engine {t_engine:.3f}s vs engine from scratch {t_scratch:.3f}s (x{t_scratch / max(t_engine, 1e-9):.1f})"
+        )
     reader.close()
-    naive_text = "" if t_naive is None else f"\n{'':<18} naive parse + assert_allclose per record (scaled from 50 steps): {t_naive:7.2f}s = x{t_naive / t_warm:.0f} warm, x{t_naive / t_cold:.0f} cold"
+    naive_text = (
+        ""
+        if t_naive is None
+        else f"\n{'':<18} naive parse + assert_allclose per record (scaled from 50 steps): {t_naive:7.2f}s = x{t_naive / t_warm:.0f} warm, x{t_naive / t_cold:.0f} cold"
+    )
     print(
         f"{label:<18} {size / 1e6:6.0f} MB gen {t_gen:5.1f}s | cold {t_cold:6.3f}s  warm {t_warm:6.3f}s  "
-        f"matrix {t_matrix:6.3f}s | {found}\n{'':<18} +100 steps: " + f"\n{'':<18} +100 more:  ".join(increments) + naive_text
+        f"matrix {t_matrix:6.3f}s | {found}\n{'':<18} +100 steps: "
+        + f"\n{'':<18} +100 more:  ".join(increments)
+        + naive_text
     )
     shutil.rmtree(logdir)
 
@@ -205,7 +220,9 @@ def main() -> int:
     if args.only != "stats" and free < need:
         print(f"need ~{need / 1e9:.1f} GB free in {root}, have {free / 1e9:.1f} GB", file=sys.stderr)
         return 2
-    print(f"P3: 2 runs x {steps} steps x {N_VEC + N_SCALAR} tensors ({N_VEC} x {VEC_SIZE} float32 + {N_SCALAR} scalars); targets at 2000 steps: stats cold < 1 s, warm < 0.5 s; values warm <= 3 s")
+    print(
+        f"P3: 2 runs x {steps} steps x {N_VEC + N_SCALAR} tensors ({N_VEC} x {VEC_SIZE} float32 + {N_SCALAR} scalars); targets at 2000 steps: stats cold < 1 s, warm < 0.5 s; values warm <= 3 s"
+    )
     try:
         for full_values in (False, True):
             if args.only and args.only != ("values" if full_values else "stats"):

@@ -18,11 +18,10 @@ import tempfile
 import time
 
 import numpy as np
-from werkzeug import test as werkzeug_test
-from werkzeug import wrappers
-
 from tensorboard.backend import application
 from tensorboard.plugins import base_plugin
+from werkzeug import test as werkzeug_test
+from werkzeug import wrappers
 
 from tb_parity_plugin.dashboard.plugin import ParityPlugin
 from tb_parity_plugin.records.writer import BlockWriter
@@ -88,7 +87,9 @@ def main() -> int:
         cold = timed(client, f"{base}summary?{pair}&atol=0.5")
         print(f"{'summary, new atol':<22}{cold * 1e3:>10.1f}")
         verdict = "within" if cold_total < 1.0 else "OVER"
-        print(f"first paint (summary + scalars + matrix, cold, sequential): {cold_total * 1e3:.0f} ms -> {verdict} the 1 s target")
+        print(
+            f"first paint (summary + scalars + matrix, cold, sequential): {cold_total * 1e3:.0f} ms -> {verdict} the 1 s target"
+        )
         return 0
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -32,9 +32,7 @@ def train(run_dir: str, cfg: PairConfig) -> None:
             rec.activation(name, h)
         loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(y, h))
         lr = rec.lr(
-            tf.compat.v1.train.polynomial_decay(
-                cfg.learning_rate, global_step, cfg.decay_steps, cfg.end_learning_rate
-            )
+            tf.compat.v1.train.polynomial_decay(cfg.learning_rate, global_step, cfg.decay_steps, cfg.end_learning_rate)
         )
         optimizer = tf.compat.v1.train.GradientDescentOptimizer(lr)
         train_op = rec.minimize(optimizer, loss, global_step=global_step)

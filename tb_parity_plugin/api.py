@@ -32,9 +32,7 @@ def _pick_runs(logdir: str, names: list, infos: dict, baseline: Optional[str], c
             )
         return (given, others[0]) if baseline is not None else (others[0], given)
     if len(names) != 2:
-        raise ParityInputError(
-            f"{logdir} holds {len(names)} runs ({listing}); pass --baseline RUN and --candidate RUN"
-        )
+        raise ParityInputError(f"{logdir} holds {len(names)} runs ({listing}); pass --baseline RUN and --candidate RUN")
     tf1 = [n for n in names if infos[n].get("side") == "tf1"]
     tf2 = [n for n in names if infos[n].get("side") == "tf2"]
     if len(tf1) == 1:

@@ -38,11 +38,20 @@ def comparison_options() -> argparse.ArgumentParser:
     p.add_argument("--warmup-steps", type=int, help="first N compared steps use rtol=0 (default 10)")
     p.add_argument("--equal-nan", action="store_true", help="NaN equals NaN at the same position")
     p.add_argument(
-        "--map", dest="mapping", action="extend", nargs="+", default=[], metavar="OLD=NEW",
+        "--map",
+        dest="mapping",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="OLD=NEW",
         help="pair baseline name OLD with candidate name NEW; re:PATTERN=REPL rewrites by regex",
     )
     p.add_argument(
-        "--override", dest="overrides", action="append", default=[], metavar="PATTERN:atol=X,rtol=Y",
+        "--override",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="PATTERN:atol=X,rtol=Y",
         help="tolerance for tags <kind>/<name> matching a glob (or re:REGEX)",
     )
     return p
@@ -54,12 +63,12 @@ def _parser() -> argparse.ArgumentParser:
     shared = comparison_options()
     diff = sub.add_parser("diff", parents=[shared], help="find the first step and tensor where the runs diverge")
     diff.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    report = sub.add_parser(
-        "report", parents=[shared], help="write the comparison as one self-contained HTML file"
-    )
+    report = sub.add_parser("report", parents=[shared], help="write the comparison as one self-contained HTML file")
     report.add_argument("-o", "--output", default="tb_parity_report.html", help="HTML file to write")
     report.add_argument(
-        "--progress", action=argparse.BooleanOptionalAction, default=None,
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="progress bar while reading (default: only for big logdirs)",
     )
     return parser
@@ -110,7 +119,9 @@ def format_report(report: ParityReport) -> str:
         if count:
             lines.append(f"{count} steps logged only by {run!r} (not compared)")
     for problem in report.problems:
-        lines.append(f"read problem in {problem['run']!r}: {problem['path']} at byte {problem['offset']}: {problem['message']}")
+        lines.append(
+            f"read problem in {problem['run']!r}: {problem['path']} at byte {problem['offset']}: {problem['message']}"
+        )
     lines += [f"warning: {w}" for w in report.warnings]
     return "\n".join(lines)
 

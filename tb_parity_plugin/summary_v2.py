@@ -68,7 +68,7 @@ class Recorder(BaseRecorder):
 
     # -- steps --------------------------------------------------------------------
     @contextlib.contextmanager
-    def step(self, step: Any) -> Iterator["Recorder"]:
+    def step(self, step: Any) -> Iterator[Recorder]:
         """Records everything inside as step ``step`` (int, tensor or variable such as
         ``optimizer.iterations``, read on entry) and writes it on exit."""
         if self._step is not None:

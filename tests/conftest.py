@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-
 from typing import Iterator
 
 import pytest
@@ -25,15 +24,27 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def demo_logs(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The demo's three pairs written once per session by ``python -m demo.write_logs``."""
     root = str(tmp_path_factory.mktemp("demo_logs"))
-    subprocess.run([sys.executable, "-m", "demo.write_logs", root], cwd=REPO, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+    subprocess.run(
+        [sys.executable, "-m", "demo.write_logs", root],
+        cwd=REPO,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=600,
+    )
     return root
 
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 
 

@@ -7,9 +7,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from tb_parity_plugin.records import health
-from tb_parity_plugin.records import metadata
 from tb_parity_plugin.logdir.reader import RunData, TensorSeries
+from tb_parity_plugin.records import health, metadata
 from tb_parity_plugin.records.writer import BlockWriter
 
 

@@ -15,11 +15,17 @@ from tb_parity_plugin.records.writer import BlockWriter
 HTML_NAME = '<img src=x onerror="window.__xss=1">'
 
 
-def step_tensors(step: int, diverge_at: Optional[int], side: str, nan_at: Optional[int] = None,
-                 extra_name: str = "dense/kernel", lr_name: str = "learning_rate") -> list:
+def step_tensors(
+    step: int,
+    diverge_at: Optional[int],
+    side: str,
+    nan_at: Optional[int] = None,
+    extra_name: str = "dense/kernel",
+    lr_name: str = "learning_rate",
+) -> list:
     """lr, a weight, an activation, loss and a grad for one step; the candidate's lr is off after ``diverge_at``."""
     rng = np.random.default_rng(step)
-    lr = 0.1 * (0.99 ** step)
+    lr = 0.1 * (0.99**step)
     if side == "tf2" and diverge_at is not None and step >= diverge_at:
         lr = 0.1 * (0.99 ** (step + 1))
     w = rng.standard_normal((3, 4)).astype(np.float32)
@@ -38,8 +44,15 @@ def step_tensors(step: int, diverge_at: Optional[int], side: str, nan_at: Option
     ]
 
 
-def write_pair(root: str, folder: str, steps: int, diverge_at: Optional[int] = None,
-               nan_at: Optional[int] = None, extra_name: str = "dense/kernel", lr_name: str = "learning_rate") -> None:
+def write_pair(
+    root: str,
+    folder: str,
+    steps: int,
+    diverge_at: Optional[int] = None,
+    nan_at: Optional[int] = None,
+    extra_name: str = "dense/kernel",
+    lr_name: str = "learning_rate",
+) -> None:
     """Write ``root/folder/{tf1,tf2}`` with ``steps`` steps each."""
     for side in ("tf1", "tf2"):
         writer = BlockWriter(os.path.join(root, folder, side), side=side, mode="graph" if side == "tf1" else "function")

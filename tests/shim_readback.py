@@ -32,7 +32,10 @@ def load_with_tensorboard(run_dir: str) -> dict:
             for value in event.summary.value:
                 if value.metadata.plugin_data.plugin_name:
                     plugins.setdefault(value.tag, value.metadata.plugin_data.plugin_name)
-                    if value.tag.startswith(metadata.TAG_PREFIX) and value.metadata.plugin_data.plugin_name == metadata.PLUGIN_NAME:
+                    if (
+                        value.tag.startswith(metadata.TAG_PREFIX)
+                        and value.metadata.plugin_data.plugin_name == metadata.PLUGIN_NAME
+                    ):
                         assert value.metadata.data_class == summary_pb2.DATA_CLASS_TENSOR
                 array = tensor_util.make_ndarray(value.tensor)
                 if value.tag.startswith(metadata.LAYOUT_PREFIX):

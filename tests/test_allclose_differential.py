@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from engine_helpers import run, series
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tb_parity_plugin.engine import allclose
-from tb_parity_plugin.engine import Comparison
+from tb_parity_plugin.engine import Comparison, allclose
 from tb_parity_plugin.engine.matrix import OK
 from tb_parity_plugin.engine.tolerance import TolerancePolicy
-
-from engine_helpers import run, series
 
 DTYPES = [np.float16, np.float32, np.float64]
 TOLS = st.one_of(

@@ -11,17 +11,17 @@ import sys
 
 import numpy as np
 import pytest
+from engine_helpers import write_run
 
 from tb_parity_plugin import api, cli
-
 from tb_parity_plugin.records.writer import BlockWriter
-
-from engine_helpers import write_run
 
 XSS = "<script>alert('x')</script>"
 
 
-def tensors(step: int, shift: float = 0.0, from_step: int = 10**9, name: str = "dense/kernel:0", dtype=np.float32) -> list:
+def tensors(
+    step: int, shift: float = 0.0, from_step: int = 10**9, name: str = "dense/kernel:0", dtype=np.float32
+) -> list:
     rng = np.random.default_rng(step)
     w = rng.standard_normal((3, 2)).astype(dtype)
     if step >= from_step:
@@ -57,7 +57,15 @@ def test_agree_exit_0_and_json_contract(tmp_path) -> None:
     logdir = make_pair(str(tmp_path))
     code, report = run_json(logdir)
     assert code == 0
-    for key in ("baseline", "candidate", "steps_compared", "tensors_compared", "first_divergence", "first_nonfinite", "unmatched"):
+    for key in (
+        "baseline",
+        "candidate",
+        "steps_compared",
+        "tensors_compared",
+        "first_divergence",
+        "first_nonfinite",
+        "unmatched",
+    ):
         assert key in report
     assert (report["baseline"], report["candidate"]) == ("tf1", "tf2")
     assert (report["steps_compared"], report["tensors_compared"], report["first_divergence"]) == (20, 4, None)
@@ -74,7 +82,10 @@ def test_diverge_exit_1_names_baseline_tensor(tmp_path) -> None:
     assert code == 1
     first = report["first_divergence"]
     assert {k: first[k] for k in ("step", "tensor", "kind", "reason")} == {
-        "step": 13, "tensor": "dense/kernel:0", "kind": "weight", "reason": "value"
+        "step": 13,
+        "tensor": "dense/kernel:0",
+        "kind": "weight",
+        "reason": "value",
     }
     assert first["max_abs_diff"] == pytest.approx(0.5) and first["max_rel_diff"] > 0
     # the baseline may be chosen explicitly, also the other way round
@@ -212,7 +223,9 @@ def test_step_written_twice_last_write_wins(tmp_path, last_is_right: bool) -> No
     logdir = str(tmp_path)
     write_run(logdir, "tf1", range(10), tensors, side="tf1")
     wrong = lambda s: tensors(s, 9.0, from_step=0)  # noqa: E731
-    writes = [(s, tensors) for s in range(10)] + ([(5, wrong), (5, tensors)] if last_is_right else [(5, tensors), (5, wrong)])
+    writes = [(s, tensors) for s in range(10)] + (
+        [(5, wrong), (5, tensors)] if last_is_right else [(5, tensors), (5, wrong)]
+    )
     writer = BlockWriter(os.path.join(logdir, "tf2"), side="tf2")
     for step, make in writes:
         writer.write_arrays(step, make(step))
@@ -225,7 +238,9 @@ def test_step_written_twice_last_write_wins(tmp_path, last_is_right: bool) -> No
 
 
 def test_html_names_are_printed_as_given(tmp_path) -> None:
-    logdir = make_pair(str(tmp_path), cand=lambda s: [t if t[0] != "activation" else (t[0], t[1], t[2] + 1) for t in tensors(s)])
+    logdir = make_pair(
+        str(tmp_path), cand=lambda s: [t if t[0] != "activation" else (t[0], t[1], t[2] + 1) for t in tensors(s)]
+    )
     code, report = run_json(logdir)
     assert code == 1 and report["first_divergence"]["tensor"] == XSS
     code, out, _ = run_cli("diff", logdir)

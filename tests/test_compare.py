@@ -6,14 +6,12 @@ import json
 
 import numpy as np
 import pytest
-
-from tb_parity_plugin.engine import align
-from tb_parity_plugin.engine import Comparison, compare_runs
-from tb_parity_plugin.engine.matrix import MISSING, NONFINITE, OK, VALUE, ParityMatrix
-from tb_parity_plugin.logdir.reader import LogdirReader
-from tb_parity_plugin.engine.tolerance import ToleranceOverride, TolerancePolicy
-
 from engine_helpers import run, series, write_run
+
+from tb_parity_plugin.engine import Comparison, align, compare_runs
+from tb_parity_plugin.engine.matrix import MISSING, NONFINITE, OK, VALUE, ParityMatrix
+from tb_parity_plugin.engine.tolerance import ToleranceOverride, TolerancePolicy
+from tb_parity_plugin.logdir.reader import LogdirReader
 
 RNG = np.random.default_rng(0)
 
@@ -29,10 +27,15 @@ def names(alignment: align.Alignment) -> list:
 
 # -- alignment -------------------------------------------------------------------
 def test_align_keras_suffix_drift_and_scope_prefix() -> None:
-    base = [series("weight", n, steady(1), order=i) for i, n in enumerate(["dense/kernel:0", "dense_1/kernel:0", "dense_2/kernel:0"])]
+    base = [
+        series("weight", n, steady(1), order=i)
+        for i, n in enumerate(["dense/kernel:0", "dense_1/kernel:0", "dense_2/kernel:0"])
+    ]
     cand = [
         series("weight", n, steady(1), order=i)
-        for i, n in enumerate(["simple_model/dense_3/kernel:0", "simple_model/dense_4/kernel:0", "simple_model/dense_5/kernel:0"])
+        for i, n in enumerate(
+            ["simple_model/dense_3/kernel:0", "simple_model/dense_4/kernel:0", "simple_model/dense_5/kernel:0"]
+        )
     ]
     result = align.align(base, cand)
     assert names(result) == [
@@ -46,12 +49,23 @@ def test_align_keras_suffix_drift_and_scope_prefix() -> None:
 def test_align_strips_output_index_and_prefers_exact() -> None:
     base = [series("grad", "dense/bias:0", steady(1)), series("grad", "loss_scale", steady(1), order=1)]
     cand = [series("grad", "dense/bias", steady(1)), series("grad", "loss_scale", steady(1), order=1)]
-    assert names(align.align(base, cand)) == [("dense/bias:0", "dense/bias", "canonical"), ("loss_scale", "loss_scale", "exact")]
+    assert names(align.align(base, cand)) == [
+        ("dense/bias:0", "dense/bias", "canonical"),
+        ("loss_scale", "loss_scale", "exact"),
+    ]
 
 
 def test_align_user_mappings_exact_tag_and_regex() -> None:
-    base = [series("weight", "a", steady(1)), series("weight", "enc/w", steady(1), order=1), series("loss", "xent", steady(1, ()), order=2)]
-    cand = [series("weight", "z", steady(1)), series("weight", "encoder/w", steady(1), order=1), series("loss", "ce", steady(1, ()), order=2)]
+    base = [
+        series("weight", "a", steady(1)),
+        series("weight", "enc/w", steady(1), order=1),
+        series("loss", "xent", steady(1, ()), order=2),
+    ]
+    cand = [
+        series("weight", "z", steady(1)),
+        series("weight", "encoder/w", steady(1), order=1),
+        series("loss", "ce", steady(1, ()), order=2),
+    ]
     result = align.align(base, cand, ["a=z", r"re:^enc/(.*)$=encoder/\1", "loss/xent=loss/ce", "nothing=here"])
     assert names(result) == [("a", "z", "map"), ("enc/w", "encoder/w", "map"), ("xent", "ce", "map")]
     assert result.warnings == ["mapping 'nothing=here' paired no tensors"]
@@ -60,7 +74,11 @@ def test_align_user_mappings_exact_tag_and_regex() -> None:
 
 
 def test_align_fallback_by_order_and_shape_reports_unmatched() -> None:
-    base = [series("lr", "lr", steady(1, ())), series("activation", "h1", steady(1, (4,)), order=1), series("activation", "h2", steady(1, (2,)), order=2)]
+    base = [
+        series("lr", "lr", steady(1, ())),
+        series("activation", "h1", steady(1, (4,)), order=1),
+        series("activation", "h2", steady(1, (2,)), order=2),
+    ]
     cand = [
         series("lr", "learning_rate", steady(1, ())),
         series("activation", "x", steady(1, (4,)), order=1),
@@ -91,8 +109,20 @@ def test_default_policy_is_the_migration_guides() -> None:
 
 
 def test_overrides_by_kind_and_pattern() -> None:
-    base = run("b", [series("grad", "g", [np.ones(2, np.float32)] * 3), series("weight", "w", [np.ones(2, np.float32)] * 3, order=1)])
-    cand = run("c", [series("grad", "g", [np.full(2, 1.01, np.float32)] * 3), series("weight", "w", [np.full(2, 1.01, np.float32)] * 3, order=1)])
+    base = run(
+        "b",
+        [
+            series("grad", "g", [np.ones(2, np.float32)] * 3),
+            series("weight", "w", [np.ones(2, np.float32)] * 3, order=1),
+        ],
+    )
+    cand = run(
+        "c",
+        [
+            series("grad", "g", [np.full(2, 1.01, np.float32)] * 3),
+            series("weight", "w", [np.full(2, 1.01, np.float32)] * 3, order=1),
+        ],
+    )
     policy = TolerancePolicy(overrides=(ToleranceOverride("grad/*", atol=0.1),))
     report = compare_runs(base, cand, policy)
     assert report.first_divergence.kind == "weight"
@@ -107,7 +137,9 @@ def test_overrides_by_kind_and_pattern() -> None:
 
 # -- reasons ---------------------------------------------------------------------
 def _reason_at(base_arrays: list, cand_arrays: list, **kw) -> list:
-    m = Comparison(run("b", [series("weight", "w", base_arrays, **kw)]), run("c", [series("weight", "w", cand_arrays, **kw)])).matrix()
+    m = Comparison(
+        run("b", [series("weight", "w", base_arrays, **kw)]), run("c", [series("weight", "w", cand_arrays, **kw)])
+    ).matrix()
     return m.reason[:, 0].tolist()
 
 
@@ -120,16 +152,23 @@ def test_reason_value_and_nonfinite() -> None:
     assert _reason_at(inf, inf) == [OK]
     nan = [np.array([np.nan, 1.0], np.float32)]
     assert _reason_at(nan, nan) == [NONFINITE]
-    cmp = Comparison(run("b", [series("w", "w", nan)]), run("c", [series("w", "w", nan)]), TolerancePolicy(equal_nan=True))
+    cmp = Comparison(
+        run("b", [series("w", "w", nan)]), run("c", [series("w", "w", nan)]), TolerancePolicy(equal_nan=True)
+    )
     assert cmp.report().agree
     # Same counts, different positions: caught by the values.
     assert _reason_at([np.array([np.inf, 1.0], np.float32)], [np.array([1.0, np.inf], np.float32)]) == [NONFINITE]
 
 
 def test_reason_shape_dtype_missing() -> None:
-    shape = compare_runs(run("b", [series("w", "w", [np.ones((2, 3), np.float32)])]), run("c", [series("w", "w", [np.ones((3, 2), np.float32)])]))
+    shape = compare_runs(
+        run("b", [series("w", "w", [np.ones((2, 3), np.float32)])]),
+        run("c", [series("w", "w", [np.ones((3, 2), np.float32)])]),
+    )
     assert shape.first_divergence.reason == "shape"
-    dtype = compare_runs(run("b", [series("w", "w", [np.ones(3, np.float32)])]), run("c", [series("w", "w", [np.ones(3, np.float64)])]))
+    dtype = compare_runs(
+        run("b", [series("w", "w", [np.ones(3, np.float32)])]), run("c", [series("w", "w", [np.ones(3, np.float64)])])
+    )
     assert dtype.first_divergence.reason == "dtype"
     # both runs logged step 1 (via another tensor), only the baseline logged w there
     base = run("b", [series("w", "w", [np.ones(2)] * 3), series("loss", "l", [np.ones(())] * 3, order=1)])
@@ -152,13 +191,34 @@ def test_steps_only_one_run_logged_are_not_compared() -> None:
 def test_first_divergence_smallest_step_then_baseline_order() -> None:
     ok, bad = steady(6), steady(6)
     bad = bad[:3] + [a + 1 for a in bad[3:]]
-    base = run("b", [series("activation", "late", ok, order=0), series("weight", "w", ok, order=1), series("grad", "g", ok, order=2)])
+    base = run(
+        "b",
+        [
+            series("activation", "late", ok, order=0),
+            series("weight", "w", ok, order=1),
+            series("grad", "g", ok, order=2),
+        ],
+    )
     # candidate executes in another order; the baseline's order decides
-    cand = run("c", [series("activation", "late", ok, order=2), series("weight", "w", bad, order=1), series("grad", "g", bad, order=0)])
+    cand = run(
+        "c",
+        [
+            series("activation", "late", ok, order=2),
+            series("weight", "w", bad, order=1),
+            series("grad", "g", bad, order=0),
+        ],
+    )
     report = compare_runs(base, cand)
     assert (report.first_divergence.step, report.first_divergence.tensor) == (3, "w")
     assert [d.tensor for d in report.divergences_at_first_step] == ["w", "g"]
-    earlier = run("c", [series("activation", "late", ok[:1] + [ok[1] + 5] + ok[2:], order=0), series("weight", "w", bad, order=1), series("grad", "g", bad, order=2)])
+    earlier = run(
+        "c",
+        [
+            series("activation", "late", ok[:1] + [ok[1] + 5] + ok[2:], order=0),
+            series("weight", "w", bad, order=1),
+            series("grad", "g", bad, order=2),
+        ],
+    )
     report = compare_runs(base, earlier)
     assert (report.first_divergence.step, report.first_divergence.tensor) == (1, "late")
 
@@ -170,7 +230,14 @@ def test_first_nonfinite_per_run() -> None:
     also = [a.copy() for a in clean]
     also[3][0] = np.nan
     base = run("b", [series("weight", "w", clean)])
-    cand = run("c", [series("weight", "w", also, order=1), series("activation", "a", dirty, order=0), series("loss", "l", clean, order=2)])
+    cand = run(
+        "c",
+        [
+            series("weight", "w", also, order=1),
+            series("activation", "a", dirty, order=0),
+            series("loss", "l", clean, order=2),
+        ],
+    )
     report = compare_runs(base, cand)
     assert report.first_nonfinite == {"b": None, "c": {"step": 3, "tensor": "a", "kind": "activation"}}
 
@@ -197,7 +264,9 @@ def test_statistics_only_compares_moments() -> None:
 def test_report_json_has_only_finite_numbers() -> None:
     b = [np.array([0.0, 1.0], np.float32)] * 2
     c = [np.array([1.0, 1.0], np.float32), np.array([np.inf, np.nan], np.float32)]
-    report = compare_runs(run("b", [series("w", "w", b)]), run("c", [series("w", "w", c)]), TolerancePolicy(atol=0.0, rtol=0.0))
+    report = compare_runs(
+        run("b", [series("w", "w", b)]), run("c", [series("w", "w", c)]), TolerancePolicy(atol=0.0, rtol=0.0)
+    )
     text = json.dumps(report.to_dict(), allow_nan=False)
     d = json.loads(text)["first_divergence"]
     assert d["step"] == 0 and d["max_rel_diff"] is None and d["error_ratio"] is None and d["max_abs_diff"] == 1.0
@@ -233,7 +302,9 @@ def test_detail_series_and_values() -> None:
     b = steady(4, (2, 2))
     c = [a.copy() for a in b]
     c[2][1, 0] += 1
-    detail = Comparison(run("b", [series("weight", "w", b)]), run("c", [series("weight", "w", c)])).detail("weight/w", 2)
+    detail = Comparison(run("b", [series("weight", "w", b)]), run("c", [series("weight", "w", c)])).detail(
+        "weight/w", 2
+    )
     assert detail.reason.tolist() == [OK, OK, VALUE, OK]
     assert detail.diff.shape == (2, 2) and detail.diff[1, 0] == pytest.approx(1.0)
     assert detail.base_stats.shape == (4, 14) and detail.figures["max_abs_diff"] == pytest.approx(1.0)
@@ -309,7 +380,9 @@ def test_rewrite_keeping_the_l2_norm_invalidates_cache() -> None:
     changed[3] = -changed[3]
     cmp.update(run("b", [series("w", "w", b)]), run("c", [series("w", "w", changed)]))
     assert cmp.report().first_divergence.step == 3
-    assert compare_runs(run("b", [series("w", "w", b)]), run("c", [series("w", "w", changed)])).first_divergence.step == 3
+    assert (
+        compare_runs(run("b", [series("w", "w", b)]), run("c", [series("w", "w", changed)])).first_divergence.step == 3
+    )
 
 
 def test_first_nonfinite_sees_a_rewritten_step() -> None:

@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tb_parity_plugin.records import health
+from tb_parity_plugin.records import health, metadata
 from tb_parity_plugin.shim import health_tf
-from tb_parity_plugin.records import metadata
 
 RNG = np.random.default_rng(0)
 COUNTS = slice(0, metadata.STAT_INDEX["min"])  # dtype, rank, size and the six counts

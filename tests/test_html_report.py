@@ -23,8 +23,12 @@ EVIL = '<script>document.title="pwned"</script><img src=x onerror="document.titl
 @pytest.fixture(scope="module")
 def demo_logs(tmp_path_factory) -> str:
     logdir = str(tmp_path_factory.mktemp("report") / "logs")
-    subprocess.run([sys.executable, "-m", "demo.write_logs", logdir, "--pairs", "lr_offbyone", "clean"],
-                   cwd=REPO, check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "demo.write_logs", logdir, "--pairs", "lr_offbyone", "clean"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+    )
     return logdir
 
 
@@ -78,8 +82,14 @@ def test_names_holding_html_stay_text(tmp_path, browser):
     for side, shift, extra in (("tf1", 0.0, "weight"), ("tf2", 1.0, "grad")):  # `extra`: one side only
         writer = BlockWriter(str(logdir / side), side=side, mode="graph")
         for step in range(3):
-            writer.write_arrays(step, [("lr", "lr", np.float32(0.1)), ("activation", EVIL, np.arange(4.0) + shift * step),
-                                       (extra, f"only_{side}/{EVIL}", np.ones(2))])
+            writer.write_arrays(
+                step,
+                [
+                    ("lr", "lr", np.float32(0.1)),
+                    ("activation", EVIL, np.arange(4.0) + shift * step),
+                    (extra, f"only_{side}/{EVIL}", np.ones(2)),
+                ],
+            )
         writer.close()
     out = tmp_path / "evil.html"
     assert report_cli(str(logdir), "-o", str(out)) == 1

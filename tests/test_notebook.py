@@ -12,9 +12,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from nbkernel import http_get, live_kernel, outputs, stop_server
 from tensorboard import manager
 
-from nbkernel import http_get, live_kernel, outputs, stop_server
 from tb_parity_plugin import api
 
 DEMO = Path(__file__).resolve().parents[1] / "demo"

@@ -13,8 +13,8 @@ import os
 import re
 
 import pytest
-
 from nbkernel import http_get, outputs, run_cells, stop_server
+
 from tb_parity_plugin.report import notebook
 
 PAIR = ("pair/tf1", "pair/tf2 <b>&+")  # a name that needs quoting in the hash
@@ -155,9 +155,16 @@ def test_a_dead_servers_record_is_not_reused(tmp_path, monkeypatch):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     stale = manager.TensorBoardInfo(
-        version="2.21.0", start_time=1, pid=gone.pid, port=1, path_prefix="", logdir="logs", db="",
-        cache_key=manager.cache_key(working_directory=str(tmp_path), arguments=["--logdir", "logs", "--port", "0"],
-                                    configure_kwargs={}),
+        version="2.21.0",
+        start_time=1,
+        pid=gone.pid,
+        port=1,
+        path_prefix="",
+        logdir="logs",
+        db="",
+        cache_key=manager.cache_key(
+            working_directory=str(tmp_path), arguments=["--logdir", "logs", "--port", "0"], configure_kwargs={}
+        ),
     )
     record = os.path.join(manager._get_info_dir(), f"pid-{gone.pid}.info")
     with open(record, "w") as f:
@@ -171,7 +178,9 @@ def test_a_dead_servers_record_is_not_reused(tmp_path, monkeypatch):
         stop_server(info.pid)
 
 
-def test_jupyter_markup_in_a_browser_frames_the_server_on_the_notebook_pages_host(server, jupyter_cells, tmp_path, browser):
+def test_jupyter_markup_in_a_browser_frames_the_server_on_the_notebook_pages_host(
+    server, jupyter_cells, tmp_path, browser
+):
     """The cell's HTML, served like a notebook page from 127.0.0.1: its script points the
     frame at that host on TensorBoard's port, and the frame loads our view."""
     import functools

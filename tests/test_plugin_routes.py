@@ -17,18 +17,17 @@ import time
 
 import numpy as np
 import pytest
-from werkzeug import test as werkzeug_test
-from werkzeug import wrappers
-
 from tensorboard.backend import application
 from tensorboard.backend.event_processing import data_provider
 from tensorboard.backend.event_processing import plugin_event_multiplexer as event_multiplexer
 from tensorboard.plugins import base_plugin
+from werkzeug import test as werkzeug_test
+from werkzeug import wrappers
 
 from tb_parity_plugin.dashboard.plugin import ParityPlugin
 
 sys.path.insert(0, os.path.dirname(__file__))
-import plugin_fixtures as fx  # noqa: E402
+import plugin_fixtures as fx
 
 PREFIX = "/data/plugin/tb_parity/"
 LR = "baseline=lr%2Ftf1&candidate=lr%2Ftf2"
@@ -129,7 +128,9 @@ def test_matrix_buckets_without_hiding_the_first_divergence(client: werkzeug_tes
 
 def test_tensor_series_with_values_and_diff(client: werkzeug_test.Client) -> None:
     body = get_json(client, "tensor?" + LR + "&tensor=lr%2Flearning_rate&values_at=5")
-    assert body["baseline"]["steps"] == list(range(20)) and len(body["baseline"]["stats"][0]) == len(body["stats_fields"])
+    assert body["baseline"]["steps"] == list(range(20)) and len(body["baseline"]["stats"][0]) == len(
+        body["stats_fields"]
+    )
     assert body["diff"]["reason"][5] == "value" and body["diff"]["reason"][4] == "ok"
     values = body["values"]
     assert values["step"] == 5 and len(values["baseline"]) == 1
@@ -222,7 +223,9 @@ def test_unknown_runs_and_tensors_are_404(client: werkzeug_test.Client, route: s
     assert "error" in get_json(client, route, code=404)
 
 
-@pytest.mark.parametrize("path", ["..%2F..%2Fsetup.py", "../plugin.py", "static/index.js", "%2Fetc%2Fpasswd", "index.js/../plugin.py"])
+@pytest.mark.parametrize(
+    "path", ["..%2F..%2Fsetup.py", "../plugin.py", "static/index.js", "%2Fetc%2Fpasswd", "index.js/../plugin.py"]
+)
 def test_static_route_serves_only_the_bundle(client: werkzeug_test.Client, path: str) -> None:
     response = client.get(PREFIX + path)
     assert response.status_code == 404

@@ -16,10 +16,8 @@ import pytest
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.util import tensor_util
 
-from tb_parity_plugin.records import event_file
-from tb_parity_plugin.records import health
-from tb_parity_plugin.records import metadata
 from tb_parity_plugin.logdir.reader import LogdirReader, ReadProblem
+from tb_parity_plugin.records import event_file, health, metadata
 from tb_parity_plugin.records.writer import BlockWriter, build_layout
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -232,16 +230,26 @@ def test_blocks_before_layout_are_held_and_other_tags_ignored(tmp_path):
     out = event_file.EventFileWriter(str(tmp_path / "run"))
     stats = np.stack([health.health_numpy(np.array([1.0, 2.0], np.float32))])
     for step in range(2):
-        out.write_summary(step, summary_pb2.Summary(value=[
-            _summary_value(metadata.stats_tag(h), stats),
-            _summary_value(metadata.values_tag(h, "float32"), np.array([step, 2.0], np.float32)),
-            _summary_value("accuracy", np.float32(0.5), plugin="scalars"),
-            _summary_value("tb_parity/future_block/x", np.float32(1)),
-        ]))
-    out.write_summary(1, summary_pb2.Summary(value=[
-        summary_pb2.Summary.Value(tag="other/simple", simple_value=3.0),
-        _summary_value(metadata.layout_tag(h), np.array(layout.to_json_bytes(), dtype=object)),
-    ]))
+        out.write_summary(
+            step,
+            summary_pb2.Summary(
+                value=[
+                    _summary_value(metadata.stats_tag(h), stats),
+                    _summary_value(metadata.values_tag(h, "float32"), np.array([step, 2.0], np.float32)),
+                    _summary_value("accuracy", np.float32(0.5), plugin="scalars"),
+                    _summary_value("tb_parity/future_block/x", np.float32(1)),
+                ]
+            ),
+        )
+    out.write_summary(
+        1,
+        summary_pb2.Summary(
+            value=[
+                summary_pb2.Summary.Value(tag="other/simple", simple_value=3.0),
+                _summary_value(metadata.layout_tag(h), np.array(layout.to_json_bytes(), dtype=object)),
+            ]
+        ),
+    )
     out.close()
     run = LogdirReader(str(tmp_path)).run("run")
     assert run.problems == [] and list(run.tensors) == [("weight", "w")]
@@ -298,7 +306,13 @@ def _summarise(logdir: str) -> dict:
             "steps": run.steps.tolist(),
             "scalars": {k: [s.tolist(), v.tolist()] for k, (s, v) in run.scalars.items()},
             "tensors": {
-                t.tag: [t.order, t.dtype, list(t.shape), t.stats.tolist(), None if t.values is None else t.values.tolist()]
+                t.tag: [
+                    t.order,
+                    t.dtype,
+                    list(t.shape),
+                    t.stats.tolist(),
+                    None if t.values is None else t.values.tolist(),
+                ]
                 for t in run.tensors.values()
             },
         }
@@ -354,19 +368,30 @@ def test_real_tf_summary_write(tmp_path, monkeypatch):
 
     weight = np.arange(6, dtype=np.float32).reshape(2, 3)
     half = np.array([1.5, np.nan, -np.inf], dtype=np.float16)
-    layout = build_layout([("lr", "lr", "float32", ()), ("weight", "w", "float32", (2, 3)), ("activation", "h", "float16", (3,))])
+    layout = build_layout(
+        [("lr", "lr", "float32", ()), ("weight", "w", "float32", (2, 3)), ("activation", "h", "float16", (3,))]
+    )
     h = layout.hash
     writer = tf.summary.create_file_writer(str(tmp_path / "tf2"))
     with writer.as_default():
         meta = lambda block: metadata.create_summary_metadata(block, h).SerializeToString()  # noqa: E731
-        tf.summary.write(metadata.RUN_INFO_TAG, tf.constant(json.dumps({"side": "tf2"})), step=0, metadata=meta("run_info"))
+        tf.summary.write(
+            metadata.RUN_INFO_TAG, tf.constant(json.dumps({"side": "tf2"})), step=0, metadata=meta("run_info")
+        )
         for step in range(3):
             if step == 0:
-                tf.summary.write(metadata.layout_tag(h), tf.constant(layout.to_json_bytes()), step=step, metadata=meta("layout"))
+                tf.summary.write(
+                    metadata.layout_tag(h), tf.constant(layout.to_json_bytes()), step=step, metadata=meta("layout")
+                )
             arrays = [np.float32(0.5 * step), weight + step, half]
             stats = np.stack([health.health_numpy(a) for a in arrays])
             tf.summary.write(metadata.stats_tag(h), tf.constant(stats), step=step, metadata=meta("stats"))
-            tf.summary.write(metadata.values_tag(h, "float32"), tf.constant(np.concatenate([[arrays[0]], arrays[1].ravel()])), step=step, metadata=meta("values"))
+            tf.summary.write(
+                metadata.values_tag(h, "float32"),
+                tf.constant(np.concatenate([[arrays[0]], arrays[1].ravel()])),
+                step=step,
+                metadata=meta("values"),
+            )
             tf.summary.write(metadata.values_tag(h, "float16"), tf.constant(half), step=step, metadata=meta("values"))
             tf.summary.scalar(metadata.SCALAR_TAGS["lr"], 0.5 * step, step=step)
     writer.close()
@@ -386,7 +411,10 @@ def _both_paths(logdir: str, monkeypatch) -> dict:
 
     def digest() -> dict:
         reader = LogdirReader(logdir)
-        return {"runs": _summarise(logdir), "problems": [list(map(str, dataclasses.astuple(p))) for p in reader.problems]}
+        return {
+            "runs": _summarise(logdir),
+            "problems": [list(map(str, dataclasses.astuple(p))) for p in reader.problems],
+        }
 
     calls = []
     real = reader_module._parse_event
@@ -407,8 +435,11 @@ def test_fast_path_matches_protobuf_big_and_small_records(tmp_path, monkeypatch)
     for step in range(3):
         big = rng.standard_normal(20000).astype(np.float32)
         big[step] = np.nan
-        writer.write_arrays(step, [("lr", "lr", np.float32(0.1)), ("weight", "big", big),
-                                   ("grad", "half", big[:100].astype(np.float16))], full_values_limit=20000)
+        writer.write_arrays(
+            step,
+            [("lr", "lr", np.float32(0.1)), ("weight", "big", big), ("grad", "half", big[:100].astype(np.float16))],
+            full_values_limit=20000,
+        )
     writer.close()
     write_run(str(tmp_path / "long"), range(300)).close()  # step varint grows from 1 to 2 bytes at 128
     write_run(str(tmp_path / "neg"), [-3, 0, 1, 2, 1 << 40], name="w").close()  # negative: a 10-byte varint
@@ -425,13 +456,22 @@ def test_fast_path_falls_back_on_odd_records(tmp_path, monkeypatch):
     h = layout.hash
     out = event_file.EventFileWriter(str(tmp_path / "run"))
     stats = np.stack([health.health_numpy(np.array([1.0, 2.0], np.float32))] * 2)
-    out.write_summary(0, summary_pb2.Summary(value=[_summary_value(metadata.layout_tag(h), np.array(layout.to_json_bytes(), dtype=object))]))
+    out.write_summary(
+        0,
+        summary_pb2.Summary(
+            value=[_summary_value(metadata.layout_tag(h), np.array(layout.to_json_bytes(), dtype=object))]
+        ),
+    )
     for step in range(1, 40):
-        values = [_summary_value(metadata.stats_tag(h), stats + step),
-                  _summary_value("other/x", np.float32(step), plugin="scalars"),  # not ours, varies
-                  _summary_value("scope/" + metadata.values_tag(h, "float32"), np.arange(4, dtype=np.float32) * step)]
+        values = [
+            _summary_value(metadata.stats_tag(h), stats + step),
+            _summary_value("other/x", np.float32(step), plugin="scalars"),  # not ours, varies
+            _summary_value("scope/" + metadata.values_tag(h, "float32"), np.arange(4, dtype=np.float32) * step),
+        ]
         if step % 3 == 0:  # same length, different tag: a second template in the same run
-            values[2] = _summary_value(metadata.values_tag(h, "float32")[:-7] + "int32", np.arange(4, dtype=np.int32) * step)
+            values[2] = _summary_value(
+                metadata.values_tag(h, "float32")[:-7] + "int32", np.arange(4, dtype=np.int32) * step
+            )
         if step % 7 == 0:  # typed fields: protobuf only
             values.append(summary_pb2.Summary.Value(tag=metadata.SCALAR_TAGS["loss"], simple_value=0.5 * step))
         if step == 20:  # a stats block that does not fit the layout
@@ -496,17 +536,29 @@ def test_values_event_not_yet_written_holds_back_the_tail_step(tmp_path):
     h = layout.hash
     out = event_file.EventFileWriter(str(tmp_path / "run"))
     stats = np.stack([health.health_numpy(np.zeros(2, np.float32))])
-    out.write_summary(0, summary_pb2.Summary(value=[_summary_value(metadata.layout_tag(h), np.array(layout.to_json_bytes(), dtype=object))]))
+    out.write_summary(
+        0,
+        summary_pb2.Summary(
+            value=[_summary_value(metadata.layout_tag(h), np.array(layout.to_json_bytes(), dtype=object))]
+        ),
+    )
     for step in range(3):
         out.write_summary(step, summary_pb2.Summary(value=[_summary_value(metadata.stats_tag(h), stats)]))
         if step < 2:
-            out.write_summary(step, summary_pb2.Summary(value=[_summary_value(metadata.values_tag(h, "float32"), np.full(2, step, np.float32))]))
+            out.write_summary(
+                step,
+                summary_pb2.Summary(
+                    value=[_summary_value(metadata.values_tag(h, "float32"), np.full(2, step, np.float32))]
+                ),
+            )
     out.flush()
     reader = LogdirReader(str(tmp_path))
     series = reader.run("run").tensors[("weight", "w")]
     np.testing.assert_array_equal(series.steps, [0, 1])
     np.testing.assert_array_equal(series.values, [[0, 0], [1, 1]])
-    out.write_summary(2, summary_pb2.Summary(value=[_summary_value(metadata.values_tag(h, "float32"), np.full(2, 2, np.float32))]))
+    out.write_summary(
+        2, summary_pb2.Summary(value=[_summary_value(metadata.values_tag(h, "float32"), np.full(2, 2, np.float32))])
+    )
     out.close()
     reader.reload()
     np.testing.assert_array_equal(reader.run("run").tensors[("weight", "w")].values[:, 0], [0, 1, 2])

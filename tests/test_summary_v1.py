@@ -7,11 +7,10 @@ import warnings
 import numpy as np
 import pytest
 import tensorflow as tf
+from shim_readback import check_with_reader, load_with_tensorboard, tensors_by_step
 
 from tb_parity_plugin import summary_v1
-from tb_parity_plugin.records import health
-from tb_parity_plugin.records import metadata
-from shim_readback import check_with_reader, load_with_tensorboard, tensors_by_step
+from tb_parity_plugin.records import health, metadata
 
 X = np.random.default_rng(1).standard_normal((8, 3)).astype(np.float32)
 Y = np.eye(3, dtype=np.float32)[[0, 1, 2, 0, 1, 2, 0, 1]]

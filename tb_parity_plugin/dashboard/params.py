@@ -50,9 +50,7 @@ def check_known(route: str, args: Args) -> None:
     allowed = ROUTE_PARAMS[route]
     unknown = sorted(k for k in args.keys() if k not in allowed)
     if unknown:
-        raise errors.InvalidArgumentError(
-            f"unknown parameter(s) {unknown} for /{route}; allowed: {list(allowed)}"
-        )
+        raise errors.InvalidArgumentError(f"unknown parameter(s) {unknown} for /{route}; allowed: {list(allowed)}")
 
 
 def _one(args: Args, key: str, required: bool = False) -> Optional[str]:

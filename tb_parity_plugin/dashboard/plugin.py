@@ -15,17 +15,15 @@ import logging
 import os
 from typing import Any, Callable, Optional
 
-from werkzeug import wrappers
-
 from tensorboard import errors
 from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
+from werkzeug import wrappers
 
-from tb_parity_plugin.dashboard import views
-from tb_parity_plugin.records import metadata
-from tb_parity_plugin.dashboard import params
-from tb_parity_plugin.logdir.background_reader import BackgroundReader
+from tb_parity_plugin.dashboard import params, views
 from tb_parity_plugin.engine.comparison_cache import ComparisonCache, Entry
+from tb_parity_plugin.logdir.background_reader import BackgroundReader
+from tb_parity_plugin.records import metadata
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +42,7 @@ def _json_route(route: str) -> Callable[[Callable[..., Any]], Handler]:
     def decorate(fn: Callable[..., Any]) -> Handler:
         @functools.wraps(fn)
         @wrappers.Request.application
-        def handler(self: "ParityPlugin", request: wrappers.Request) -> wrappers.Response:
+        def handler(self: ParityPlugin, request: wrappers.Request) -> wrappers.Response:
             try:
                 args = params.Args(request.args)
                 params.check_known(route, args)
@@ -106,7 +104,9 @@ class ParityPlugin(base_plugin.TBPlugin):
             with open(os.path.join(STATIC_DIR, name), "rb") as f:
                 content = f.read()
         except OSError:
-            return http_util.Respond(request, {"error": f"{name} is not built (make frontend)"}, "application/json", code=404)
+            return http_util.Respond(
+                request, {"error": f"{name} is not built (make frontend)"}, "application/json", code=404
+            )
         return http_util.Respond(request, content, content_type)
 
     # -- JSON routes: parse, then call the impl --------------------------------------

@@ -19,10 +19,10 @@ from typing import Any, Optional
 
 import numpy as np
 
-from tb_parity_plugin.records import metadata
 from tb_parity_plugin.engine import ParityMatrix, ParityReport, TensorDetail
 from tb_parity_plugin.engine.matrix import ABSENT, REASONS
 from tb_parity_plugin.engine.tolerance import TolerancePolicy
+from tb_parity_plugin.records import metadata
 
 #: Full values sent for one step at most (the detail table shows the first few hundred).
 MAX_VALUES = 10_000
@@ -79,7 +79,9 @@ def summary_payload(report: ParityReport, generations: tuple) -> dict:
 
 
 def _b64(array: np.ndarray, dtype: str) -> str:
-    return base64.b64encode(np.ascontiguousarray(array, dtype=np.dtype(dtype).newbyteorder("<")).tobytes()).decode("ascii")
+    return base64.b64encode(np.ascontiguousarray(array, dtype=np.dtype(dtype).newbyteorder("<")).tobytes()).decode(
+        "ascii"
+    )
 
 
 def matrix_payload(m: ParityMatrix, report: ParityReport) -> dict:

@@ -22,12 +22,7 @@ BLOCK_ELEMENTS = 1 << 16
 
 def _fast_ok(x: np.ndarray, y: np.ndarray, rtol: float, atol: float) -> bool:
     """True if the replayed formula is valid: same float dtype, sane tolerances."""
-    return (
-        x.dtype == y.dtype
-        and x.dtype.kind == "f"
-        and 0.0 <= atol < np.inf
-        and 0.0 <= rtol < np.inf
-    )
+    return x.dtype == y.dtype and x.dtype.kind == "f" and 0.0 <= atol < np.inf and 0.0 <= rtol < np.inf
 
 
 def isclose(x: np.ndarray, y: np.ndarray, rtol: float, atol: float, equal_nan: bool) -> np.ndarray:

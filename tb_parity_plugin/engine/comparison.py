@@ -114,7 +114,9 @@ class Comparison:
         self._pairs = pairs
         self.steps = steps
         self.base, self.cand = base, cand
-        self._nonfinite = {run.name: self._nonfinite_scans.setdefault(run.name, FirstNonfinite()).find(run) for run in (base, cand)}
+        self._nonfinite = {
+            run.name: self._nonfinite_scans.setdefault(run.name, FirstNonfinite()).find(run) for run in (base, cand)
+        }
 
     @staticmethod
     def _reuse(old: Pair, new: Pair, same_prefix: Callable[[np.ndarray, np.ndarray, int], bool]) -> None:
@@ -289,7 +291,9 @@ class Comparison:
             if rb >= 0 and p.base.values is not None:
                 d.base_values = np.asarray(p.base.values[rb]).reshape(shape)
             if rc >= 0 and p.cand.values is not None:
-                d.cand_values = np.asarray(p.cand.values[rc]).reshape(tuple(p.cand.shape) if None not in tuple(p.cand.shape) else (-1,))
+                d.cand_values = np.asarray(p.cand.values[rc]).reshape(
+                    tuple(p.cand.shape) if None not in tuple(p.cand.shape) else (-1,)
+                )
             if p.use_values and rb >= 0 and rc >= 0:
                 d.diff = p.cand.values[rc].astype(np.float64) - p.base.values[rb].astype(np.float64)
                 d.diff = d.diff.reshape(shape)
@@ -301,4 +305,3 @@ def compare_runs(
 ) -> ParityReport:
     """Compare two runs (reader ``RunData``); ``mapping`` items are ``OLD=NEW`` or ``re:PAT=REPL``."""
     return Comparison(base, cand, policy, mapping).report()
-

@@ -41,7 +41,7 @@ class ComparisonCache:
 
     def __init__(self, capacity: int = 8) -> None:
         self._capacity = capacity
-        self._entries: "collections.OrderedDict[Hashable, Entry]" = collections.OrderedDict()
+        self._entries: collections.OrderedDict[Hashable, Entry] = collections.OrderedDict()
         self._locks: dict[Hashable, threading.Lock] = {}
         self._lock = threading.Lock()
         self.computed = 0  # full comparisons built (tests and benchmarks read this)
@@ -59,7 +59,9 @@ class ComparisonCache:
                     if key not in self._entries:
                         self._locks.pop(key, None)
 
-    def _use_locked(self, key: Hashable, base: Any, cand: Any, policy: Any, mapping: tuple, fn: Callable[[Entry], T]) -> T:
+    def _use_locked(
+        self, key: Hashable, base: Any, cand: Any, policy: Any, mapping: tuple, fn: Callable[[Entry], T]
+    ) -> T:
         generations = (base.generation, cand.generation)
         with self._lock:
             entry: Optional[Entry] = self._entries.get(key)

@@ -14,7 +14,15 @@ import numpy as np
 
 OK, VALUE, NONFINITE, DTYPE, SHAPE, MISSING = range(6)
 ABSENT = 255
-REASONS = {OK: "ok", VALUE: "value", NONFINITE: "nonfinite", DTYPE: "dtype", SHAPE: "shape", MISSING: "missing", ABSENT: "absent"}
+REASONS = {
+    OK: "ok",
+    VALUE: "value",
+    NONFINITE: "nonfinite",
+    DTYPE: "dtype",
+    SHAPE: "shape",
+    MISSING: "missing",
+    ABSENT: "absent",
+}
 
 
 def _json_float(value: float) -> Optional[float]:
@@ -47,7 +55,7 @@ class ParityMatrix:
         """Row steps (the first step of each bucket)."""
         return self.step_start
 
-    def bucketed(self, max_rows: int) -> "ParityMatrix":
+    def bucketed(self, max_rows: int) -> ParityMatrix:
         """At most ``max_rows`` rows: consecutive steps merged, ratio by max.
 
         A bucket's reason for a tensor is the reason at that tensor's earliest divergent

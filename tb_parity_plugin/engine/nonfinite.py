@@ -44,4 +44,3 @@ class FirstNonfinite:
         if best is None:
             return None
         return {"step": best[0][0], "tensor": best[1].name, "kind": best[1].kind}
-

@@ -40,14 +40,23 @@ def same_memory(old: np.ndarray, new: np.ndarray) -> bool:
     if old is new:
         return True
     ia, ib = old.__array_interface__, new.__array_interface__
-    return ia["data"][0] == ib["data"][0] and old.strides == new.strides and old.dtype == new.dtype and len(new) >= len(old)
+    return (
+        ia["data"][0] == ib["data"][0]
+        and old.strides == new.strides
+        and old.dtype == new.dtype
+        and len(new) >= len(old)
+    )
 
 
 def step_rows(steps: np.ndarray, series_steps: np.ndarray) -> np.ndarray:
     """Row of each of ``steps`` in ``series_steps`` (both sorted), -1 where absent."""
     pos = np.searchsorted(series_steps, steps)
     clipped = np.minimum(pos, max(len(series_steps) - 1, 0))
-    found = (pos < len(series_steps)) & (series_steps[clipped] == steps) if len(series_steps) else np.zeros(len(steps), bool)
+    found = (
+        (pos < len(series_steps)) & (series_steps[clipped] == steps)
+        if len(series_steps)
+        else np.zeros(len(steps), bool)
+    )
     return np.where(found, pos, -1).astype(np.int64)
 
 
@@ -65,7 +74,6 @@ def moment_figures(cm: np.ndarray, bm: np.ndarray, tol: Tolerance, rtol: float) 
             out["max_rel_diff"] = json_float(np.where(diff == 0, 0.0, diff / absb).max())
             out["error_ratio"] = json_float(np.where(diff == 0, 0.0, diff / (tol.atol + rtol * absb)).max())
     return out
-
 
 
 @dataclasses.dataclass
@@ -218,4 +226,3 @@ class Pair:
         if self.use_values:
             return allclose.figures(self.cand.values[rc], self.base.values[rb], rtol, self.tol.atol, equal_nan)
         return moment_figures(self.cand.stats[rc, _MOMENT_COLS], self.base.stats[rb, _MOMENT_COLS], self.tol, rtol)
-

@@ -52,7 +52,7 @@ class ToleranceOverride:
         return fnmatch.fnmatchcase(tag, self.pattern)
 
     @classmethod
-    def parse(cls, text: str) -> "ToleranceOverride":
+    def parse(cls, text: str) -> ToleranceOverride:
         """Parse ``PATTERN:key=value[,key=value]`` (CLI form), e.g. ``grad/*:rtol=0.1,atol=1e-4``.
 
         The last ``:`` separates the pattern from the settings, so ``re:`` patterns work.
@@ -127,7 +127,7 @@ class TolerancePolicy:
         warmup_steps: Optional[int] = None,
         equal_nan: bool = False,
         overrides: Sequence[Any] = (),
-    ) -> "TolerancePolicy":
+    ) -> TolerancePolicy:
         """Policy from optional settings (``None`` keeps the default); overrides may be strings."""
         parsed = tuple(o if isinstance(o, ToleranceOverride) else ToleranceOverride.parse(str(o)) for o in overrides)
         default = cls()

@@ -30,7 +30,6 @@ def json_float(value: Any) -> Optional[float]:
     return value if np.isfinite(value) else None
 
 
-
 @dataclasses.dataclass
 class Divergence:
     """One tensor diverging at one step, with its figures (finite floats or None)."""
@@ -68,7 +67,7 @@ class ParityReport:
     policy: TolerancePolicy
     problems: list  # of {run, path, offset, message}
     warnings: list  # of str
-    comparison: Optional["Comparison"] = dataclasses.field(default=None, repr=False, compare=False)
+    comparison: Optional[Comparison] = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def agree(self) -> bool:
@@ -104,7 +103,7 @@ class ParityReport:
             raise ValueError("this report is not attached to a Comparison")
         return self.comparison.matrix(max_steps)
 
-    def detail(self, tensor: str, step: Optional[int] = None) -> "TensorDetail":
+    def detail(self, tensor: str, step: Optional[int] = None) -> TensorDetail:
         if self.comparison is None:
             raise ValueError("this report is not attached to a Comparison")
         return self.comparison.detail(tensor, step)
@@ -171,4 +170,3 @@ def nested(a: np.ndarray) -> Any:
     if a.ndim == 0:
         return json_float(a)
     return [nested(x) for x in a] if a.ndim > 1 else [json_float(x) for x in a.tolist()]
-

@@ -16,8 +16,8 @@ from google.protobuf.message import DecodeError
 from tensorboard.compat.proto import event_pb2
 
 from tb_parity_plugin.logdir import event_scan
-from tb_parity_plugin.logdir.rundata import ReadProblem
 from tb_parity_plugin.logdir.run_state import Item
+from tb_parity_plugin.logdir.rundata import ReadProblem
 from tb_parity_plugin.records import event_file, metadata
 from tb_parity_plugin.records.dtypes import decode_tensor, np_dtype
 
@@ -157,7 +157,9 @@ def _scan_run(buf: bytearray, run: event_scan.Uniform, base: int, items: list, p
     return sorted(slow + np.flatnonzero(todo).tolist())
 
 
-def parse_in_order(buf: bytearray, framed: event_scan.Framed, base: int, rel: str) -> tuple[list, list, Optional[tuple]]:
+def parse_in_order(
+    buf: bytearray, framed: event_scan.Framed, base: int, rel: str
+) -> tuple[list, list, Optional[tuple]]:
     """Protobuf only, record by record, up to the first unparsable one: (its offset, message) or None."""
     items: list[Item] = []
     problems: list[ReadProblem] = []

@@ -29,7 +29,6 @@ HEAD, FOOT = event_file.HEADER_SIZE, event_file.FOOTER_SIZE
 _MASK_DELTA = 0xA282EAD8
 
 
-
 def new_buffer(size: int) -> mmap.mmap:
     """A read buffer: anonymous memory, paged in on first write (a bytearray zero-fills it all).
 

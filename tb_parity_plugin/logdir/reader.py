@@ -105,7 +105,7 @@ class LogdirReader:
                         fs.handle.close()
                         fs.handle = None
 
-    def __enter__(self) -> "LogdirReader":
+    def __enter__(self) -> LogdirReader:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -133,7 +133,9 @@ class LogdirReader:
             files = sorted(
                 os.path.join(dirpath, f)
                 for f in filenames
-                if "tfevents" in f and self._inside(os.path.join(dirpath, f)) and os.path.isfile(os.path.join(dirpath, f))
+                if "tfevents" in f
+                and self._inside(os.path.join(dirpath, f))
+                and os.path.isfile(os.path.join(dirpath, f))
             )
             if files:
                 runs[os.path.relpath(dirpath, self._root).replace(os.sep, "/")] = files

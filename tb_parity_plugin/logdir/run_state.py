@@ -42,7 +42,9 @@ class _Column:
         self._increasing = True  # steps strictly increasing in arrival order: nothing to dedupe
         self._resolved: Optional[tuple] = None
 
-    def extend(self, steps: np.ndarray, file_id: int, offsets: np.ndarray, blocks: np.ndarray, hint: tuple = (0, 0)) -> None:
+    def extend(
+        self, steps: np.ndarray, file_id: int, offsets: np.ndarray, blocks: np.ndarray, hint: tuple = (0, 0)
+    ) -> None:
         """Add ``len(steps)`` blocks; ``hint`` = (records, bytes) left in the file, to size growth."""
         n, k = self._n, len(steps)
         if n + k > len(self._rows):
@@ -54,7 +56,9 @@ class _Column:
         meta = self._meta[n : n + k]
         meta[:, 0], meta[:, 1], meta[:, 2] = steps, file_id, offsets
         if k and self._increasing:
-            self._increasing = bool((n == 0 or steps[0] > self._meta[n - 1, 0]) and (k == 1 or (np.diff(steps) > 0).all()))
+            self._increasing = bool(
+                (n == 0 or steps[0] > self._meta[n - 1, 0]) and (k == 1 or (np.diff(steps) > 0).all())
+            )
         self._n = n + k
         self._resolved = None
 
@@ -181,7 +185,11 @@ class RunState:
     def _width(self, layout_hash: str, dtype: str) -> int:
         key = (layout_hash, dtype)
         if key not in self.widths:
-            ends = [s.values[1] + s.values[2] for s in self.layouts[layout_hash].tensors if s.values and s.values[0] == dtype]
+            ends = [
+                s.values[1] + s.values[2]
+                for s in self.layouts[layout_hash].tensors
+                if s.values and s.values[0] == dtype
+            ]
             self.widths[key] = max(ends, default=0)
         return self.widths[key]
 
@@ -215,7 +223,9 @@ class RunState:
         """Per tensor of one layout: (key, (spec, steps, stats, values, ranks, offsets))."""
         steps, index, ranks, offsets = self.stats[layout_hash].resolve(self._rank_of)
         dtypes = sorted({s.values[0] for s in layout.tensors if s.values})
-        blocks = {d: self.values[(layout_hash, d)].resolve(self._rank_of) for d in dtypes if (layout_hash, d) in self.values}
+        blocks = {
+            d: self.values[(layout_hash, d)].resolve(self._rank_of) for d in dtypes if (layout_hash, d) in self.values
+        }
         # A step whose values event has not arrived yet (TF's writer may flush a step's
         # events separately) is held back when it is at the tail, so a live run does
         # not lose its values for one half-written step.
@@ -249,7 +259,11 @@ def _align(steps: np.ndarray, resolved: tuple, column: _Column) -> Optional[np.n
     if len(v_steps) == len(steps) and np.array_equal(v_steps, steps):
         return _readonly(column.rows()[v_index])
     pos = np.searchsorted(v_steps, steps)
-    if len(v_steps) == 0 or np.any(pos >= len(v_steps)) or not np.array_equal(v_steps[np.minimum(pos, len(v_steps) - 1)], steps):
+    if (
+        len(v_steps) == 0
+        or np.any(pos >= len(v_steps))
+        or not np.array_equal(v_steps[np.minimum(pos, len(v_steps) - 1)], steps)
+    ):
         return None
     rows = np.arange(len(column.rows()))[v_index][pos]
     return _readonly(column.rows()[rows])

@@ -14,7 +14,6 @@ import time
 from typing import BinaryIO, Optional
 
 import google_crc32c
-
 from tensorboard.compat.proto import event_pb2, summary_pb2
 
 _U64 = struct.Struct("<Q")

@@ -12,7 +12,6 @@ from tb_parity_plugin.records import metadata
 from tb_parity_plugin.records.dtypes import TF_DTYPE_ENUM
 
 
-
 def health_numpy(array: np.ndarray, dtype_name: str | None = None) -> np.ndarray:
     """Stats row (float64, ``len(STATS_FIELDS)``) of ``array``.
 

@@ -121,7 +121,7 @@ class TensorSpec:
         }
 
     @classmethod
-    def from_json(cls, obj: dict) -> "TensorSpec":
+    def from_json(cls, obj: dict) -> TensorSpec:
         values = obj.get("values")
         return cls(
             kind=str(obj["kind"]),
@@ -149,13 +149,11 @@ class Layout:
         return hashlib.sha1(self.to_json_bytes()).hexdigest()[:12]
 
     @classmethod
-    def from_json_bytes(cls, data: bytes) -> "Layout":
+    def from_json_bytes(cls, data: bytes) -> Layout:
         body = json.loads(data.decode("utf-8"))
         version = int(body.get("version", 0))
         if version > FORMAT_VERSION:
-            raise ValueError(
-                f"tb_parity layout version {version} is newer than this reader ({FORMAT_VERSION})"
-            )
+            raise ValueError(f"tb_parity layout version {version} is newer than this reader ({FORMAT_VERSION})")
         return cls(tensors=tuple(TensorSpec.from_json(t) for t in body["tensors"]))
 
 
@@ -179,9 +177,7 @@ def create_summary_metadata(block: str, layout_hash: str) -> summary_pb2.Summary
         separators=(",", ":"),
     ).encode("utf-8")
     return summary_pb2.SummaryMetadata(
-        plugin_data=summary_pb2.SummaryMetadata.PluginData(
-            plugin_name=PLUGIN_NAME, content=content
-        ),
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name=PLUGIN_NAME, content=content),
         data_class=summary_pb2.DATA_CLASS_TENSOR,
     )
 

@@ -11,14 +11,11 @@ import json
 from typing import Iterable, Mapping, Optional, Sequence
 
 import numpy as np
-
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.plugins.scalar import metadata as scalar_metadata
 from tensorboard.util import tensor_util
 
-from tb_parity_plugin.records import event_file
-from tb_parity_plugin.records import health
-from tb_parity_plugin.records import metadata
+from tb_parity_plugin.records import event_file, health, metadata
 
 DEFAULT_FULL_VALUES_LIMIT = 4096
 
@@ -35,9 +32,7 @@ def build_layout(
     keys = [(kind, name) for kind, name, _, _ in entries]
     if len(set(keys)) != len(keys):
         dup = next(k for k in keys if keys.count(k) > 1)
-        raise ValueError(
-            f"tensor {dup[0]}/{dup[1]!r} is logged twice in one step; give each a distinct name"
-        )
+        raise ValueError(f"tensor {dup[0]}/{dup[1]!r} is logged twice in one step; give each a distinct name")
     order = metadata.order_specs(keys)
     offsets: dict[str, int] = {}
     specs = []
@@ -137,8 +132,8 @@ class BlockWriter:
         """
         tensors = [(k, n, np.asarray(a)) for k, n, a in tensors]
         layout = build_layout([(k, n, a.dtype.name, a.shape) for k, n, a in tensors], full_values_limit)
-        stats = np.stack([health.health_numpy(a) for _, _, a in tensors]) if tensors else np.zeros(
-            (0, metadata.N_STATS)
+        stats = (
+            np.stack([health.health_numpy(a) for _, _, a in tensors]) if tensors else np.zeros((0, metadata.N_STATS))
         )
         blocks: dict[str, list[np.ndarray]] = {}
         for spec, (_, _, array) in zip(layout.tensors, tensors):

@@ -97,9 +97,13 @@ def line_chart(
     parts.append(f'<rect x="{pad_l}" y="{pad_t}" width="{pw}" height="{ph}" class="plot"/>')
     for y in (y0, y1):
         label = fmt(10**y if log else y)
-        parts.append(f'<text x="{pad_l - 4}" y="{py(np.float64(y)) + 4:.1f}" class="axis" text-anchor="end">{label}</text>')
+        parts.append(
+            f'<text x="{pad_l - 4}" y="{py(np.float64(y)) + 4:.1f}" class="axis" text-anchor="end">{label}</text>'
+        )
     for x in (x0, x1):
-        parts.append(f'<text x="{px(np.float64(x)):.1f}" y="{height - 8}" class="axis" text-anchor="middle">{fmt(int(x))}</text>')
+        parts.append(
+            f'<text x="{px(np.float64(x)):.1f}" y="{height - 8}" class="axis" text-anchor="middle">{fmt(int(x))}</text>'
+        )
     if marker_step is not None and x0 <= marker_step <= x1:
         mx = px(np.float64(marker_step))
         parts.append(f'<line x1="{mx:.1f}" x2="{mx:.1f}" y1="{pad_t}" y2="{pad_t + ph}" class="marker"/>')

@@ -111,8 +111,7 @@ def _iframe_html(src: str, height: int, page_port: Optional[int] = None, path: s
     script = (
         "<script>(function(){const f=document.getElementById(%s);"
         "if(!/^https?:$/.test(window.location.protocol))return;"
-        "const u=new URL(%s,window.location);u.port=%d;f.src=u;})();</script>"
-        % (_js(frame_id), _js(path), page_port)
+        "const u=new URL(%s,window.location);u.port=%d;f.src=u;})();</script>" % (_js(frame_id), _js(path), page_port)
     )
     return tag + script
 

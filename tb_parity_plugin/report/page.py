@@ -84,7 +84,7 @@ def _verdict(summary: Mapping[str, Any]) -> str:
         return '<div class="verdict diverge">Runs do not agree (no comparable divergence found).</div>'
     return (
         f'<div class="verdict diverge">First divergence at step {_e(first.get("step"))}: '
-        f'<code>{_e(first.get("tensor"))}</code> ({_e(first.get("kind"))}, {_e(first.get("reason"))})</div>'
+        f"<code>{_e(first.get('tensor'))}</code> ({_e(first.get('kind'))}, {_e(first.get('reason'))})</div>"
     )
 
 
@@ -111,10 +111,14 @@ def _divergence_table(summary: Mapping[str, Any]) -> str:
     head = "".join(f"<th>{_e(label)}</th>" for _, label in _DIV_COLUMNS)
     body = []
     for row in rows:
-        is_first = first is not None and row.get("tensor") == first.get("tensor") and row.get("kind") == first.get("kind")
+        is_first = (
+            first is not None and row.get("tensor") == first.get("tensor") and row.get("kind") == first.get("kind")
+        )
         cells = "".join(
-            f"<td><code>{_e(row.get(k, ''))}</code></td>" if k in ("tensor", "candidate_tensor")
-            else f"<td>{_e(row.get(k, ''))}</td>" if k in _TEXT_KEYS
+            f"<td><code>{_e(row.get(k, ''))}</code></td>"
+            if k in ("tensor", "candidate_tensor")
+            else f"<td>{_e(row.get(k, ''))}</td>"
+            if k in _TEXT_KEYS
             else f'<td class="num">{_e(fmt(row.get(k)))}</td>'
             for k, _ in _DIV_COLUMNS
         )
@@ -147,14 +151,24 @@ def _charts(summary: Mapping[str, Any], scalars: Optional[Scalars]) -> str:
             continue
         (bs, bv), (cs, cv) = (np.asarray(a) for a in runs[base]), (np.asarray(a) for a in runs[cand])
         charts.append(
-            line_chart(name, [Series(f"baseline {base}", bs, bv, "base"), Series(f"candidate {cand}", cs, cv, "cand")],
-                       marker_step=marker)
+            line_chart(
+                name,
+                [Series(f"baseline {base}", bs, bv, "base"), Series(f"candidate {cand}", cs, cv, "cand")],
+                marker_step=marker,
+            )
         )
         common, bi, ci = np.intersect1d(bs, cs, return_indices=True)
         diff = np.abs(np.asarray(cv, np.float64)[ci] - np.asarray(bv, np.float64)[bi])
         empty = "identical at every common step" if common.size and not diff.any() else "no finite difference"
-        charts.append(line_chart(f"|{name} candidate − baseline| (log)", [Series("|diff|", common, diff, "diff")],
-                                 log=True, marker_step=marker, empty=empty))
+        charts.append(
+            line_chart(
+                f"|{name} candidate − baseline| (log)",
+                [Series("|diff|", common, diff, "diff")],
+                log=True,
+                marker_step=marker,
+                empty=empty,
+            )
+        )
     if not charts:
         return ""
     return f'<h3>Learning rate and loss</h3><div class="charts">{"".join(charts)}</div>'
@@ -173,7 +187,7 @@ def _cell_colours(ratio: np.ndarray, reason: np.ndarray) -> np.ndarray:
     return rgb.astype(np.uint8)
 
 
-def _heat_map(matrix: Optional["matrix_mod.ParityMatrix"]) -> str:
+def _heat_map(matrix: Optional[matrix_mod.ParityMatrix]) -> str:
     """The engine's matrix as a PNG (tensors down, steps across) in an SVG with the
     first divergence outlined and, for few tensors, their names."""
     if matrix is None or len(matrix.step_start) == 0 or len(matrix.tensors) == 0:
@@ -207,7 +221,9 @@ def _heat_map(matrix: Optional["matrix_mod.ParityMatrix"]) -> str:
         f'<text x="{width}" y="{height + 14:.0f}" text-anchor="end">step {_e(fmt(shown.step_end[-1]))}</text></svg>'
     )
     legend = "".join(f'<span class="swatch" style="background:rgb{c}"></span>{_e(t)}' for t, c in _LEGEND)
-    note = f" Each column is a bucket of about {-(-n_steps // n_cols)} steps (its worst cell)." if n_cols < n_steps else ""
+    note = (
+        f" Each column is a bucket of about {-(-n_steps // n_cols)} steps (its worst cell)." if n_cols < n_steps else ""
+    )
     return (
         f"<h3>Divergence map: {n_tensors} tensors (execution order) × {n_steps} steps</h3>"
         f'<p class="meta">Colour = error relative to tolerance.{_e(note)}</p>{"".join(parts)}'
@@ -223,9 +239,9 @@ def _unmatched_and_mapping(summary: Mapping[str, Any]) -> str:
             f"<li><code>{_e(run)}</code>: " + (", ".join(f"<code>{_e(t)}</code>" for t in tags) or "none") + "</li>"
             for run, tags in unmatched.items()
         )
-        out.append(f"<h3>Unmatched tensors</h3><ul class=\"unmatched\">{items}</ul>")
+        out.append(f'<h3>Unmatched tensors</h3><ul class="unmatched">{items}</ul>')
     else:
-        out.append("<h3>Unmatched tensors</h3><p class=\"meta\">none: every tensor found its counterpart.</p>")
+        out.append('<h3>Unmatched tensors</h3><p class="meta">none: every tensor found its counterpart.</p>')
     mapping = summary.get("mapping") or []
     if mapping:
         rows = "".join(
@@ -234,7 +250,7 @@ def _unmatched_and_mapping(summary: Mapping[str, Any]) -> str:
             for m in mapping
         )
         out.append(
-            f"<details><summary>Name mapping used ({len(mapping)} tensors)</summary><table class=\"mapping\">"
+            f'<details><summary>Name mapping used ({len(mapping)} tensors)</summary><table class="mapping">'
             f"<thead><tr><th>kind</th><th>baseline</th><th>candidate</th><th>how</th></tr></thead>"
             f"<tbody>{rows}</tbody></table></details>"
         )
@@ -245,48 +261,63 @@ def _footer(summary: Mapping[str, Any]) -> str:
     out = []
     only = {run: n for run, n in (summary.get("steps_only") or {}).items() if n}
     if only:
-        out.append("<p class=\"meta\">Steps logged by one run only: "
-                   + ", ".join(f"<code>{_e(r)}</code> {_e(n)}" for r, n in only.items()) + "</p>")
+        out.append(
+            '<p class="meta">Steps logged by one run only: '
+            + ", ".join(f"<code>{_e(r)}</code> {_e(n)}" for r, n in only.items())
+            + "</p>"
+        )
     problems = summary.get("problems") or []
     if problems:
-        items = "".join(f"<li><code>{_e(p.get('run', ''))}/{_e(p.get('path', ''))}</code> at byte "
-                        f"{_e(p.get('offset', ''))}: {_e(p.get('message', ''))}</li>" for p in problems)
+        items = "".join(
+            f"<li><code>{_e(p.get('run', ''))}/{_e(p.get('path', ''))}</code> at byte "
+            f"{_e(p.get('offset', ''))}: {_e(p.get('message', ''))}</li>"
+            for p in problems
+        )
         out.append(f"<h3>Read problems</h3><ul>{items}</ul>")
     policy = summary.get("policy")
     if policy:
-        shown = ", ".join(f"{_e(k)}={_e(fmt(v) if not isinstance(v, (list, tuple, dict, str)) else v)}"
-                          for k, v in policy.items())
+        shown = ", ".join(
+            f"{_e(k)}={_e(fmt(v) if not isinstance(v, (list, tuple, dict, str)) else v)}" for k, v in policy.items()
+        )
         out.append(f'<p class="meta">Tolerance policy: {shown}</p>')
     return "".join(out)
 
 
-def render_fragment(summary: Mapping[str, Any], matrix: Optional["matrix_mod.ParityMatrix"] = None, scalars: Optional[Scalars] = None) -> str:
+def render_fragment(
+    summary: Mapping[str, Any], matrix: Optional[matrix_mod.ParityMatrix] = None, scalars: Optional[Scalars] = None
+) -> str:
     """The report as an HTML fragment with scoped CSS (what a notebook output shows)."""
     title = f"tb-parity: {summary.get('baseline')} vs {summary.get('candidate')}"
-    meta = (f"{summary.get('steps_compared', 0)} steps and {summary.get('tensors_compared', 0)} tensors compared; "
-            f"baseline <code>{_e(summary.get('baseline'))}</code>, candidate <code>{_e(summary.get('candidate'))}</code>.")
-    return "".join([
-        f'<div class="tbp-report"><style>{_STYLE}</style><h2>{_e(title)}</h2>',
-        _verdict(summary),
-        f'<p class="meta">{meta}</p>',
-        _divergence_table(summary),
-        _nonfinite(summary),
-        _charts(summary, scalars),
-        _heat_map(matrix),
-        _unmatched_and_mapping(summary),
-        _footer(summary),
-        "</div>",
-    ])
+    meta = (
+        f"{summary.get('steps_compared', 0)} steps and {summary.get('tensors_compared', 0)} tensors compared; "
+        f"baseline <code>{_e(summary.get('baseline'))}</code>, candidate <code>{_e(summary.get('candidate'))}</code>."
+    )
+    return "".join(
+        [
+            f'<div class="tbp-report"><style>{_STYLE}</style><h2>{_e(title)}</h2>',
+            _verdict(summary),
+            f'<p class="meta">{meta}</p>',
+            _divergence_table(summary),
+            _nonfinite(summary),
+            _charts(summary, scalars),
+            _heat_map(matrix),
+            _unmatched_and_mapping(summary),
+            _footer(summary),
+            "</div>",
+        ]
+    )
 
 
-def render_document(summary: Mapping[str, Any], matrix: Optional["matrix_mod.ParityMatrix"] = None, scalars: Optional[Scalars] = None) -> str:
+def render_document(
+    summary: Mapping[str, Any], matrix: Optional[matrix_mod.ParityMatrix] = None, scalars: Optional[Scalars] = None
+) -> str:
     """The report as one standalone page; its CSP forbids every network request."""
     title = f"tb-parity report: {summary.get('baseline')} vs {summary.get('candidate')}"
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{_e(title)}</title></head><body style=\"margin:0;background:#fff\">"
+        f'<title>{_e(title)}</title></head><body style="margin:0;background:#fff">'
         f"{render_fragment(summary, matrix, scalars)}</body></html>\n"
     )
 

@@ -71,8 +71,14 @@ def reload_with_progress(reader: Any, *, show: Optional[bool] = None) -> bool:
     return result["value"]
 
 
-def compare_with_progress(logdir: str, baseline: Optional[str] = None, candidate: Optional[str] = None, *,
-                          progress: Optional[bool] = None, **policy: Any) -> Any:
+def compare_with_progress(
+    logdir: str,
+    baseline: Optional[str] = None,
+    candidate: Optional[str] = None,
+    *,
+    progress: Optional[bool] = None,
+    **policy: Any,
+) -> Any:
     """``api.compare`` whose logdir read shows progress (``progress=None``: big logdirs only)."""
     from tb_parity_plugin import api
 

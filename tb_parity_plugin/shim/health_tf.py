@@ -30,8 +30,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from tb_parity_plugin.records import dtypes
-from tb_parity_plugin.records import metadata
+from tb_parity_plugin.records import dtypes, metadata
 
 #: Tensors up to this many elements go through the batched float64 path.
 SMALL_LIMIT = 1 << 16

@@ -14,9 +14,8 @@ from typing import Any, Iterable, Optional, Sequence
 
 import tensorflow as tf
 
+from tb_parity_plugin.records import metadata, writer
 from tb_parity_plugin.shim import health_tf
-from tb_parity_plugin.records import metadata
-from tb_parity_plugin.records import writer
 
 DEFAULT_FULL_VALUES_LIMIT = writer.DEFAULT_FULL_VALUES_LIMIT
 
@@ -64,10 +63,7 @@ def _static_shape(t: tf.Tensor) -> tuple:
 
 def build_blocks(entries: Sequence[Entry], full_values_limit: int) -> Blocks:
     """Layout and block ops for ``entries`` (layout row i = entry i)."""
-    specs = [
-        (e.kind, e.name, health_tf.dtype_name(e.tensor.dtype), _static_shape(e.tensor))
-        for e in entries
-    ]
+    specs = [(e.kind, e.name, health_tf.dtype_name(e.tensor.dtype), _static_shape(e.tensor)) for e in entries]
     layout = writer.build_layout(specs, full_values_limit)
     # Offsets are per dtype, so dropping a whole dtype's values leaves the others valid.
     layout = metadata.Layout(
@@ -122,9 +118,7 @@ class BaseRecorder:
         if not isinstance(name, str) or not name:
             raise ValueError(f"name must be a non-empty string, got {name!r}")
         if (kind, name) in self._keys:
-            raise ValueError(
-                f"tensor {kind}/{name!r} is logged twice in one step; give each a distinct name"
-            )
+            raise ValueError(f"tensor {kind}/{name!r} is logged twice in one step; give each a distinct name")
         if isinstance(value, tf.Variable):
             value = self._snapshot(value)
         t = tf.convert_to_tensor(value)

@@ -19,7 +19,7 @@ from typing import Iterator
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
-import plugin_fixtures as fx  # noqa: E402
+import plugin_fixtures as fx
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ARTIFACTS = os.path.join(REPO, "artifacts", "browser")
@@ -56,8 +56,19 @@ def server(request: pytest.FixtureRequest, demo_logdir: str) -> Iterator[str]:
     tensorboard = shutil.which("tensorboard", path=os.path.dirname(sys.executable)) or "tensorboard"
     log = open(os.path.join(demo_logdir, f"tensorboard-{request.param}.log"), "w")
     proc = subprocess.Popen(
-        [tensorboard, "--logdir", demo_logdir, "--host", "127.0.0.1", "--port", str(port), "--reload_interval=2", *flags],
-        stdout=log, stderr=subprocess.STDOUT,
+        [
+            tensorboard,
+            "--logdir",
+            demo_logdir,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--reload_interval=2",
+            *flags,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}{prefix}/"
     try:

@@ -11,11 +11,10 @@ import os
 import sys
 from urllib.parse import quote
 
-
 from tb_parity_plugin import api
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
-import plugin_fixtures as fx  # noqa: E402
+import plugin_fixtures as fx
 
 TIMEOUT = 60_000
 
