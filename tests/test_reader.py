@@ -219,8 +219,12 @@ def test_script_name_nan_inf_and_float16_half_val(tmp_path):
     np.testing.assert_array_equal(run.tensors[("weight", "w64")].values[0], np.arange(3.0))
 
 
-def _summary_value(tag: str, array, plugin: str = "tb_parity") -> summary_pb2.Summary.Value:
-    meta = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name=plugin))
+def _summary_value(tag: str, array, plugin: str = "tb_parity", content: bytes = b"") -> summary_pb2.Summary.Value:
+    if plugin == "tb_parity" and not content:  # our tags carry their block and layout in the metadata
+        block, _, rest = tag[len("tb_parity/") :].partition("/")
+        content = json.dumps({"version": 1, "block": block, "layout": rest.partition("/")[0]}).encode()
+    plugin_data = summary_pb2.SummaryMetadata.PluginData(plugin_name=plugin, content=content)
+    meta = summary_pb2.SummaryMetadata(plugin_data=plugin_data)
     return summary_pb2.Summary.Value(tag=tag, metadata=meta, tensor=tensor_util.make_tensor_proto(array))
 
 
@@ -562,3 +566,48 @@ def test_values_event_not_yet_written_holds_back_the_tail_step(tmp_path):
     out.close()
     reader.reload()
     np.testing.assert_array_equal(reader.run("run").tensors[("weight", "w")].values[:, 0], [0, 1, 2])
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_tags_are_ours_by_their_metadata_not_their_name(tmp_path, monkeypatch, fast):
+    """A foreign tag under our prefix is not read; our blocks under a name scope are; a newer format is reported."""
+    from tb_parity_plugin.logdir import decode
+
+    monkeypatch.setattr(decode, "FAST_PATH", fast)
+    layout = build_layout([("weight", "w", "float32", (2,))])
+    h = layout.hash
+    out = event_file.EventFileWriter(str(tmp_path / "run"))
+    stats = np.stack([health.health_numpy(np.array([1.0, 2.0], np.float32))])
+    foreign = np.stack([health.health_numpy(np.array([9.0, 9.0], np.float32))])
+    newer = json.dumps({"version": metadata.FORMAT_VERSION + 1, "block": "stats", "layout": "other"}).encode()
+    ours = metadata.create_summary_metadata("stats", h).plugin_data.content
+    out.write_summary(
+        0,
+        summary_pb2.Summary(
+            value=[_summary_value(metadata.layout_tag(h), np.array(layout.to_json_bytes(), dtype=object))]
+        ),
+    )
+    for step in range(3):
+        values = [
+            # ours, under a tf.name_scope prefix; metadata only with the first value (as TF1's FileWriter does)
+            _summary_value("scope/" + metadata.stats_tag(h), stats, content=ours)
+            if step == 0
+            else summary_pb2.Summary.Value(
+                tag="scope/" + metadata.stats_tag(h), tensor=tensor_util.make_tensor_proto(stats)
+            ),
+            # another plugin's tag that looks like ours
+            _summary_value(metadata.stats_tag("feedfeedfeed"), foreign, plugin="not_tb_parity"),
+            # no metadata ever: not ours, whatever its name
+            summary_pb2.Summary.Value(
+                tag=metadata.stats_tag("abcabcabcabc"), tensor=tensor_util.make_tensor_proto(foreign)
+            ),
+            # ours, from a newer format
+            _summary_value("tb_parity/stats/other", stats, content=newer),
+        ]
+        out.write_summary(step, summary_pb2.Summary(value=values))
+    out.close()
+    run = LogdirReader(str(tmp_path)).run("run")
+    assert list(run.tensors) == [("weight", "w")]
+    assert run.tensors[("weight", "w")].steps.tolist() == [0, 1, 2]
+    np.testing.assert_array_equal(run.tensors[("weight", "w")].stats, np.repeat(stats, 3, axis=0))
+    assert len(run.problems) == 1 and "unsupported tb_parity metadata" in run.problems[0].message

@@ -7,13 +7,12 @@ protobuf parses the rest. Both paths go through :func:`_make_item`, so they conv
 
 from __future__ import annotations
 
-import functools
 import json
 from typing import Any, Optional
 
 import numpy as np
 from google.protobuf.message import DecodeError
-from tensorboard.compat.proto import event_pb2
+from tensorboard.compat.proto import event_pb2, summary_pb2
 
 from tb_parity_plugin.logdir import event_scan
 from tb_parity_plugin.logdir.run_state import Item
@@ -27,10 +26,12 @@ _MAX_TEMPLATES = 4  # per uniform run of records; what no template matches goes 
 _HEAD = event_file.HEADER_SIZE
 #: Bytes every record of ours holds (its tag prefix): framing skips records without them.
 MARK = metadata.TAG_PREFIX.encode("utf-8")
-_SCALAR_KEYS = {tag: key for key, tag in metadata.SCALAR_TAGS.items()}
+_SCALARS_PLUGIN = "scalars"  # tensorboard.plugins.scalar.metadata.PLUGIN_NAME, without importing the plugin
 
 
-def _parse_event(buf: bytearray, start: int, length: int, base: int, out: list, problems: list, rel: str) -> None:
+def _parse_event(
+    buf: bytearray, start: int, length: int, base: int, out: list, problems: list, rel: str, routes: TagRoutes
+) -> None:
     """Append the tb-parity items of the record at ``buf[start:]``, parsed by protobuf.
 
     Raises DecodeError if the event does not parse. The slow path: layouts, run info,
@@ -43,7 +44,10 @@ def _parse_event(buf: bytearray, start: int, length: int, base: int, out: list, 
     offset = base + start - _HEAD
     steps, offsets = np.array([event.step], np.int64), np.array([offset], np.int64)
     for value in event.summary.value:
-        route = _route(value.tag)
+        if value.HasField("metadata"):
+            route = routes.learn(value.tag, value.metadata)
+        else:
+            route = routes.route(value.tag)
         if route is None:
             continue
         try:
@@ -58,38 +62,77 @@ def _parse_event(buf: bytearray, start: int, length: int, base: int, out: list, 
             problems.append(ReadProblem(rel, offset, f"bad {value.tag!r} value: {exc}"))
 
 
-@functools.lru_cache(maxsize=4096)
-def _route(tag: str) -> Optional[tuple[str, str, str]]:
-    """(what, key, dtype) of one of our tags, None for other tools' or newer formats' tags."""
-    if not tag.startswith(metadata.TAG_PREFIX):
-        at = tag.find("/" + metadata.TAG_PREFIX)  # a tf.name_scope prefix
-        if at < 0:
-            return None
-        tag = tag[at + 1 :]
-    head, _, rest = tag[len(metadata.TAG_PREFIX) :].partition("/")
-    if head == "stats":
-        return ("stats", rest, "")
-    if head == "values":
-        layout_hash, _, dtype = rest.partition("/")
-        return ("values", layout_hash, dtype)
-    if head == "layout":
-        return ("layout", rest, "")
-    if tag in _SCALAR_KEYS:
-        return ("scalar", _SCALAR_KEYS[tag], "")
-    if tag == metadata.RUN_INFO_TAG:
+Route = tuple[str, str, str]  # (what, key, dtype): what is layout|stats|values|info|scalar
+
+
+class TagRoutes:
+    """Which tags of one run are ours, learnt from each tag's summary metadata.
+
+    TensorBoard's plugins find their data by the plugin name in a tag's metadata, not by
+    its name; so do we. A tag is ours when a value of it carried ``plugin_name ==
+    "tb_parity"`` with a content version this reader knows (or is one of our lr/loss
+    scalars, whose metadata names the ``scalars`` plugin). TF1's ``FileWriter`` writes the
+    metadata with a tag's first value only, so the answer is remembered for the run; a
+    tag never seen with metadata is not ours, whatever its name.
+    """
+
+    def __init__(self) -> None:
+        self._routes: dict[str, Optional[Route]] = {}
+        #: Messages about tags that carried our plugin name but could not be used.
+        self.rejected: list[str] = []
+
+    def learn(self, tag: str, meta: summary_pb2.SummaryMetadata) -> Optional[Route]:
+        """Decide (once per tag) from a value's metadata; returns the tag's route."""
+        if tag in self._routes:
+            return self._routes[tag]
+        route: Optional[Route] = None
+        plugin = meta.plugin_data.plugin_name
+        if plugin == metadata.PLUGIN_NAME:
+            try:
+                body = metadata.parse_plugin_content(meta.plugin_data.content)
+                route = _route_of(tag, body)
+            except ValueError as exc:
+                self.rejected.append(f"tag {tag!r}: {exc}")
+        elif plugin == _SCALARS_PLUGIN:
+            for key, name in metadata.SCALAR_TAGS.items():
+                if tag == name or tag.endswith("/" + name):  # a tf.name_scope may prefix it
+                    route = ("scalar", key, "")
+        self._routes[tag] = route
+        return route
+
+    def route(self, tag: str) -> Optional[Route]:
+        """The route of a tag whose metadata was seen; None for tags that are not ours."""
+        return self._routes.get(tag)
+
+    def wanted(self, tag: str, meta: Optional[bytes]) -> Optional[bool]:
+        """For event_scan: file per step (True), skip (False), or protobuf only (None)."""
+        if meta is not None:
+            self.learn(tag, summary_pb2.SummaryMetadata.FromString(meta))
+        route = self._routes.get(tag)
+        if route is None:
+            return False
+        return None if route[0] in ("layout", "info") else True
+
+
+def _route_of(tag: str, body: dict[str, Any]) -> Optional[Route]:
+    """Our route from the metadata content (``block``, ``layout``); values' dtype ends the tag.
+
+    A block this reader does not know, in a format version it does know, is skipped: later
+    writers may add blocks that older readers can do without.
+    """
+    block, layout_hash = body.get("block"), str(body.get("layout", ""))
+    if block == "stats":
+        return ("stats", layout_hash, "")
+    if block == "values":
+        return ("values", layout_hash, tag.rsplit("/", 1)[-1])
+    if block == "layout":
+        return ("layout", layout_hash, "")
+    if block == "run_info":
         return ("info", "", "")
     return None
 
 
-def _wanted(tag: str) -> Optional[bool]:
-    """For event_scan: file per step (True), skip (False), or protobuf only (None)."""
-    route = _route(tag)
-    if route is None:
-        return False
-    return None if route[0] in ("layout", "info") else True
-
-
-def _make_item(route: tuple[str, str, str], steps: np.ndarray, offsets: np.ndarray, array: np.ndarray) -> Item:
+def _make_item(route: Route, steps: np.ndarray, offsets: np.ndarray, array: np.ndarray) -> Item:
     """The item of ``len(steps)`` values of one tag; ``array`` is ``[n, *tensor shape]``.
 
     One function for both paths, so they convert (and fail) the same way.
@@ -110,7 +153,7 @@ def _make_item(route: tuple[str, str, str], steps: np.ndarray, offsets: np.ndarr
     return Item(what, key, dtype, steps, offsets, data)
 
 
-def scan_chunk(buf: bytearray, framed: event_scan.Framed, base: int, rel: str) -> tuple[list, list]:
+def scan_chunk(buf: bytearray, framed: event_scan.Framed, base: int, rel: str, routes: TagRoutes) -> tuple[list, list]:
     """Items and problems of a chunk's marked records (event_scan first, protobuf for the rest).
 
     Raises DecodeError for an unparsable event (callers then use :func:`_parse_in_order`).
@@ -118,15 +161,17 @@ def scan_chunk(buf: bytearray, framed: event_scan.Framed, base: int, rel: str) -
     items: list[Item] = []
     problems: list[ReadProblem] = []
     for run in event_scan.uniform_runs(framed.starts, framed.lengths):
-        left = _scan_run(buf, run, base, items, problems, rel) if FAST_PATH else range(run.count)
+        left = _scan_run(buf, run, base, items, problems, rel, routes) if FAST_PATH else range(run.count)
         for i in left:
-            _parse_event(buf, run.first + i * run.stride, run.length, base, items, problems, rel)
+            _parse_event(buf, run.first + i * run.stride, run.length, base, items, problems, rel, routes)
     items.sort(key=lambda item: item.offsets[0])  # stable: record order, then value order
     problems.sort(key=lambda problem: problem.offset)
     return items, problems
 
 
-def _scan_run(buf: bytearray, run: event_scan.Uniform, base: int, items: list, problems: list, rel: str) -> list[int]:
+def _scan_run(
+    buf: bytearray, run: event_scan.Uniform, base: int, items: list, problems: list, rel: str, routes: TagRoutes
+) -> list[int]:
     """File the records of a uniform run that match a template; returns the rest's indices."""
     rows = event_scan.rows_view(buf, run)
     todo = np.ones(run.count, dtype=bool)
@@ -134,7 +179,7 @@ def _scan_run(buf: bytearray, run: event_scan.Uniform, base: int, items: list, p
     for _ in range(_MAX_TEMPLATES):
         seed = int(np.argmax(todo))
         start = run.first + seed * run.stride
-        template = event_scan.build_template(buf, start, run.length, _wanted)
+        template = event_scan.build_template(buf, start, run.length, routes.wanted)
         if template is not None:  # protobuf validates the seed's fixed bytes (UTF-8 of strings, ...)
             event_pb2.Event.FromString(memoryview(buf)[start : start + run.length].toreadonly())
         if template is None:
@@ -149,7 +194,9 @@ def _scan_run(buf: bytearray, run: event_scan.Uniform, base: int, items: list, p
             for slot in template.slots:
                 array = event_scan.slot_array(buf, run, slot)
                 try:
-                    items.append(_make_item(_route(slot.tag), steps, offsets, array if every else array[ok]))
+                    route = routes.route(slot.tag)
+                    assert route is not None  # wanted() filed only routed tags
+                    items.append(_make_item(route, steps, offsets, array if every else array[ok]))
                 except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
                     problems.extend(ReadProblem(rel, int(o), f"bad {slot.tag!r} value: {exc}") for o in offsets)
         if not todo.any():
@@ -158,14 +205,14 @@ def _scan_run(buf: bytearray, run: event_scan.Uniform, base: int, items: list, p
 
 
 def parse_in_order(
-    buf: bytearray, framed: event_scan.Framed, base: int, rel: str
+    buf: bytearray, framed: event_scan.Framed, base: int, rel: str, routes: TagRoutes
 ) -> tuple[list, list, Optional[tuple]]:
     """Protobuf only, record by record, up to the first unparsable one: (its offset, message) or None."""
     items: list[Item] = []
     problems: list[ReadProblem] = []
     for start, length in zip(framed.starts, framed.lengths):
         try:
-            _parse_event(buf, start, length, base, items, problems, rel)
+            _parse_event(buf, start, length, base, items, problems, rel, routes)
         except DecodeError as exc:
             return items, problems, (base + start - _HEAD, f"unparsable event: {exc}")
     return items, problems, None

@@ -192,8 +192,9 @@ def rows_view(buf: bytearray, run: Uniform) -> np.ndarray:
 def build_template(buf: bytearray, start: int, length: int, wanted: Any) -> Optional[Template]:
     """Template of the record at ``start``, or None if it holds anything but what it describes.
 
-    ``wanted(tag)``: True for a value filed per step, False for one to skip (its bytes
-    must then repeat exactly), None for one that needs protobuf.
+    ``wanted(tag, metadata)``: True for a value filed per step, False for one to skip (its
+    bytes must then repeat exactly), None for one that needs protobuf; ``metadata`` is the
+    value's serialized ``SummaryMetadata`` or None.
     Offsets in the template are relative to ``start``.
     """
     try:
@@ -245,7 +246,7 @@ _IGNORED: Any = object()
 
 def _value_slot(buf: bytearray, span: tuple[int, int], start: int, wanted: Any) -> Union[Slot, Any, None]:
     """The Slot of one Summary.Value, _IGNORED for a value to skip, None if unsupported."""
-    tag, tensor, simple = None, None, None
+    tag, tensor, simple, meta = None, None, None, None
     for field, wire, value, _ in _fields(buf, *span):
         if field == 1 and wire == 2:
             tag = bytes(buf[value[0] : value[1]]).decode("utf-8", errors="strict")
@@ -253,9 +254,11 @@ def _value_slot(buf: bytearray, span: tuple[int, int], start: int, wanted: Any) 
             simple = value[0]
         elif field == 8 and wire == 2:
             tensor = value
-        elif field != 9:  # metadata is fixed bytes; images, histograms, ...: not ours
+        elif field == 9 and wire == 2:  # metadata: fixed bytes of the template, read once here
+            meta = bytes(buf[value[0] : value[1]])
+        else:  # images, histograms, ...: not ours
             return None
-    use = None if tag is None else wanted(tag)
+    use = None if tag is None else wanted(tag, meta)
     if not use:  # None: a value only protobuf may handle (layout, run_info); False: not ours
         return None if use is None else _IGNORED
     if simple is not None and tensor is None:

@@ -48,6 +48,7 @@ class LogdirReader:
         self.logdir = logdir
         self._root = os.path.realpath(logdir)
         self._runs: dict[str, RunState] = {}
+        self._routes: dict[str, decode.TagRoutes] = {}  # per run: which tags are ours
         self._lock = threading.RLock()
         self._reload_lock = threading.Lock()
         self._loaded = False
@@ -155,6 +156,7 @@ class LogdirReader:
             fs.stopped = True
             return True
         changed, want = False, CHUNK_SIZE
+        routes = self._routes.setdefault(state.name, decode.TagRoutes())
         while fs.offset < size:
             if len(self._buffer) < want:
                 self._buffer = event_scan.new_buffer(want)
@@ -164,11 +166,13 @@ class LogdirReader:
             framed = event_scan.frame(buf, end, decode.MARK)
             used, error = framed.used, framed.error
             try:
-                items, problems = decode.scan_chunk(buf, framed, fs.offset, fs.rel)
+                items, problems = decode.scan_chunk(buf, framed, fs.offset, fs.rel, routes)
             except DecodeError:  # redo in record order to stop exactly at the first bad event
-                items, problems, bad = decode.parse_in_order(buf, framed, fs.offset, fs.rel)
+                items, problems, bad = decode.parse_in_order(buf, framed, fs.offset, fs.rel, routes)
                 if bad is not None:
                     used, error = bad[0] - fs.offset, bad[1]
+            problems += [ReadProblem(fs.rel, fs.offset, message) for message in routes.rejected]
+            routes.rejected.clear()
             if error is not None:
                 problems.append(ReadProblem(fs.rel, fs.offset + used, error))
                 fs.stopped = True
