@@ -137,7 +137,7 @@ def describe(d: Divergence) -> str:
     return (
         f"{d.kind}/{d.tensor}{alias}: {d.reason}; max_abs_diff={_fmt(d.max_abs_diff)} "
         f"max_rel_diff={_fmt(d.max_rel_diff)} cosine={_fmt(d.cosine)} mismatch={mismatch} "
-        f"error_ratio={_fmt(d.error_ratio)}"
+        f"error_ratio={_fmt(d.error_ratio)}" + (f"; {d.note}" if d.note else "")
     )
 
 

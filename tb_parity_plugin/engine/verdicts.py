@@ -45,6 +45,8 @@ class Divergence:
     cosine: Optional[float] = None
     mismatch_fraction: Optional[float] = None
     error_ratio: Optional[float] = None
+    #: One line saying what was found and from what evidence (e.g. both runtime shapes).
+    note: Optional[str] = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
