@@ -9,37 +9,11 @@ from typing import Any, Callable, Optional, Sequence
 
 from tb_parity_plugin.engine import Comparison, Divergence, ParityReport
 from tb_parity_plugin.engine.tolerance import TolerancePolicy
+from tb_parity_plugin.logdir import run_pairs
 
 
 class ParityInputError(ValueError):
     """The logdir or runs cannot be compared (missing, empty, ambiguous, nothing in common)."""
-
-
-def _pick_runs(logdir: str, names: list, infos: dict, baseline: Optional[str], candidate: Optional[str]) -> tuple:
-    """Choose (baseline, candidate): given names, or with two runs the TF1 one as baseline."""
-    for name in (baseline, candidate):
-        if name is not None and name not in names:
-            raise ParityInputError(f"no run {name!r} in {logdir} (runs: {', '.join(names) or 'none'})")
-    if baseline is not None and candidate is not None:
-        return baseline, candidate
-    listing = ", ".join(names) or "none"
-    if baseline is not None or candidate is not None:
-        given = baseline if baseline is not None else candidate
-        others = [n for n in names if n != given]
-        if len(others) != 1:
-            raise ParityInputError(
-                f"{logdir} holds {len(names)} runs ({listing}); pass both --baseline and --candidate"
-            )
-        return (given, others[0]) if baseline is not None else (others[0], given)
-    if len(names) != 2:
-        raise ParityInputError(f"{logdir} holds {len(names)} runs ({listing}); pass --baseline RUN and --candidate RUN")
-    tf1 = [n for n in names if infos[n].get("side") == "tf1"]
-    tf2 = [n for n in names if infos[n].get("side") == "tf2"]
-    if len(tf1) == 1:
-        return tf1[0], next(n for n in names if n != tf1[0])
-    if len(tf2) == 1:
-        return next(n for n in names if n != tf2[0]), tf2[0]
-    raise ParityInputError(f"cannot tell which of {listing} is the TF1 run; pass --baseline RUN")
 
 
 def load_runs(
@@ -57,11 +31,11 @@ def load_runs(
     except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
         raise ParityInputError(str(exc) or f"cannot read {logdir}") from None
     try:
-        names = reader.run_names()
-        infos = {n: reader.run(n).info for n in names}
-        base_name, cand_name = _pick_runs(logdir, names, infos, baseline, candidate)
-        if base_name == cand_name:
-            raise ParityInputError(f"baseline and candidate are the same run {base_name!r}")
+        sides = {n: str(reader.run(n).info.get("side", "")) for n in reader.run_names()}
+        try:
+            base_name, cand_name = run_pairs.choose_pair(sides, baseline, candidate, where=logdir)
+        except run_pairs.RunPairError as exc:
+            raise ParityInputError(str(exc)) from None
         runs = reader.run(base_name), reader.run(cand_name)
     finally:
         reader.close()

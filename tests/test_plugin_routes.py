@@ -285,3 +285,10 @@ def test_serves_with_tensorflow_absent(logdir: str) -> None:
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split("\n")[:3] == ["200 5", "200", "False"], out.stdout + out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("route", ["summary", "matrix", "tensor", "scalars"])
+def test_the_same_run_as_baseline_and_candidate_is_400(client: werkzeug_test.Client, route: str) -> None:
+    extra = "&tensor=lr%2Flearning_rate" if route == "tensor" else ""
+    body = get_json(client, f"{route}?baseline=lr%2Ftf1&candidate=lr%2Ftf1{extra}", code=400)
+    assert "same run" in body["error"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Iterable, Mapping, Optional
+from typing import Iterable, Optional
 
 from tensorboard import errors
 
@@ -154,19 +154,3 @@ def parse_tensor(args: Args) -> tuple[str, Optional[int]]:
     if "/" not in tag:
         raise errors.InvalidArgumentError(f"tensor must be a tag '<kind>/<name>', got {tag[:80]!r}")
     return tag, _int(args, "values_at", -(2**62), 2**62)
-
-
-def from_mapping(query: Mapping[str, object]) -> Args:
-    """Args from a plain ``{key: value | [values]}`` dict (tests, benchmarks)."""
-
-    class _MD:
-        def keys(self) -> Iterable[str]:
-            return query.keys()
-
-        def getlist(self, key: str) -> list[str]:
-            value = query.get(key)
-            if value is None:
-                return []
-            return [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
-
-    return Args(_MD())

@@ -22,6 +22,7 @@ from werkzeug import wrappers
 
 from tb_parity_plugin.dashboard import params, views
 from tb_parity_plugin.engine.comparison_cache import ComparisonCache, Entry
+from tb_parity_plugin.logdir import run_pairs
 from tb_parity_plugin.logdir.background_reader import BackgroundReader
 from tb_parity_plugin.records import metadata
 
@@ -143,7 +144,7 @@ class ParityPlugin(base_plugin.TBPlugin):
                 continue
             if run.tensors or run.info:
                 runs.append(views.run_entry(run))
-        pairs = views.suggest_pairs(runs)
+        pairs = run_pairs.suggest_pairs({r["name"]: r["side"] for r in runs})
         return {
             "runs": runs,
             "pairs": pairs,
@@ -155,13 +156,20 @@ class ParityPlugin(base_plugin.TBPlugin):
     def _use(self, query: params.PairQuery, fn: Callable[[Entry, Any, Any], Any]) -> Any:
         """Run ``fn(entry, base, cand)`` on the pair's up-to-date cached comparison."""
         self._reader.wait_first_load()
-        runs = []
-        for name in (query.baseline, query.candidate):
+        sides = {}
+        for name in self._reader.run_names():
             try:
-                runs.append(self._reader.run(name))
-            except KeyError:
-                raise errors.NotFoundError(f"no run {name!r} in this logdir") from None
-        base, cand = runs
+                sides[name] = str(self._reader.run(name).info.get("side", ""))
+            except KeyError:  # vanished since listed
+                continue
+        try:
+            run_pairs.choose_pair(sides, query.baseline, query.candidate, where="this logdir")
+            base, cand = self._reader.run(query.baseline), self._reader.run(query.candidate)
+        except run_pairs.RunPairError as exc:
+            error = errors.NotFoundError if exc.missing is not None else errors.InvalidArgumentError
+            raise error(str(exc)) from None
+        except KeyError as exc:
+            raise errors.NotFoundError(f"no run {exc.args[0]!r} in this logdir") from None
         return self._cache.use(
             query.cache_key, base, cand, query.policy, query.mapping, lambda entry: fn(entry, base, cand)
         )

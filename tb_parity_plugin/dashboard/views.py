@@ -21,7 +21,7 @@ import numpy as np
 
 from tb_parity_plugin.engine import ParityMatrix, ParityReport, TensorDetail
 from tb_parity_plugin.engine.matrix import ABSENT, REASONS
-from tb_parity_plugin.engine.tolerance import TolerancePolicy
+from tb_parity_plugin.engine.tolerance import Tolerance, TolerancePolicy
 from tb_parity_plugin.records import metadata
 
 #: Full values sent for one step at most (the detail table shows the first few hundred).
@@ -44,31 +44,6 @@ def run_entry(run: Any) -> dict:
         "generation": int(run.generation),
         "problems": len(run.problems),
     }
-
-
-def suggest_pairs(runs: list[dict]) -> list[dict]:
-    """A baseline/candidate pair per folder of sibling runs.
-
-    The TF1 run (``run_info`` side ``tf1``) is the baseline and a TF2 run the
-    candidate; without side information the first two runs by name are used.
-    """
-    by_folder: dict[str, list[dict]] = {}
-    for run in runs:
-        by_folder.setdefault(run["folder"], []).append(run)
-    pairs = []
-    for folder in sorted(by_folder):
-        members = sorted(by_folder[folder], key=lambda r: r["name"])
-        if len(members) < 2:
-            continue
-        tf1 = [r for r in members if r["side"] == "tf1"]
-        others = [r for r in members if r["side"] != "tf1"]
-        tf2 = [r for r in others if r["side"] == "tf2"] or others
-        if tf1 and tf2:
-            base, cand = tf1[0], tf2[0]
-        else:
-            base, cand = members[0], members[1]
-        pairs.append({"folder": folder, "baseline": base["name"], "candidate": cand["name"]})
-    return pairs
 
 
 def summary_payload(report: ParityReport, generations: tuple) -> dict:
@@ -145,7 +120,7 @@ def tensor_payload(d: TensorDetail, base: Any, cand: Any, values_at: Optional[in
         tol = None
         if d.base_values is not None:
             k = int(np.searchsorted(d.steps, values_at))
-            rtol = 0.0 if k < d.warmup_steps else d.rtol
+            rtol = Tolerance(d.atol, d.rtol, d.warmup_steps).rtol_at(k)
             tol = d.atol + rtol * np.abs(np.asarray(d.base_values, dtype=np.float64))
         body["values"] = {
             "step": int(values_at),
@@ -210,7 +185,7 @@ def _scalar_diff(b: tuple, c: tuple, tag: str, policy: TolerancePolicy) -> dict:
     bv = np.asarray(b[1], dtype=np.float64)[ib]
     cv = np.asarray(c[1], dtype=np.float64)[ic]
     tol = policy.for_tag(tag)
-    rtol = np.where(np.arange(len(steps)) < tol.warmup_steps, 0.0, tol.rtol)
+    rtol = tol.rtols(np.arange(len(steps)))
     with np.errstate(invalid="ignore"):
         return {
             "steps": steps.tolist(),

@@ -115,10 +115,6 @@ class Pair:
             return self.base.values[0:1].nbytes + self.cand.values[0:1].nbytes
         return 2 * metadata.N_STATS * 8
 
-    def rtols(self, k0: int, k1: int) -> np.ndarray:
-        k = np.arange(k0, k1)
-        return np.where(k < self.tol.warmup_steps, 0.0, self.tol.rtol)
-
     def _both(self, k0: int, k1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Compared-step offsets (within the chunk) where both logged, and their rows."""
         ib, ic = self.ib[k0:k1], self.ic[k0:k1]
@@ -159,10 +155,7 @@ class Pair:
     ) -> np.ndarray:
         """VALUE/NONFINITE/OK for rows whose shape, dtype and NaN/Inf counts agree."""
         r = np.zeros(len(rb), dtype=np.uint8)
-        n_warm = int(np.searchsorted(ks, self.tol.warmup_steps))  # ks ascending
-        for sel, rtol in ((slice(0, n_warm), 0.0), (slice(n_warm, len(ks)), self.tol.rtol)):
-            if sel.start == sel.stop:
-                continue
+        for sel, rtol in self.tol.phases(ks):  # ks ascending
             if self.use_values:
                 cv, bv = take_rows(self.cand.values, rc[sel]), take_rows(self.base.values, rb[sel])
                 ok = allclose.rows_allclose(cv, bv, rtol, self.tol.atol, equal_nan)
@@ -185,7 +178,7 @@ class Pair:
         if not len(both):
             return out
         rb, rc = ib[both], ic[both]
-        rtol = np.where(ks < self.tol.warmup_steps, 0.0, self.tol.rtol)
+        rtol = self.tol.rtols(ks)
         if self.use_values:
             out[both] = allclose.rows_error_ratio(
                 take_rows(self.cand.values, rc), take_rows(self.base.values, rb), rtol, self.tol.atol

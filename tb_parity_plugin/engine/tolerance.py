@@ -12,6 +12,8 @@ import fnmatch
 import re
 from typing import Any, Optional, Sequence
 
+import numpy as np
+
 
 def check_settings(atol: Optional[float], rtol: Optional[float], warmup_steps: Optional[int], where: str = "") -> None:
     """Raise ``ValueError`` unless each given setting is finite and >= 0 (``None``: not set)."""
@@ -81,9 +83,21 @@ class Tolerance:
     rtol: float
     warmup_steps: int
 
+    # The warm-up rule lives here only: rtol is 0 for the first ``warmup_steps`` compared
+    # steps (0-based index into the steps both runs logged), then ``rtol``.
     def rtol_at(self, compared_index: int) -> float:
         """rtol at the ``compared_index``-th compared step (0-based)."""
         return 0.0 if compared_index < self.warmup_steps else self.rtol
+
+    def rtols(self, compared_indices: np.ndarray) -> np.ndarray:
+        """rtol per compared-step index (vectorised :meth:`rtol_at`)."""
+        return np.where(np.asarray(compared_indices) < self.warmup_steps, 0.0, self.rtol)
+
+    def phases(self, compared_indices: np.ndarray) -> list[tuple[slice, float]]:
+        """``(slice, rtol)`` runs of ascending ``compared_indices`` sharing one rtol (warm-up, then after)."""
+        n_warm = int(np.searchsorted(compared_indices, self.warmup_steps))
+        parts = [(slice(0, n_warm), 0.0), (slice(n_warm, len(compared_indices)), self.rtol)]
+        return [(sel, rtol) for sel, rtol in parts if sel.start != sel.stop]
 
 
 @dataclasses.dataclass(frozen=True)
