@@ -58,7 +58,6 @@ DT_STRING = 7
 
 #: Layout dtype name -> TF enum code (the stats row's ``dtype`` column; 0 = unknown).
 TF_DTYPE_ENUM = {d.name: d.code for d in DTYPES}
-DTYPE_FROM_ENUM = {d.code: d.name for d in DTYPES}
 #: TF enum code -> numpy dtype of ``tensor_content``, for the template scanner. bfloat16 is
 #: left to protobuf: its numpy type depends on ml_dtypes being importable.
 CONTENT_DTYPES = {d.code: d.numpy for d in DTYPES if d.name != "bfloat16"}

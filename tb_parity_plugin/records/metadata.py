@@ -59,7 +59,6 @@ STATS_FIELDS = (
 )
 STAT_INDEX = {name: i for i, name in enumerate(STATS_FIELDS)}
 N_STATS = len(STATS_FIELDS)
-COUNT_FIELDS = ("neg_inf", "pos_inf", "nan", "neg_finite", "zero", "pos_finite")
 NONFINITE_FIELDS = ("neg_inf", "pos_inf", "nan")
 MOMENT_FIELDS = ("min", "max", "mean", "std", "l2")
 
