@@ -293,3 +293,15 @@ def test_help_lists_both_commands(capsys) -> None:
     assert "diff" in usage and "report" in usage
     code, out, err = run_cli()
     assert code == 2 and out == "" and "tb-parity diff" in err and "tb-parity report" in err
+
+
+def test_report_takes_the_same_comparison_options_as_diff(tmp_path) -> None:
+    """One parser: --override and --equal-nan reach the report's verdict as they reach diff's."""
+    from tb_parity_plugin.cli import _parser
+
+    sub = next(a for a in _parser()._actions if a.dest == "command").choices
+
+    def options(name: str) -> set:
+        return {o for a in sub[name]._actions for o in a.option_strings} - {"-h", "--help"}
+
+    assert options("diff") - {"--json"} == options("report") - {"-o", "--output", "--progress", "--no-progress"}
