@@ -104,9 +104,9 @@ def format_report(report: ParityReport) -> str:
     ]
     first = report.first_divergence
     if first is None:
-        lines.append("AGREE: no divergence within tolerance")
+        lines.append(report.verdict_text)
     else:
-        lines.append(f"DIVERGE at step {first.step}: {first.kind}/{first.tensor} ({first.reason})")
+        lines.append(report.verdict_text)
         lines.append(f"tensors diverging at step {first.step}, in execution order:")
         lines += [f"  {api.describe(d)}" for d in report.divergences_at_first_step]
     for run, hit in report.first_nonfinite.items():

@@ -181,7 +181,7 @@ class Comparison:
             candidate_tensor=c.name,
             order=int(b.order),
             reason=REASONS[int(pair.reason[k])],
-            **pair.figures(k, self.policy.equal_nan),
+            **pair.finding(k, self.policy.equal_nan),
         )
 
     def report(self) -> ParityReport:
@@ -219,6 +219,10 @@ class Comparison:
             policy=self.policy,
             problems=problems,
             warnings=list(alignment.warnings),
+            evidence={
+                "values": sum(1 for p in self._pairs if p.use_values),
+                "statistics": sum(1 for p in self._pairs if not p.use_values),
+            },
             comparison=self,
         )
 

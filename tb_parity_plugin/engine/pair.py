@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from tb_parity_plugin.engine import align, allclose
+from tb_parity_plugin.engine import align, allclose, stat_bounds
 from tb_parity_plugin.engine.matrix import ABSENT, DTYPE, MISSING, NONFINITE, OK, SHAPE, VALUE
 from tb_parity_plugin.engine.tolerance import Tolerance
 from tb_parity_plugin.engine.verdicts import FIGURES, json_float
@@ -20,7 +20,6 @@ from tb_parity_plugin.records import metadata
 
 _IDX = metadata.STAT_INDEX
 NONFINITE_COLS = [_IDX[f] for f in metadata.NONFINITE_FIELDS]
-_MOMENT_COLS = [_IDX[f] for f in metadata.MOMENT_FIELDS]
 _CHECK_COLS = [_IDX["dtype"], _IDX["rank"], _IDX["size"]] + NONFINITE_COLS
 
 
@@ -60,20 +59,32 @@ def step_rows(steps: np.ndarray, series_steps: np.ndarray) -> np.ndarray:
     return np.where(found, pos, -1).astype(np.int64)
 
 
-def moment_figures(cm: np.ndarray, bm: np.ndarray, tol: Tolerance, rtol: float) -> dict:
-    """Figures from the moments (min, max, mean, std, l2) when values are not at hand."""
-    with np.errstate(all="ignore"):
-        ok = np.isclose(cm, bm, rtol=rtol, atol=tol.atol, equal_nan=True)
-        both = np.isfinite(cm) & np.isfinite(bm)
-        diff = np.abs(cm - bm)[both]
-        absb = np.abs(bm)[both]
-        out = dict.fromkeys(FIGURES)
-        out["mismatch_fraction"] = float(1.0 - ok.mean())
-        if diff.size:
-            out["max_abs_diff"] = json_float(diff.max())
-            out["max_rel_diff"] = json_float(np.where(diff == 0, 0.0, diff / absb).max())
-            out["error_ratio"] = json_float(np.where(diff == 0, 0.0, diff / (tol.atol + rtol * absb)).max())
+def statistics_figures(base: np.ndarray, cand: np.ndarray, atol: float, rtol: float) -> dict:
+    """Figures of one step compared by statistics: only what the statistics can say.
+
+    ``error_ratio`` is the largest ``|stat_c - stat_b| / allowed`` (above 1 proves that some
+    element is out of tolerance); element-wise figures (max differences, cosine, mismatch share)
+    do not exist without full values and stay None. ``note`` names the statistic.
+    """
+    out: dict = dict.fromkeys(FIGURES)
+    out["evidence"] = "statistics"
+    ratio = stat_bounds.ratios(base, cand, atol, np.array([rtol]))[0]
+    if not np.all(np.isnan(ratio)):
+        worst = int(np.nanargmax(ratio))
+        out["error_ratio"] = json_float(ratio[worst])
+        name = stat_bounds.COMPARED[worst]
+        b, c = base[0, _IDX[name]], cand[0, _IDX[name]]
+        limit = stat_bounds.allowed(base, cand, atol, np.array([rtol]))[0, worst]
+        verdict = "proves an element out of tolerance" if ratio[worst] > 1 else "is within what the tolerance allows"
+        out["note"] = (
+            f"statistics only: {name} {_g(b)} vs {_g(c)} differs by {_g(abs(c - b))}, "
+            f"at most {_g(limit)} if every element were within tolerance; this {verdict}"
+        )
     return out
+
+
+def _g(x: float) -> str:
+    return f"{x:.6g}"
 
 
 @dataclasses.dataclass
@@ -164,11 +175,11 @@ class Pair:
                     fail = ~allclose.isclose(c, b, rtol, self.tol.atol, equal_nan)
                     finite = np.isfinite(c) & np.isfinite(b) if c.dtype.kind == "f" else True
                     r[sel.start + i] = NONFINITE if np.any(fail & ~finite) else VALUE
-            else:
-                ok = np.isclose(
-                    sc[sel][:, _MOMENT_COLS], sb[sel][:, _MOMENT_COLS], rtol=rtol, atol=self.tol.atol, equal_nan=True
-                ).all(axis=1)
-                r[sel][~ok] = VALUE
+            else:  # statistics only: a divergence must be proven (engine/stat_bounds.py)
+                proven = (stat_bounds.ratios(sb[sel], sc[sel], self.tol.atol, np.full(len(sb[sel]), rtol)) > 1).any(
+                    axis=1
+                )
+                r[sel][proven] = VALUE
         return r
 
     def ratios(self, k0: int, k1: int) -> np.ndarray:
@@ -184,13 +195,8 @@ class Pair:
                 take_rows(self.cand.values, rc), take_rows(self.base.values, rb), rtol, self.tol.atol
             )
         else:
-            cm = take_rows(self.cand.stats, rc)[:, _MOMENT_COLS]
-            bm = take_rows(self.base.stats, rb)[:, _MOMENT_COLS]
-            with np.errstate(all="ignore"):
-                diff = np.abs(cm - bm)
-                ratio = diff / (self.tol.atol + rtol[:, None] * np.abs(bm))
-                ratio[diff == 0] = 0.0
-                out[both] = np.fmax.reduce(ratio, axis=1)
+            sb, sc = take_rows(self.base.stats, rb), take_rows(self.cand.stats, rc)
+            out[both] = stat_bounds.ratios(sb, sc, self.tol.atol, rtol).max(axis=1)
         return out
 
     def ensure(self, k1: int, equal_nan: bool) -> None:
@@ -210,6 +216,45 @@ class Pair:
             self.ratio[self.ratio_done : k1] = self.ratios(self.ratio_done, k1)
             self.ratio_done = k1
 
+    def finding(self, k: int, equal_nan: bool) -> dict:
+        """Figures, ``evidence`` and ``note`` of this pair's verdict at compared step ``k``.
+
+        ``evidence`` says what the verdict rests on: ``values`` (element-wise),
+        ``statistics`` (proven from min/max/mean/std/L2, see stat_bounds), ``counts``
+        (NaN/Inf counts), ``shape``, ``dtype`` or ``presence`` (logged by one run only).
+        """
+        reason = int(self.reason[k]) if k < self.done else OK
+        out = self.figures(k, equal_nan)
+        out.setdefault("evidence", "values" if self.use_values else "statistics")
+        rb, rc = int(self.ib[k]), int(self.ic[k])
+        if reason == MISSING:
+            out["evidence"] = "presence"
+            out["note"] = f"logged by the {'baseline' if rb >= 0 else 'candidate'} only at this step"
+        elif reason in (SHAPE, DTYPE):
+            out["evidence"] = "shape" if reason == SHAPE else "dtype"
+            b, c = self.base, self.cand
+            what = "static shape" if reason == SHAPE and tuple(b.shape) != tuple(c.shape) else None
+            if reason == DTYPE:
+                out["note"] = f"dtype {b.dtype} in baseline vs {c.dtype} in candidate"
+            elif what:
+                out["note"] = f"{what} {list(b.shape)} in baseline vs {list(c.shape)} in candidate"
+            else:
+                sb, sc = self.base.stats[rb], self.cand.stats[rc]
+                out["note"] = (
+                    f"rank {int(sb[_IDX['rank']])}, size {int(sb[_IDX['size']])} in baseline vs "
+                    f"rank {int(sc[_IDX['rank']])}, size {int(sc[_IDX['size']])} in candidate"
+                )
+        elif reason == NONFINITE and not self.use_values:
+            sb, sc = self.base.stats[rb], self.cand.stats[rc]
+            counts = [(f, int(sb[_IDX[f]]), int(sc[_IDX[f]])) for f in metadata.NONFINITE_FIELDS]
+            out["evidence"] = "counts"
+            out["note"] = "NaN/Inf counts (baseline vs candidate): " + ", ".join(
+                f"{f} {b} vs {c}" for f, b, c in counts
+            )
+            if all(b == c for _, b, c in counts):
+                out["note"] += "; equal, but NaN never equals NaN unless equal_nan is set"
+        return out
+
     def figures(self, k: int, equal_nan: bool) -> dict:
         """Error figures at compared step ``k`` (values when compared by values)."""
         rb, rc = int(self.ib[k]), int(self.ic[k])
@@ -217,5 +262,6 @@ class Pair:
             return dict.fromkeys(FIGURES)
         rtol = self.tol.rtol_at(k)
         if self.use_values:
-            return allclose.figures(self.cand.values[rc], self.base.values[rb], rtol, self.tol.atol, equal_nan)
-        return moment_figures(self.cand.stats[rc, _MOMENT_COLS], self.base.stats[rb, _MOMENT_COLS], self.tol, rtol)
+            out = allclose.figures(self.cand.values[rc], self.base.values[rb], rtol, self.tol.atol, equal_nan)
+            return {**out, "evidence": "values"}
+        return statistics_figures(self.base.stats[rb : rb + 1], self.cand.stats[rc : rc + 1], self.tol.atol, rtol)

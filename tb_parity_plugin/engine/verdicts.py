@@ -45,6 +45,8 @@ class Divergence:
     cosine: Optional[float] = None
     mismatch_fraction: Optional[float] = None
     error_ratio: Optional[float] = None
+    #: What the verdict rests on: values | statistics | counts | shape | dtype | presence.
+    evidence: Optional[str] = None
     #: One line saying what was found and from what evidence (e.g. both runtime shapes).
     note: Optional[str] = None
 
@@ -69,17 +71,45 @@ class ParityReport:
     policy: TolerancePolicy
     problems: list  # of {run, path, offset, message}
     warnings: list  # of str
+    #: Pairs compared by full values and by statistics only: an agreement resting on
+    #: statistics is weaker evidence ("agree within statistics") than an element-wise one.
+    evidence: dict = dataclasses.field(default_factory=lambda: {"values": 0, "statistics": 0})
     comparison: Optional[Comparison] = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def agree(self) -> bool:
         return self.first_divergence is None
 
+    @property
+    def verdict(self) -> str:
+        """``diverge``, ``agree`` (every pair element-wise) or ``agree within statistics``."""
+        if not self.agree:
+            return "diverge"
+        return "agree within statistics" if self.evidence.get("statistics") else "agree"
+
+    @property
+    def verdict_text(self) -> str:
+        """The verdict in one line, worded once for every front end (CLI, report, dashboard)."""
+        first = self.first_divergence
+        if first is not None:
+            return f"DIVERGE at step {first.step}: {first.kind}/{first.tensor} ({first.reason}, by {first.evidence})"
+        by_stats, by_values = self.evidence.get("statistics", 0), self.evidence.get("values", 0)
+        if not by_stats:
+            return "AGREE: no divergence within tolerance (every tensor compared element-wise)"
+        return (
+            f"AGREE within statistics: {by_stats} of {by_stats + by_values} tensors were recorded as statistics "
+            "only; their min/max/mean/std/L2 stay within what the tolerance allows, which is weaker evidence "
+            f"than element-wise agreement (the other {by_values} agree element-wise)"
+        )
+
     def to_dict(self) -> dict:
         return {
             "baseline": self.baseline,
             "candidate": self.candidate,
             "agree": self.agree,
+            "verdict": self.verdict,
+            "verdict_text": self.verdict_text,
+            "evidence": dict(self.evidence),
             "steps_compared": self.steps_compared,
             "tensors_compared": self.tensors_compared,
             "first_divergence": self.first_divergence.to_dict() if self.first_divergence else None,

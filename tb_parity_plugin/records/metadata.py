@@ -61,6 +61,10 @@ STAT_INDEX = {name: i for i, name in enumerate(STATS_FIELDS)}
 N_STATS = len(STATS_FIELDS)
 NONFINITE_FIELDS = ("neg_inf", "pos_inf", "nan")
 MOMENT_FIELDS = ("min", "max", "mean", "std", "l2")
+#: The record's promise on the moments' rounding: tensors of at most this many elements (and
+#: float64 tensors) accumulate mean, std and L2 in float64; larger ones may accumulate in
+#: float32 in any order. The engine's statistics bounds (engine/stat_bounds.py) rely on it.
+STATS_F64_LIMIT = 1 << 16
 
 #: Kinds and their phase in a training step. Execution order within a step sorts by
 #: (phase, call sequence): the step's inputs first, then forward, loss, backward.

@@ -79,6 +79,8 @@ def _verdict(summary: Mapping[str, Any]) -> str:
             f"Runs agree within tolerance across {summary.get('steps_compared', 0)} steps "
             f"and {summary.get('tensors_compared', 0)} tensors."
         )
+        if summary.get("verdict") == "agree within statistics":  # weaker evidence, said so
+            return f'<div class="verdict agree stats">{_e(text)} {_e(summary.get("verdict_text", ""))}</div>'
         return f'<div class="verdict agree">{_e(text)}</div>'
     if not first:  # disagreement without a divergence: e.g. nothing comparable
         return '<div class="verdict diverge">Runs do not agree (no comparable divergence found).</div>'
@@ -98,9 +100,11 @@ _DIV_COLUMNS = [
     ("max_rel_diff", "max rel diff"),
     ("cosine", "cosine"),
     ("mismatch_fraction", "mismatched"),
+    ("evidence", "evidence"),
+    ("note", "what was found"),
     ("error_ratio", "error / tolerance"),
 ]
-_TEXT_KEYS = {"kind", "tensor", "candidate_tensor", "reason"}
+_TEXT_KEYS = {"kind", "tensor", "candidate_tensor", "reason", "evidence", "note"}
 
 
 def _divergence_table(summary: Mapping[str, Any]) -> str:
@@ -117,7 +121,7 @@ def _divergence_table(summary: Mapping[str, Any]) -> str:
         cells = "".join(
             f"<td><code>{_e(row.get(k, ''))}</code></td>"
             if k in ("tensor", "candidate_tensor")
-            else f"<td>{_e(row.get(k, ''))}</td>"
+            else f"<td>{_e(row.get(k) or '')}</td>"
             if k in _TEXT_KEYS
             else f'<td class="num">{_e(fmt(row.get(k)))}</td>'
             for k, _ in _DIV_COLUMNS

@@ -33,7 +33,7 @@ import tensorflow as tf
 from tb_parity_plugin.records import dtypes, metadata
 
 #: Tensors up to this many elements go through the batched float64 path.
-SMALL_LIMIT = 1 << 16
+SMALL_LIMIT = metadata.STATS_F64_LIMIT  # the float64 path is what the record promises up to there
 #: Sign sums in float32 are exact while every partial sum stays below 2**24.
 _F32_EXACT_COUNT = 1 << 24
 
