@@ -25,9 +25,9 @@ import tensorflow as tf
 
 from tb_parity_plugin.engine import compare_runs
 from tb_parity_plugin.engine.stat_bounds import COMPARED, allowed
-from tb_parity_plugin.records.metadata import STAT_INDEX
 from tb_parity_plugin.engine.tolerance import TolerancePolicy
 from tb_parity_plugin.logdir.rundata import RunData, TensorSeries
+from tb_parity_plugin.records.metadata import STAT_INDEX
 from tb_parity_plugin.shim import health_tf
 
 ATOL, RTOL = 1e-5, 0.05
