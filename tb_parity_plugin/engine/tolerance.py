@@ -100,23 +100,42 @@ class Tolerance:
         return [(sel, rtol) for sel, rtol in parts if sel.start != sel.stop]
 
 
+#: Kinds that set training rather than result from it: compared by :attr:`TolerancePolicy.hparam_rtol`.
+HPARAM_KINDS = frozenset({"lr", "hparam"})
+#: Two float32 ulps, relative: a learning rate computed by the same formula in TF1 and TF2 agrees
+#: to float32 resolution; anything more is another schedule (the migration guide compares lr with
+#: assert_allclose's defaults, rtol 1e-7, atol 0).
+HPARAM_RTOL = 2.0**-22
+
+
 @dataclasses.dataclass(frozen=True)
 class TolerancePolicy:
-    """Per-tensor tolerance; see the module docstring for the defaults' origin."""
+    """Per-tensor tolerance; see the module docstring for the defaults' origin.
+
+    Hyper-parameters (kinds in :data:`HPARAM_KINDS`: the learning rate, values recorded with
+    ``rec.hparam``) are compared strictly and relatively at every step, with ``hparam_rtol``
+    and atol 0 and no warm-up, separately from the training policy: an lr off by 1e-7 per
+    step is another schedule, found at the step it starts, not steps later in the logits.
+    Overrides apply on top (``--override 'lr/*:atol=1e-5,rtol=0.05'`` loosens it).
+    """
 
     atol: float = 1e-5
     rtol: float = 0.05
     warmup_steps: int = 10
     equal_nan: bool = False
     overrides: tuple = ()  # of ToleranceOverride
+    hparam_rtol: float = HPARAM_RTOL
 
     def __post_init__(self) -> None:
         check_settings(self.atol, self.rtol, self.warmup_steps)
+        check_settings(None, self.hparam_rtol, None, "hparam_")
         object.__setattr__(self, "overrides", tuple(self.overrides))
 
     def for_tag(self, tag: str) -> Tolerance:
         """The tolerance for tensor ``tag`` after applying every matching override in order."""
         atol, rtol, warmup = self.atol, self.rtol, self.warmup_steps
+        if tag.partition("/")[0] in HPARAM_KINDS:
+            atol, rtol, warmup = 0.0, self.hparam_rtol, 0
         for override in self.overrides:
             if override.matches(tag):
                 atol = override.atol if override.atol is not None else atol
@@ -130,6 +149,7 @@ class TolerancePolicy:
             "rtol": self.rtol,
             "warmup_steps": self.warmup_steps,
             "equal_nan": self.equal_nan,
+            "hparam_rtol": self.hparam_rtol,
             "overrides": [dataclasses.asdict(o) for o in self.overrides],
         }
 

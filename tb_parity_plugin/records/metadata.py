@@ -70,6 +70,7 @@ STATS_F64_LIMIT = 1 << 16
 #: (phase, call sequence): the step's inputs first, then forward, loss, backward.
 KIND_PHASE = {
     "lr": 0,
+    "hparam": 0,
     "input": 1,
     "weight": 1,
     "activation": 2,

@@ -131,6 +131,10 @@ class BaseRecorder:
         """The learning rate used by this step's update."""
         return self.tensor("lr", name, value)
 
+    def hparam(self, name: str, value: Any) -> tf.Tensor:
+        """A hyper-parameter of this step (momentum, weight decay, ...): compared strictly, like lr."""
+        return self.tensor("hparam", name, value)
+
     def loss(self, value: Any, name: str = "loss") -> tf.Tensor:
         return self.tensor("loss", name, value)
 
