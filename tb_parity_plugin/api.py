@@ -53,14 +53,17 @@ def make_policy(
     warmup_steps: Optional[int] = None,
     equal_nan: bool = False,
     overrides: Sequence[Any] = (),
+    allow_unmatched: Sequence[str] = (),
 ) -> TolerancePolicy:
     """``policy`` as given, or one built from the keyword settings (mixing is an error)."""
     if policy is not None:
-        if any(v is not None for v in (atol, rtol, warmup_steps)) or equal_nan or overrides:
-            raise ParityInputError("pass either policy= or atol/rtol/warmup_steps/equal_nan/overrides, not both")
+        if any(v is not None for v in (atol, rtol, warmup_steps)) or equal_nan or overrides or allow_unmatched:
+            raise ParityInputError(
+                "pass either policy= or atol/rtol/warmup_steps/equal_nan/overrides/allow_unmatched, not both"
+            )
         return policy
     try:
-        return TolerancePolicy.build(atol, rtol, warmup_steps, equal_nan, overrides)
+        return TolerancePolicy.build(atol, rtol, warmup_steps, equal_nan, overrides, allow_unmatched)
     except ValueError as exc:
         raise ParityInputError(str(exc)) from None
 
@@ -76,6 +79,7 @@ def compare(
     equal_nan: bool = False,
     mapping: Sequence[str] = (),
     overrides: Sequence[Any] = (),
+    allow_unmatched: Sequence[str] = (),
     policy: Optional[TolerancePolicy] = None,
     reload: Optional[Callable] = None,
 ) -> ParityReport:
@@ -86,7 +90,13 @@ def compare(
     empty run, or runs with no step or no tensor in common.
     """
     tolerance = make_policy(
-        policy, atol=atol, rtol=rtol, warmup_steps=warmup_steps, equal_nan=equal_nan, overrides=overrides
+        policy,
+        atol=atol,
+        rtol=rtol,
+        warmup_steps=warmup_steps,
+        equal_nan=equal_nan,
+        overrides=overrides,
+        allow_unmatched=allow_unmatched,
     )
     base, cand = load_runs(logdir, baseline, candidate, reload)
     try:

@@ -54,6 +54,14 @@ def comparison_options() -> argparse.ArgumentParser:
         metavar="PATTERN:atol=X,rtol=Y",
         help="tolerance for tags <kind>/<name> matching a glob (or re:REGEX)",
     )
+    p.add_argument(
+        "--allow-unmatched",
+        dest="allow_unmatched",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="tags <kind>/<name> (glob or re:REGEX) one run may record without the other (not a structure divergence)",
+    )
     return p
 
 
@@ -93,6 +101,7 @@ def _policy_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "equal_nan": args.equal_nan,
         "mapping": args.mapping,
         "overrides": args.overrides,
+        "allow_unmatched": args.allow_unmatched,
     }
 
 
@@ -112,9 +121,7 @@ def format_report(report: ParityReport) -> str:
     for run, hit in report.first_nonfinite.items():
         if hit is not None:
             lines.append(f"first NaN/Inf in {run!r}: step {hit['step']}, {hit['kind']}/{hit['tensor']}")
-    for run, tags in report.unmatched.items():
-        if tags:
-            lines.append(f"unmatched in {run!r} ({len(tags)}): {', '.join(tags)}")
+    lines += structure_lines(report)
     for run, count in report.steps_only.items():
         if count:
             lines.append(f"{count} steps logged only by {run!r} (not compared)")
@@ -124,6 +131,34 @@ def format_report(report: ParityReport) -> str:
         )
     lines += [f"warning: {w}" for w in report.warnings]
     return "\n".join(lines)
+
+
+def structure_lines(report: ParityReport) -> list[str]:
+    """The structure report: what one run recorded without the other, counts, shapes, repeats."""
+    st = report.structure
+    lines = []
+    first = report.first_divergence
+    if first is not None and report.first_step_divergence is not None and first.reason == "structure":
+        fs = report.first_step_divergence
+        lines.append(f"first divergence among the steps: step {fs.step}, {fs.kind}/{fs.tensor} ({fs.reason})")
+    variables = st.get("variables", {})
+    if variables:
+        lines.append(
+            "variables: " + "; ".join(f"{run!r} {v['count']} ({v['size']} elements)" for run, v in variables.items())
+        )
+    for run, entries in st.get("only_in", {}).items():
+        if entries:
+            shown = ", ".join(e["tag"] + (" (expected)" if e["expected"] else "") for e in entries[:20])
+            more = f", ... and {len(entries) - 20} more" if len(entries) > 20 else ""
+            lines.append(f"recorded by {run!r} only ({len(entries)}): {shown}{more}")
+    for m in st.get("shape_mismatches", []):
+        lines.append(
+            f"shape mismatch: {m['kind']}/{m['baseline']} {m['baseline_shape']} vs {m['candidate']} {m['candidate_shape']}"
+        )
+    for run, entries in st.get("created_twice", {}).items():
+        for e in entries:
+            lines.append(f"created twice in {run!r}? {e['tag']} repeats {e['like']}")
+    return lines
 
 
 def _one_line(text: str) -> str:

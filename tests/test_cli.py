@@ -305,3 +305,24 @@ def test_report_takes_the_same_comparison_options_as_diff(tmp_path) -> None:
         return {o for a in sub[name]._actions for o in a.option_strings} - {"-h", "--help"}
 
     assert options("diff") - {"--json"} == options("report") - {"-o", "--output", "--progress", "--no-progress"}
+
+
+def test_structure_divergence_in_text_and_json_and_allow_unmatched(tmp_path) -> None:
+    """A tensor one run lacks fails the comparison (exit 1), first, named in both outputs."""
+
+    def extra(step: int) -> list:
+        return tensors(step) + [("weight", "batch_normalization/gamma:0", np.ones(2, np.float32))]
+
+    logdir = make_pair(str(tmp_path), base=extra)
+    code, report = run_json(logdir)
+    assert code == 1 and report["first_divergence"]["reason"] == "structure"
+    assert report["structure"]["only_in"]["tf1"][0]["tag"] == "weight/batch_normalization/gamma:0"
+    assert report["verdict"] == "diverge" and report["first_step_divergence"] is None
+    code, out, _ = run_cli("diff", logdir)
+    assert (
+        code == 1
+        and "DIVERGE in structure" in out
+        and "recorded by 'tf1' only (1): weight/batch_normalization/gamma:0" in out
+    )
+    code, report = run_json(logdir, "--allow-unmatched", "*/gamma*")
+    assert code == 0 and report["structure"]["only_in"]["tf1"][0]["expected"] is True

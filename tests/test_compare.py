@@ -423,3 +423,108 @@ def test_cache_keeps_no_lock_for_failed_queries_and_keeps_the_comparison_on_a_fa
         cache.use("ok", base, cand, TolerancePolicy(), (), missing_tensor)
     assert cache.use("ok", base, cand, TolerancePolicy(), (), lambda e: e.report.agree)
     assert cache.computed == 1  # the 404 did not throw the comparison away
+
+
+# -- alignment checks shapes (issue 9 section 4) ---------------------------------------
+def _swapped_layers() -> tuple:
+    """The guide's 3-2-2-3 dense model; the port creates its first two layers in the other order,
+    so Keras names them the other way round (``dense`` is its second layer)."""
+    rng = np.random.default_rng(0)
+    shapes = [((3, 2), (2,)), ((2, 2), (2,)), ((2, 3), (3,))]
+    weights = [
+        (rng.standard_normal(k).astype(np.float32), rng.standard_normal(b).astype(np.float32)) for k, b in shapes
+    ]
+    tf1_names = ["dense", "dense_1", "dense_2"]
+    port_names = {0: "dense_1", 1: "dense", 2: "dense_2"}
+    base, order = [], 0
+    for i, (k, b) in enumerate(weights):
+        base += [
+            series("weight", f"{tf1_names[i]}/kernel:0", [k], order=order),
+            series("weight", f"{tf1_names[i]}/bias:0", [b], order=order + 1),
+        ]
+        order += 2
+    cand, order = [], 0
+    for i in (1, 0, 2):  # the port's creation order, in which its variables are listed
+        k, b = weights[i]
+        cand += [
+            series("weight", f"simple_model/{port_names[i]}/kernel:0", [k], order=order),
+            series("weight", f"simple_model/{port_names[i]}/bias:0", [b], order=order + 1),
+        ]
+        order += 2
+    return base, cand, port_names
+
+
+def test_layers_created_in_another_order_pair_by_shape_and_scope() -> None:
+    base, cand, port_names = _swapped_layers()
+    report = compare_runs(run("b", base), run("c", cand))
+    assert report.agree, report.first_divergence  # a faithful port: no shape divergence, no value divergence
+    pairs = {m["baseline"]: m["candidate"] for m in report.mapping}
+    for i, tf1 in enumerate(["dense", "dense_1", "dense_2"]):
+        for leaf in ("kernel:0", "bias:0"):  # the bias follows its kernel, though both biases are (2,)
+            assert pairs[f"{tf1}/{leaf}"] == f"simple_model/{port_names[i]}/{leaf}"
+
+
+def test_ambiguous_same_shape_tensors_stay_unmatched_with_their_candidates() -> None:
+    base = [series("activation", f"a{i}", [np.full(4, i, np.float32)], order=i) for i in range(2)]
+    cand = [series("activation", f"x{i}", [np.full(4, i, np.float32)], order=i) for i in range(3)]
+    result = align.align(base, cand)
+    assert result.matches == []  # 2 against 3 of the same kind and shape: never paired blindly
+    assert result.candidates == {
+        ("activation", "a0"): [("activation", f"x{i}") for i in range(3)],
+        ("activation", "a1"): [("activation", f"x{i}") for i in range(3)],
+    }
+
+
+def test_no_automatic_stage_pairs_different_shapes() -> None:
+    base = [series("weight", "dense/kernel:0", [np.ones((3, 2), np.float32)])]
+    cand = [series("weight", "model/dense/kernel:0", [np.ones((2, 2), np.float32)])]
+    result = align.align(base, cand)
+    assert result.matches == [] and result.unmatched_base == [("weight", "dense/kernel:0")]
+    mapped = align.align(base, cand, ["dense/kernel:0=model/dense/kernel:0"])
+    assert [m.how for m in mapped.matches] == ["map"] and "different shapes" in mapped.warnings[0]
+
+
+# -- structure parity (issue 9 section 5) -------------------------------------------
+def _bn_model(scale: bool, twice: bool = False) -> list:
+    """Weights of a dense + batch-norm layer, TF1 names; ``scale=False`` drops gamma."""
+    ones = [np.ones(2, np.float32)]
+    out = [
+        series("weight", "dense/kernel:0", [np.ones((3, 2), np.float32)]),
+        series("weight", "dense/bias:0", ones, order=1),
+    ]
+    if scale:
+        out.append(series("weight", "batch_normalization/gamma:0", ones, order=2))
+    out.append(series("weight", "batch_normalization/beta:0", ones, order=3))
+    if twice:  # the layer function called again without reuse: a second set of variables
+        out.append(series("weight", "dense_3/kernel:0", [np.ones((3, 2), np.float32)], order=4))
+    out.append(series("loss", "loss", [np.ones((), np.float32)], order=5))
+    return out
+
+
+def test_a_variable_missing_on_one_side_is_a_structure_divergence_reported_first() -> None:
+    report = compare_runs(run("b", _bn_model(scale=True)), run("c", _bn_model(scale=False)))
+    first = report.first_divergence
+    assert not report.agree and first.reason == "structure" and first.tensor == "batch_normalization/gamma:0"
+    assert "baseline 'b' only" in first.note and first.evidence == "layout"
+    st = report.to_dict()["structure"]
+    assert [e["tag"] for e in st["only_in"]["b"]] == ["weight/batch_normalization/gamma:0"] and st["only_in"]["c"] == []
+    assert st["variables"] == {"b": {"count": 4, "size": 12}, "c": {"count": 3, "size": 10}}
+    assert report.first_step_divergence is None  # every compared step agrees
+    # declared expected: no longer a divergence, still listed
+    allowed = compare_runs(
+        run("b", _bn_model(scale=True)),
+        run("c", _bn_model(scale=False)),
+        TolerancePolicy(allow_unmatched=("*/gamma*",)),
+    )
+    assert allowed.agree and allowed.to_dict()["structure"]["only_in"]["b"][0]["expected"] is True
+
+
+def test_a_variable_created_twice_is_named() -> None:
+    report = compare_runs(run("b", _bn_model(scale=True)), run("c", _bn_model(scale=True, twice=True)))
+    assert (
+        report.first_divergence.reason == "structure" and report.first_divergence.candidate_tensor == "dense_3/kernel:0"
+    )
+    assert "created twice" in report.first_divergence.note
+    assert report.structure["created_twice"]["c"] == [
+        {"tag": "weight/dense_3/kernel:0", "like": "weight/dense/kernel:0"}
+    ]

@@ -115,3 +115,23 @@ def test_progress_bar_on_request(demo_logs, tmp_path, capsys):
     report_cli(demo_logs, "--baseline", "clean/tf1", "--candidate", "clean/tf2", "--progress", "-o", str(out))
     assert "reading logdir" in capsys.readouterr().err  # tqdm in a terminal
     assert out.exists()
+
+
+def test_report_shows_structure_and_the_weaker_agreement(tmp_path) -> None:
+    """Issue 9: the report names tensors recorded by one run only, and says 'agree within statistics'."""
+    import numpy as np
+    from engine_helpers import write_run
+
+    from tb_parity_plugin.report import page
+
+    big = np.linspace(-1, 1, 5000, dtype=np.float32)  # above full_values_limit: statistics only
+    write_run(
+        str(tmp_path / "a"), "tf1", range(3), lambda s: [("weight", "w", big), ("weight", "gamma", big[:2])], side="tf1"
+    )
+    write_run(str(tmp_path / "a"), "tf2", range(3), lambda s: [("weight", "w", big)], side="tf2")
+    doc = page.report_document(api.compare(str(tmp_path / "a")))
+    assert "recorded by <code>tf1</code> only" in doc and "weight/gamma" in doc
+    write_run(str(tmp_path / "b"), "tf1", range(3), lambda s: [("weight", "w", big)], side="tf1")
+    write_run(str(tmp_path / "b"), "tf2", range(3), lambda s: [("weight", "w", big)], side="tf2")
+    doc = page.report_document(api.compare(str(tmp_path / "b")))
+    assert "AGREE within statistics" in doc

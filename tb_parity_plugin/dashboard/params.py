@@ -18,7 +18,7 @@ from tb_parity_plugin.engine import align
 from tb_parity_plugin.engine.tolerance import TolerancePolicy
 
 #: Parameters each route accepts; anything else is a 400 (catches typos like ``rtoll``).
-POLICY_PARAMS = ("atol", "rtol", "warmup", "equal_nan", "override", "mapping")
+POLICY_PARAMS = ("atol", "rtol", "warmup", "equal_nan", "override", "mapping", "allow_unmatched")
 PAIR_PARAMS = ("baseline", "candidate")
 ROUTE_PARAMS = {
     "runs": (),
@@ -137,6 +137,7 @@ def parse_pair(args: Args) -> PairQuery:
             warmup_steps=_int(args, "warmup", 0, 10**9),
             equal_nan=_bool(args, "equal_nan"),
             overrides=args.getlist("override"),
+            allow_unmatched=args.getlist("allow_unmatched"),
         )
     except ValueError as exc:
         raise errors.InvalidArgumentError(str(exc)) from None

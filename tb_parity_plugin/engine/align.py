@@ -5,11 +5,20 @@ TF1 and its Keras port name the same variable differently (``dense_1/kernel:0`` 
 each stage pairing only what earlier stages left:
 
 1. ``map``: the user's mappings, ``OLD=NEW`` (exact) or ``re:PATTERN=REPL`` (regex
-   substitution on baseline names); ``OLD`` may be a name or a ``kind/name`` tag;
+   substitution on baseline names); ``OLD`` may be a name or a ``kind/name`` tag. A mapping
+   that pairs tensors of different shapes is kept (the user asked for it) with a warning;
 2. ``exact``: identical names;
 3. ``canonical``: names with ``:0`` and the run-wide shared scope prefix stripped, then
    additionally with Keras ``_N`` suffixes renumbered by first appearance;
-4. ``fallback``: what is left, by execution order and shape.
+4. ``fallback``: by kind and shape: the only free tensor of a kind and shape on each side;
+   then tensors under scopes already paired one-to-one (a kernel's bias follows it); then the
+   k-th free tensor of a kind and shape with the k-th of the other side in execution order,
+   only when both sides have as many of that kind and shape.
+
+No stage but ``exact`` and ``map`` pairs tensors whose shapes differ: a canonical scope (``dense#0`` on both sides) is accepted only when every tensor under it has the same shape on both sides,
+so layers created in another order do not pair a (3, 2) kernel with a (2, 2) one, nor
+their biases with each other. What stays unmatched is listed with its candidates (free
+tensors of the same kind and shape on the other side): never paired blindly.
 """
 
 from __future__ import annotations
@@ -43,6 +52,16 @@ class Alignment:
     unmatched_base: list  # of Key, in execution order
     unmatched_cand: list
     warnings: list  # of str (e.g. a mapping that matched nothing)
+    #: unmatched baseline key -> free candidate keys of the same kind and shape (ambiguous matches)
+    candidates: dict = dataclasses.field(default_factory=dict)
+
+
+def shapes_compatible(a: tuple, b: tuple) -> bool:
+    """Same rank and equal dims where both are known (``None`` is unknown; ``(None,)`` unknown rank)."""
+    a, b = tuple(a), tuple(b)
+    if a == (None,) or b == (None,):
+        return True
+    return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b))
 
 
 def execution_key(series: SeriesLike) -> tuple:
@@ -128,23 +147,42 @@ class _Pairing:
         self.free_cand.discard(c)
         self.matches.append(Match(b, c, how))
 
-    def by_key(self, key_of: Callable[[Sequence[SeriesLike]], list], how: str) -> None:
-        """Pair free tensors whose (kind, key) is unique among the free ones on both sides."""
+    def by_key(
+        self, key_of: Callable[[Sequence[SeriesLike]], list], how: str, scoped: bool, same_shape: bool = True
+    ) -> None:
+        """Pair free tensors whose (kind, key) is unique among the free ones on both sides.
 
-        def index(series: list) -> dict[Hashable, Optional[Key]]:
+        With ``same_shape``, pairs of different shapes are refused; with ``scoped``, a key's
+        scope (all but its last component) is one unit: if any pair under a scope pair has
+        different shapes, none of that scope's pairs is made (renumbered scopes guessed
+        wrong). Identical names pair whatever their shapes: that is a shape mismatch between
+        aligned tensors, which the structure report names.
+        """
+
+        def index(series: list) -> dict[Hashable, Optional[SeriesLike]]:
             free = self.free_base if series is self.base else self.free_cand
-            table: dict[Hashable, Optional[Key]] = {}
+            table: dict[Hashable, Optional[SeriesLike]] = {}
             for s, key in zip(series, key_of(series)):
                 if (s.kind, s.name) in free:
                     k = (s.kind, key)
-                    table[k] = None if k in table else (s.kind, s.name)  # None: ambiguous
+                    table[k] = None if k in table else s  # None: ambiguous
             return table
 
         cand_index = index(self.cand)
+        found: list[tuple[SeriesLike, SeriesLike, Hashable]] = []
         for k, b in index(self.base).items():
             c = cand_index.get(k)
             if b is not None and c is not None:
-                self.pair(b, c, how)
+                found.append((b, c, k))
+        if scoped:
+            bad_scopes = set()
+            for b, c, k in found:
+                if not shapes_compatible(b.shape, c.shape):
+                    bad_scopes.add(_scope_of(k))
+            found = [(b, c, k) for b, c, k in found if _scope_of(k) not in bad_scopes]
+        for b, c, _ in found:
+            if not same_shape or shapes_compatible(b.shape, c.shape):
+                self.pair((b.kind, b.name), (c.kind, c.name), how)
 
     def by_mapping(self, items: Iterable[str]) -> list[str]:
         warnings = []
@@ -175,19 +213,74 @@ class _Pairing:
                 warnings.append(f"mapping {item!r} paired no tensors")
         return warnings
 
-    def by_order_and_shape(self) -> None:
-        """Per kind, walk both sides in execution order pairing equal shapes (order-preserving)."""
-        kinds = {s.kind for s in self.base}
-        for kind in sorted(kinds):
-            bs = [s for s in self.base if s.kind == kind and (s.kind, s.name) in self.free_base]
-            cs = [s for s in self.cand if s.kind == kind and (s.kind, s.name) in self.free_cand]
-            j = 0
-            for b in bs:
-                for k in range(j, len(cs)):
-                    if tuple(cs[k].shape) == tuple(b.shape):
-                        self.pair((b.kind, b.name), (cs[k].kind, cs[k].name), "fallback")
-                        j = k + 1
-                        break
+    def _free_groups(self, kind: str) -> dict[tuple, tuple[list, list]]:
+        """Free tensors of ``kind`` grouped by static shape: shape -> (base list, cand list), execution order."""
+        groups: dict[tuple, tuple[list, list]] = {}
+        for side, free, series in ((0, self.free_base, self.base), (1, self.free_cand, self.cand)):
+            for s in series:
+                if s.kind == kind and (s.kind, s.name) in free and None not in tuple(s.shape):
+                    groups.setdefault(tuple(s.shape), ([], []))[side].append(s)
+        return groups
+
+    def by_unique_shape(self) -> None:
+        """Pair the only free tensor of a kind and shape on each side."""
+        for kind in sorted({s.kind for s in self.base}):
+            for bs, cs in self._free_groups(kind).values():
+                if len(bs) == 1 and len(cs) == 1:
+                    self.pair((bs[0].kind, bs[0].name), (cs[0].kind, cs[0].name), "fallback")
+
+    def by_inferred_scope(self) -> None:
+        """Pair free tensors under scopes already paired one-to-one (a kernel's bias follows it).
+
+        Layers created in another order swap Keras names: once ``dense/kernel`` has been paired
+        with ``dense_1/kernel`` by shape, ``dense/bias`` goes with ``dense_1/bias``, not with the
+        other layer's bias of the same shape.
+        """
+        scope_pairs: dict[tuple, set] = {}
+        for m in self.matches:
+            b_scope, c_scope = m.base[1].rpartition("/")[0], m.cand[1].rpartition("/")[0]
+            if b_scope and c_scope:
+                scope_pairs.setdefault((m.base[0], b_scope), set()).add(c_scope)
+        owners: dict[tuple, set] = {}
+        for (kind, b_scope), c_scopes in scope_pairs.items():
+            for c_scope in c_scopes:
+                owners.setdefault((kind, c_scope), set()).add(b_scope)
+        cand_by_name = {(s.kind, s.name): s for s in self.cand}
+        for b in self.base:
+            key = (b.kind, b.name)
+            b_scope, _, leaf = b.name.rpartition("/")
+            c_scopes = scope_pairs.get((b.kind, b_scope), set())
+            if key not in self.free_base or len(c_scopes) != 1:
+                continue
+            (c_scope,) = c_scopes
+            if owners.get((b.kind, c_scope)) != {b_scope}:
+                continue  # not one-to-one
+            c = cand_by_name.get((b.kind, f"{c_scope}/{leaf}"))
+            if c is not None and (c.kind, c.name) in self.free_cand and shapes_compatible(b.shape, c.shape):
+                self.pair(key, (c.kind, c.name), "fallback")
+
+    def by_kind_shape_order(self) -> dict:
+        """Per kind and shape, pair the k-th free tensors in execution order when the counts agree.
+
+        Returns, for each baseline tensor left unmatched, the free candidate tensors of its kind
+        and shape (its possible partners), so the report can list them.
+        """
+        candidates: dict = {}
+        for kind in sorted({s.kind for s in self.base}):
+            for bs, cs in self._free_groups(kind).values():
+                if len(bs) == len(cs):
+                    for b, c in zip(bs, cs):
+                        self.pair((b.kind, b.name), (c.kind, c.name), "fallback")
+                else:
+                    for b in bs:
+                        candidates[(b.kind, b.name)] = [(c.kind, c.name) for c in cs]
+        return candidates
+
+
+def _scope_of(key: Hashable) -> Hashable:
+    """(kind, scope) of a (kind, canonical name) key: the name without its last component."""
+    kind, name = key  # type: ignore[misc]
+    return (kind, str(name).rpartition("/")[0])
 
 
 def align(
@@ -198,10 +291,19 @@ def align(
     """Pair ``base`` and ``cand`` tensors; see the module docstring for the stages."""
     state = _Pairing(base, cand)
     warnings = state.by_mapping(mapping)
-    state.by_key(lambda series: [s.name for s in series], "exact")
-    state.by_key(lambda series: _canonical_names(series, renumber=False), "canonical")
-    state.by_key(lambda series: _canonical_names(series, renumber=True), "canonical")
-    state.by_order_and_shape()
+    state.by_key(lambda series: [s.name for s in series], "exact", scoped=False, same_shape=False)
+    state.by_key(lambda series: _canonical_names(series, renumber=False), "canonical", scoped=True)
+    state.by_key(lambda series: _canonical_names(series, renumber=True), "canonical", scoped=True)
+    state.by_unique_shape()
+    state.by_inferred_scope()
+    candidates = state.by_kind_shape_order()
+    shapes = {(s.kind, s.name): tuple(s.shape) for s in [*state.base, *state.cand]}
+    for m in state.matches:
+        if m.how in ("map", "exact") and not shapes_compatible(shapes[m.base], shapes[m.cand]):
+            warnings.append(
+                f"{m.how} pairing of {m.base[0]}/{m.base[1]} {list(shapes[m.base])} with "
+                f"{m.cand[1]} {list(shapes[m.cand])}: different shapes (a shape divergence)"
+            )
     base_rank = {(s.kind, s.name): i for i, s in enumerate(state.base)}
     matches = sorted(state.matches, key=lambda m: base_rank[m.base])
     return Alignment(
@@ -209,4 +311,5 @@ def align(
         unmatched_base=[(s.kind, s.name) for s in state.base if (s.kind, s.name) in state.free_base],
         unmatched_cand=[(s.kind, s.name) for s in state.cand if (s.kind, s.name) in state.free_cand],
         warnings=warnings,
+        candidates={k: v for k, v in candidates.items() if k in state.free_base and v},
     )

@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from tb_parity_plugin.engine import align
+from tb_parity_plugin.engine import align, structure
 from tb_parity_plugin.engine.matrix import REASONS, ParityMatrix
 from tb_parity_plugin.engine.nonfinite import FirstNonfinite
 from tb_parity_plugin.engine.pair import Pair, same_memory, step_rows, take_rows
@@ -185,9 +185,22 @@ class Comparison:
         )
 
     def report(self) -> ParityReport:
-        """The report; scans only as far as the first divergent step."""
+        """The report; scans only as far as the first divergent step.
+
+        Structure divergences (a tensor recorded by one run only) come first: they hold at
+        every step, so the first divergence is one of them when there are any; the first
+        divergence among the compared steps is still reported (``first_step_divergence``).
+        """
         k = self._scan_first()
-        at_first = [] if k is None else [self._divergence(p, k) for p in self._pairs if p.first_bad == k]
+        at_step = [] if k is None else [self._divergence(p, k) for p in self._pairs if p.first_bad == k]
+        struct = self.structure()
+        first_step = int(self.steps[0]) if len(self.steps) else 0
+        orders = {**{(s.kind, s.name): s.order for s in self.base.tensors.values()}}
+        at_structure = [
+            Divergence(step=first_step, order=int(orders.get((d["kind"], d["tensor"]), -1)), **d)
+            for d in structure.first_of(struct)
+        ]
+        at_first = at_structure or at_step
         alignment = self._alignment
         assert alignment is not None
         base, cand = self.base, self.cand
@@ -218,6 +231,8 @@ class Comparison:
             },
             policy=self.policy,
             problems=problems,
+            structure=struct.to_dict(),
+            first_step_divergence=at_step[0] if at_step else None,
             warnings=list(alignment.warnings),
             evidence={
                 "values": sum(1 for p in self._pairs if p.use_values),
@@ -225,6 +240,11 @@ class Comparison:
             },
             comparison=self,
         )
+
+    def structure(self) -> structure.Structure:
+        """What each run recorded, side by side (computed from the layouts, no step needed)."""
+        assert self._alignment is not None
+        return structure.structure_of(self.base, self.cand, self._alignment, self.policy.allow_unmatched)
 
     def matrix(self, max_steps: Optional[int] = None) -> ParityMatrix:
         """Steps x tensors matrix (baseline execution order), bucketed to ``max_steps`` rows."""

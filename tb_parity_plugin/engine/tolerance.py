@@ -125,11 +125,14 @@ class TolerancePolicy:
     equal_nan: bool = False
     overrides: tuple = ()  # of ToleranceOverride
     hparam_rtol: float = HPARAM_RTOL
+    #: Tags (globs or ``re:``) a run may record without the other: not a structure divergence.
+    allow_unmatched: tuple = ()
 
     def __post_init__(self) -> None:
         check_settings(self.atol, self.rtol, self.warmup_steps)
         check_settings(None, self.hparam_rtol, None, "hparam_")
         object.__setattr__(self, "overrides", tuple(self.overrides))
+        object.__setattr__(self, "allow_unmatched", tuple(str(p) for p in self.allow_unmatched))
 
     def for_tag(self, tag: str) -> Tolerance:
         """The tolerance for tensor ``tag`` after applying every matching override in order."""
@@ -150,6 +153,7 @@ class TolerancePolicy:
             "warmup_steps": self.warmup_steps,
             "equal_nan": self.equal_nan,
             "hparam_rtol": self.hparam_rtol,
+            "allow_unmatched": list(self.allow_unmatched),
             "overrides": [dataclasses.asdict(o) for o in self.overrides],
         }
 
@@ -161,6 +165,7 @@ class TolerancePolicy:
         warmup_steps: Optional[int] = None,
         equal_nan: bool = False,
         overrides: Sequence[Any] = (),
+        allow_unmatched: Sequence[str] = (),
     ) -> TolerancePolicy:
         """Policy from optional settings (``None`` keeps the default); overrides may be strings."""
         parsed = tuple(o if isinstance(o, ToleranceOverride) else ToleranceOverride.parse(str(o)) for o in overrides)
@@ -171,4 +176,5 @@ class TolerancePolicy:
             warmup_steps=default.warmup_steps if warmup_steps is None else int(warmup_steps),
             equal_nan=bool(equal_nan),
             overrides=parsed,
+            allow_unmatched=tuple(allow_unmatched),
         )

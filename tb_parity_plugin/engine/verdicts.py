@@ -71,6 +71,10 @@ class ParityReport:
     policy: TolerancePolicy
     problems: list  # of {run, path, offset, message}
     warnings: list  # of str
+    #: What each run recorded (engine/structure.py): tensors of one run only, variable counts, ...
+    structure: dict = dataclasses.field(default_factory=dict)
+    #: The first divergence among the compared steps (``first_divergence`` may be a structure one).
+    first_step_divergence: Optional[Divergence] = None
     #: Pairs compared by full values and by statistics only: an agreement resting on
     #: statistics is weaker evidence ("agree within statistics") than an element-wise one.
     evidence: dict = dataclasses.field(default_factory=lambda: {"values": 0, "statistics": 0})
@@ -91,6 +95,9 @@ class ParityReport:
     def verdict_text(self) -> str:
         """The verdict in one line, worded once for every front end (CLI, report, dashboard)."""
         first = self.first_divergence
+        if first is not None and first.reason == "structure":
+            n = len(self.divergences_at_first_step)
+            return f"DIVERGE in structure: {n} tensor(s) recorded by one run only, first {first.kind}/{first.tensor or first.candidate_tensor}"
         if first is not None:
             return f"DIVERGE at step {first.step}: {first.kind}/{first.tensor} ({first.reason}, by {first.evidence})"
         by_stats, by_values = self.evidence.get("statistics", 0), self.evidence.get("values", 0)
@@ -114,6 +121,8 @@ class ParityReport:
             "tensors_compared": self.tensors_compared,
             "first_divergence": self.first_divergence.to_dict() if self.first_divergence else None,
             "divergences_at_first_step": [d.to_dict() for d in self.divergences_at_first_step],
+            "first_step_divergence": self.first_step_divergence.to_dict() if self.first_step_divergence else None,
+            "structure": self.structure,
             "first_nonfinite": self.first_nonfinite,
             "unmatched": self.unmatched,
             "mapping": self.mapping,

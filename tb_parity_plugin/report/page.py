@@ -235,17 +235,44 @@ def _heat_map(matrix: Optional[matrix_mod.ParityMatrix]) -> str:
     )
 
 
-def _unmatched_and_mapping(summary: Mapping[str, Any]) -> str:
-    out = []
-    unmatched = summary.get("unmatched") or {}
-    if any(unmatched.values()):
+def _structure(summary: Mapping[str, Any]) -> str:
+    """Structure parity: variables per run, tensors recorded by one run only, shape mismatches, repeats."""
+    st = summary.get("structure") or {}
+    variables = st.get("variables") or {}
+    parts = []
+    if variables:
+        counts = "; ".join(f"{_e(run)}: {v['count']} ({v['size']} elements)" for run, v in variables.items())
+        parts.append(f'<p class="meta">Variables recorded: {counts}.</p>')
+    only_in = st.get("only_in") or {}
+    if any(only_in.values()):
         items = "".join(
-            f"<li><code>{_e(run)}</code>: " + (", ".join(f"<code>{_e(t)}</code>" for t in tags) or "none") + "</li>"
-            for run, tags in unmatched.items()
+            f"<li>recorded by <code>{_e(run)}</code> only: "
+            + ", ".join(
+                f"<code>{_e(e['tag'])}</code> {_e(e['shape'])}" + (" (expected)" if e.get("expected") else "")
+                for e in entries
+            )
+            + "</li>"
+            for run, entries in only_in.items()
+            if entries
         )
-        out.append(f'<h3>Unmatched tensors</h3><ul class="unmatched">{items}</ul>')
+        parts.append(f'<ul class="unmatched">{items}</ul>')
     else:
-        out.append('<h3>Unmatched tensors</h3><p class="meta">none: every tensor found its counterpart.</p>')
+        parts.append('<p class="meta">Every tensor found its counterpart.</p>')
+    for m in st.get("shape_mismatches") or []:
+        parts.append(
+            f"<p>Shape mismatch: <code>{_e(m['baseline'])}</code> {_e(m['baseline_shape'])} vs "
+            f"<code>{_e(m['candidate'])}</code> {_e(m['candidate_shape'])}</p>"
+        )
+    for run, entries in (st.get("created_twice") or {}).items():
+        for e in entries:
+            parts.append(
+                f"<p>Created twice in <code>{_e(run)}</code>? <code>{_e(e['tag'])}</code> repeats <code>{_e(e['like'])}</code></p>"
+            )
+    return "<h3>Structure</h3>" + "".join(parts)
+
+
+def _unmatched_and_mapping(summary: Mapping[str, Any]) -> str:
+    out = [_structure(summary)]
     mapping = summary.get("mapping") or []
     if mapping:
         rows = "".join(

@@ -1,0 +1,168 @@
+"""Structure parity, before any step is compared: what each run recorded, from its layouts.
+
+A port whose batch norm has ``scale=False`` lacks every gamma; a port that calls a TF1 layer
+function twice without ``reuse`` has ``dense_3`` next to ``dense``. Unmatched tensors once
+never affected the verdict, so such ports were said to AGREE. Here, every tensor recorded by
+one run only is a ``structure`` divergence, reported before any step, unless the user declared
+it expected (``allow_unmatched`` patterns: globs over ``<kind>/<name>``, or ``re:REGEX``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from tb_parity_plugin.engine import align
+from tb_parity_plugin.records import metadata
+
+#: Kinds that are variables (state of the model or the optimizer), for the per-side counts.
+VARIABLE_KINDS = frozenset({"weight", "state", "slot"})
+_SUFFIX = re.compile(r"_\d+$")
+
+
+def _matcher(pattern: str) -> Any:
+    if pattern.startswith("re:"):
+        try:
+            regex = re.compile(pattern[3:])
+        except re.error as exc:
+            raise ValueError(f"allow_unmatched pattern {pattern!r}: bad regex: {exc}") from None
+        return lambda tag: regex.search(tag) is not None
+    return lambda tag: fnmatch.fnmatchcase(tag, pattern)
+
+
+def _size(series: Any) -> int:
+    """Elements of one tensor: the runtime size recorded at its first step, else its static shape."""
+    if len(series.stats):
+        return int(series.stats[0, metadata.STAT_INDEX["size"]])
+    shape = tuple(series.shape)
+    return math.prod(shape) if None not in shape else 0
+
+
+@dataclasses.dataclass
+class Structure:
+    """What the two runs recorded, side by side; ``to_dict()`` is the report's ``structure``."""
+
+    baseline: str
+    candidate: str
+    only_in: dict  # run -> [{tag, kind, shape, size, expected, candidates}]
+    variables: dict  # run -> {count, size}: every recorded variable (weight/state/slot)
+    shape_mismatches: list  # [{kind, baseline, candidate, baseline_shape, candidate_shape, how}]
+    created_twice: dict  # run -> [{tag, like}]
+    allow_unmatched: tuple
+
+    @property
+    def unexpected(self) -> list[tuple[str, dict]]:
+        """(run, entry) of every tensor recorded by one run only and not declared expected."""
+        return [(run, e) for run, entries in self.only_in.items() for e in entries if not e["expected"]]
+
+    def to_dict(self) -> dict:
+        return {
+            "only_in": self.only_in,
+            "variables": self.variables,
+            "shape_mismatches": self.shape_mismatches,
+            "created_twice": self.created_twice,
+            "allow_unmatched": list(self.allow_unmatched),
+            "agree": not self.unexpected and not self.shape_mismatches,
+        }
+
+
+def structure_of(base: Any, cand: Any, alignment: align.Alignment, allow_unmatched: Sequence[str] = ()) -> Structure:
+    """The structure report of two runs (reader ``RunData``) and their alignment."""
+    allowed = [_matcher(p) for p in allow_unmatched]
+    sides = ((base, alignment.unmatched_base), (cand, alignment.unmatched_cand))
+    only_in: dict[str, list] = {}
+    for run, keys in sides:
+        entries = []
+        for key in keys:
+            s = run.tensors[key]
+            tag = f"{s.kind}/{s.name}"
+            entry: dict[str, Any] = {
+                "tag": tag,
+                "kind": s.kind,
+                "shape": list(s.shape),
+                "size": _size(s),
+                "expected": any(m(tag) for m in allowed),
+            }
+            if run is base and key in alignment.candidates:
+                entry["candidates"] = [f"{k}/{n}" for k, n in alignment.candidates[key]]
+            entries.append(entry)
+        only_in[run.name] = entries
+    variables = {}
+    for run, _ in sides:
+        vs = [s for s in run.tensors.values() if s.kind in VARIABLE_KINDS]
+        variables[run.name] = {"count": len(vs), "size": int(sum(_size(s) for s in vs))}
+    mismatches = []
+    for m in alignment.matches:
+        b, c = base.tensors[m.base], cand.tensors[m.cand]
+        if not align.shapes_compatible(b.shape, c.shape):
+            mismatches.append(
+                {
+                    "kind": b.kind,
+                    "baseline": b.name,
+                    "candidate": c.name,
+                    "baseline_shape": list(b.shape),
+                    "candidate_shape": list(c.shape),
+                    "how": m.how,
+                }
+            )
+    twice = {run.name: _created_twice(run, keys) for run, keys in sides}
+    return Structure(base.name, cand.name, only_in, variables, mismatches, twice, tuple(allow_unmatched))
+
+
+def _created_twice(run: Any, unmatched: Sequence[tuple]) -> list[dict]:
+    """Unmatched variables that repeat a matched one of the same run: same leaf, shape and layer type.
+
+    ``dense_3/kernel`` beside ``dense/kernel`` with the same shape is the TF1 ``variable_scope``
+    reuse bug ported wrongly: the layer was built twice instead of shared.
+    """
+    free = set(unmatched)
+    found = []
+    for key in unmatched:
+        s = run.tensors[key]
+        if s.kind not in VARIABLE_KINDS:
+            continue
+        scope, _, leaf = s.name.rpartition("/")
+        layer_type = _SUFFIX.sub("", scope.rpartition("/")[2])
+        for other_key, o in run.tensors.items():
+            if other_key in free or o.kind != s.kind or tuple(o.shape) != tuple(s.shape):
+                continue
+            o_scope, _, o_leaf = o.name.rpartition("/")
+            if o_leaf == leaf and o_scope != scope and _SUFFIX.sub("", o_scope.rpartition("/")[2]) == layer_type:
+                found.append({"tag": f"{s.kind}/{s.name}", "like": f"{o.kind}/{o.name}"})
+                break
+    return found
+
+
+def describe_entry(run: str, entry: dict, side: str) -> str:
+    """One line for a tensor recorded by one run only."""
+    text = f"recorded by the {side} {run!r} only ({entry['kind']}, shape {entry['shape']}, {entry['size']} elements)"
+    if entry.get("candidates"):
+        text += f"; same kind and shape in the other run, ambiguous: {', '.join(entry['candidates'])}"
+    return text
+
+
+def first_of(structure: Structure) -> list[dict]:
+    """Structure divergences as Divergence keyword arguments, baseline's first (in recorded order)."""
+    notes = {t["tag"]: t["like"] for entries in structure.created_twice.values() for t in entries}
+    out = []
+    for run, entry in structure.unexpected:
+        side = "baseline" if run == structure.baseline else "candidate"
+        note = describe_entry(run, entry, side)
+        if entry["tag"] in notes:
+            note += f"; looks created twice: repeats {notes[entry['tag']]}"
+        kind, _, name = entry["tag"].partition("/")
+        out.append(
+            {
+                "tensor": name if side == "baseline" else "",
+                "candidate_tensor": name if side == "candidate" else "",
+                "kind": kind,
+                "reason": "structure",
+                "evidence": "layout",
+                "note": note,
+            }
+        )
+    return out
