@@ -176,10 +176,7 @@ class Pair:
                     finite = np.isfinite(c) & np.isfinite(b) if c.dtype.kind == "f" else True
                     r[sel.start + i] = NONFINITE if np.any(fail & ~finite) else VALUE
             else:  # statistics only: a divergence must be proven (engine/stat_bounds.py)
-                proven = (stat_bounds.ratios(sb[sel], sc[sel], self.tol.atol, np.full(len(sb[sel]), rtol)) > 1).any(
-                    axis=1
-                )
-                r[sel][proven] = VALUE
+                r[sel][stat_bounds.proven(sb[sel], sc[sel], self.tol.atol, np.full(len(sb[sel]), rtol))] = VALUE
         return r
 
     def ratios(self, k0: int, k1: int) -> np.ndarray:

@@ -99,3 +99,24 @@ def ratios(base: np.ndarray, cand: np.ndarray, atol: float, rtol: np.ndarray) ->
     out[both_nan] = 0.0
     out[np.isnan(out)] = np.inf  # a statistic present on one side only (counts differ: caught earlier)
     return out
+
+
+def proven(base: np.ndarray, cand: np.ndarray, atol: float, rtol: np.ndarray) -> np.ndarray:
+    """bool per row: the statistics prove a divergence (``ratios(...) > 1`` for some statistic).
+
+    Most rows settle without the bounds: equal statistics prove nothing, and neither does a
+    difference within the smallest allowance any row can have (``atol``, or ``atol*sqrt(n)`` for
+    the L2 norm, rounding aside); only the rest pay for :func:`allowed`.
+    """
+    b, c = base[:, _COLS], cand[:, _COLS]
+    diff = np.abs(c - b)
+    with np.errstate(invalid="ignore"):
+        floor = np.full(diff.shape, atol)
+        floor[:, 4] = atol * np.sqrt(np.maximum(_finite_count(base), 1.0))
+        settled = ((diff <= floor) | (np.isnan(b) & np.isnan(c))).all(axis=1)
+    out = np.zeros(len(base), dtype=bool)
+    todo = np.flatnonzero(~settled)
+    if len(todo):
+        rt = np.broadcast_to(np.asarray(rtol, dtype=np.float64), (len(base),))[todo]
+        out[todo] = (ratios(base[todo], cand[todo], atol, rt) > 1).any(axis=1)
+    return out
