@@ -22,13 +22,22 @@ def step_tensors(
     nan_at: Optional[int] = None,
     extra_name: str = "dense/kernel",
     lr_name: str = "learning_rate",
+    drift: Optional[float] = None,
 ) -> list:
-    """lr, a weight, an activation, loss and a grad for one step; the candidate's lr is off after ``diverge_at``."""
+    """lr, a weight, an activation, loss and a grad for one step.
+
+    From ``diverge_at`` on, the candidate's lr is off by one schedule step, or, with ``drift``, its lr
+    is right and its weight is off by ``drift`` (a training tensor, which the tolerance fields govern;
+    lr is held to the strict hyper-parameter policy).
+    """
     rng = np.random.default_rng(step)
     lr = 0.1 * (0.99**step)
-    if side == "tf2" and diverge_at is not None and step >= diverge_at:
+    off = side == "tf2" and diverge_at is not None and step >= diverge_at
+    if off and drift is None:
         lr = 0.1 * (0.99 ** (step + 1))
     w = rng.standard_normal((3, 4)).astype(np.float32)
+    if off and drift is not None:
+        w = (w + np.float32(drift)).astype(np.float32)
     act = np.tanh(w).astype(np.float32)
     if nan_at is not None and step >= nan_at and side == "tf2":
         act = act.copy()
@@ -52,12 +61,13 @@ def write_pair(
     nan_at: Optional[int] = None,
     extra_name: str = "dense/kernel",
     lr_name: str = "learning_rate",
+    drift: Optional[float] = None,
 ) -> None:
     """Write ``root/folder/{tf1,tf2}`` with ``steps`` steps each."""
     for side in ("tf1", "tf2"):
         writer = BlockWriter(os.path.join(root, folder, side), side=side, mode="graph" if side == "tf1" else "function")
         for step in range(steps):
-            writer.write_arrays(step, step_tensors(step, diverge_at, side, nan_at, extra_name, lr_name))
+            writer.write_arrays(step, step_tensors(step, diverge_at, side, nan_at, extra_name, lr_name, drift))
         writer.close()
 
 

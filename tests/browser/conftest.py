@@ -38,6 +38,7 @@ pytest.importorskip("playwright.sync_api")
 def demo_logdir(demo_logs: str) -> str:
     """The demo's three pairs, plus a pair whose first-diverging tensor is named with HTML."""
     fx.write_pair(demo_logs, "html", 8, diverge_at=2, lr_name=fx.HTML_NAME)
+    fx.write_pair(demo_logs, "drift", 8, diverge_at=3, drift=0.01)
     return demo_logs
 
 

@@ -56,8 +56,13 @@ def test_card_names_the_planted_divergence_and_opens_it(page, server: str, demo_
 
 
 def test_raising_the_tolerance_turns_the_verdict_to_agree(page, server: str, demo_logdir: str) -> None:
-    assert api.compare(os.path.join(demo_logdir, "lr_offbyone"), atol=1.0, rtol=1.0).agree
-    frame = open_tab(page, server, "lr_offbyone")
+    # the tolerance fields govern training tensors; lr keeps its strict hyper-parameter policy
+    strict = api.compare(os.path.join(demo_logdir, "lr_offbyone"), atol=1.0, rtol=1.0).first_divergence
+    assert strict is not None and strict.kind == "lr"
+    assert api.compare(os.path.join(demo_logdir, "drift"), atol=1.0, rtol=1.0).agree
+    expected = api.compare(os.path.join(demo_logdir, "drift")).first_divergence
+    assert expected is not None and (expected.kind, expected.step) == ("weight", 3)
+    frame = open_tab(page, server, "drift")
     assert verdict(frame) == "diverge"
     frame.locator("[data-testid=tol-atol]").fill("1")
     frame.locator("[data-testid=tol-rtol]").fill("1")
