@@ -25,7 +25,7 @@ _MASK_DELTA = 0xA282EAD8
 
 def masked_crc32c(data: bytes) -> int:
     """The masked CRC32C TFRecord stores (rotate right by 15, plus a constant)."""
-    crc = google_crc32c.value(data)
+    crc: int = google_crc32c.value(data)
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
