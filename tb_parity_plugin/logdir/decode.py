@@ -30,7 +30,9 @@ MARK = metadata.TAG_PREFIX.encode("utf-8")
 _SCALAR_KEYS = {tag: key for key, tag in metadata.SCALAR_TAGS.items()}
 
 
-def _parse_event(buf: bytearray, start: int, length: int, base: int, out: list, problems: list, rel: str) -> None:
+def _parse_event(
+    buf: event_scan.Buffer, start: int, length: int, base: int, out: list[Item], problems: list[ReadProblem], rel: str
+) -> None:
     """Append the tb-parity items of the record at ``buf[start:]``, parsed by protobuf.
 
     Raises DecodeError if the event does not parse. The slow path: layouts, run info,
@@ -110,7 +112,9 @@ def _make_item(route: tuple[str, str, str], steps: np.ndarray, offsets: np.ndarr
     return Item(what, key, dtype, steps, offsets, data)
 
 
-def scan_chunk(buf: bytearray, framed: event_scan.Framed, base: int, rel: str) -> tuple[list, list]:
+def scan_chunk(
+    buf: event_scan.Buffer, framed: event_scan.Framed, base: int, rel: str
+) -> tuple[list[Item], list[ReadProblem]]:
     """Items and problems of a chunk's marked records (event_scan first, protobuf for the rest).
 
     Raises DecodeError for an unparsable event (callers then use :func:`_parse_in_order`).
@@ -126,7 +130,14 @@ def scan_chunk(buf: bytearray, framed: event_scan.Framed, base: int, rel: str) -
     return items, problems
 
 
-def _scan_run(buf: bytearray, run: event_scan.Uniform, base: int, items: list, problems: list, rel: str) -> list[int]:
+def _scan_run(
+    buf: event_scan.Buffer,
+    run: event_scan.Uniform,
+    base: int,
+    items: list[Item],
+    problems: list[ReadProblem],
+    rel: str,
+) -> list[int]:
     """File the records of a uniform run that match a template; returns the rest's indices."""
     rows = event_scan.rows_view(buf, run)
     todo = np.ones(run.count, dtype=bool)
@@ -148,8 +159,10 @@ def _scan_run(buf: bytearray, run: event_scan.Uniform, base: int, items: list, p
             offsets = base - _HEAD + run.first + run.stride * np.flatnonzero(ok)
             for slot in template.slots:
                 array = event_scan.slot_array(buf, run, slot)
+                route = _route(slot.tag)
+                assert route is not None  # templates only hold slots of routed tags (_wanted)
                 try:
-                    items.append(_make_item(_route(slot.tag), steps, offsets, array if every else array[ok]))
+                    items.append(_make_item(route, steps, offsets, array if every else array[ok]))
                 except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
                     problems.extend(ReadProblem(rel, int(o), f"bad {slot.tag!r} value: {exc}") for o in offsets)
         if not todo.any():
@@ -158,8 +171,8 @@ def _scan_run(buf: bytearray, run: event_scan.Uniform, base: int, items: list, p
 
 
 def parse_in_order(
-    buf: bytearray, framed: event_scan.Framed, base: int, rel: str
-) -> tuple[list, list, Optional[tuple]]:
+    buf: event_scan.Buffer, framed: event_scan.Framed, base: int, rel: str
+) -> tuple[list[Item], list[ReadProblem], Optional[tuple[int, str]]]:
     """Protobuf only, record by record, up to the first unparsable one: (its offset, message) or None."""
     items: list[Item] = []
     problems: list[ReadProblem] = []
