@@ -20,14 +20,14 @@ from typing import Callable, Hashable, Iterable, Optional, Protocol, Sequence
 
 from tb_parity_plugin.records import metadata
 
-Key = tuple  # (kind, name)
+Key = tuple[str, str]  # (kind, name)
 
 
 class SeriesLike(Protocol):
     kind: str
     name: str
     order: int
-    shape: tuple
+    shape: tuple[Optional[int], ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,13 +39,13 @@ class Match:
 
 @dataclasses.dataclass
 class Alignment:
-    matches: list  # of Match, in baseline execution order
-    unmatched_base: list  # of Key, in execution order
-    unmatched_cand: list
-    warnings: list  # of str (e.g. a mapping that matched nothing)
+    matches: list[Match]  # in baseline execution order
+    unmatched_base: list[Key]  # in execution order
+    unmatched_cand: list[Key]
+    warnings: list[str]  # e.g. a mapping that matched nothing
 
 
-def execution_key(series: SeriesLike) -> tuple:
+def execution_key(series: SeriesLike) -> tuple[int, int, str, str]:
     """Sort key for execution order within a step (ties broken by phase, then tag)."""
     return (series.order, metadata.kind_phase(series.kind), series.kind, series.name)
 
@@ -97,7 +97,7 @@ def _canonical_names(series: Sequence[SeriesLike], renumber: bool) -> list[str]:
     return _renumber(names) if renumber else names
 
 
-def parse_mapping(item: str) -> tuple[Optional[re.Pattern], str, str]:
+def parse_mapping(item: str) -> tuple[Optional[re.Pattern[str]], str, str]:
     """``OLD=NEW`` or ``re:PATTERN=REPL`` (the first ``=`` separates); ``ValueError`` if malformed."""
     text = item[3:] if item.startswith("re:") else item
     old, sep, new = text.partition("=")
@@ -128,10 +128,10 @@ class _Pairing:
         self.free_cand.discard(c)
         self.matches.append(Match(b, c, how))
 
-    def by_key(self, key_of: Callable[[Sequence[SeriesLike]], list], how: str) -> None:
+    def by_key(self, key_of: Callable[[Sequence[SeriesLike]], Sequence[Hashable]], how: str) -> None:
         """Pair free tensors whose (kind, key) is unique among the free ones on both sides."""
 
-        def index(series: list) -> dict[Hashable, Optional[Key]]:
+        def index(series: list[SeriesLike]) -> dict[Hashable, Optional[Key]]:
             free = self.free_base if series is self.base else self.free_cand
             table: dict[Hashable, Optional[Key]] = {}
             for s, key in zip(series, key_of(series)):

@@ -28,7 +28,8 @@ def take_rows(array: np.ndarray, index: np.ndarray) -> np.ndarray:
     """``array[index]``, as a view when ``index`` is a contiguous ascending run."""
     if len(index) and index[-1] - index[0] == len(index) - 1:
         return array[index[0] : index[-1] + 1]
-    return array[index]
+    rows: np.ndarray = array[index]  # numpy types integer-array indexing as Any
+    return rows
 
 
 def same_memory(old: np.ndarray, new: np.ndarray) -> bool:
@@ -60,7 +61,7 @@ def step_rows(steps: np.ndarray, series_steps: np.ndarray) -> np.ndarray:
     return np.where(found, pos, -1).astype(np.int64)
 
 
-def moment_figures(cm: np.ndarray, bm: np.ndarray, tol: Tolerance, rtol: float) -> dict:
+def moment_figures(cm: np.ndarray, bm: np.ndarray, tol: Tolerance, rtol: float) -> dict[str, Any]:
     """Figures from the moments (min, max, mean, std, l2) when values are not at hand."""
     with np.errstate(all="ignore"):
         ok = np.isclose(cm, bm, rtol=rtol, atol=tol.atol, equal_nan=True)
@@ -112,7 +113,7 @@ class Pair:
 
     def row_bytes(self) -> int:
         if self.use_values:
-            return self.base.values[0:1].nbytes + self.cand.values[0:1].nbytes
+            return int(self.base.values[0:1].nbytes + self.cand.values[0:1].nbytes)
         return 2 * metadata.N_STATS * 8
 
     def rtols(self, k0: int, k1: int) -> np.ndarray:
@@ -217,7 +218,7 @@ class Pair:
             self.ratio[self.ratio_done : k1] = self.ratios(self.ratio_done, k1)
             self.ratio_done = k1
 
-    def figures(self, k: int, equal_nan: bool) -> dict:
+    def figures(self, k: int, equal_nan: bool) -> dict[str, Any]:
         """Error figures at compared step ``k`` (values when compared by values)."""
         rb, rc = int(self.ib[k]), int(self.ic[k])
         if rb < 0 or rc < 0:

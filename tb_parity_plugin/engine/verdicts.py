@@ -46,7 +46,7 @@ class Divergence:
     mismatch_fraction: Optional[float] = None
     error_ratio: Optional[float] = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
@@ -59,21 +59,21 @@ class ParityReport:
     steps_compared: int
     tensors_compared: int
     first_divergence: Optional[Divergence]
-    divergences_at_first_step: list  # of Divergence, execution order
-    first_nonfinite: dict  # run -> None | {step, tensor, kind}
-    unmatched: dict  # run -> [tags]
-    mapping: list  # of {baseline, candidate, kind, how}
-    steps_only: dict  # run -> number of steps only that run logged
+    divergences_at_first_step: list[Divergence]  # execution order
+    first_nonfinite: dict[str, Optional[dict[str, Any]]]  # run -> None | {step, tensor, kind}
+    unmatched: dict[str, list[str]]  # run -> [tags]
+    mapping: list[dict[str, str]]  # of {baseline, candidate, kind, how}
+    steps_only: dict[str, int]  # run -> number of steps only that run logged
     policy: TolerancePolicy
-    problems: list  # of {run, path, offset, message}
-    warnings: list  # of str
+    problems: list[dict[str, Any]]  # of {run, path, offset, message}
+    warnings: list[str]
     comparison: Optional[Comparison] = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def agree(self) -> bool:
         return self.first_divergence is None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "baseline": self.baseline,
             "candidate": self.candidate,
@@ -134,12 +134,12 @@ class TensorDetail:
     cand_steps: np.ndarray
     cand_stats: np.ndarray
     step: Optional[int] = None
-    figures: Optional[dict] = None
+    figures: Optional[dict[str, Any]] = None
     base_values: Optional[np.ndarray] = None
     cand_values: Optional[np.ndarray] = None
     diff: Optional[np.ndarray] = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-safe: non-finite numbers become None."""
 
         def clean(a: Optional[np.ndarray]) -> Any:
