@@ -5,17 +5,23 @@ The CLI's ``--json`` output is ``compare(...).to_dict()``; both go through one e
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from tb_parity_plugin.engine import Comparison, Divergence, ParityReport
 from tb_parity_plugin.engine.tolerance import TolerancePolicy
+
+if TYPE_CHECKING:  # imported when used: the reader is not needed to compare runs already read
+    from tb_parity_plugin.logdir.reader import LogdirReader
+    from tb_parity_plugin.logdir.rundata import RunData
 
 
 class ParityInputError(ValueError):
     """The logdir or runs cannot be compared (missing, empty, ambiguous, nothing in common)."""
 
 
-def _pick_runs(logdir: str, names: list, infos: dict, baseline: Optional[str], candidate: Optional[str]) -> tuple:
+def _pick_runs(
+    logdir: str, names: list[str], infos: dict[str, dict[str, Any]], baseline: Optional[str], candidate: Optional[str]
+) -> tuple[str, str]:
     """Choose (baseline, candidate): given names, or with two runs the TF1 one as baseline."""
     for name in (baseline, candidate):
         if name is not None and name not in names:
@@ -23,8 +29,8 @@ def _pick_runs(logdir: str, names: list, infos: dict, baseline: Optional[str], c
     if baseline is not None and candidate is not None:
         return baseline, candidate
     listing = ", ".join(names) or "none"
-    if baseline is not None or candidate is not None:
-        given = baseline if baseline is not None else candidate
+    given = baseline if baseline is not None else candidate
+    if given is not None:  # exactly one of them named
         others = [n for n in names if n != given]
         if len(others) != 1:
             raise ParityInputError(
@@ -43,8 +49,11 @@ def _pick_runs(logdir: str, names: list, infos: dict, baseline: Optional[str], c
 
 
 def load_runs(
-    logdir: str, baseline: Optional[str] = None, candidate: Optional[str] = None, reload: Optional[Callable] = None
-) -> tuple:
+    logdir: str,
+    baseline: Optional[str] = None,
+    candidate: Optional[str] = None,
+    reload: Optional[Callable[[LogdirReader], object]] = None,
+) -> tuple[RunData, RunData]:
     """Read ``logdir`` and return the (baseline, candidate) ``RunData`` to compare.
 
     ``reload(reader)`` replaces ``reader.reload()`` (the HTML report wraps it in a progress bar).
@@ -103,7 +112,7 @@ def compare(
     mapping: Sequence[str] = (),
     overrides: Sequence[Any] = (),
     policy: Optional[TolerancePolicy] = None,
-    reload: Optional[Callable] = None,
+    reload: Optional[Callable[[LogdirReader], object]] = None,
 ) -> ParityReport:
     """Compare two runs of ``logdir``; the report's ``to_dict()`` is the CLI's JSON.
 
