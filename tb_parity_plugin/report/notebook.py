@@ -133,7 +133,7 @@ def _display_jupyter(port: int, path: str, height: int) -> None:
 
 def _display_colab(port: int, path: str, height: int) -> None:
     """Colab: the VM is reached only through the kernel port proxy."""
-    from google.colab import output  # type: ignore[import-not-found]
+    from google.colab import output
 
     output.serve_kernel_port_as_iframe(port, path=path, height=str(int(height)))
 
