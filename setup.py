@@ -22,6 +22,8 @@ setup(
         "tf": ["tensorflow-cpu==2.21.*", "tf-keras==2.21.*"],
         # %tb_parity / notebook.show() and progress bars; ipywidgets turns the bar into a widget.
         "notebook": ["ipython>=8", "tqdm>=4.66"],
+        # `make lint`: ruff's rules change between minor versions, so stay on one (exact pins in requirements.txt).
+        "dev": ["ruff>=0.17,<0.18", "mypy>=2.4,<3"],
     },
     entry_points={
         "tensorboard_plugins": ["tb_parity = tb_parity_plugin.dashboard.loader:ParityLoader"],

@@ -166,9 +166,9 @@ def main() -> int:
         ("longest task (ms)", "long_max", "{:.0f}"),
     ]
     for label, key, fmt in rows:
-        s, l = median("small", key), median("large", key)
-        ratio = f"{l / s:.1f}x" if s > 0 else "-"
-        print(f"{label:28}{fmt.format(s):>12}{fmt.format(l):>12}{ratio:>13}")
+        s, lg = median("small", key), median("large", key)
+        ratio = f"{lg / s:.1f}x" if s > 0 else "-"
+        print(f"{label:28}{fmt.format(s):>12}{fmt.format(lg):>12}{ratio:>13}")
     hover = median("large", "hover")
     print(
         f"heat map hover at {args.steps} x {args.tensors}: {hover:.3f} ms per move "

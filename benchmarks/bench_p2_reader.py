@@ -47,9 +47,9 @@ if __name__ == "__main__" and "--child-no-tf" in sys.argv:
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tb_parity_plugin.logdir import event_scan
+from tb_parity_plugin.logdir import event_scan  # noqa: E402
 from tb_parity_plugin.logdir.reader import CHUNK_SIZE, LogdirReader  # noqa: E402
-from tb_parity_plugin.records import event_file, health
+from tb_parity_plugin.records import event_file, health  # noqa: E402
 from tb_parity_plugin.records.metadata import N_STATS  # noqa: E402
 from tb_parity_plugin.records.writer import BlockWriter, build_layout  # noqa: E402
 

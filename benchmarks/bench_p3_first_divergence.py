@@ -186,8 +186,8 @@ def scenario(root: str, label: str, steps: int, full_values: bool, kind: str, na
         base.write(os.path.join(logdir, "tf1"), range(lo, lo + 100), "tf1")
         cand.write(os.path.join(logdir, "tf2"), range(lo, lo + 100), "tf2")
         t_read, (b2, c2) = timed(lambda: (reader.reload(), (reader.run("tf1"), reader.run("tf2")))[1])
-        t_engine, _ = timed(lambda: (cmp.update(b2, c2), cmp.report(), cmp.matrix()))
-        t_scratch, _ = timed(lambda: (lambda x: (x.report(), x.matrix()))(Comparison(b2, c2)))
+        t_engine, _ = timed(lambda b2=b2, c2=c2: (cmp.update(b2, c2), cmp.report(), cmp.matrix()))
+        t_scratch, _ = timed(lambda b2=b2, c2=c2: (lambda x: (x.report(), x.matrix()))(Comparison(b2, c2)))
         increments.append(
             f"read {t_read:.3f}s + engine {t_engine:.3f}s vs engine from scratch {t_scratch:.3f}s (x{t_scratch / max(t_engine, 1e-9):.1f})"
         )

@@ -5,11 +5,15 @@ The CLI's ``--json`` output is ``compare(...).to_dict()``; both go through one e
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from tb_parity_plugin.engine import Comparison, Divergence, ParityReport
 from tb_parity_plugin.engine.tolerance import TolerancePolicy
 from tb_parity_plugin.logdir import run_pairs
+
+if TYPE_CHECKING:  # imported when used: the reader is not needed to compare runs already read
+    from tb_parity_plugin.logdir.reader import LogdirReader
+    from tb_parity_plugin.logdir.rundata import RunData
 
 
 class ParityInputError(ValueError):
@@ -17,8 +21,11 @@ class ParityInputError(ValueError):
 
 
 def load_runs(
-    logdir: str, baseline: Optional[str] = None, candidate: Optional[str] = None, reload: Optional[Callable] = None
-) -> tuple:
+    logdir: str,
+    baseline: Optional[str] = None,
+    candidate: Optional[str] = None,
+    reload: Optional[Callable[[LogdirReader], object]] = None,
+) -> tuple[RunData, RunData]:
     """Read ``logdir`` and return the (baseline, candidate) ``RunData`` to compare.
 
     ``reload(reader)`` replaces ``reader.reload()`` (the HTML report wraps it in a progress bar).
@@ -81,7 +88,7 @@ def compare(
     overrides: Sequence[Any] = (),
     allow_unmatched: Sequence[str] = (),
     policy: Optional[TolerancePolicy] = None,
-    reload: Optional[Callable] = None,
+    reload: Optional[Callable[[LogdirReader], object]] = None,
 ) -> ParityReport:
     """Compare two runs of ``logdir``; the report's ``to_dict()`` is the CLI's JSON.
 

@@ -27,7 +27,7 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(message)
 
 
-def comparison_options() -> argparse.ArgumentParser:
+def comparison_options() -> _Parser:
     """The options every comparing subcommand shares: runs, tolerance policy, name mapping."""
     p = _Parser(add_help=False)
     p.add_argument("logdir", nargs="?", help="logdir holding the runs (one subdirectory per run)")

@@ -79,7 +79,7 @@ def check_with_reader(logdir: str, run: str, expected: dict) -> None:
     data = reader.run(run)
     assert not data.problems
     for step, tensors in expected.items():
-        for key, (spec, row, values) in tensors.items():
+        for key, (_spec, row, values) in tensors.items():
             series = data.tensors[key]
             i = int(np.searchsorted(series.steps, step))
             assert series.steps[i] == step

@@ -198,6 +198,7 @@ def test_jupyter_markup_in_a_browser_frames_the_server_on_the_notebook_pages_hos
         src = page.locator("iframe.tb-parity-view").get_attribute("src")
         view = f"http://127.0.0.1:{info.port}/data/plugin_entry.html?name=tb_parity"
         assert src == view + FRAGMENT
+        page.wait_for_function("() => window.frames.length > 0")  # the iframe's frame attaches after its element
         (frame,) = page.main_frame.child_frames
         frame.wait_for_url(re.compile(rf"http://127\.0\.0\.1:{info.port}/data/.*"), timeout=120_000)
         assert frame.locator("base").get_attribute("href") == "plugin/tb_parity/"  # the entry page

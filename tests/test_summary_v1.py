@@ -52,7 +52,7 @@ def test_session_loop_logs_weights_before_update(tmp_path, use_resource: bool) -
         wk, gk = got[k][("weight", name)][2], got[k][("grad", name)][2]
         nxt = got[k + 1][("weight", name)][2] if k < 3 else final_w
         np.testing.assert_allclose(nxt, wk - LR * gk, rtol=1e-6, atol=1e-7)
-        for spec, row, values in got[k].values():
+        for _spec, row, values in got[k].values():
             np.testing.assert_allclose(row, health.health_numpy(values), rtol=1e-6, atol=1e-7)
     # execution order: lr, weights, activation, loss, grads
     kinds = [s.kind for s in sorted((v[0] for v in got[0].values()), key=lambda s: s.order)]
@@ -113,6 +113,6 @@ def test_weights_without_ordering_warn(tmp_path) -> None:
         rec.weight(tf.compat.v1.get_variable("v", initializer=np.ones(2, np.float32)))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            rec.fetches
+            _ = rec.fetches  # the property read is what warns
         assert any("may be read after the update" in str(w.message) for w in caught)
         rec.close()

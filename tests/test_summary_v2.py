@@ -55,7 +55,7 @@ def _check_run(run_dir: str, kernel_name: str, final_kernel: np.ndarray, steps: 
         wk, gk = got[k][("weight", kernel_name)][2], got[k][("grad", kernel_name)][2]
         nxt = got[k + 1][("weight", kernel_name)][2] if k + 1 < steps else final_kernel
         np.testing.assert_allclose(nxt, wk - LR * gk, rtol=1e-6, atol=1e-7)
-        for spec, row, values in got[k].values():
+        for _spec, row, values in got[k].values():
             if values is not None:
                 np.testing.assert_allclose(row, health.health_numpy(values), rtol=1e-6, atol=1e-7)
     assert ("activation", SCRIPT) in got[0]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Protocol
 
 from tensorboard import errors
 
@@ -32,17 +32,25 @@ MAX_WIDTH = 4096
 MAX_TEXT = 4096
 
 
+class MultiDictLike(Protocol):
+    """What :class:`Args` reads: werkzeug's ``MultiDict``, or :func:`from_mapping`'s stand-in."""
+
+    def keys(self) -> Iterable[str]: ...
+
+    def getlist(self, key: str) -> list[str]: ...
+
+
 class Args:
     """Read-only view of a request's query string (werkzeug ``MultiDict`` or a dict of lists)."""
 
-    def __init__(self, multidict: object) -> None:
+    def __init__(self, multidict: MultiDictLike) -> None:
         self._md = multidict
 
     def keys(self) -> Iterable[str]:
-        return list(self._md.keys())  # type: ignore[attr-defined]
+        return list(self._md.keys())
 
     def getlist(self, key: str) -> list[str]:
-        return list(self._md.getlist(key))  # type: ignore[attr-defined]
+        return list(self._md.getlist(key))
 
 
 def check_known(route: str, args: Args) -> None:
@@ -109,10 +117,10 @@ class PairQuery:
     baseline: str
     candidate: str
     policy: TolerancePolicy
-    mapping: tuple
+    mapping: tuple[str, ...]
 
     @property
-    def cache_key(self) -> tuple:
+    def cache_key(self) -> tuple[str, str, TolerancePolicy, tuple[str, ...]]:
         return (self.baseline, self.candidate, self.policy, self.mapping)
 
 

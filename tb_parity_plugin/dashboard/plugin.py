@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 from tensorboard import errors
 from tensorboard.backend import http_util
@@ -24,6 +24,7 @@ from tb_parity_plugin.dashboard import params, views
 from tb_parity_plugin.engine.comparison_cache import ComparisonCache, Entry
 from tb_parity_plugin.logdir import run_pairs
 from tb_parity_plugin.logdir.background_reader import BackgroundReader
+from tb_parity_plugin.logdir.rundata import RunData
 from tb_parity_plugin.records import metadata
 
 logger = logging.getLogger(__name__)
@@ -35,6 +36,13 @@ STATIC_FILES = {"/index.js": ("index.js", "text/javascript")}
 DEFAULT_RELOAD_INTERVAL = 5.0
 
 Handler = Callable[[wrappers.Request], wrappers.Response]
+T = TypeVar("T")
+
+
+def _respond(request: wrappers.Request, content: Any, content_type: str, code: int = 200) -> wrappers.Response:
+    """``http_util.Respond``, which TensorBoard leaves unannotated."""
+    response: wrappers.Response = http_util.Respond(request, content, content_type, code=code)
+    return response
 
 
 def _json_route(route: str) -> Callable[[Callable[..., Any]], Handler]:
@@ -42,17 +50,17 @@ def _json_route(route: str) -> Callable[[Callable[..., Any]], Handler]:
 
     def decorate(fn: Callable[..., Any]) -> Handler:
         @functools.wraps(fn)
-        @wrappers.Request.application
+        @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub omits the method form it supports
         def handler(self: ParityPlugin, request: wrappers.Request) -> wrappers.Response:
             try:
                 args = params.Args(request.args)
                 params.check_known(route, args)
                 body = fn(self, args)
             except errors.PublicError as exc:
-                return http_util.Respond(request, {"error": str(exc)}, "application/json", code=exc.http_code)
-            return http_util.Respond(request, body, "application/json")
+                return _respond(request, {"error": str(exc)}, "application/json", code=exc.http_code)
+            return _respond(request, body, "application/json")
 
-        return handler  # type: ignore[return-value]
+        return handler  # type: ignore[return-value]  # a WSGI app per werkzeug's stub; a method in fact
 
     return decorate
 
@@ -71,8 +79,8 @@ class ParityPlugin(base_plugin.TBPlugin):
         self._cache = ComparisonCache()
 
     # -- TensorBoard hooks ---------------------------------------------------------
-    def get_plugin_apps(self) -> dict:
-        apps: dict = {path: self._serve_static for path in STATIC_FILES}
+    def get_plugin_apps(self) -> dict[str, Callable[..., Any]]:
+        apps: dict[str, Callable[..., Any]] = {path: self._serve_static for path in STATIC_FILES}
         apps.update(
             {
                 "/runs": self._serve_runs,
@@ -91,49 +99,47 @@ class ParityPlugin(base_plugin.TBPlugin):
         self._reader.start()
         return bool(self._reader.run_names())
 
-    def data_plugin_names(self) -> tuple:
+    def data_plugin_names(self) -> tuple[str, ...]:
         return (metadata.PLUGIN_NAME,)
 
     def frontend_metadata(self) -> base_plugin.FrontendMetadata:
         return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name="TB Parity")
 
     # -- static files --------------------------------------------------------------
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub omits the method form it supports
     def _serve_static(self, request: wrappers.Request) -> wrappers.Response:
         name, content_type = STATIC_FILES[request.path[request.path.rindex("/") :]]
         try:
             with open(os.path.join(STATIC_DIR, name), "rb") as f:
                 content = f.read()
         except OSError:
-            return http_util.Respond(
-                request, {"error": f"{name} is not built (make frontend)"}, "application/json", code=404
-            )
-        return http_util.Respond(request, content, content_type)
+            return _respond(request, {"error": f"{name} is not built (make frontend)"}, "application/json", code=404)
+        return _respond(request, content, content_type)
 
     # -- JSON routes: parse, then call the impl --------------------------------------
     @_json_route("runs")
-    def _serve_runs(self, args: params.Args) -> dict:
+    def _serve_runs(self, args: params.Args) -> dict[str, Any]:
         return self.runs_impl()
 
     @_json_route("summary")
-    def _serve_summary(self, args: params.Args) -> dict:
+    def _serve_summary(self, args: params.Args) -> dict[str, Any]:
         return self.summary_impl(params.parse_pair(args))
 
     @_json_route("matrix")
-    def _serve_matrix(self, args: params.Args) -> dict:
+    def _serve_matrix(self, args: params.Args) -> dict[str, Any]:
         return self.matrix_impl(params.parse_pair(args), params.parse_width(args))
 
     @_json_route("tensor")
-    def _serve_tensor(self, args: params.Args) -> dict:
+    def _serve_tensor(self, args: params.Args) -> dict[str, Any]:
         tag, values_at = params.parse_tensor(args)
         return self.tensor_impl(params.parse_pair(args), tag, values_at)
 
     @_json_route("scalars")
-    def _serve_scalars(self, args: params.Args) -> dict:
+    def _serve_scalars(self, args: params.Args) -> dict[str, Any]:
         return self.scalars_impl(params.parse_pair(args))
 
     # -- implementations -----------------------------------------------------------
-    def runs_impl(self) -> dict:
+    def runs_impl(self) -> dict[str, Any]:
         """Runs with parity data, and a suggested baseline/candidate pair per folder."""
         self._reader.wait_first_load()
         runs = []
@@ -153,7 +159,7 @@ class ParityPlugin(base_plugin.TBPlugin):
             "error": self._reader.error,
         }
 
-    def _use(self, query: params.PairQuery, fn: Callable[[Entry, Any, Any], Any]) -> Any:
+    def _use(self, query: params.PairQuery, fn: Callable[[Entry, RunData, RunData], T]) -> T:
         """Run ``fn(entry, base, cand)`` on the pair's up-to-date cached comparison."""
         self._reader.wait_first_load()
         sides = {}
@@ -174,11 +180,11 @@ class ParityPlugin(base_plugin.TBPlugin):
             query.cache_key, base, cand, query.policy, query.mapping, lambda entry: fn(entry, base, cand)
         )
 
-    def summary_impl(self, query: params.PairQuery) -> dict:
+    def summary_impl(self, query: params.PairQuery) -> dict[str, Any]:
         return self._use(query, lambda e, b, c: views.summary_payload(e.report, e.generations))
 
-    def matrix_impl(self, query: params.PairQuery, width: Optional[int]) -> dict:
-        def build(entry: Entry, base: Any, cand: Any) -> dict:
+    def matrix_impl(self, query: params.PairQuery, width: Optional[int]) -> dict[str, Any]:
+        def build(entry: Entry, base: RunData, cand: RunData) -> dict[str, Any]:
             return entry.memo(
                 ("matrix", width),
                 lambda: views.matrix_payload(entry.comparison.matrix(width), entry.report),
@@ -186,8 +192,8 @@ class ParityPlugin(base_plugin.TBPlugin):
 
         return self._use(query, build)
 
-    def tensor_impl(self, query: params.PairQuery, tag: str, values_at: Optional[int]) -> dict:
-        def build(entry: Entry, base: Any, cand: Any) -> dict:
+    def tensor_impl(self, query: params.PairQuery, tag: str, values_at: Optional[int]) -> dict[str, Any]:
+        def build(entry: Entry, base: RunData, cand: RunData) -> dict[str, Any]:
             kind, _, name = tag.partition("/")
             if (kind, name) not in base.tensors:
                 raise errors.NotFoundError(f"no tensor {tag!r} in baseline run {base.name!r}")
@@ -199,7 +205,7 @@ class ParityPlugin(base_plugin.TBPlugin):
 
         return self._use(query, build)
 
-    def scalars_impl(self, query: params.PairQuery) -> dict:
+    def scalars_impl(self, query: params.PairQuery) -> dict[str, Any]:
         return self._use(
             query,
             lambda e, b, c: e.memo(("scalars",), lambda: views.scalars_payload(b, c, e.report, query.policy)),

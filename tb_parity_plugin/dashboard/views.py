@@ -28,7 +28,7 @@ from tb_parity_plugin.records import metadata
 MAX_VALUES = 10_000
 
 
-def run_entry(run: Any) -> dict:
+def run_entry(run: Any) -> dict[str, Any]:
     """One run of /runs: where it is, which side it is, how far it got."""
     steps = run.steps
     return {
@@ -46,7 +46,7 @@ def run_entry(run: Any) -> dict:
     }
 
 
-def summary_payload(report: ParityReport, generations: tuple) -> dict:
+def summary_payload(report: ParityReport, generations: tuple[int, int]) -> dict[str, Any]:
     """The engine's report as the CLI's ``--json`` prints it, plus the runs' generations."""
     body = report.to_dict()
     body["generations"] = {report.baseline: generations[0], report.candidate: generations[1]}
@@ -59,7 +59,7 @@ def _b64(array: np.ndarray, dtype: str) -> str:
     )
 
 
-def matrix_payload(m: ParityMatrix, report: ParityReport) -> dict:
+def matrix_payload(m: ParityMatrix, report: ParityReport) -> dict[str, Any]:
     """The (bucketed) matrix; ``first`` is the bucket, column and exact step of the first divergence.
 
     The engine's bucketing keeps the first divergence's reason in its bucket (ratio by
@@ -87,18 +87,19 @@ def matrix_payload(m: ParityMatrix, report: ParityReport) -> dict:
     }
 
 
-def _floats(a: Optional[np.ndarray], limit: Optional[int] = None) -> Optional[list]:
+def _floats(a: Optional[np.ndarray], limit: Optional[int] = None) -> Optional[list[float]]:
     """Plain floats (Cleanse later turns NaN/Inf into strings); None when absent."""
     if a is None:
         return None
     flat = np.asarray(a, dtype=np.float64).reshape(-1)
-    return flat[:limit].tolist() if limit is not None else flat.tolist()
+    floats: list[float] = flat[:limit].tolist() if limit is not None else flat.tolist()
+    return floats
 
 
-def tensor_payload(d: TensorDetail, base: Any, cand: Any, values_at: Optional[int]) -> dict:
+def tensor_payload(d: TensorDetail, base: Any, cand: Any, values_at: Optional[int]) -> dict[str, Any]:
     """One tensor pair over time: both runs' stats, the per-step verdict, values at one step."""
     fig_rows = _per_step_figures(d)
-    body: dict = {
+    body: dict[str, Any] = {
         "tag": f"{d.kind}/{d.tensor}",
         "kind": d.kind,
         "name": d.tensor,
@@ -134,7 +135,7 @@ def tensor_payload(d: TensorDetail, base: Any, cand: Any, values_at: Optional[in
     return body
 
 
-def _side(run: Any, kind: str, name: str, steps: np.ndarray, stats: np.ndarray) -> dict:
+def _side(run: Any, kind: str, name: str, steps: np.ndarray, stats: np.ndarray) -> dict[str, Any]:
     series = run.tensors.get((kind, name)) or next((s for s in run.tensors.values() if s.name == name), None)
     return {
         "run": run.name,
@@ -146,7 +147,7 @@ def _side(run: Any, kind: str, name: str, steps: np.ndarray, stats: np.ndarray) 
     }
 
 
-def _per_step_figures(d: TensorDetail) -> dict:
+def _per_step_figures(d: TensorDetail) -> dict[str, Any]:
     """|mean difference| per compared step, from the statistics (display only)."""
     mean = metadata.STAT_INDEX["mean"]
     b = dict(zip(d.base_steps.tolist(), np.asarray(d.base_stats)[:, mean].tolist()))
@@ -154,9 +155,9 @@ def _per_step_figures(d: TensorDetail) -> dict:
     return {"mean_abs_diff": [abs(c[s] - b[s]) if s in b and s in c else None for s in d.steps.tolist()]}
 
 
-def scalars_payload(base: Any, cand: Any, report: ParityReport, policy: TolerancePolicy) -> dict:
+def scalars_payload(base: Any, cand: Any, report: ParityReport, policy: TolerancePolicy) -> dict[str, Any]:
     """lr and loss of both runs, |difference| at common steps and the tolerance there."""
-    body = {}
+    body: dict[str, Any] = {}
     for key in metadata.SCALAR_TAGS:
         b, c = base.scalars.get(key), cand.scalars.get(key)
         body[key] = {
@@ -167,7 +168,7 @@ def scalars_payload(base: Any, cand: Any, report: ParityReport, policy: Toleranc
     return body
 
 
-def _scalar_series(series: Optional[tuple]) -> Optional[dict]:
+def _scalar_series(series: Optional[tuple[np.ndarray, np.ndarray]]) -> Optional[dict[str, Any]]:
     if series is None:
         return None
     steps, values = series
@@ -180,7 +181,9 @@ def _tolerance_tag(run: Any, kind: str) -> str:
     return candidates[0].tag if candidates else f"{kind}/{kind}"
 
 
-def _scalar_diff(b: tuple, c: tuple, tag: str, policy: TolerancePolicy) -> dict:
+def _scalar_diff(
+    b: tuple[np.ndarray, np.ndarray], c: tuple[np.ndarray, np.ndarray], tag: str, policy: TolerancePolicy
+) -> dict[str, Any]:
     steps, ib, ic = np.intersect1d(np.asarray(b[0]), np.asarray(c[0]), return_indices=True)
     bv = np.asarray(b[1], dtype=np.float64)[ib]
     cv = np.asarray(c[1], dtype=np.float64)[ic]

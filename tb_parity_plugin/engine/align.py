@@ -25,18 +25,18 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Callable, Hashable, Iterable, Optional, Protocol, Sequence
+from typing import Any, Callable, Hashable, Iterable, Optional, Protocol, Sequence
 
 from tb_parity_plugin.records import metadata
 
-Key = tuple  # (kind, name)
+Key = tuple[str, str]  # (kind, name)
 
 
 class SeriesLike(Protocol):
     kind: str
     name: str
     order: int
-    shape: tuple
+    shape: tuple[Optional[int], ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,15 +48,15 @@ class Match:
 
 @dataclasses.dataclass
 class Alignment:
-    matches: list  # of Match, in baseline execution order
-    unmatched_base: list  # of Key, in execution order
-    unmatched_cand: list
-    warnings: list  # of str (e.g. a mapping that matched nothing)
+    matches: list[Match]  # in baseline execution order
+    unmatched_base: list[Key]  # in execution order
+    unmatched_cand: list[Key]
+    warnings: list[str]  # e.g. a mapping that matched nothing
     #: unmatched baseline key -> free candidate keys of the same kind and shape (ambiguous matches)
-    candidates: dict = dataclasses.field(default_factory=dict)
+    candidates: dict[Key, list[Key]] = dataclasses.field(default_factory=dict)
 
 
-def shapes_compatible(a: tuple, b: tuple) -> bool:
+def shapes_compatible(a: tuple[Optional[int], ...], b: tuple[Optional[int], ...]) -> bool:
     """Same rank and equal dims where both are known (``None`` is unknown; ``(None,)`` unknown rank)."""
     a, b = tuple(a), tuple(b)
     if a == (None,) or b == (None,):
@@ -64,7 +64,7 @@ def shapes_compatible(a: tuple, b: tuple) -> bool:
     return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b))
 
 
-def execution_key(series: SeriesLike) -> tuple:
+def execution_key(series: SeriesLike) -> tuple[int, int, str, str]:
     """Sort key for execution order within a step (ties broken by phase, then tag)."""
     return (series.order, metadata.kind_phase(series.kind), series.kind, series.name)
 
@@ -116,7 +116,7 @@ def _canonical_names(series: Sequence[SeriesLike], renumber: bool) -> list[str]:
     return _renumber(names) if renumber else names
 
 
-def parse_mapping(item: str) -> tuple[Optional[re.Pattern], str, str]:
+def parse_mapping(item: str) -> tuple[Optional[re.Pattern[str]], str, str]:
     """``OLD=NEW`` or ``re:PATTERN=REPL`` (the first ``=`` separates); ``ValueError`` if malformed."""
     text = item[3:] if item.startswith("re:") else item
     old, sep, new = text.partition("=")
@@ -148,7 +148,11 @@ class _Pairing:
         self.matches.append(Match(b, c, how))
 
     def by_key(
-        self, key_of: Callable[[Sequence[SeriesLike]], list], how: str, scoped: bool, same_shape: bool = True
+        self,
+        key_of: Callable[[Sequence[SeriesLike]], Sequence[Hashable]],
+        how: str,
+        scoped: bool,
+        same_shape: bool = True,
     ) -> None:
         """Pair free tensors whose (kind, key) is unique among the free ones on both sides.
 
@@ -159,7 +163,7 @@ class _Pairing:
         aligned tensors, which the structure report names.
         """
 
-        def index(series: list) -> dict[Hashable, Optional[SeriesLike]]:
+        def index(series: list[SeriesLike]) -> dict[Hashable, Optional[SeriesLike]]:
             free = self.free_base if series is self.base else self.free_cand
             table: dict[Hashable, Optional[SeriesLike]] = {}
             for s, key in zip(series, key_of(series)):
@@ -213,9 +217,9 @@ class _Pairing:
                 warnings.append(f"mapping {item!r} paired no tensors")
         return warnings
 
-    def _free_groups(self, kind: str) -> dict[tuple, tuple[list, list]]:
+    def _free_groups(self, kind: str) -> dict[tuple[Any, ...], tuple[list[SeriesLike], list[SeriesLike]]]:
         """Free tensors of ``kind`` grouped by static shape: shape -> (base list, cand list), execution order."""
-        groups: dict[tuple, tuple[list, list]] = {}
+        groups: dict[tuple[Any, ...], tuple[list[SeriesLike], list[SeriesLike]]] = {}
         for side, free, series in ((0, self.free_base, self.base), (1, self.free_cand, self.cand)):
             for s in series:
                 if s.kind == kind and (s.kind, s.name) in free and None not in tuple(s.shape):
@@ -236,12 +240,12 @@ class _Pairing:
         with ``dense_1/kernel`` by shape, ``dense/bias`` goes with ``dense_1/bias``, not with the
         other layer's bias of the same shape.
         """
-        scope_pairs: dict[tuple, set] = {}
+        scope_pairs: dict[tuple[str, str], set[str]] = {}
         for m in self.matches:
             b_scope, c_scope = m.base[1].rpartition("/")[0], m.cand[1].rpartition("/")[0]
             if b_scope and c_scope:
                 scope_pairs.setdefault((m.base[0], b_scope), set()).add(c_scope)
-        owners: dict[tuple, set] = {}
+        owners: dict[tuple[str, str], set[str]] = {}
         for (kind, b_scope), c_scopes in scope_pairs.items():
             for c_scope in c_scopes:
                 owners.setdefault((kind, c_scope), set()).add(b_scope)
@@ -259,13 +263,13 @@ class _Pairing:
             if c is not None and (c.kind, c.name) in self.free_cand and shapes_compatible(b.shape, c.shape):
                 self.pair(key, (c.kind, c.name), "fallback")
 
-    def by_kind_shape_order(self) -> dict:
+    def by_kind_shape_order(self) -> dict[Key, list[Key]]:
         """Per kind and shape, pair the k-th free tensors in execution order when the counts agree.
 
         Returns, for each baseline tensor left unmatched, the free candidate tensors of its kind
         and shape (its possible partners), so the report can list them.
         """
-        candidates: dict = {}
+        candidates: dict[Key, list[Key]] = {}
         for kind in sorted({s.kind for s in self.base}):
             for bs, cs in self._free_groups(kind).values():
                 if len(bs) == len(cs):
@@ -279,8 +283,8 @@ class _Pairing:
 
 def _scope_of(key: Hashable) -> Hashable:
     """(kind, scope) of a (kind, canonical name) key: the name without its last component."""
-    kind, name = key  # type: ignore[misc]
-    return (kind, str(name).rpartition("/")[0])
+    assert isinstance(key, tuple)  # by_key's keys are (kind, key_of(series)) pairs
+    return (key[0], str(key[1]).rpartition("/")[0])
 
 
 def align(

@@ -12,7 +12,7 @@ The differential test (tests/test_allclose_differential.py) holds it to that.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -37,6 +37,7 @@ def isclose(x: np.ndarray, y: np.ndarray, rtol: float, atol: float, equal_nan: b
     with np.errstate(all="ignore"):
         diff = np.subtract(x, y)
         np.abs(diff, out=diff)
+        ok: np.ndarray
         if rtol == 0.0:
             # atol + 0*|y| == dtype(atol) for finite y; non-finite y is handled below.
             ok = np.less_equal(diff, y.dtype.type(atol))
@@ -71,7 +72,8 @@ def rows_allclose(cand: np.ndarray, base: np.ndarray, rtol: float, atol: float, 
     if size == 0 or n == 0:
         return out
     if not _fast_ok(cand, base, rtol, atol):
-        return np.asarray(np.isclose(cand, base, rtol=rtol, atol=atol, equal_nan=equal_nan)).all(axis=1)
+        close = np.asarray(np.isclose(cand, base, rtol=rtol, atol=atol, equal_nan=equal_nan))
+        return np.asarray(close.all(axis=1))
     atol_t = base.dtype.type(atol)
     rows = max(1, BLOCK_ELEMENTS // size)
     buffer = np.empty((min(rows, n), size), dtype=base.dtype)
@@ -111,7 +113,7 @@ def _finite_or_none(value: float) -> Optional[float]:
 
 def figures(
     cand: np.ndarray, base: np.ndarray, rtol: float, atol: float, equal_nan: bool, *, with_cosine: bool = True
-) -> dict:
+) -> dict[str, Any]:
     """Error figures of one comparison (display only; the verdict is :func:`isclose`).
 
     Differences are taken over elements finite on both sides, in float64:
@@ -121,7 +123,7 @@ def figures(
     """
     c = np.asarray(cand).ravel()
     b = np.asarray(base).ravel()
-    result: dict = {
+    result: dict[str, Any] = {
         "max_abs_diff": None,
         "max_rel_diff": None,
         "cosine": None,

@@ -55,7 +55,7 @@ class Comparison:
         self.mapping = tuple(mapping)
         self._pairs: list[Pair] = []
         self._alignment: Optional[align.Alignment] = None
-        self._keys: Optional[tuple] = None
+        self._keys: Optional[tuple[tuple[str, ...], tuple[str, ...]]] = None  # sorted tensor keys of both runs
         self._nonfinite_scans: dict[str, FirstNonfinite] = {}
         self.steps = np.zeros(0, dtype=np.int64)
         self.base = base
@@ -85,7 +85,7 @@ class Comparison:
                 positions[id(series.steps)] = step_rows(steps, series.steps)
             return positions[id(series.steps)]
 
-        memo: dict[tuple, bool] = {}  # row-position arrays are shared by a layout's tensors
+        memo: dict[tuple[int, int, int], bool] = {}  # row-position arrays are shared by a layout's tensors
 
         def same_prefix(a: np.ndarray, b: np.ndarray, n: int) -> bool:
             key = (id(a), id(b), n)

@@ -25,15 +25,16 @@ class Entry:
     """One cached comparison; use only inside :meth:`ComparisonCache.use`."""
 
     comparison: Comparison
-    generations: tuple
+    generations: tuple[int, int]
     report: ParityReport
-    derived: dict = dataclasses.field(default_factory=dict)  # e.g. ("matrix", width) -> payload
+    derived: dict[Hashable, Any] = dataclasses.field(default_factory=dict)  # e.g. ("matrix", width) -> payload
 
     def memo(self, key: Hashable, compute: Callable[[], T]) -> T:
         """A value derived from this comparison, recomputed after the runs changed."""
         if key not in self.derived:
             self.derived[key] = compute()
-        return self.derived[key]
+        value: T = self.derived[key]  # stored by compute() for this key
+        return value
 
 
 class ComparisonCache:
@@ -47,7 +48,9 @@ class ComparisonCache:
         self.computed = 0  # full comparisons built (tests and benchmarks read this)
         self.updated = 0  # incremental refreshes after runs grew
 
-    def use(self, key: Hashable, base: Any, cand: Any, policy: Any, mapping: tuple, fn: Callable[[Entry], T]) -> T:
+    def use(
+        self, key: Hashable, base: Any, cand: Any, policy: Any, mapping: tuple[str, ...], fn: Callable[[Entry], T]
+    ) -> T:
         """Run ``fn`` on the up-to-date entry for ``key`` while holding its lock."""
         with self._lock:
             key_lock = self._locks.setdefault(key, threading.Lock())
@@ -60,7 +63,7 @@ class ComparisonCache:
                         self._locks.pop(key, None)
 
     def _use_locked(
-        self, key: Hashable, base: Any, cand: Any, policy: Any, mapping: tuple, fn: Callable[[Entry], T]
+        self, key: Hashable, base: Any, cand: Any, policy: Any, mapping: tuple[str, ...], fn: Callable[[Entry], T]
     ) -> T:
         generations = (base.generation, cand.generation)
         with self._lock:

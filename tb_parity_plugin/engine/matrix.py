@@ -8,7 +8,7 @@ neither run logged the tensor.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -43,12 +43,12 @@ class ParityMatrix:
 
     step_start: np.ndarray  # int64 [rows]
     step_end: np.ndarray  # int64 [rows]
-    tensors: list  # baseline tags, [cols]
-    candidate_tensors: list  # the paired candidate tags, [cols]
-    kinds: list  # [cols]
+    tensors: list[str]  # baseline tags, [cols]
+    candidate_tensors: list[str]  # the paired candidate tags, [cols]
+    kinds: list[str]  # [cols]
     error_ratio: np.ndarray  # float32 [rows, cols]
     reason: np.ndarray  # uint8 [rows, cols]
-    first_divergence: Optional[tuple] = None
+    first_divergence: Optional[tuple[int, int]] = None
 
     @property
     def steps(self) -> np.ndarray:
@@ -94,7 +94,7 @@ class ParityMatrix:
             first_divergence=first,
         )
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-safe form: nested lists, non-finite ratios as None, reasons as codes."""
         return {
             "step_start": self.step_start.tolist(),

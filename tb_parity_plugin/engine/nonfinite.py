@@ -22,10 +22,10 @@ class FirstNonfinite:
     """
 
     def __init__(self) -> None:
-        self._seen: dict = {}  # key -> (stats array scanned, first NaN/Inf step or None)
+        self._seen: dict[align.Key, tuple[np.ndarray, Optional[int]]] = {}  # (stats scanned, first NaN/Inf step)
 
-    def find(self, run: Any) -> Optional[dict]:
-        best: Optional[tuple] = None
+    def find(self, run: Any) -> Optional[dict[str, Any]]:
+        best: Optional[tuple[tuple[int, tuple[int, int, str, str]], Any]] = None  # ((step, execution key), series)
         for key, series in run.tensors.items():
             stats = series.stats
             old, hit = self._seen.get(key, (None, None))

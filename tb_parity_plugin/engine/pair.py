@@ -27,7 +27,8 @@ def take_rows(array: np.ndarray, index: np.ndarray) -> np.ndarray:
     """``array[index]``, as a view when ``index`` is a contiguous ascending run."""
     if len(index) and index[-1] - index[0] == len(index) - 1:
         return array[index[0] : index[-1] + 1]
-    return array[index]
+    rows: np.ndarray = array[index]  # numpy types integer-array indexing as Any
+    return rows
 
 
 def same_memory(old: np.ndarray, new: np.ndarray) -> bool:
@@ -59,14 +60,14 @@ def step_rows(steps: np.ndarray, series_steps: np.ndarray) -> np.ndarray:
     return np.where(found, pos, -1).astype(np.int64)
 
 
-def statistics_figures(base: np.ndarray, cand: np.ndarray, atol: float, rtol: float) -> dict:
+def statistics_figures(base: np.ndarray, cand: np.ndarray, atol: float, rtol: float) -> dict[str, Any]:
     """Figures of one step compared by statistics: only what the statistics can say.
 
     ``error_ratio`` is the largest ``|stat_c - stat_b| / allowed`` (above 1 proves that some
     element is out of tolerance); element-wise figures (max differences, cosine, mismatch share)
     do not exist without full values and stay None. ``note`` names the statistic.
     """
-    out: dict = dict.fromkeys(FIGURES)
+    out: dict[str, Any] = dict.fromkeys(FIGURES)
     out["evidence"] = "statistics"
     ratio = stat_bounds.ratios(base, cand, atol, np.array([rtol]))[0]
     if not np.all(np.isnan(ratio)):
@@ -123,7 +124,7 @@ class Pair:
 
     def row_bytes(self) -> int:
         if self.use_values:
-            return self.base.values[0:1].nbytes + self.cand.values[0:1].nbytes
+            return int(self.base.values[0:1].nbytes + self.cand.values[0:1].nbytes)
         return 2 * metadata.N_STATS * 8
 
     def _both(self, k0: int, k1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -213,7 +214,7 @@ class Pair:
             self.ratio[self.ratio_done : k1] = self.ratios(self.ratio_done, k1)
             self.ratio_done = k1
 
-    def finding(self, k: int, equal_nan: bool) -> dict:
+    def finding(self, k: int, equal_nan: bool) -> dict[str, Any]:
         """Figures, ``evidence`` and ``note`` of this pair's verdict at compared step ``k``.
 
         ``evidence`` says what the verdict rests on: ``values`` (element-wise),
@@ -252,7 +253,7 @@ class Pair:
                 out["note"] += "; equal, but NaN never equals NaN unless equal_nan is set"
         return out
 
-    def figures(self, k: int, equal_nan: bool) -> dict:
+    def figures(self, k: int, equal_nan: bool) -> dict[str, Any]:
         """Error figures at compared step ``k`` (values when compared by values)."""
         rb, rc = int(self.ib[k]), int(self.ic[k])
         if rb < 0 or rc < 0:

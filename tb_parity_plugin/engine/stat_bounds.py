@@ -83,7 +83,8 @@ def allowed(base: np.ndarray, cand: np.ndarray, atol: float, rtol: np.ndarray) -
     extreme = atol + rtol * m
     spread = atol + rtol * rms
     policy = np.stack([extreme, extreme, spread, spread, atol * root_n + rtol * l2], axis=1)
-    return policy + err_b + err_c
+    out: np.ndarray = policy + err_b + err_c
+    return out
 
 
 def ratios(base: np.ndarray, cand: np.ndarray, atol: float, rtol: np.ndarray) -> np.ndarray:
@@ -93,7 +94,7 @@ def ratios(base: np.ndarray, cand: np.ndarray, atol: float, rtol: np.ndarray) ->
     """
     diff = np.abs(cand[:, _COLS] - base[:, _COLS])
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = diff / allowed(base, cand, atol, rtol)
+        out: np.ndarray = diff / allowed(base, cand, atol, rtol)
     out[diff == 0] = 0.0
     both_nan = np.isnan(cand[:, _COLS]) & np.isnan(base[:, _COLS])
     out[both_nan] = 0.0

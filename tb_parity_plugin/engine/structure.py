@@ -48,18 +48,18 @@ class Structure:
 
     baseline: str
     candidate: str
-    only_in: dict  # run -> [{tag, kind, shape, size, expected, candidates}]
-    variables: dict  # run -> {count, size}: every recorded variable (weight/state/slot)
-    shape_mismatches: list  # [{kind, baseline, candidate, baseline_shape, candidate_shape, how}]
-    created_twice: dict  # run -> [{tag, like}]
-    allow_unmatched: tuple
+    only_in: dict[str, list[dict[str, Any]]]  # run -> [{tag, kind, shape, size, expected, candidates}]
+    variables: dict[str, dict[str, int]]  # run -> {count, size}: every recorded variable (weight/state/slot)
+    shape_mismatches: list[dict[str, Any]]  # [{kind, baseline, candidate, baseline_shape, candidate_shape, how}]
+    created_twice: dict[str, list[dict[str, str]]]  # run -> [{tag, like}]
+    allow_unmatched: tuple[str, ...]
 
     @property
-    def unexpected(self) -> list[tuple[str, dict]]:
+    def unexpected(self) -> list[tuple[str, dict[str, Any]]]:
         """(run, entry) of every tensor recorded by one run only and not declared expected."""
         return [(run, e) for run, entries in self.only_in.items() for e in entries if not e["expected"]]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "only_in": self.only_in,
             "variables": self.variables,
@@ -74,7 +74,7 @@ def structure_of(base: Any, cand: Any, alignment: align.Alignment, allow_unmatch
     """The structure report of two runs (reader ``RunData``) and their alignment."""
     allowed = [_matcher(p) for p in allow_unmatched]
     sides = ((base, alignment.unmatched_base), (cand, alignment.unmatched_cand))
-    only_in: dict[str, list] = {}
+    only_in: dict[str, list[dict[str, Any]]] = {}
     for run, keys in sides:
         entries = []
         for key in keys:
@@ -113,7 +113,7 @@ def structure_of(base: Any, cand: Any, alignment: align.Alignment, allow_unmatch
     return Structure(base.name, cand.name, only_in, variables, mismatches, twice, tuple(allow_unmatched))
 
 
-def _created_twice(run: Any, unmatched: Sequence[tuple]) -> list[dict]:
+def _created_twice(run: Any, unmatched: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
     """Unmatched variables that repeat a matched one of the same run: same leaf, shape and layer type.
 
     ``dense_3/kernel`` beside ``dense/kernel`` with the same shape is the TF1 ``variable_scope``
@@ -137,7 +137,7 @@ def _created_twice(run: Any, unmatched: Sequence[tuple]) -> list[dict]:
     return found
 
 
-def describe_entry(run: str, entry: dict, side: str) -> str:
+def describe_entry(run: str, entry: dict[str, Any], side: str) -> str:
     """One line for a tensor recorded by one run only."""
     text = f"recorded by the {side} {run!r} only ({entry['kind']}, shape {entry['shape']}, {entry['size']} elements)"
     if entry.get("candidates"):
@@ -145,7 +145,7 @@ def describe_entry(run: str, entry: dict, side: str) -> str:
     return text
 
 
-def first_of(structure: Structure) -> list[dict]:
+def first_of(structure: Structure) -> list[dict[str, Any]]:
     """Structure divergences as Divergence keyword arguments, baseline's first (in recorded order)."""
     notes = {t["tag"]: t["like"] for entries in structure.created_twice.values() for t in entries}
     out = []

@@ -123,10 +123,10 @@ class TolerancePolicy:
     rtol: float = 0.05
     warmup_steps: int = 10
     equal_nan: bool = False
-    overrides: tuple = ()  # of ToleranceOverride
+    overrides: tuple[ToleranceOverride, ...] = ()
     hparam_rtol: float = HPARAM_RTOL
     #: Tags (globs or ``re:``) a run may record without the other: not a structure divergence.
-    allow_unmatched: tuple = ()
+    allow_unmatched: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_settings(self.atol, self.rtol, self.warmup_steps)
@@ -146,7 +146,7 @@ class TolerancePolicy:
                 warmup = override.warmup_steps if override.warmup_steps is not None else warmup
         return Tolerance(float(atol), float(rtol), int(warmup))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "atol": self.atol,
             "rtol": self.rtol,

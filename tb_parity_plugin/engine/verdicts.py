@@ -50,7 +50,7 @@ class Divergence:
     #: One line saying what was found and from what evidence (e.g. both runtime shapes).
     note: Optional[str] = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
@@ -63,21 +63,21 @@ class ParityReport:
     steps_compared: int
     tensors_compared: int
     first_divergence: Optional[Divergence]
-    divergences_at_first_step: list  # of Divergence, execution order
-    first_nonfinite: dict  # run -> None | {step, tensor, kind}
-    unmatched: dict  # run -> [tags]
-    mapping: list  # of {baseline, candidate, kind, how}
-    steps_only: dict  # run -> number of steps only that run logged
+    divergences_at_first_step: list[Divergence]  # execution order
+    first_nonfinite: dict[str, Optional[dict[str, Any]]]  # run -> None | {step, tensor, kind}
+    unmatched: dict[str, list[str]]  # run -> [tags]
+    mapping: list[dict[str, str]]  # of {baseline, candidate, kind, how}
+    steps_only: dict[str, int]  # run -> number of steps only that run logged
     policy: TolerancePolicy
-    problems: list  # of {run, path, offset, message}
-    warnings: list  # of str
+    problems: list[dict[str, Any]]  # of {run, path, offset, message}
+    warnings: list[str]
     #: What each run recorded (engine/structure.py): tensors of one run only, variable counts, ...
-    structure: dict = dataclasses.field(default_factory=dict)
+    structure: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: The first divergence among the compared steps (``first_divergence`` may be a structure one).
     first_step_divergence: Optional[Divergence] = None
     #: Pairs compared by full values and by statistics only: an agreement resting on
     #: statistics is weaker evidence ("agree within statistics") than an element-wise one.
-    evidence: dict = dataclasses.field(default_factory=lambda: {"values": 0, "statistics": 0})
+    evidence: dict[str, int] = dataclasses.field(default_factory=lambda: {"values": 0, "statistics": 0})
     comparison: Optional[Comparison] = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
@@ -109,7 +109,7 @@ class ParityReport:
             f"than element-wise agreement (the other {by_values} agree element-wise)"
         )
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "baseline": self.baseline,
             "candidate": self.candidate,
@@ -175,12 +175,12 @@ class TensorDetail:
     cand_steps: np.ndarray
     cand_stats: np.ndarray
     step: Optional[int] = None
-    figures: Optional[dict] = None
+    figures: Optional[dict[str, Any]] = None
     base_values: Optional[np.ndarray] = None
     cand_values: Optional[np.ndarray] = None
     diff: Optional[np.ndarray] = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-safe: non-finite numbers become None."""
 
         def clean(a: Optional[np.ndarray]) -> Any:

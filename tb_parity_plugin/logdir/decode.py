@@ -30,7 +30,14 @@ _SCALARS_PLUGIN = "scalars"  # tensorboard.plugins.scalar.metadata.PLUGIN_NAME, 
 
 
 def _parse_event(
-    buf: bytearray, start: int, length: int, base: int, out: list, problems: list, rel: str, routes: TagRoutes
+    buf: event_scan.Buffer,
+    start: int,
+    length: int,
+    base: int,
+    out: list[Item],
+    problems: list[ReadProblem],
+    rel: str,
+    routes: TagRoutes,
 ) -> None:
     """Append the tb-parity items of the record at ``buf[start:]``, parsed by protobuf.
 
@@ -153,7 +160,9 @@ def _make_item(route: Route, steps: np.ndarray, offsets: np.ndarray, array: np.n
     return Item(what, key, dtype, steps, offsets, data)
 
 
-def scan_chunk(buf: bytearray, framed: event_scan.Framed, base: int, rel: str, routes: TagRoutes) -> tuple[list, list]:
+def scan_chunk(
+    buf: event_scan.Buffer, framed: event_scan.Framed, base: int, rel: str, routes: TagRoutes
+) -> tuple[list[Item], list[ReadProblem]]:
     """Items and problems of a chunk's marked records (event_scan first, protobuf for the rest).
 
     Raises DecodeError for an unparsable event (callers then use :func:`_parse_in_order`).
@@ -170,7 +179,13 @@ def scan_chunk(buf: bytearray, framed: event_scan.Framed, base: int, rel: str, r
 
 
 def _scan_run(
-    buf: bytearray, run: event_scan.Uniform, base: int, items: list, problems: list, rel: str, routes: TagRoutes
+    buf: event_scan.Buffer,
+    run: event_scan.Uniform,
+    base: int,
+    items: list[Item],
+    problems: list[ReadProblem],
+    rel: str,
+    routes: TagRoutes,
 ) -> list[int]:
     """File the records of a uniform run that match a template; returns the rest's indices."""
     rows = event_scan.rows_view(buf, run)
@@ -193,9 +208,9 @@ def _scan_run(
             offsets = base - _HEAD + run.first + run.stride * np.flatnonzero(ok)
             for slot in template.slots:
                 array = event_scan.slot_array(buf, run, slot)
+                route = routes.route(slot.tag)
+                assert route is not None  # templates only hold slots of routed tags (wanted())
                 try:
-                    route = routes.route(slot.tag)
-                    assert route is not None  # wanted() filed only routed tags
                     items.append(_make_item(route, steps, offsets, array if every else array[ok]))
                 except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
                     problems.extend(ReadProblem(rel, int(o), f"bad {slot.tag!r} value: {exc}") for o in offsets)
@@ -205,8 +220,8 @@ def _scan_run(
 
 
 def parse_in_order(
-    buf: bytearray, framed: event_scan.Framed, base: int, rel: str, routes: TagRoutes
-) -> tuple[list, list, Optional[tuple]]:
+    buf: event_scan.Buffer, framed: event_scan.Framed, base: int, rel: str, routes: TagRoutes
+) -> tuple[list[Item], list[ReadProblem], Optional[tuple[int, str]]]:
     """Protobuf only, record by record, up to the first unparsable one: (its offset, message) or None."""
     items: list[Item] = []
     problems: list[ReadProblem] = []

@@ -27,6 +27,8 @@ _HEADER = struct.Struct("<QI")  # uint64 length, uint32 masked crc of the length
 _FOOTER = struct.Struct("<I")
 HEAD, FOOT = event_file.HEADER_SIZE, event_file.FOOTER_SIZE
 _MASK_DELTA = 0xA282EAD8
+#: What records are framed and walked in: the reader's mmap, or bytes in tests.
+Buffer = Union[mmap.mmap, bytearray, bytes]
 
 
 def new_buffer(size: int) -> mmap.mmap:
@@ -40,8 +42,8 @@ def new_buffer(size: int) -> mmap.mmap:
 class Framed(NamedTuple):
     """Complete records of a chunk: data starts and lengths (of records holding ``marker``)."""
 
-    starts: list
-    lengths: list
+    starts: list[int]
+    lengths: list[int]
     records: int  # all complete records, marked or not
     used: int  # bytes consumed
     need: int  # bytes needed to complete the next record (0 if none started)
@@ -80,11 +82,11 @@ class Uniform(NamedTuple):
 
     first: int
     stride: int
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count(); callers only read the field
     length: int
 
 
-def uniform_runs(starts: list, lengths: list) -> Iterator[Uniform]:
+def uniform_runs(starts: list[int], lengths: list[int]) -> Iterator[Uniform]:
     """Split records into runs of equal length at equal spacing (file order within a run)."""
     by_length: dict[int, list[int]] = {}
     for start, length in zip(starts, lengths):
@@ -103,7 +105,7 @@ class _Malformed(Exception):
     """The wire format is not what the template handles."""
 
 
-def _varint(buf: bytearray, pos: int) -> tuple[int, int]:
+def _varint(buf: Buffer, pos: int) -> tuple[int, int]:
     result = shift = 0
     while True:
         byte = buf[pos]
@@ -116,7 +118,7 @@ def _varint(buf: bytearray, pos: int) -> tuple[int, int]:
             raise _Malformed
 
 
-def _fields(buf: bytearray, pos: int, end: int) -> Iterator[tuple[int, int, Any, int]]:
+def _fields(buf: Buffer, pos: int, end: int) -> Iterator[tuple[int, int, Any, int]]:
     """(field number, wire type, varint value or (start, end) span, end of the key) of one message."""
     try:
         while pos < end:
@@ -146,13 +148,15 @@ class Slot(NamedTuple):
     tag: str
     at: int  # offset in the record data
     dtype: np.dtype  # little-endian element type
-    dims: tuple  # () for a scalar float
+    dims: tuple[int, ...]  # () for a scalar float
 
 
 class Template:
     """The byte structure shared by equal records: fixed bytes, step varint, value slots."""
 
-    def __init__(self, seed: np.ndarray, fixed: list, step: Optional[tuple[int, int]], slots: list) -> None:
+    def __init__(
+        self, seed: np.ndarray, fixed: list[tuple[int, int]], step: Optional[tuple[int, int]], slots: list[Slot]
+    ) -> None:
         self.fixed = [(a, b, seed[a:b].copy()) for a, b in fixed if b > a]
         self.step = step  # (offset, varint bytes) or None when the step is 0 (not serialized)
         self.slots = slots
@@ -177,19 +181,21 @@ class Template:
         return steps.view(np.int64)
 
 
-def slot_array(buf: bytearray, run: Uniform, slot: Slot) -> np.ndarray:
+def slot_array(buf: Buffer, run: Uniform, slot: Slot) -> np.ndarray:
     """Zero-copy ``[count, *dims]`` view of one slot across a uniform run (may be unaligned)."""
     dtype, dims = slot.dtype, slot.dims
     inner = tuple(int(dtype.itemsize * math.prod(dims[i + 1 :])) for i in range(len(dims)))
-    return np.ndarray((run.count, *dims), dtype, buf, run.first + slot.at, (run.stride, *inner))
+    view: np.ndarray = np.ndarray((run.count, *dims), dtype, buf, run.first + slot.at, (run.stride, *inner))
+    return view
 
 
-def rows_view(buf: bytearray, run: Uniform) -> np.ndarray:
+def rows_view(buf: Buffer, run: Uniform) -> np.ndarray:
     """uint8 ``[count, length]`` view of a run's record data."""
-    return np.ndarray((run.count, run.length), np.uint8, buf, run.first, (run.stride, 1))
+    view: np.ndarray = np.ndarray((run.count, run.length), np.uint8, buf, run.first, (run.stride, 1))
+    return view
 
 
-def build_template(buf: bytearray, start: int, length: int, wanted: Any) -> Optional[Template]:
+def build_template(buf: Buffer, start: int, length: int, wanted: Any) -> Optional[Template]:
     """Template of the record at ``start``, or None if it holds anything but what it describes.
 
     ``wanted(tag, metadata)``: True for a value filed per step, False for one to skip (its
@@ -203,7 +209,7 @@ def build_template(buf: bytearray, start: int, length: int, wanted: Any) -> Opti
         return None
 
 
-def _build(buf: bytearray, start: int, end: int, wanted: Any) -> Optional[Template]:
+def _build(buf: Buffer, start: int, end: int, wanted: Any) -> Optional[Template]:
     var: list[tuple[int, int]] = []  # variable byte ranges, absolute
     step, summary = None, None
     for field, wire, value, key_end in _fields(buf, start, end):
@@ -244,7 +250,7 @@ def _build(buf: bytearray, start: int, end: int, wanted: Any) -> Optional[Templa
 _IGNORED: Any = object()
 
 
-def _value_slot(buf: bytearray, span: tuple[int, int], start: int, wanted: Any) -> Union[Slot, Any, None]:
+def _value_slot(buf: Buffer, span: tuple[int, int], start: int, wanted: Any) -> Union[Slot, Any, None]:
     """The Slot of one Summary.Value, _IGNORED for a value to skip, None if unsupported."""
     tag, tensor, simple, meta = None, None, None, None
     for field, wire, value, _ in _fields(buf, *span):
@@ -258,7 +264,9 @@ def _value_slot(buf: bytearray, span: tuple[int, int], start: int, wanted: Any) 
             meta = bytes(buf[value[0] : value[1]])
         else:  # images, histograms, ...: not ours
             return None
-    use = None if tag is None else wanted(tag, meta)
+    if tag is None:  # as wanted() answering None
+        return None
+    use = wanted(tag, meta)
     if not use:  # None: a value only protobuf may handle (layout, run_info); False: not ours
         return None if use is None else _IGNORED
     if simple is not None and tensor is None:
@@ -268,9 +276,10 @@ def _value_slot(buf: bytearray, span: tuple[int, int], start: int, wanted: Any) 
     return _tensor_slot(buf, tensor, start, tag)
 
 
-def _tensor_slot(buf: bytearray, span: tuple[int, int], start: int, tag: str) -> Optional[Slot]:
+def _tensor_slot(buf: Buffer, span: tuple[int, int], start: int, tag: str) -> Optional[Slot]:
     """A TensorProto's tensor_content, or its single packed float_val (TF's scalar summaries)."""
-    dtype, dims, content, floats = 0, (), None, None
+    dtype, content, floats = 0, None, None
+    dims: tuple[int, ...] = ()
     for field, wire, value, _ in _fields(buf, *span):
         if field == 1 and wire == 0:
             dtype = value
@@ -294,7 +303,7 @@ def _tensor_slot(buf: bytearray, span: tuple[int, int], start: int, tag: str) ->
     return None
 
 
-def _dims(buf: bytearray, span: tuple[int, int]) -> tuple:
+def _dims(buf: Buffer, span: tuple[int, int]) -> tuple[int, ...]:
     dims = []
     for field, wire, dim, _ in _fields(buf, *span):
         if field != 2 or wire != 2:

@@ -7,13 +7,19 @@ duplicate (tag, step) records resolve as last write wins (file order, then recor
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, BinaryIO, Iterator, NamedTuple, Optional, Union
+import io
+from typing import Any, Iterator, NamedTuple, Optional, Union
 
 import numpy as np
 
 from tb_parity_plugin.logdir.rundata import ReadProblem, RunData, TensorSeries
 from tb_parity_plugin.records import metadata
 from tb_parity_plugin.records.dtypes import np_dtype
+
+#: A column's winning rows: (unique sorted steps, row index, file ranks, offsets).
+Resolved = tuple[np.ndarray, Union[slice, np.ndarray], np.ndarray, np.ndarray]
+#: One tensor's rows in one layout: (spec, steps, stats, values or None, file ranks, offsets).
+Part = tuple[metadata.TensorSpec, np.ndarray, np.ndarray, Optional[np.ndarray], np.ndarray, np.ndarray]
 
 
 def _last_wins(steps: np.ndarray, ranks: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -33,17 +39,17 @@ class _Column:
     never change, so snapshots may keep views of them.
     """
 
-    def __init__(self, row_shape: tuple, dtype: np.dtype) -> None:
+    def __init__(self, row_shape: tuple[int, ...], dtype: np.dtype) -> None:
         self.row_shape, self.dtype = row_shape, dtype
         self._rows = np.empty((0, *row_shape), dtype)
         self._row_bytes = max(1, int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize)
         self._meta = np.empty((0, 3), np.int64)  # per row: step, file id, record offset
         self._n = 0
         self._increasing = True  # steps strictly increasing in arrival order: nothing to dedupe
-        self._resolved: Optional[tuple] = None
+        self._resolved: Optional[tuple[np.ndarray, Resolved]] = None  # (rank_of it is for, result)
 
     def extend(
-        self, steps: np.ndarray, file_id: int, offsets: np.ndarray, blocks: np.ndarray, hint: tuple = (0, 0)
+        self, steps: np.ndarray, file_id: int, offsets: np.ndarray, blocks: np.ndarray, hint: tuple[int, int] = (0, 0)
     ) -> None:
         """Add ``len(steps)`` blocks; ``hint`` = (records, bytes) left in the file, to size growth."""
         n, k = self._n, len(steps)
@@ -66,7 +72,7 @@ class _Column:
         """All blocks in arrival order, ``[n, *row_shape]`` (a view)."""
         return self._rows[: self._n]
 
-    def resolve(self, rank_of: np.ndarray) -> tuple[np.ndarray, Union[slice, np.ndarray], np.ndarray, np.ndarray]:
+    def resolve(self, rank_of: np.ndarray) -> Resolved:
         """(unique sorted steps, row index, file ranks, offsets) of the winning rows."""
         if self._resolved is None or self._resolved[0] is not rank_of:
             meta = self._meta[: self._n]
@@ -93,7 +99,7 @@ class FileState:
     rel: str  # relative to the logdir, "/"-separated
     file_id: int
     offset: int = 0
-    handle: Optional[BinaryIO] = None
+    handle: Optional[io.BufferedReader] = None
     stopped: bool = False
 
 
@@ -120,11 +126,11 @@ class RunState:
         self.stats: dict[str, _Column] = {}
         self.values: dict[tuple[str, str], _Column] = {}
         self.scalars: dict[str, _Column] = {}
-        self.info: dict = {}
+        self.info: dict[str, Any] = {}
         self.problems: list[ReadProblem] = []
         self.generation = 0
         self._rank_of = np.zeros(0, dtype=np.int64)
-        self._hint = (0, 0)
+        self._hint: tuple[int, int] = (0, 0)
         self._snapshot: Optional[RunData] = None
 
     def add_file(self, path: str, rel: str) -> FileState:
@@ -136,7 +142,9 @@ class RunState:
         self._rank_of = ranks
         return state
 
-    def ingest(self, fs: FileState, items: list[Item], problems: list[ReadProblem], hint: tuple = (0, 0)) -> None:
+    def ingest(
+        self, fs: FileState, items: list[Item], problems: list[ReadProblem], hint: tuple[int, int] = (0, 0)
+    ) -> None:
         """File one chunk's items; ``hint`` = (records, bytes) left in the file."""
         self._hint = hint
         for item in items:
@@ -166,6 +174,7 @@ class RunState:
 
     def _block(self, file_id: int, rel: str, item: Item) -> None:
         layout = self.layouts[item.key]
+        shape: tuple[int, ...]
         if item.what == "stats":
             shape = (len(layout.tensors), metadata.N_STATS)
             column = self.stats.get(item.key)
@@ -197,13 +206,13 @@ class RunState:
         """The run as a :class:`RunData`, rebuilt only after new data arrived."""
         if self._snapshot is not None and self._snapshot.generation == self.generation:
             return self._snapshot
-        merged: dict[tuple[str, str], list[tuple]] = {}
+        merged: dict[tuple[str, str], list[Part]] = {}
         for layout_hash, layout in self.layouts.items():
             if layout_hash in self.stats:
-                for key, part in self._layout_parts(layout_hash, layout):
-                    merged.setdefault(key, []).append(part)
+                for tensor_key, part in self._layout_parts(layout_hash, layout):
+                    merged.setdefault(tensor_key, []).append(part)
         tensors = {key: _merge(parts) for key, parts in merged.items()}
-        scalars = {}
+        scalars: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for key, column in self.scalars.items():
             steps, index, _, _ = column.resolve(self._rank_of)
             scalars[key] = (steps, _readonly(column.rows()[index]))
@@ -219,7 +228,7 @@ class RunState:
         )
         return self._snapshot
 
-    def _layout_parts(self, layout_hash: str, layout: metadata.Layout) -> Iterator[tuple]:
+    def _layout_parts(self, layout_hash: str, layout: metadata.Layout) -> Iterator[tuple[tuple[str, str], Part]]:
         """Per tensor of one layout: (key, (spec, steps, stats, values, ranks, offsets))."""
         steps, index, ranks, offsets = self.stats[layout_hash].resolve(self._rank_of)
         dtypes = sorted({s.values[0] for s in layout.tensors if s.values})
@@ -241,19 +250,19 @@ class RunState:
         aligned = {d: _align(steps, blocks[d], self.values[(layout_hash, d)]) for d in blocks}
         for i, spec in enumerate(layout.tensors):
             values = None
-            if spec.values is not None and aligned.get(spec.values[0]) is not None:
+            if spec.values is not None and (block := aligned.get(spec.values[0])) is not None:
                 start, length = int(spec.values[1]), int(spec.values[2])
-                values = aligned[spec.values[0]][:, start : start + length]
+                values = block[:, start : start + length]
             yield (spec.kind, spec.name), (spec, steps, stats[:, i, :], values, ranks, offsets)
 
 
 def _readonly(array: np.ndarray) -> np.ndarray:
-    view = array.view()
+    view: np.ndarray = array.view()
     view.flags.writeable = False
     return view
 
 
-def _align(steps: np.ndarray, resolved: tuple, column: _Column) -> Optional[np.ndarray]:
+def _align(steps: np.ndarray, resolved: Resolved, column: _Column) -> Optional[np.ndarray]:
     """Values rows for exactly ``steps``, or None if some step has no values block."""
     v_steps, v_index = resolved[0], resolved[1]
     if len(v_steps) == len(steps) and np.array_equal(v_steps, steps):
@@ -269,7 +278,7 @@ def _align(steps: np.ndarray, resolved: tuple, column: _Column) -> Optional[np.n
     return _readonly(column.rows()[rows])
 
 
-def _merge(parts: list[tuple]) -> TensorSeries:
+def _merge(parts: list[Part]) -> TensorSeries:
     """One TensorSeries from a tensor's parts in one or more layouts (last write wins)."""
     spec = max(parts, key=lambda p: p[1][-1] if len(p[1]) else -1)[0]
     if len(parts) == 1:
@@ -279,7 +288,7 @@ def _merge(parts: list[tuple]) -> TensorSeries:
         pick = _last_wins(steps_all, np.concatenate([p[4] for p in parts]), np.concatenate([p[5] for p in parts]))
         steps = steps_all[pick]
         stats = _readonly(np.concatenate([p[2] for p in parts])[pick])
-        vals = [p[3] for p in parts]
-        same = all(v is not None for v in vals) and len({(v.shape[1], v.dtype) for v in vals}) == 1
+        vals = [p[3] for p in parts if p[3] is not None]
+        same = len(vals) == len(parts) and len({(v.shape[1], v.dtype) for v in vals}) == 1
         values = _readonly(np.concatenate(vals)[pick]) if same else None
     return TensorSeries(spec.kind, spec.name, spec.order, spec.dtype, tuple(spec.shape), steps, stats, values)

@@ -7,7 +7,7 @@ ends depend on them, never on how the files were read.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -33,7 +33,7 @@ class TensorSeries:
     name: str
     order: int
     dtype: str
-    shape: tuple
+    shape: tuple[Optional[int], ...]
     steps: np.ndarray
     stats: np.ndarray
     values: Optional[np.ndarray]
@@ -48,9 +48,9 @@ class RunData:
     """A consistent snapshot of one run; later reloads never change it."""
 
     name: str
-    tensors: dict
-    scalars: dict
-    info: dict
+    tensors: dict[tuple[str, str], TensorSeries]  # (kind, name) ->
+    scalars: dict[str, tuple[np.ndarray, np.ndarray]]  # key -> (steps, values)
+    info: dict[str, Any]
     steps: np.ndarray
-    problems: list
+    problems: list[ReadProblem]
     generation: int

@@ -25,7 +25,7 @@ _MASK_DELTA = 0xA282EAD8
 
 def masked_crc32c(data: bytes) -> int:
     """The masked CRC32C TFRecord stores (rotate right by 15, plus a constant)."""
-    crc = google_crc32c.value(data)
+    crc: int = google_crc32c.value(data)
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
@@ -43,12 +43,9 @@ class EventFileWriter:
 
     def __init__(self, run_dir: str, filename_suffix: str = "") -> None:
         os.makedirs(run_dir, exist_ok=True)
-        name = "events.out.tfevents.%010d.%s.%d.%d%s" % (
-            int(time.time()),
-            socket.gethostname(),
-            os.getpid(),
-            id(self) % 100000,
-            filename_suffix,
+        name = (
+            f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}"
+            f".{os.getpid()}.{id(self) % 100000}{filename_suffix}"
         )
         self.path = os.path.join(run_dir, name)
         self._file: Optional[BinaryIO] = open(self.path, "ab")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from tensorboard.compat.proto import summary_pb2
 
@@ -106,15 +106,15 @@ class TensorSpec:
     name: str
     order: int
     dtype: str
-    shape: tuple
-    values: Optional[tuple] = None
+    shape: tuple[Optional[int], ...]
+    values: Optional[tuple[Any, ...]] = None  # (dtype, offset, length), as read from JSON
 
     @property
     def tag(self) -> str:
         """The logical tag ``<kind>/<name>``."""
         return f"{self.kind}/{self.name}"
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
             "name": self.name,
@@ -125,7 +125,7 @@ class TensorSpec:
         }
 
     @classmethod
-    def from_json(cls, obj: dict) -> TensorSpec:
+    def from_json(cls, obj: Mapping[str, Any]) -> TensorSpec:
         values = obj.get("values")
         return cls(
             kind=str(obj["kind"]),
@@ -141,7 +141,7 @@ class TensorSpec:
 class Layout:
     """The static description of what one step's stats/values blocks hold."""
 
-    tensors: tuple  # of TensorSpec, in row order of the stats block
+    tensors: tuple[TensorSpec, ...]  # in row order of the stats block
 
     def to_json_bytes(self) -> bytes:
         body = {"version": FORMAT_VERSION, "tensors": [t.to_json() for t in self.tensors]}

@@ -38,9 +38,10 @@ def build_layout(
     specs = []
     for (kind, name, dtype, shape), position in zip(entries, order):
         shape = tuple(None if d is None else int(d) for d in shape)
+        known = [d for d in shape if d is not None]
         values = None
-        if all(d is not None for d in shape):
-            size = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        if len(known) == len(shape):
+            size = int(np.prod(known, dtype=np.int64)) if known else 1
             if size <= full_values_limit:
                 start = offsets.get(dtype, 0)
                 values = (dtype, start, size)

@@ -41,7 +41,7 @@ def fmt(x: object) -> str:
     if isinstance(x, (int, np.integer)):
         return str(int(x))
     try:
-        v = float(x)  # type: ignore[arg-type]
+        v = float(x)  # type: ignore[arg-type]  # any float()-able object; the rest is caught below
     except (TypeError, ValueError):
         return str(x)
     return f"{v:.4g}" if np.isfinite(v) else str(v).replace("inf", "Inf").replace("nan", "NaN")
@@ -95,10 +95,10 @@ def line_chart(
         return pad_t + ph - (y - y0) / (y1 - y0) * ph
 
     parts.append(f'<rect x="{pad_l}" y="{pad_t}" width="{pw}" height="{ph}" class="plot"/>')
-    for y in (y0, y1):
-        label = fmt(10**y if log else y)
+    for tick in (y0, y1):
+        label = fmt(10**tick if log else tick)
         parts.append(
-            f'<text x="{pad_l - 4}" y="{py(np.float64(y)) + 4:.1f}" class="axis" text-anchor="end">{label}</text>'
+            f'<text x="{pad_l - 4}" y="{py(np.float64(tick)) + 4:.1f}" class="axis" text-anchor="end">{label}</text>'
         )
     for x in (x0, x1):
         parts.append(
@@ -119,7 +119,7 @@ def line_chart(
             pen_down = True
         if path:
             parts.append(f'<path d="{"".join(path)}" class="{s.css}"><title>{html.escape(s.label)}</title></path>')
-    legend_x = pad_l + 8
+    legend_x: float = pad_l + 8
     for s in series:
         parts.append(
             f'<line x1="{legend_x}" x2="{legend_x + 14}" y1="{pad_t + 10}" y2="{pad_t + 10}" class="{s.css}"/>'

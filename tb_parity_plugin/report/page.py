@@ -10,15 +10,19 @@ named ``<script>`` stays text. The standalone page also forbids any fetch by CSP
 from __future__ import annotations
 
 import html
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 import numpy as np
+import numpy.typing as npt
 
 from tb_parity_plugin.engine import matrix as matrix_mod
 from tb_parity_plugin.report.graphics import Series, fmt, line_chart, png_data_uri
 
+if TYPE_CHECKING:  # verdicts imports this module for ParityReport._repr_html_
+    from tb_parity_plugin.engine.verdicts import ParityReport
+
 #: run -> (steps, values), per scalar name ("lr", "loss").
-Scalars = Mapping[str, Mapping[str, tuple]]
+Scalars = Mapping[str, Mapping[str, tuple[npt.ArrayLike, npt.ArrayLike]]]
 
 _CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
@@ -151,7 +155,7 @@ def _charts(summary: Mapping[str, Any], scalars: Optional[Scalars]) -> str:
     charts = []
     for name in ("lr", "loss"):
         runs = scalars.get(name) or {}
-        if base not in runs or cand not in runs:
+        if base is None or cand is None or base not in runs or cand not in runs:
             continue
         (bs, bv), (cs, cv) = (np.asarray(a) for a in runs[base]), (np.asarray(a) for a in runs[cand])
         charts.append(
@@ -182,7 +186,7 @@ def _cell_colours(ratio: np.ndarray, reason: np.ndarray) -> np.ndarray:
     """uint8 RGB per cell from the engine's error ratio and reason code."""
     ratio = np.nan_to_num(np.asarray(ratio, np.float64), nan=0.0, posinf=1e4)
     t = np.clip((np.log10(np.fmax(ratio, 1e-4)) + 4) / 4, 0, 1)[..., None]  # 1e-4..1 -> 0..1
-    rgb = (1 - t) * np.array([215, 237, 216]) + t * np.array([102, 187, 106])
+    rgb: np.ndarray = (1 - t) * np.array([215, 237, 216]) + t * np.array([102, 187, 106])
     u = np.clip(np.log10(np.fmax(ratio, 1.0)) / 4, 0, 1)[..., None]  # 1..1e4 -> 0..1
     value = (1 - u) * np.array([255, 167, 38]) + u * np.array([127, 0, 0])
     rgb = np.where((reason == matrix_mod.VALUE)[..., None], value, rgb)
@@ -353,7 +357,7 @@ def render_document(
     )
 
 
-def _report_parts(report: Any) -> tuple:
+def _report_parts(report: ParityReport) -> tuple[dict[str, Any], Optional[matrix_mod.ParityMatrix], Optional[Scalars]]:
     """(summary, matrix, scalars) of an engine ``ParityReport``; matrix/scalars need its Comparison."""
     summary = report.to_dict()
     comparison = getattr(report, "comparison", None)
@@ -364,17 +368,17 @@ def _report_parts(report: Any) -> tuple:
     return summary, report.matrix(), scalars
 
 
-def report_fragment(report: Any) -> str:
+def report_fragment(report: ParityReport) -> str:
     """``ParityReport._repr_html_``: the report inline in a notebook, no server needed."""
     return render_fragment(*_report_parts(report))
 
 
-def report_document(report: Any) -> str:
+def report_document(report: ParityReport) -> str:
     """The standalone page ``tb-parity report`` writes."""
     return render_document(*_report_parts(report))
 
 
-def write_report(path: str, report: Any) -> None:
+def write_report(path: str, report: ParityReport) -> None:
     """Writes ``report`` as a standalone page (UTF-8)."""
     with open(path, "w", encoding="utf-8") as f:
         f.write(report_document(report))

@@ -10,7 +10,11 @@ import importlib.util
 import os
 import sys
 import threading
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:
+    from tb_parity_plugin.engine import ParityReport
+    from tb_parity_plugin.logdir.reader import LogdirReader
 
 #: Reads smaller than this finish too fast for a bar to help.
 AUTO_THRESHOLD_BYTES = 64 << 20
@@ -41,7 +45,7 @@ def _bar_class() -> Optional[Any]:
     return tqdm
 
 
-def reload_with_progress(reader: Any, *, show: Optional[bool] = None) -> bool:
+def reload_with_progress(reader: LogdirReader, *, show: Optional[bool] = None) -> bool:
     """``reader.reload()`` with a progress bar; ``show=None`` shows one only for big logdirs.
 
     Returns what ``reload()`` returned; re-raises what it raised.
@@ -50,7 +54,7 @@ def reload_with_progress(reader: Any, *, show: Optional[bool] = None) -> bool:
     bar_cls = _bar_class() if (show or (show is None and total >= AUTO_THRESHOLD_BYTES)) else None
     if bar_cls is None:
         return reader.reload()
-    result: dict = {}
+    result: dict[str, Any] = {}
 
     def work() -> None:
         try:
@@ -68,7 +72,8 @@ def reload_with_progress(reader: Any, *, show: Optional[bool] = None) -> bool:
         bar.update(total - bar.n)
     if "error" in result:
         raise result["error"]
-    return result["value"]
+    value: bool = result["value"]
+    return value
 
 
 def compare_with_progress(
@@ -78,7 +83,7 @@ def compare_with_progress(
     *,
     progress: Optional[bool] = None,
     **policy: Any,
-) -> Any:
+) -> ParityReport:
     """``api.compare`` whose logdir read shows progress (``progress=None``: big logdirs only)."""
     from tb_parity_plugin import api
 

@@ -78,9 +78,9 @@ def server(request: pytest.FixtureRequest, demo_logdir: str) -> Iterator[str]:
             try:
                 urllib.request.urlopen(base + "data/plugin/tb_parity/runs", timeout=30).read()
                 break
-            except Exception:
+            except Exception as exc:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"tensorboard did not start ({request.param}); see {log.name}")
+                    raise RuntimeError(f"tensorboard did not start ({request.param}); see {log.name}") from exc
                 time.sleep(0.5)
         yield base
     finally:
