@@ -22,8 +22,14 @@ setup(
         "tf": ["tensorflow-cpu==2.21.*", "tf-keras==2.21.*"],
         # %tb_parity / notebook.show() and progress bars; ipywidgets turns the bar into a widget.
         "notebook": ["ipython>=8", "tqdm>=4.66"],
+        # Remote logdirs (s3://, gs://, any fsspec URL): fsspec plus the protocol's client library.
+        "remote": ["fsspec>=2024.2"],
+        "s3": ["fsspec>=2024.2", "s3fs>=2024.2"],
+        "gcs": ["fsspec>=2024.2", "gcsfs>=2024.2"],
         # `make lint`: ruff's rules change between minor versions, so stay on one (exact pins in requirements.txt).
         "dev": ["ruff>=0.17,<0.18", "mypy>=2.4,<3"],
+        # The remote-logdir tests run a real S3-compatible server on loopback (moto's server mode).
+        "test-remote": ["s3fs>=2024.2", "moto[s3]>=5", "flask>=3", "flask-cors>=4"],
     },
     entry_points={
         "tensorboard_plugins": ["tb_parity = tb_parity_plugin.dashboard.loader:ParityLoader"],

@@ -6,6 +6,9 @@ TensorFlow its CRC path is pure Python (about 6 MB/s here). So :mod:`event_scan`
 frames TFRecords (``struct`` on big chunks, ``google_crc32c`` on zero-copy views),
 :mod:`decode` turns records into items and :mod:`run_state` files them per run.
 
+Files come from a :mod:`storage`: a local directory (kept-open handles) or any fsspec URL
+(``s3://``, ``gs://``, ...: one listing per reload, ranged reads of the new bytes only).
+
 Contract (docs/ARCHITECTURE.md): runs are the directories under the logdir holding
 ``*tfevents*`` files, files read in name order; one kept-open handle per file resumes
 at its last good offset; a truncated tail is retried on the next :meth:`reload`; a
@@ -16,13 +19,12 @@ order, then record order); nothing outside the logdir is read.
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from tb_parity_plugin.logdir import decode, event_scan
+from tb_parity_plugin.logdir import decode, event_scan, storage
 from tb_parity_plugin.logdir.run_state import FileState, RunState
 from tb_parity_plugin.logdir.rundata import ReadProblem, RunData, TensorSeries
 
@@ -30,6 +32,8 @@ __all__ = ["CHUNK_SIZE", "LogdirReader", "ReadProblem", "RunData", "TensorSeries
 
 #: Bytes read per chunk; a record larger than this is read whole.
 CHUNK_SIZE = 16 << 20
+#: Bytes kept from before a file's read offset to tell a rewritten-longer file from a replaced one.
+TAIL = 64
 
 
 class LogdirReader:
@@ -43,10 +47,8 @@ class LogdirReader:
     """
 
     def __init__(self, logdir: str) -> None:
-        if not os.path.isdir(logdir):
-            raise FileNotFoundError(f"logdir {logdir!r} does not exist or is not a directory")
         self.logdir = logdir
-        self._root = os.path.realpath(logdir)
+        self._storage = storage.open_storage(logdir)
         self._runs: dict[str, RunState] = {}
         self._routes: dict[str, decode.TagRoutes] = {}  # per run: which tags are ours
         self._lock = threading.RLock()
@@ -59,10 +61,10 @@ class LogdirReader:
     def reload(self) -> bool:
         """Read whatever was appended since the last call; True if anything new was read."""
         with self._reload_lock:
-            if not os.path.isdir(self._root):
+            if not self._storage.is_dir():
                 raise FileNotFoundError(f"logdir {self.logdir!r} does not exist or is not a directory")
             changed = False
-            for name, paths in self._discover().items():
+            for name, paths in self._storage.discover().items():
                 with self._lock:
                     state = self._runs.get(name)
                     if state is None:
@@ -71,7 +73,7 @@ class LogdirReader:
                         changed = True
                     new = [p for p in paths if p not in state.files]
                     for path in new:
-                        state.add_file(path, os.path.relpath(path, self._root).replace(os.sep, "/"))
+                        state.add_file(path, self._storage.rel(path))
                 for path in paths:
                     changed |= self._read_file(state, state.files[path])
             self._loaded = True
@@ -95,16 +97,14 @@ class LogdirReader:
     def problems(self) -> list[ReadProblem]:
         self._ensure_loaded()
         with self._lock:
-            return [p for name in sorted(self._runs) for p in self._runs[name].problems]
+            return [p for name in sorted(self._runs) for p in self._runs[name].all_problems()]
 
     def close(self) -> None:
         """Close the kept-open event files."""
         with self._reload_lock:
             for state in self._runs.values():
-                for fs in state.files.values():
-                    if fs.handle is not None:
-                        fs.handle.close()
-                        fs.handle = None
+                for path in state.files:
+                    self._storage.forget(path)
 
     def __enter__(self) -> LogdirReader:
         return self
@@ -116,53 +116,38 @@ class LogdirReader:
         if not self._loaded:
             self.reload()
 
-    def _inside(self, path: str) -> bool:
-        real = os.path.realpath(path)
-        return real == self._root or real.startswith(self._root + os.sep)
-
-    def _discover(self) -> dict[str, list[str]]:
-        """Run name -> its event files in name order; symlinks leaving the logdir are skipped."""
-        runs: dict[str, list[str]] = {}
-        seen: set[str] = set()
-        for dirpath, dirnames, filenames in os.walk(self._root, followlinks=True):
-            real = os.path.realpath(dirpath)
-            if real in seen or not self._inside(dirpath):
-                dirnames[:] = []
-                continue
-            seen.add(real)
-            dirnames.sort()
-            files = sorted(
-                os.path.join(dirpath, f)
-                for f in filenames
-                if "tfevents" in f
-                and self._inside(os.path.join(dirpath, f))
-                and os.path.isfile(os.path.join(dirpath, f))
-            )
-            if files:
-                runs[os.path.relpath(dirpath, self._root).replace(os.sep, "/")] = files
-        return runs
-
     def _read_file(self, state: RunState, fs: FileState) -> bool:
         """Read ``fs`` from its last good offset to the end; True if it yielded anything."""
         if fs.stopped:
             return False
         try:
-            if fs.handle is None:
-                fs.handle = open(fs.path, "rb")
-            size = os.fstat(fs.handle.fileno()).st_size
+            return self._read_new_bytes(state, fs)
+        except storage.StorageError as exc:  # remote: the next reload retries from the same offset
+            with self._lock:
+                return state.set_transient(fs, ReadProblem(fs.rel, fs.offset, f"{exc} (retried on the next reload)"))
         except OSError as exc:
             with self._lock:
                 state.ingest(fs, [], [ReadProblem(fs.rel, fs.offset, f"cannot read: {exc}")])
             fs.stopped = True
             return True
-        changed, want = False, CHUNK_SIZE
+
+    def _read_new_bytes(self, state: RunState, fs: FileState) -> bool:
+        size, identity = self._storage.info(fs.path)
+        with self._lock:
+            changed = state.set_transient(fs, None)
+        if fs.offset and identity != fs.identity and not self._same_prefix(fs, size):
+            with self._lock:
+                state.ingest(fs, [], [ReadProblem(fs.rel, 0, "replaced under the same name; restart to read it anew")])
+            fs.stopped = True
+            return True
+        fs.identity = identity
+        want = CHUNK_SIZE
         routes = self._routes.setdefault(state.name, decode.TagRoutes())
         while fs.offset < size:
             if len(self._buffer) < want:
                 self._buffer = event_scan.new_buffer(want)
             buf = self._buffer  # reused: fresh memory per chunk would cost page faults
-            fs.handle.seek(fs.offset)
-            end = fs.handle.readinto(memoryview(buf)[:want])
+            end = self._storage.read_into(fs.path, fs.offset, memoryview(buf)[:want])
             framed = event_scan.frame(buf, end, decode.MARK)
             used, error = framed.used, framed.error
             try:
@@ -183,7 +168,17 @@ class LogdirReader:
             changed |= bool(items or problems)
             fs.offset += used
             self.bytes_read += used
+            if used:
+                fs.tail = bytes(buf[max(0, used - TAIL) : used])
             if error is not None or end < want:
                 break  # end of file (a partial record stays for the next reload)
             want = max(CHUNK_SIZE, framed.need)
         return changed
+
+    def _same_prefix(self, fs: FileState, size: int) -> bool:
+        """Whether a file with a new identity still holds the bytes read before its end."""
+        if size < fs.offset:
+            return False
+        start = fs.offset - len(fs.tail)
+        out = bytearray(len(fs.tail))
+        return self._storage.read_into(fs.path, start, memoryview(out)) == len(out) and bytes(out) == fs.tail

@@ -7,8 +7,7 @@ duplicate (tag, step) records resolve as last write wins (file order, then recor
 from __future__ import annotations
 
 import dataclasses
-import io
-from typing import Any, Iterator, NamedTuple, Optional, Union
+from typing import Any, Hashable, Iterator, NamedTuple, Optional, Union
 
 import numpy as np
 
@@ -99,8 +98,12 @@ class FileState:
     rel: str  # relative to the logdir, "/"-separated
     file_id: int
     offset: int = 0
-    handle: Optional[io.BufferedReader] = None
     stopped: bool = False
+    #: The storage's identity of the file when last read, and the bytes just before ``offset``:
+    #: a new identity with the same bytes there is the same file rewritten longer (an object
+    #: store's append), anything else a replacement.
+    identity: Hashable = None
+    tail: bytes = b""
 
 
 class Item(NamedTuple):
@@ -128,6 +131,8 @@ class RunState:
         self.scalars: dict[str, _Column] = {}
         self.info: dict[str, Any] = {}
         self.problems: list[ReadProblem] = []
+        #: rel path -> the failure of its last read, for failures that may pass (a network error)
+        self.transient: dict[str, ReadProblem] = {}
         self.generation = 0
         self._rank_of = np.zeros(0, dtype=np.int64)
         self._hint: tuple[int, int] = (0, 0)
@@ -152,6 +157,24 @@ class RunState:
         self.problems.extend(problems)
         if items or problems:
             self.generation += 1
+
+    def set_transient(self, fs: FileState, problem: Optional[ReadProblem]) -> bool:
+        """Record (or with None clear) a passing failure of ``fs``; True if that changed anything.
+
+        Kept apart from :attr:`problems`, which only grow: a remote read that failed is retried
+        from the same offset, and once it succeeds its problem is gone.
+        """
+        if self.transient.get(fs.rel) == problem:
+            return False
+        if problem is None:
+            del self.transient[fs.rel]
+        else:
+            self.transient[fs.rel] = problem
+        self.generation += 1
+        return True
+
+    def all_problems(self) -> list[ReadProblem]:
+        return self.problems + list(self.transient.values())
 
     def _file(self, fs: FileState, item: Item) -> None:
         if item.what == "info":
@@ -223,7 +246,7 @@ class RunState:
             scalars=scalars,
             info=dict(self.info),
             steps=np.unique(np.concatenate(all_steps)) if all_steps else np.zeros(0, dtype=np.int64),
-            problems=list(self.problems),
+            problems=self.all_problems(),
             generation=self.generation,
         )
         return self._snapshot

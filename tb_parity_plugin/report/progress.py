@@ -7,10 +7,11 @@ worker thread and move a bar to that count against the event files' total size.
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 import threading
 from typing import TYPE_CHECKING, Any, Optional
+
+from tb_parity_plugin.logdir import storage
 
 if TYPE_CHECKING:
     from tb_parity_plugin.engine import ParityReport
@@ -22,15 +23,18 @@ AUTO_THRESHOLD_BYTES = 64 << 20
 
 def event_bytes(logdir: str) -> int:
     """Total size of the event files under ``logdir`` (what a cold read has to get through)."""
-    total = 0
-    for dirpath, _, filenames in os.walk(logdir):
-        for name in filenames:
-            if "tfevents" in name:
+    try:
+        store = storage.open_storage(logdir)
+        total = 0
+        for paths in store.discover().values():
+            for path in paths:
                 try:
-                    total += os.path.getsize(os.path.join(dirpath, name))
+                    total += store.info(path).size
                 except OSError:
                     pass
-    return total
+        return total
+    except OSError:  # the reader reports it; the bar is only a convenience
+        return 0
 
 
 def _bar_class() -> Optional[Any]:
