@@ -116,3 +116,28 @@ def test_weights_without_ordering_warn(tmp_path) -> None:
             _ = rec.fetches  # the property read is what warns
         assert any("may be read after the update" in str(w.message) for w in caught)
         rec.close()
+
+
+def test_a_url_run_directory_is_written_through_tensorflows_file_systems(tmp_path) -> None:
+    """``ram://`` stands in for ``gs://`` (TensorFlow's GCS file system needs a bucket): same records as on disk."""
+    runs = {"local": str(tmp_path / "tf1"), "url": "ram://tbp-shim-url/tf1"}
+    for run in runs.values():
+        with tf.Graph().as_default():
+            rec = summary_v1.Recorder(run)
+            train_op, _, _ = _graph(rec, True)
+            with tf.compat.v1.Session() as sess:
+                sess.run(tf.compat.v1.global_variables_initializer())
+                for _ in range(3):
+                    _, parity = sess.run([train_op, rec.fetches])
+                    rec.write(parity)
+            rec.close()
+    (remote,) = tf.io.gfile.glob(runs["url"] + "/*tfevents*")
+    copy = tmp_path / "copy" / "tf1"
+    copy.mkdir(parents=True)
+    (copy / remote.rpartition("/")[2]).write_bytes(tf.io.gfile.GFile(remote, "rb").read())
+    local, url = tensors_by_step(runs["local"]), tensors_by_step(str(copy))
+    assert sorted(url) == sorted(local) == [0, 1, 2]
+    for step in local:
+        assert local[step].keys() == url[step].keys()
+        for key in local[step]:
+            np.testing.assert_array_equal(local[step][key][2], url[step][key][2])

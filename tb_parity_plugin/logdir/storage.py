@@ -20,6 +20,8 @@ from __future__ import annotations
 import os
 from typing import IO, Any, Hashable, NamedTuple, Protocol
 
+from tb_parity_plugin.records.urls import is_url
+
 #: Event files are recognised by this substring of their name, as TensorBoard does.
 EVENT_MARK = "tfevents"
 
@@ -57,12 +59,6 @@ class Storage(Protocol):
     def forget(self, path: str) -> None:
         """Release what is kept for ``path`` (a handle); the next read reopens it."""
         ...
-
-
-def is_url(logdir: str) -> bool:
-    """True for ``scheme://...`` other than ``file://`` (which is read as a local path)."""
-    scheme, sep, _ = logdir.partition("://")
-    return bool(sep) and scheme.isidentifier() and scheme.lower() != "file"
 
 
 def open_storage(logdir: str) -> Storage:

@@ -16,6 +16,8 @@ from typing import BinaryIO, Optional
 import google_crc32c
 from tensorboard.compat.proto import event_pb2, summary_pb2
 
+from tb_parity_plugin.records import urls
+
 _U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
 HEADER_SIZE = 12
@@ -38,17 +40,28 @@ def frame_record(data: bytes) -> bytes:
 class EventFileWriter:
     """Appends events to one ``events.out.tfevents.*`` file in a run directory.
 
-    Pure Python so the TF1 shim can pack every value of a step into one event.
+    Pure Python so the TF1 shim can pack every value of a step into one event. A URL
+    run directory (``gs://``, ``s3://`` with tensorflow-io, ...) is written through TensorFlow's
+    file systems, as TensorFlow's own summary writers do: there the file's content is uploaded
+    again on each :meth:`flush`, which the reader takes as the same file grown longer.
     """
 
     def __init__(self, run_dir: str, filename_suffix: str = "") -> None:
-        os.makedirs(run_dir, exist_ok=True)
         name = (
             f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}"
             f".{os.getpid()}.{id(self) % 100000}{filename_suffix}"
         )
-        self.path = os.path.join(run_dir, name)
-        self._file: Optional[BinaryIO] = open(self.path, "ab")
+        self._file: Optional[BinaryIO]
+        if urls.is_url(run_dir):
+            import tensorflow as tf  # only the TF1 shim writes, and it runs with TensorFlow
+
+            tf.io.gfile.makedirs(run_dir)
+            self.path = run_dir.rstrip("/") + "/" + name
+            self._file = tf.io.gfile.GFile(self.path, "wb")
+        else:
+            os.makedirs(run_dir, exist_ok=True)
+            self.path = os.path.join(run_dir, name)
+            self._file = open(self.path, "ab")
         self.write_event(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
         self.flush()
 
