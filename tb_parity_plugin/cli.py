@@ -13,7 +13,7 @@ import sys
 from typing import Any, NoReturn, Optional, Sequence, TextIO
 
 from tb_parity_plugin import api
-from tb_parity_plugin.engine import ParityReport
+from tb_parity_plugin.engine import ParityReport, replicas
 
 EXIT_AGREE, EXIT_DIVERGE, EXIT_ERROR = 0, 1, 2
 
@@ -158,6 +158,7 @@ def structure_lines(report: ParityReport) -> list[str]:
     for run, entries in st.get("created_twice", {}).items():
         for e in entries:
             lines.append(f"created twice in {run!r}? {e['tag']} repeats {e['like']}")
+    lines += [f"replicas: {line}" for line in replicas.describe(report.replicas)]
     return lines
 
 

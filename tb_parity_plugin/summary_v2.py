@@ -21,6 +21,17 @@ only runs the statistics ops and ``tf.summary.write`` of one ``[n, 14]`` float64
 block (plus the full values of tensors under ``full_values_limit``). Nothing depends
 on Python values of the step, so the function is traced once.
 
+Under a distribution strategy (``MirroredStrategy``, ``MultiWorkerMirroredStrategy``), record
+in the cross-replica context (inside ``with rec.step(...)``, around ``strategy.run``) the
+per-replica values ``strategy.run`` returns, and the mirrored variables. Each replica's value
+is kept as ``<name>@replica<k>``, and ``<name>`` holds what one device would have computed on
+the global batch, so the run compares to a one-device TF1 baseline: gradients are summed (as
+the optimizers' all-reduce does), activations concatenated along the batch (the order in which
+``experimental_distribute_dataset`` splits a global batch), a variable is its single copy (each
+replica's copy is kept too, so the engine can name a replica whose copy disagrees), and losses
+and metrics combine as ``reduction=`` says (``"sum"`` for ``tf.nn.compute_average_loss`` over
+the global batch, ``"mean"`` for a per-replica mean): there is no safe default for them.
+
 Weights before the update: ``weight``/``grads_and_vars``/``apply_gradients`` read the
 variable where they are called; inside ``tf.function`` automatic control dependencies
 run that read before the later ``apply_gradients`` (and resource variables copy on
@@ -40,6 +51,25 @@ from tensorboard.plugins.scalar import metadata as scalar_metadata
 from tb_parity_plugin.records import metadata
 from tb_parity_plugin.shim.recorder import DEFAULT_FULL_VALUES_LIMIT, BaseRecorder, Entry, build_blocks
 
+#: How each kind's per-replica values combine into the one-device value; kinds missing here
+#: (loss, metric) must say it with ``reduction=``.
+REPLICA_REDUCTIONS = {"grad": "sum", "activation": "concat", "output": "concat"}
+
+
+def combine_replicas(parts: list[tf.Tensor], reduction: Optional[str], what: str) -> tf.Tensor:
+    """The one-device value of per-replica ``parts`` under ``reduction`` (sum, mean, concat)."""
+    if reduction == "sum":
+        return tf.add_n(parts)
+    if reduction == "mean":
+        return tf.add_n(parts) / tf.cast(len(parts), parts[0].dtype)
+    if reduction == "concat":
+        return tf.concat(parts, axis=0)
+    raise ValueError(
+        f"{what} is per-replica: say how the replicas combine into the one-device value, "
+        f"reduction='sum' (a loss scaled by the global batch, tf.nn.compute_average_loss) or 'mean' "
+        f"(a per-replica mean) or 'concat'; got {reduction!r}"
+    )
+
 
 class Recorder(BaseRecorder):
     """Collects one training step's tensors and writes them as ``tf.summary`` events.
@@ -57,6 +87,7 @@ class Recorder(BaseRecorder):
             self._writer = tf.summary.create_file_writer(logdir)
         self._step: Optional[tf.Tensor] = None
         self._written_once: set[str] = set()
+        self._replicas = 1  # the most per-replica copies seen in a step (run_info's "replicas")
 
     # -- BaseRecorder hooks -------------------------------------------------------
     def _check_open(self) -> None:
@@ -65,6 +96,37 @@ class Recorder(BaseRecorder):
 
     def _snapshot(self, var: Any) -> tf.Tensor:
         return tf.identity(var.read_value())
+
+    # -- distribution strategies ---------------------------------------------------
+    def tensor(self, kind: str, name: str, value: Any, reduction: Optional[str] = None) -> tf.Tensor:
+        """Record ``value``; a per-replica value (or mirrored variable) also keeps each replica's copy."""
+        if not isinstance(value, tf.distribute.DistributedValues):
+            if reduction is not None:
+                raise ValueError(f"{kind}/{name!r}: reduction= applies to per-replica values only")
+            return super().tensor(kind, name, value)
+        if tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context():  # inside strategy.run
+            raise RuntimeError(
+                f"record the per-replica {kind}/{name!r} outside strategy.run, in the cross-replica context"
+            )
+        components = value.values  # one per replica, in replica order (as experimental_local_results)
+        if isinstance(value, tf.Variable):
+            parts = [tf.identity(v.read_value()) for v in components]
+            single = tf.identity(value.read_value())
+        else:
+            parts = [tf.convert_to_tensor(v) for v in components]
+            single = combine_replicas(parts, reduction or REPLICA_REDUCTIONS.get(kind), f"{kind}/{name!r}")
+        self._replicas = max(self._replicas, len(parts))
+        logged = super().tensor(kind, name, single)
+        for k, part in enumerate(parts):
+            super().tensor(kind, metadata.replica_name(name, k), part)
+        return logged
+
+    def loss(self, value: Any, name: str = "loss", reduction: Optional[str] = None) -> tf.Tensor:
+        """The step's loss; a per-replica loss needs ``reduction="sum"`` or ``"mean"`` (see the module doc)."""
+        return self.tensor("loss", name, value, reduction)
+
+    def metric(self, name: str, value: Any, reduction: Optional[str] = None) -> tf.Tensor:
+        return self.tensor("metric", name, value, reduction)
 
     # -- steps --------------------------------------------------------------------
     @contextlib.contextmanager
@@ -112,7 +174,13 @@ class Recorder(BaseRecorder):
 
     def _write(self, step: tf.Tensor, entries: list[Entry]) -> None:
         mode = "function" if tf.inside_function() else "eager"
-        info = {"version": metadata.FORMAT_VERSION, "side": "tf2", "mode": mode, "tensorflow": tf.__version__}
+        info = {
+            "version": metadata.FORMAT_VERSION,
+            "side": "tf2",
+            "mode": mode,
+            "tensorflow": tf.__version__,
+            "replicas": self._replicas,
+        }
         self._write_once("run_info", metadata.RUN_INFO_TAG, json.dumps(info, sort_keys=True).encode(), "run_info", "")
         blocks = build_blocks(entries, self.full_values_limit)
         h = blocks.layout.hash

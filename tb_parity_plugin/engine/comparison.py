@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from tb_parity_plugin.engine import align, structure
+from tb_parity_plugin.engine import align, replicas, structure
 from tb_parity_plugin.engine.matrix import REASONS, ParityMatrix
 from tb_parity_plugin.engine.nonfinite import FirstNonfinite
 from tb_parity_plugin.engine.pair import Pair, same_memory, step_rows, take_rows
@@ -57,6 +57,7 @@ class Comparison:
         self._alignment: Optional[align.Alignment] = None
         self._keys: Optional[tuple[tuple[str, ...], tuple[str, ...]]] = None  # sorted tensor keys of both runs
         self._nonfinite_scans: dict[str, FirstNonfinite] = {}
+        self._replicas: dict[str, replicas.Replicas] = {}
         self.steps = np.zeros(0, dtype=np.int64)
         self.base = base
         self.cand = cand
@@ -69,6 +70,8 @@ class Comparison:
         A pair's cached verdicts survive when the compared steps only grew at the end
         and both series still hold the same rows (same steps, same statistics) there.
         """
+        (base, reps_b), (cand, reps_c) = replicas.split(base), replicas.split(cand)
+        self._replicas = {base.name: reps_b, cand.name: reps_c}
         keys = (tuple(sorted(base.tensors)), tuple(sorted(cand.tensors)))
         if keys != self._keys:
             self._alignment = align.align(list(base.tensors.values()), list(cand.tensors.values()), self.mapping)
@@ -193,6 +196,16 @@ class Comparison:
         """
         k = self._scan_first()
         at_step = [] if k is None else [self._divergence(p, k) for p in self._pairs if p.first_bad == k]
+        out_of_sync = {
+            run.name: [Divergence(**d) for d in replicas.disagreements(run, self._replicas[run.name], self.policy)]
+            for run in (self.base, self.cand)
+        }
+        found = sorted((d for ds in out_of_sync.values() for d in ds), key=lambda d: (d.step, d.order))
+        if found and (not at_step or found[0].step <= at_step[0].step):  # a replica out of sync first
+            at_step = sorted(
+                [d for d in at_step if d.step == found[0].step] + [d for d in found if d.step == found[0].step],
+                key=lambda d: d.order,
+            )
         struct = self.structure()
         first_step = int(self.steps[0]) if len(self.steps) else 0
         orders = {**{(s.kind, s.name): s.order for s in self.base.tensors.values()}}
@@ -237,6 +250,11 @@ class Comparison:
             evidence={
                 "values": sum(1 for p in self._pairs if p.use_values),
                 "statistics": sum(1 for p in self._pairs if not p.use_values),
+            },
+            replicas={
+                name: {**reps.to_dict(), "disagreements": [d.to_dict() for d in out_of_sync[name]]}
+                for name, reps in self._replicas.items()
+                if reps.count > 1 or reps.copies
             },
             comparison=self,
         )

@@ -78,6 +78,9 @@ class ParityReport:
     #: Pairs compared by full values and by statistics only: an agreement resting on
     #: statistics is weaker evidence ("agree within statistics") than an element-wise one.
     evidence: dict[str, int] = dataclasses.field(default_factory=lambda: {"values": 0, "statistics": 0})
+    #: Runs recorded under a distribution strategy: run -> {count, tensors (with per-replica
+    #: copies), disagreements (variables whose replica copies are out of sync)}.
+    replicas: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     comparison: Optional[Comparison] = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
@@ -123,6 +126,7 @@ class ParityReport:
             "divergences_at_first_step": [d.to_dict() for d in self.divergences_at_first_step],
             "first_step_divergence": self.first_step_divergence.to_dict() if self.first_step_divergence else None,
             "structure": self.structure,
+            "replicas": self.replicas,
             "first_nonfinite": self.first_nonfinite,
             "unmatched": self.unmatched,
             "mapping": self.mapping,

@@ -83,6 +83,24 @@ KIND_PHASE = {
 DEFAULT_PHASE = 6  # kinds not listed above sort last
 
 
+#: A per-replica copy of a tensor is recorded as ``<name>@replica<k>`` beside ``<name>``, which
+#: holds what one device would have computed on the global batch (the reduction, or a
+#: variable's single copy). One convention for the TF2 shim (writing) and the engine (splitting).
+REPLICA_MARK = "@replica"
+
+
+def replica_name(name: str, replica: int) -> str:
+    return f"{name}{REPLICA_MARK}{replica}"
+
+
+def split_replica(name: str) -> tuple[str, Optional[int]]:
+    """``("dense/kernel:0", 1)`` for ``dense/kernel:0@replica1``; ``(name, None)`` for other names."""
+    base, mark, k = name.rpartition(REPLICA_MARK)
+    if mark and k.isdigit():
+        return base, int(k)
+    return name, None
+
+
 def kind_phase(kind: str) -> int:
     """Phase of ``kind`` in a step (lower runs earlier)."""
     return KIND_PHASE.get(kind, DEFAULT_PHASE)

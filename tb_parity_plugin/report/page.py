@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tb_parity_plugin.engine import matrix as matrix_mod
+from tb_parity_plugin.engine import replicas
 from tb_parity_plugin.report.graphics import Series, fmt, line_chart, png_data_uri
 
 if TYPE_CHECKING:  # verdicts imports this module for ParityReport._repr_html_
@@ -272,6 +273,10 @@ def _structure(summary: Mapping[str, Any]) -> str:
             parts.append(
                 f"<p>Created twice in <code>{_e(run)}</code>? <code>{_e(e['tag'])}</code> repeats <code>{_e(e['like'])}</code></p>"
             )
+    parts += [
+        f'<p data-testid="replicas">Replicas: {_e(line)}</p>'
+        for line in replicas.describe(summary.get("replicas") or {})
+    ]
     return "<h3>Structure</h3>" + "".join(parts)
 
 

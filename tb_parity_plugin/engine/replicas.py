@@ -1,0 +1,121 @@
+"""Multi-replica runs: set each replica's copies apart, and name a replica that disagrees.
+
+A run recorded under a distribution strategy holds, beside each tensor ``<name>`` (what one
+device would have computed on the global batch: the all-reduced gradient, the concatenated
+activations, the variable's single copy), each replica's own copy ``<name>@replica<k>``
+(records/metadata.REPLICA_MARK). The comparison with a one-device baseline uses the former
+only (:func:`split`); the copies of a *variable* must all equal its single copy, and one that
+does not (an unsynchronised batch-norm statistic) is a finding of its own (:func:`disagreements`).
+Per-replica losses, gradients and activations differ legitimately (each replica saw other
+data) and are kept for display only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import numpy as np
+
+from tb_parity_plugin.engine import stat_bounds
+from tb_parity_plugin.engine.structure import VARIABLE_KINDS
+from tb_parity_plugin.engine.tolerance import TolerancePolicy
+from tb_parity_plugin.records import metadata
+
+Key = tuple[str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Replicas:
+    """A run's per-replica copies: ``(kind, name) -> [series of replica 0, 1, ...]``."""
+
+    count: int
+    copies: dict[Key, list[Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"count": self.count, "tensors": sorted(f"{k}/{n}" for k, n in self.copies)}
+
+
+def split(run: Any) -> tuple[Any, Replicas]:
+    """``run`` without its per-replica copies (a new RunData), and the copies."""
+    copies: dict[Key, list[tuple[int, Any]]] = {}
+    kept = {}
+    for key, series in run.tensors.items():
+        base, replica = metadata.split_replica(series.name)
+        if replica is None:
+            kept[key] = series
+        else:
+            copies.setdefault((series.kind, base), []).append((replica, series))
+    count = int(run.info.get("replicas", 1) or 1)
+    ordered = {key: [s for _, s in sorted(found, key=lambda r: r[0])] for key, found in copies.items()}
+    if not ordered:
+        return run, Replicas(count, {})
+    return dataclasses.replace(run, tensors=kept), Replicas(max(count, *(len(v) for v in ordered.values())), ordered)
+
+
+def disagreements(run: Any, replicas: Replicas, policy: TolerancePolicy) -> list[dict[str, Any]]:
+    """Variables whose replica copy differs from the single copy, first step of each (Divergence kwargs).
+
+    Held to the tensor's own tolerance (values element-wise when both are kept, else what the
+    statistics prove: engine/stat_bounds), so a finding is a difference the policy would flag.
+    """
+    found = []
+    for (kind, name), series in replicas.copies.items():
+        single = run.tensors.get((kind, name))
+        if kind not in VARIABLE_KINDS or single is None:
+            continue
+        tol = policy.for_tag(f"{kind}/{name}")
+        for k, copy in enumerate(series):
+            hit = _first_difference(single, copy, tol.atol, tol.rtol)
+            if hit is not None:
+                step, worst = hit
+                found.append(
+                    {
+                        "step": step,
+                        "tensor": name,
+                        "kind": kind,
+                        "candidate_tensor": copy.name,
+                        "order": int(single.order),
+                        "reason": "replica",
+                        "evidence": "replicas",
+                        "error_ratio": worst,
+                        "note": f"{run.name}: replica {k}'s copy of {kind}/{name} differs from the variable's "
+                        f"single copy (error ratio {worst:.3g}): the replicas are not in sync",
+                    }
+                )
+                break  # one finding per variable: its first replica out of sync
+    return sorted(found, key=lambda d: (d["step"], d["order"]))
+
+
+def _first_difference(single: Any, copy: Any, atol: float, rtol: float) -> Optional[tuple[int, float]]:
+    """(first step, error ratio) where ``copy`` breaks the tolerance against ``single``, or None."""
+    steps, ia, ib = np.intersect1d(single.steps, copy.steps, return_indices=True)
+    if not len(steps):
+        return None
+    if single.values is not None and copy.values is not None and single.values.shape[1:] == copy.values.shape[1:]:
+        a = single.values[ia].reshape(len(steps), -1).astype(np.float64)
+        b = copy.values[ib].reshape(len(steps), -1).astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            ratio = np.abs(b - a) / (atol + rtol * np.abs(a))
+        ratio = np.where(np.isnan(a) & np.isnan(b), 0.0, np.nan_to_num(ratio, nan=np.inf))
+        per_step = ratio.max(axis=1) if ratio.shape[1] else np.zeros(len(steps))
+    else:
+        per_step = stat_bounds.ratios(single.stats[ia], copy.stats[ib], atol, np.full(len(steps), rtol)).max(axis=1)
+    bad = np.flatnonzero(per_step > 1)
+    if not len(bad):
+        return None
+    return int(steps[bad[0]]), float(per_step[bad[0]])
+
+
+def describe(report_replicas: dict[str, dict[str, Any]]) -> list[str]:
+    """The report's ``replicas`` in plain lines, worded once for the CLI, the HTML report and notebooks."""
+    lines = []
+    for run, r in report_replicas.items():
+        bad = r.get("disagreements") or []
+        text = f"{run!r} ran {r['count']} replicas; {len(r.get('tensors') or [])} tensors keep per-replica copies"
+        if bad:
+            text += "; out of sync: " + ", ".join(f"{d['kind']}/{d['tensor']} from step {d['step']}" for d in bad)
+        else:
+            text += "; every variable's copies agree"
+        lines.append(text)
+    return lines

@@ -1,0 +1,152 @@
+"""Write a one-device TF1 baseline and TF2 ports under MirroredStrategy on two logical CPUs.
+
+Run as a script (``python tests/replica_runs.py LOGDIR VARIANT``): the logical devices must be
+configured before TensorFlow touches a device, so each run gets a fresh process.
+
+The model is a softmax regression trained with SGD on a global batch of 8, written the way the
+TF guides write it. Variants of the TF2 port:
+- ``faithful``: ``tf.nn.compute_average_loss`` over the global batch (grads summed by the
+  optimizer's all-reduce equal the one-device gradient);
+- ``local_mean``: the classic porting bug, a per-replica ``reduce_mean`` (the all-reduced
+  gradient is twice the one-device one; the loss, combined as a mean, still agrees);
+- ``unsynced``: a non-trainable running mean of the logits (recorded by both sides, like a
+  batch-norm moving mean) is updated by each replica on its own (``ON_READ`` sync) instead of
+  all-reduced (``ON_WRITE``): its single copy (the replicas' mean) still equals the one-device
+  value, but the replicas' copies differ, the unsynchronised batch-norm statistic.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+STEPS, BATCH, FEATURES, CLASSES, LR = 4, 8, 4, 3, 0.1
+
+
+def data() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((STEPS * BATCH, FEATURES)).astype(np.float32)
+    y = rng.integers(0, CLASSES, STEPS * BATCH).astype(np.int64)
+    w0 = rng.standard_normal((FEATURES, CLASSES)).astype(np.float32)
+    return x, y, w0
+
+
+def numpy_reference() -> dict[str, list[np.ndarray]]:
+    """One device, in float64: the weights before each step, the gradients and losses."""
+    x, y, w0 = data()
+    w, b = w0.astype(np.float64), np.zeros(CLASSES)
+    out: dict[str, list[np.ndarray]] = {"kernel": [], "bias": [], "grad_kernel": [], "loss": []}
+    for step in range(STEPS):
+        xb, yb = x[step * BATCH : (step + 1) * BATCH].astype(np.float64), y[step * BATCH : (step + 1) * BATCH]
+        logits = xb @ w + b
+        p = np.exp(logits - logits.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        out["loss"].append(np.array(-np.log(p[np.arange(BATCH), yb]).mean()))
+        d = p.copy()
+        d[np.arange(BATCH), yb] -= 1
+        d /= BATCH
+        gw, gb = xb.T @ d, d.sum(0)
+        out["kernel"].append(w.copy())
+        out["bias"].append(b.copy())
+        out["grad_kernel"].append(gw)
+        w, b = w - LR * gw, b - LR * gb
+    return out
+
+
+def tf1(logdir: str) -> None:
+    import tensorflow as tf
+
+    from tb_parity_plugin import summary_v1
+
+    x, y, w0 = data()
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(logdir)
+        xs = tf.compat.v1.placeholder(tf.float32, [BATCH, FEATURES])
+        ys = tf.compat.v1.placeholder(tf.int64, [BATCH])
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        with tf.compat.v1.variable_scope("dense"):
+            w = tf.compat.v1.get_variable("kernel", initializer=w0)
+            b = tf.compat.v1.get_variable("bias", initializer=np.zeros(CLASSES, np.float32))
+            running = tf.compat.v1.get_variable(
+                "running_mean", initializer=np.zeros(CLASSES, np.float32), trainable=False
+            )
+        rec.lr(tf.constant(LR))
+        logits = rec.activation("logits", tf.matmul(xs, w) + b)
+        loss = rec.loss(tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=ys, logits=logits)))
+        read = rec.weight(running, name="running_mean:0")
+        with tf.control_dependencies([read]):  # the update runs after the recorder's read
+            update = running.assign(0.5 * running + 0.5 * tf.reduce_mean(logits, axis=0))
+        train = tf.group(rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(LR), loss, global_step=gs), update)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for step in range(STEPS):
+                feed = {xs: x[step * BATCH : (step + 1) * BATCH], ys: y[step * BATCH : (step + 1) * BATCH]}
+                _, parity = sess.run([train, rec.fetches], feed)
+                rec.write(parity)
+        rec.close()
+
+
+def tf2(logdir: str, variant: str) -> None:
+    import tensorflow as tf
+
+    (cpu,) = tf.config.list_physical_devices("CPU")
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    from tb_parity_plugin import summary_v2
+
+    x, y, w0 = data()
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        model = tf.keras.Sequential(
+            [tf.keras.layers.Dense(CLASSES, kernel_initializer=tf.constant_initializer(w0), input_shape=(FEATURES,))]
+        )
+        optimizer = tf.keras.optimizers.SGD(LR)
+        running = tf.Variable(
+            tf.zeros(CLASSES),
+            trainable=False,
+            name="running_mean",
+            synchronization=tf.VariableSynchronization.ON_WRITE
+            if variant != "unsynced"
+            else tf.VariableSynchronization.ON_READ,
+            aggregation=tf.VariableAggregation.MEAN,
+        )
+    rec = summary_v2.Recorder(logdir)
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
+    dist = strategy.experimental_distribute_dataset(dataset)
+
+    def step_fn(xb: tf.Tensor, yb: tf.Tensor) -> tuple:
+        with tf.GradientTape() as tape:
+            logits = model(xb, training=True)
+            per_example = tf.keras.losses.sparse_categorical_crossentropy(yb, logits, from_logits=True)
+            if variant == "local_mean":
+                loss = tf.reduce_mean(per_example)
+            else:
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=BATCH)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        running.assign(0.5 * running + 0.5 * tf.reduce_mean(logits, axis=0))  # unsynced: each replica its own
+        return loss, grads, logits
+
+    @tf.function
+    def train_step(xb: tf.Tensor, yb: tf.Tensor) -> None:
+        with rec.step(optimizer.iterations):
+            rec.lr(tf.constant(LR))
+            rec.weights(model.trainable_variables)
+            rec.weight(running, name="running_mean:0")
+            loss, grads, logits = strategy.run(step_fn, args=(xb, yb))
+            rec.activation("logits", logits)
+            rec.loss(loss, reduction="mean" if variant == "local_mean" else "sum")
+            rec.grads(grads, model.trainable_variables)
+
+    for xb, yb in dist:
+        train_step(xb, yb)
+    rec.close()
+
+
+if __name__ == "__main__":
+    target, which = sys.argv[1], sys.argv[2]
+    tf1(target) if which == "tf1" else tf2(target, which)

@@ -1,0 +1,131 @@
+"""Multi-replica runs: a TF2 port under MirroredStrategy on two logical CPUs against a one-device TF1 run.
+
+Every expectation is checked against the numpy reference of tests/replica_runs.py first (what
+one device computes in float64), then the tool's verdict against that.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import replica_runs as rr
+
+from tb_parity_plugin import api
+from tb_parity_plugin.logdir.reader import LogdirReader
+
+VARIANTS = ("faithful", "local_mean", "unsynced")
+
+
+@pytest.fixture(scope="module")
+def logdir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """``<variant>/{tf1,tf2}`` per variant; each run written by its own process (logical devices)."""
+    root = tmp_path_factory.mktemp("replicas")
+    script = os.path.join(os.path.dirname(__file__), "replica_runs.py")
+    jobs = {"tf1": str(root / "_tf1")} | {v: str(root / v / "tf2") for v in VARIANTS}
+    procs = [
+        subprocess.Popen([sys.executable, script, path, which], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        for which, path in jobs.items()
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err.decode()[-3000:]
+    for v in VARIANTS:
+        shutil.copytree(jobs["tf1"], root / v / "tf1")
+    return str(root)
+
+
+def series(logdir: str, variant: str, run: str, kind: str, name: str) -> Any:
+    """The series, with ``values`` shaped ``[steps, *shape]`` (the reader keeps them flat)."""
+    with LogdirReader(os.path.join(logdir, variant)) as reader:
+        s = reader.run(run).tensors[(kind, name)]
+    s.values = s.values.reshape(len(s.steps), *s.shape)
+    return s
+
+
+def test_the_runs_compute_what_numpy_says(logdir: str) -> None:
+    ref = rr.numpy_reference()
+    tf1 = series(logdir, "faithful", "tf1", "grad", "dense/kernel:0")
+    tf2 = series(logdir, "faithful", "tf2", "grad", "dense/kernel:0")
+    bad = series(logdir, "local_mean", "tf2", "grad", "dense/kernel:0")
+    for step in range(rr.STEPS):
+        np.testing.assert_allclose(tf1.values[step], ref["grad_kernel"][step], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(tf2.values[step], ref["grad_kernel"][step], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(bad.values[0], 2 * ref["grad_kernel"][0], rtol=1e-5, atol=1e-6)  # the porting bug
+    kernel = series(logdir, "faithful", "tf2", "weight", "dense/kernel:0")
+    np.testing.assert_allclose(kernel.values[0], ref["kernel"][0], rtol=1e-6)  # read before the update
+    np.testing.assert_allclose(kernel.values[2], ref["kernel"][2], rtol=1e-5, atol=1e-6)
+
+
+def test_a_run_says_how_many_replicas_it_had(logdir: str) -> None:
+    with LogdirReader(os.path.join(logdir, "faithful")) as reader:
+        assert reader.run("tf2").info["replicas"] == 2
+        assert "replicas" not in reader.run("tf1").info or reader.run("tf1").info["replicas"] == 1
+        names = {s.name for s in reader.run("tf2").tensors.values() if s.kind == "grad"}
+    assert {"dense/kernel:0", "dense/kernel:0@replica0", "dense/kernel:0@replica1"} <= names
+
+
+def test_per_replica_copies_hold_each_replicas_own_values(logdir: str) -> None:
+    """Local gradients sum to the all-reduced one; activations are the two halves of the global batch."""
+    grads = [series(logdir, "faithful", "tf2", "grad", f"dense/kernel:0@replica{k}").values for k in (0, 1)]
+    total = series(logdir, "faithful", "tf2", "grad", "dense/kernel:0").values
+    np.testing.assert_allclose(grads[0] + grads[1], total, rtol=1e-6, atol=1e-7)
+    assert not np.allclose(grads[0], grads[1])
+    halves = [series(logdir, "faithful", "tf2", "activation", f"logits@replica{k}").values for k in (0, 1)]
+    logits = series(logdir, "faithful", "tf2", "activation", "logits").values
+    np.testing.assert_array_equal(np.concatenate(halves, axis=1), logits)
+    assert halves[0].shape[1:] == (rr.BATCH // 2, rr.CLASSES) and logits.shape[1:] == (rr.BATCH, rr.CLASSES)
+
+
+def test_a_faithful_port_under_mirrored_strategy_agrees(logdir: str) -> None:
+    report = api.compare(os.path.join(logdir, "faithful"))
+    assert report.agree, report.first_divergence
+    assert report.steps_compared == rr.STEPS
+    assert report.replicas["tf2"]["count"] == 2 and not report.replicas["tf2"]["disagreements"]
+    assert not report.unmatched["tf2"]  # per-replica copies are not unmatched tensors
+    assert report.to_dict()["replicas"]["tf2"]["count"] == 2
+
+
+def test_a_loss_not_scaled_for_the_global_batch_diverges_on_the_gradient_at_step_0(logdir: str) -> None:
+    report = api.compare(os.path.join(logdir, "local_mean"))
+    first = report.first_divergence
+    assert first is not None and (first.step, first.kind) == (0, "grad"), first
+    assert first.max_rel_diff == pytest.approx(1.0, rel=1e-3)  # twice the one-device gradient
+    assert not any(d.kind == "loss" for d in report.divergences_at_first_step)  # the loss, as a mean, agrees
+
+
+def test_a_replica_out_of_sync_is_its_own_finding(logdir: str) -> None:
+    report = api.compare(os.path.join(logdir, "unsynced"))
+    first = report.first_divergence
+    assert first is not None and first.reason == "replica" and first.tensor == "running_mean:0"
+    assert first.step == 1  # equal at step 0 (zeros), apart after each replica's own update
+    assert "not in sync" in (first.note or "")
+    assert report.replicas["tf2"]["disagreements"][0]["candidate_tensor"].startswith("running_mean:0@replica")
+    assert report.first_step_divergence is None or report.first_step_divergence.reason != "value"
+
+
+def test_a_per_replica_loss_needs_its_reduction() -> None:
+    import tensorflow as tf
+
+    from tb_parity_plugin import summary_v2
+
+    with pytest.raises(ValueError, match="reduction='sum'"):
+        summary_v2.combine_replicas([tf.constant(1.0), tf.constant(2.0)], None, "loss/'loss'")
+
+
+def test_the_cli_and_the_report_name_the_replicas(logdir: str, tmp_path: Any, capsys: Any) -> None:
+    from tb_parity_plugin import cli
+
+    assert cli.main(["diff", os.path.join(logdir, "unsynced")]) == 1
+    out = capsys.readouterr().out
+    assert "replicas: 'tf2' ran 2 replicas" in out and "out of sync: weight/running_mean:0 from step 1" in out
+    html = tmp_path / "r.html"
+    assert cli.main(["report", os.path.join(logdir, "unsynced"), "-o", str(html)]) == 1
+    assert "ran 2 replicas" in html.read_text()
