@@ -3,6 +3,10 @@
 ``LOGDIR/<pair>/tf1`` is the TF1 original, ``LOGDIR/<pair>/tf2`` its port:
 ``clean`` (a correct port), ``lr_offbyone`` (schedule off by one step) and ``nan``
 (hand-written cross-entropy that takes ``log`` of an underflowed softmax).
+
+LOGDIR may be a URL (``s3://bucket/demo``, ``gs://...``, any fsspec URL): the pairs are written
+to a temporary directory and uploaded with fsspec, which works for every store (TensorFlow
+2.21's own file systems write ``gs://`` but not ``s3://``).
 """
 
 from __future__ import annotations
@@ -10,12 +14,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 from typing import Optional, Sequence
 
 import demo  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow is imported)
 from demo import model_tf1, model_tf2
 from demo.common import PairConfig
+from tb_parity_plugin.records.urls import is_url
 
 #: pair -> (config, bug planted in the port)
 PAIRS = {
@@ -39,11 +45,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("logdir")
     parser.add_argument("--pairs", nargs="*", default=list(PAIRS), choices=list(PAIRS))
     args = parser.parse_args(argv)
-    for pair in args.pairs:
-        start = time.perf_counter()
-        write_pair(args.logdir, pair)
-        print(f"{pair}: {args.logdir}/{pair}/{{tf1,tf2}} ({time.perf_counter() - start:.1f} s)")
+    if not is_url(args.logdir):
+        write_pairs(args.logdir, args.pairs)
+        return 0
+    import fsspec
+
+    with tempfile.TemporaryDirectory() as local:
+        write_pairs(local, args.pairs)
+        fs, root = fsspec.core.url_to_fs(args.logdir)
+        for pair in args.pairs:
+            fs.put(os.path.join(local, pair), f"{root.rstrip('/')}/{pair}", recursive=True)
+    print(f"uploaded to {args.logdir}")
     return 0
+
+
+def write_pairs(logdir: str, pairs: Sequence[str]) -> None:
+    for pair in pairs:
+        start = time.perf_counter()
+        write_pair(logdir, pair)
+        print(f"{pair}: {logdir}/{pair}/{{tf1,tf2}} ({time.perf_counter() - start:.1f} s)")
 
 
 if __name__ == "__main__":

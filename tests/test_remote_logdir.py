@@ -273,3 +273,35 @@ def test_refused_credentials_are_a_clear_error_without_the_secret(
     assert cli.main(["diff", url]) == 2
     err = capsys.readouterr().err
     assert "locked" in err and "testing-secret" not in err and "Traceback" not in err
+
+
+def test_the_demo_writes_its_pair_to_a_url(s3: S3, tmp_path: Any) -> None:
+    url = f"s3://{BUCKET}/demo"
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for target in (url, str(tmp_path)):
+        subprocess.run(
+            [sys.executable, "-m", "demo.write_logs", target, "--pairs", "lr_offbyone"],
+            cwd=repo,
+            env={**os.environ, **s3.env},
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=600,
+        )
+    local = api.compare(str(tmp_path / "lr_offbyone"))
+    remote = api.compare(f"{url}/lr_offbyone")
+    assert remote.first_divergence == local.first_divergence and remote.steps_compared == local.steps_compared
+
+
+def test_an_object_that_vanishes_between_listing_and_reading_is_named(s3: S3, tmp_path: Any) -> None:
+    fx.write_pair(str(tmp_path), "pair", 4)
+    url = upload(s3, str(tmp_path / "pair"), "vanish")
+    reader = LogdirReader(url)
+    listed = reader._storage.discover()
+    gone = listed["tf2"][0]
+    s3.fs().rm(gone)
+    reader._storage.discover = lambda: listed  # type: ignore[method-assign]  # the listing taken before the delete
+    reader.reload()
+    (problem,) = reader.run("tf2").problems
+    assert gone.rpartition("/")[2] in problem.path and "cannot read" in problem.message
+    assert list(reader.run("tf1").steps) == [0, 1, 2, 3]  # the other run is read as usual

@@ -129,3 +129,23 @@ def test_the_cli_and_the_report_name_the_replicas(logdir: str, tmp_path: Any, ca
     html = tmp_path / "r.html"
     assert cli.main(["report", os.path.join(logdir, "unsynced"), "-o", str(html)]) == 1
     assert "ran 2 replicas" in html.read_text()
+
+
+def test_a_replica_count_that_changes_mid_run_is_a_warning_naming_the_tensor(tmp_path: Any) -> None:
+    """Written with the pure-numpy writer: two replicas for steps 0-1, four from step 2 on."""
+    from tb_parity_plugin.records.writer import BlockWriter
+
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for side in ("tf1", "tf2"):
+        writer = BlockWriter(str(tmp_path / side), side=side)
+        for step in range(4):
+            arrays = [("weight", "dense/kernel:0", w)]
+            if side == "tf2":
+                arrays += [("weight", f"dense/kernel:0@replica{k}", w) for k in range(2 if step < 2 else 4)]
+            writer.write_arrays(step, arrays)
+        writer.close()
+    report = api.compare(str(tmp_path))
+    assert report.agree  # every copy holds the single copy's value
+    (warning,) = [w for w in report.warnings if "replica count changed" in w]
+    assert "weight/dense/kernel:0" in warning and "replicas 2, 3" in warning
+    assert report.replicas["tf2"]["count"] == 4 and report.replicas["tf2"]["warnings"] == [warning]

@@ -246,7 +246,7 @@ class Comparison:
             problems=problems,
             structure=struct.to_dict(),
             first_step_divergence=at_step[0] if at_step else None,
-            warnings=list(alignment.warnings),
+            warnings=list(alignment.warnings) + [w for reps in self._replicas.values() for w in reps.warnings],
             evidence={
                 "values": sum(1 for p in self._pairs if p.use_values),
                 "statistics": sum(1 for p in self._pairs if not p.use_values),

@@ -31,9 +31,15 @@ class Replicas:
 
     count: int
     copies: dict[Key, list[Any]]
+    #: Why the copies cannot be trusted as one replica set (the replica count changed mid-run).
+    warnings: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"count": self.count, "tensors": sorted(f"{k}/{n}" for k, n in self.copies)}
+        return {
+            "count": self.count,
+            "tensors": sorted(f"{k}/{n}" for k, n in self.copies),
+            "warnings": list(self.warnings),
+        }
 
 
 def split(run: Any) -> tuple[Any, Replicas]:
@@ -50,7 +56,15 @@ def split(run: Any) -> tuple[Any, Replicas]:
     ordered = {key: [s for _, s in sorted(found, key=lambda r: r[0])] for key, found in copies.items()}
     if not ordered:
         return run, Replicas(count, {})
-    return dataclasses.replace(run, tensors=kept), Replicas(max(count, *(len(v) for v in ordered.values())), ordered)
+    seen = max(count, *(len(v) for v in ordered.values()))
+    warnings = [
+        f"{run.name}: {kind}/{name} has replica copies at other steps than its one-device value "
+        f"(replicas {', '.join(str(k) for k, s in enumerate(series) if not np.array_equal(s.steps, kept[(kind, name)].steps))}): "
+        "the replica count changed during the run; replica checks of this tensor cover the steps both hold"
+        for (kind, name), series in ordered.items()
+        if (kind, name) in kept and any(not np.array_equal(s.steps, kept[(kind, name)].steps) for s in series)
+    ]
+    return dataclasses.replace(run, tensors=kept), Replicas(seen, ordered, tuple(warnings))
 
 
 def disagreements(run: Any, replicas: Replicas, policy: TolerancePolicy) -> list[dict[str, Any]]:
@@ -113,6 +127,8 @@ def describe(report_replicas: dict[str, dict[str, Any]]) -> list[str]:
     for run, r in report_replicas.items():
         bad = r.get("disagreements") or []
         text = f"{run!r} ran {r['count']} replicas; {len(r.get('tensors') or [])} tensors keep per-replica copies"
+        for warning in r.get("warnings") or []:
+            text += f"; warning: {warning}"
         if bad:
             text += "; out of sync: " + ", ".join(f"{d['kind']}/{d['tensor']} from step {d['step']}" for d in bad)
         else:
