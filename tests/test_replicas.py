@@ -149,3 +149,22 @@ def test_a_replica_count_that_changes_mid_run_is_a_warning_naming_the_tensor(tmp
     (warning,) = [w for w in report.warnings if "replica count changed" in w]
     assert "weight/dense/kernel:0" in warning and "replicas 2, 3" in warning
     assert report.replicas["tf2"]["count"] == 4 and report.replicas["tf2"]["warnings"] == [warning]
+
+
+def test_the_tensor_route_shows_one_replica_or_the_reduction(logdir: str) -> None:
+    import json
+
+    from test_plugin_routes import make_client
+    from werkzeug import test as werkzeug_test
+
+    client: werkzeug_test.Client = make_client(os.path.join(logdir, "faithful"))
+    route = "/data/plugin/tb_parity/tensor?baseline=tf1&candidate=tf2&tensor=grad/dense/kernel:0&values_at=0"
+    whole = json.loads(client.get(route).get_data())
+    one = json.loads(client.get(route + "&replica=1").get_data())
+    local = series(logdir, "faithful", "tf2", "grad", "dense/kernel:0@replica1").values[0]
+    assert whole["replicas"] == 2 and whole["replica"] is None and one["replica"] == 1
+    np.testing.assert_allclose(np.array(one["values"]["candidate"], dtype=np.float32).reshape(local.shape), local)
+    assert one["diff"]["reason"] == whole["diff"]["reason"]  # the verdict is the one-device value's
+    assert client.get(route + "&replica=2").status_code == 404
+    bad = client.get(route + "&replica=one")
+    assert bad.status_code == 400 and "replica" in json.loads(bad.get_data())["error"]

@@ -24,7 +24,7 @@ ROUTE_PARAMS = {
     "runs": (),
     "summary": PAIR_PARAMS + POLICY_PARAMS,
     "matrix": PAIR_PARAMS + POLICY_PARAMS + ("width",),
-    "tensor": PAIR_PARAMS + POLICY_PARAMS + ("tensor", "values_at"),
+    "tensor": PAIR_PARAMS + POLICY_PARAMS + ("tensor", "values_at", "replica"),
     "scalars": PAIR_PARAMS + POLICY_PARAMS,
 }
 #: Bounds that keep one request cheap; the canvas never needs more columns than this.
@@ -157,9 +157,10 @@ def parse_width(args: Args) -> Optional[int]:
     return _int(args, "width", 1, MAX_WIDTH)
 
 
-def parse_tensor(args: Args) -> tuple[str, Optional[int]]:
-    """The baseline tag ``<kind>/<name>`` and the optional step whose full values to send."""
+def parse_tensor(args: Args) -> tuple[str, Optional[int], Optional[int]]:
+    """The baseline tag ``<kind>/<name>``, the optional step whose full values to send, and the
+    optional candidate replica to show instead of the one-device value (multi-replica runs)."""
     tag = _one(args, "tensor", required=True) or ""
     if "/" not in tag:
         raise errors.InvalidArgumentError(f"tensor must be a tag '<kind>/<name>', got {tag[:80]!r}")
-    return tag, _int(args, "values_at", -(2**62), 2**62)
+    return tag, _int(args, "values_at", -(2**62), 2**62), _int(args, "replica", 0, MAX_WIDTH)

@@ -131,8 +131,8 @@ class ParityPlugin(base_plugin.TBPlugin):
 
     @_json_route("tensor")
     def _serve_tensor(self, args: params.Args) -> dict[str, Any]:
-        tag, values_at = params.parse_tensor(args)
-        return self.tensor_impl(params.parse_pair(args), tag, values_at)
+        tag, values_at, replica = params.parse_tensor(args)
+        return self.tensor_impl(params.parse_pair(args), tag, values_at, replica)
 
     @_json_route("scalars")
     def _serve_scalars(self, args: params.Args) -> dict[str, Any]:
@@ -192,13 +192,15 @@ class ParityPlugin(base_plugin.TBPlugin):
 
         return self._use(query, build)
 
-    def tensor_impl(self, query: params.PairQuery, tag: str, values_at: Optional[int]) -> dict[str, Any]:
+    def tensor_impl(
+        self, query: params.PairQuery, tag: str, values_at: Optional[int], replica: Optional[int] = None
+    ) -> dict[str, Any]:
         def build(entry: Entry, base: RunData, cand: RunData) -> dict[str, Any]:
             kind, _, name = tag.partition("/")
             if (kind, name) not in base.tensors:
                 raise errors.NotFoundError(f"no tensor {tag!r} in baseline run {base.name!r}")
             try:
-                detail = entry.comparison.detail(tag, values_at)
+                detail = entry.comparison.detail(tag, values_at, replica)
             except KeyError as exc:
                 raise errors.NotFoundError(str(exc.args[0]) if exc.args else str(exc)) from None
             return views.tensor_payload(detail, base, cand, values_at)

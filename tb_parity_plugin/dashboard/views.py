@@ -96,6 +96,12 @@ def _floats(a: Optional[np.ndarray], limit: Optional[int] = None) -> Optional[li
     return floats
 
 
+def _replica_count(run: Any, kind: str, name: str) -> int:
+    """How many per-replica copies ``run`` keeps of ``kind/name`` (0 for a one-device tensor)."""
+    base, _ = metadata.split_replica(name)
+    return sum(1 for k, n in run.tensors if k == kind and metadata.split_replica(n)[0] == base and n != base)
+
+
 def tensor_payload(d: TensorDetail, base: Any, cand: Any, values_at: Optional[int]) -> dict[str, Any]:
     """One tensor pair over time: both runs' stats, the per-step verdict, values at one step."""
     fig_rows = _per_step_figures(d)
@@ -115,6 +121,9 @@ def tensor_payload(d: TensorDetail, base: Any, cand: Any, values_at: Optional[in
             **fig_rows,
         },
         "values": None,
+        # multi-replica candidate: the replicas it keeps copies of this tensor for, and the one shown
+        "replicas": _replica_count(cand, d.kind, d.tensor if d.replica is None else d.candidate_tensor),
+        "replica": d.replica,
     }
     if values_at is not None:
         size = max((np.asarray(v).size for v in (d.base_values, d.cand_values, d.diff) if v is not None), default=0)

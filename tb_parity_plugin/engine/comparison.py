@@ -12,6 +12,7 @@ order and the scan stops at the first chunk holding a divergence.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -300,9 +301,14 @@ class Comparison:
                         return p
         raise KeyError(f"no compared tensor {tensor!r}")
 
-    def detail(self, tensor: str, step: Optional[int] = None) -> TensorDetail:
-        """One pair's series (``tensor``: baseline or candidate tag or name), values at ``step``."""
+    def detail(self, tensor: str, step: Optional[int] = None, replica: Optional[int] = None) -> TensorDetail:
+        """One pair's series (``tensor``: baseline or candidate tag or name), values at ``step``.
+
+        ``replica``: show that candidate replica's own copy instead of its one-device value.
+        """
         p = self._pair(tensor)
+        if replica is not None:
+            return self._replica_detail(p, step, replica)
         n = len(self.steps)
         p.ensure(n, self.policy.equal_nan)
         p.ensure_ratios(n)
@@ -339,6 +345,26 @@ class Comparison:
             if p.use_values and rb >= 0 and rc >= 0:
                 d.diff = p.cand.values[rc].astype(np.float64) - p.base.values[rb].astype(np.float64)
                 d.diff = d.diff.reshape(shape)
+        return d
+
+    def _replica_detail(self, p: Pair, step: Optional[int], replica: int) -> TensorDetail:
+        copies = self._replicas[self.cand.name].copies.get((p.cand.kind, p.cand.name), [])
+        if replica >= len(copies):
+            raise KeyError(f"{self.cand.name!r} keeps no replica {replica} of {p.cand.kind}/{p.cand.name}")
+        copy = copies[replica]
+        d = dataclasses.replace(
+            self.detail(f"{p.base.kind}/{p.base.name}", step),
+            replica=replica,
+            candidate_tensor=copy.name,
+            cand_steps=copy.steps,
+            cand_stats=copy.stats,
+            cand_values=None,
+            diff=None,  # a replica's copy is not what is compared
+        )
+        rows: Any = np.flatnonzero(copy.steps == step) if step is not None else []
+        if len(rows) and copy.values is not None:
+            shape = tuple(copy.shape) if None not in tuple(copy.shape) else (-1,)
+            d.cand_values = np.asarray(copy.values[int(rows[0])]).reshape(shape)
         return d
 
 

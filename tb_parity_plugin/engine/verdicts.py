@@ -183,6 +183,9 @@ class TensorDetail:
     base_values: Optional[np.ndarray] = None
     cand_values: Optional[np.ndarray] = None
     diff: Optional[np.ndarray] = None
+    #: The candidate replica whose copy ``cand_*`` show (multi-replica runs); the verdict arrays
+    #: and figures stay those of the one-device value, which is what is compared.
+    replica: Optional[int] = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe: non-finite numbers become None."""
