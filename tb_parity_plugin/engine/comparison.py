@@ -118,9 +118,17 @@ class Comparison:
         self._pairs = pairs
         self.steps = steps
         self.base, self.cand = base, cand
-        self._nonfinite = {
-            run.name: self._nonfinite_scans.setdefault(run.name, FirstNonfinite()).find(run) for run in (base, cand)
-        }
+        self._nonfinite = {run.name: self._first_nonfinite(run) for run in (base, cand)}
+
+    def _first_nonfinite(self, run: Any) -> Optional[dict[str, Any]]:
+        """A run's first NaN/Inf, once per snapshot (kept in ``run.derived`` when it has one)."""
+        derived = getattr(run, "derived", None)
+        if derived is not None and "first_nonfinite" in derived:
+            return dict(derived["first_nonfinite"]) if derived["first_nonfinite"] else None
+        found = self._nonfinite_scans.setdefault(run.name, FirstNonfinite()).find(run)
+        if derived is not None:
+            derived["first_nonfinite"] = found
+        return dict(found) if found else None
 
     @staticmethod
     def _reuse(old: Pair, new: Pair, same_prefix: Callable[[np.ndarray, np.ndarray, int], bool]) -> None:

@@ -33,9 +33,9 @@ class FirstNonfinite:
                 start = len(old) if hit is None else len(stats)  # an earlier hit cannot move
             else:
                 start, hit = 0, None
-            rows = np.flatnonzero(stats[start:, NONFINITE_COLS].any(axis=1))
-            if len(rows):
-                hit = int(series.steps[start + rows[0]])
+            counts = stats[start:, NONFINITE_COLS]  # a view: most runs have none, found without a copy
+            if counts.any():
+                hit = int(series.steps[start + int(np.flatnonzero(counts.any(axis=1))[0])])
             self._seen[key] = (stats, hit)
             if hit is not None:
                 rank = (hit, align.execution_key(series))

@@ -64,7 +64,7 @@ def split(run: Any) -> tuple[Any, Replicas]:
         for (kind, name), series in ordered.items()
         if (kind, name) in kept and any(not np.array_equal(s.steps, kept[(kind, name)].steps) for s in series)
     ]
-    return dataclasses.replace(run, tensors=kept), Replicas(seen, ordered, tuple(warnings))
+    return dataclasses.replace(run, tensors=kept, derived={}), Replicas(seen, ordered, tuple(warnings))
 
 
 def disagreements(run: Any, replicas: Replicas, policy: TolerancePolicy) -> list[dict[str, Any]]:

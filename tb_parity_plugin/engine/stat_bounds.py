@@ -34,7 +34,7 @@ from tb_parity_plugin.records import dtypes, metadata
 _IDX = metadata.STAT_INDEX
 #: The statistics compared, in this order (columns of the arrays below).
 COMPARED = ("min", "max", "mean", "std", "l2")
-_COLS = [_IDX[f] for f in COMPARED]
+_COLS = metadata.field_span(COMPARED)
 _U32, _U64 = 2.0**-24, 2.0**-53
 _F64 = dtypes.TF_DTYPE_ENUM["float64"]
 
@@ -93,12 +93,17 @@ def ratios(base: np.ndarray, cand: np.ndarray, atol: float, rtol: np.ndarray) ->
     0 where the statistics are equal (also NaN == NaN: no finite element on either side).
     """
     diff = np.abs(cand[:, _COLS] - base[:, _COLS])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out: np.ndarray = diff / allowed(base, cand, atol, rtol)
-    out[diff == 0] = 0.0
     both_nan = np.isnan(cand[:, _COLS]) & np.isnan(base[:, _COLS])
-    out[both_nan] = 0.0
-    out[np.isnan(out)] = np.inf  # a statistic present on one side only (counts differ: caught earlier)
+    out = np.zeros(diff.shape)
+    todo = np.flatnonzero(((diff != 0) & ~both_nan).any(axis=1))  # rows equal throughout stay 0, unbounded
+    if len(todo):
+        rt = np.broadcast_to(np.asarray(rtol, dtype=np.float64), (len(base),))[todo]
+        d = diff[todo]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sub: np.ndarray = d / allowed(base[todo], cand[todo], atol, rt)
+        sub[(d == 0) | both_nan[todo]] = 0.0
+        sub[np.isnan(sub)] = np.inf  # a statistic present on one side only (counts differ: caught earlier)
+        out[todo] = sub
     return out
 
 
@@ -110,6 +115,8 @@ def proven(base: np.ndarray, cand: np.ndarray, atol: float, rtol: np.ndarray) ->
     the L2 norm, rounding aside); only the rest pay for :func:`allowed`.
     """
     b, c = base[:, _COLS], cand[:, _COLS]
+    if np.array_equal(b, c):  # the common case, NaN aside (NaN == NaN is settled below)
+        return np.zeros(len(base), dtype=bool)
     diff = np.abs(c - b)
     with np.errstate(invalid="ignore"):
         floor = np.full(diff.shape, atol)

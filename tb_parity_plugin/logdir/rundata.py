@@ -54,3 +54,6 @@ class RunData:
     steps: np.ndarray
     problems: list[ReadProblem]
     generation: int
+    #: Facts the engine derives from this snapshot alone (e.g. its first NaN/Inf), kept with it
+    #: so that comparing it again under another tolerance does not recompute them.
+    derived: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)

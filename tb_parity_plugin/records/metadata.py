@@ -58,6 +58,16 @@ STATS_FIELDS = (
     "l2",
 )
 STAT_INDEX = {name: i for i, name in enumerate(STATS_FIELDS)}
+
+
+def field_span(names: Sequence[str]) -> slice:
+    """The columns of consecutive ``names`` as a slice: indexing with it is a view, not a copy."""
+    cols = [STAT_INDEX[n] for n in names]
+    if cols != list(range(cols[0], cols[0] + len(cols))):
+        raise ValueError(f"{names} are not consecutive statistics")
+    return slice(cols[0], cols[-1] + 1)
+
+
 N_STATS = len(STATS_FIELDS)
 NONFINITE_FIELDS = ("neg_inf", "pos_inf", "nan")
 MOMENT_FIELDS = ("min", "max", "mean", "std", "l2")
