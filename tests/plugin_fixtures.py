@@ -89,8 +89,14 @@ def write_structure_pair(root: str, folder: str, steps: int) -> None:
         folder,
         steps,
         extra={
-            "tf1": [("weight", "bn/gamma" + HTML_NAME, np.ones(4, np.float32)), ("weight", "dense/bias", np.zeros(4, np.float32))],
-            "tf2": [("weight", "dense_3/kernel", np.ones((3, 4), np.float32)), ("weight", "dense/bias", np.zeros(5, np.float32))],
+            "tf1": [
+                ("weight", "bn/gamma" + HTML_NAME, np.ones(4, np.float32)),
+                ("weight", "dense/bias", np.zeros(4, np.float32)),
+            ],
+            "tf2": [
+                ("weight", "dense_3/kernel", np.ones((3, 4), np.float32)),
+                ("weight", "dense/bias", np.zeros(5, np.float32)),
+            ],
         },
     )
 

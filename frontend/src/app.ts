@@ -1,6 +1,6 @@
 // Wires the tab together: run picker and tolerance controls -> routes -> card, charts,
 // heat map, detail and panels. All verdicts come from the server; this only displays.
-import { api, ApiError, isAbort, Latest, MatrixResponse, Params, RunsResponse, ScalarsResponse, Summary, TensorResponse } from "./api";
+import { api, ApiError, Divergence, isAbort, Latest, MatrixResponse, Params, RunsResponse, ScalarsResponse, Summary, TensorResponse } from "./api";
 import { renderCard } from "./card";
 import { palette, Palette, ScalarCharts } from "./charts";
 import { TensorDetail } from "./detail";
@@ -264,7 +264,7 @@ export class App {
     if (!s) return;
     const roles = this.roles();
     renderCard(this.card, this.alerts, s, roles, {
-      openDivergence: () => void this.openDivergence(),
+      open: (d) => void this.openDivergence(d),
       openNonfinite: (run, tag, step) => void this.openNonfinite(run, tag, step),
     });
     const labels = { baseline: roles[s.baseline] ?? "baseline", candidate: roles[s.candidate] ?? "candidate" };
@@ -290,9 +290,12 @@ export class App {
     return { bucket, tensor };
   }
 
-  private async openDivergence(): Promise<void> {
-    const d = this.summary?.first_divergence;
-    if (!d) return;
+  private async openDivergence(d: Divergence): Promise<void> {
+    if (d.reason === "structure") {
+      // a tensor of one run only has no pair to detail: show the structure report
+      this.panels.querySelector("[data-testid=structure]")?.scrollIntoView({ block: "start", behavior: "smooth" });
+      return;
+    }
     await this.openTensor(`${d.kind}/${d.tensor}`, d.step);
     this.heat.root.scrollIntoView({ block: "nearest" });
     this.detail.root.scrollIntoView({ block: "start", behavior: "smooth" });

@@ -33,28 +33,20 @@ OK_FLOOR = 1e-4
 BAD_CEILING = 1e3
 
 RGB = tuple[int, int, int]
-#: Stops and flat colours per theme; the dashboard follows TensorBoard's dark mode.
+#: Stops and flat colours, light and dark side by side (the dashboard follows TensorBoard's dark mode).
+_COLOURS: tuple[tuple[str, RGB, RGB], ...] = (
+    ("ok_low", (232, 245, 233), (52, 64, 56)),
+    ("ok_high", (129, 199, 132), (67, 160, 71)),
+    ("bad_low", (255, 183, 77), (255, 183, 77)),
+    ("bad_high", (198, 40, 40), (244, 67, 54)),
+    ("nonfinite", (142, 36, 170), (186, 104, 200)),
+    ("structural", (57, 73, 171), (121, 134, 203)),
+    ("missing", (158, 158, 158), (120, 120, 120)),
+    ("absent", (238, 238, 238), (72, 72, 72)),
+)
 PALETTES: dict[str, dict[str, RGB]] = {
-    "light": {
-        "ok_low": (232, 245, 233),
-        "ok_high": (129, 199, 132),
-        "bad_low": (255, 183, 77),
-        "bad_high": (198, 40, 40),
-        "nonfinite": (142, 36, 170),
-        "structural": (57, 73, 171),
-        "missing": (158, 158, 158),
-        "absent": (238, 238, 238),
-    },
-    "dark": {
-        "ok_low": (52, 64, 56),
-        "ok_high": (67, 160, 71),
-        "bad_low": (255, 183, 77),
-        "bad_high": (244, 67, 54),
-        "nonfinite": (186, 104, 200),
-        "structural": (121, 134, 203),
-        "missing": (120, 120, 120),
-        "absent": (72, 72, 72),
-    },
+    "light": {key: light for key, light, _ in _COLOURS},
+    "dark": {key: dark for key, _, dark in _COLOURS},
 }
 #: Reasons drawn in one flat colour (a palette key); ``ok`` and ``value`` use the ramps.
 FLAT = {

@@ -20,6 +20,7 @@ from tb_parity_plugin import api
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
 import plugin_fixtures as fx
+
 from browser.test_dashboard import TIMEOUT, open_tab
 
 one_server = pytest.mark.parametrize("server", ["load_fast_false"], indirect=True)
