@@ -62,13 +62,43 @@ def write_pair(
     extra_name: str = "dense/kernel",
     lr_name: str = "learning_rate",
     drift: Optional[float] = None,
+    full_values_limit: Optional[int] = None,
+    extra: Optional[dict[str, list]] = None,
 ) -> None:
-    """Write ``root/folder/{tf1,tf2}`` with ``steps`` steps each."""
+    """Write ``root/folder/{tf1,tf2}`` with ``steps`` steps each.
+
+    ``full_values_limit`` below the tensors' sizes keeps statistics only (a pair that can at
+    best "agree within statistics"); ``extra`` maps a side to more ``(kind, name, array)``
+    it records at every step (tensors of one run only, for structure divergences).
+    """
+    limit = {} if full_values_limit is None else {"full_values_limit": full_values_limit}
     for side in ("tf1", "tf2"):
         writer = BlockWriter(os.path.join(root, folder, side), side=side, mode="graph" if side == "tf1" else "function")
         for step in range(steps):
-            writer.write_arrays(step, step_tensors(step, diverge_at, side, nan_at, extra_name, lr_name, drift))
+            tensors = step_tensors(step, diverge_at, side, nan_at, extra_name, lr_name, drift)
+            writer.write_arrays(step, tensors + list((extra or {}).get(side, [])), **limit)
         writer.close()
+
+
+def write_structure_pair(root: str, folder: str, steps: int) -> None:
+    """A port with the usual structure bugs: a variable it lacks (batch norm ``scale=False``:
+    no gamma; named with HTML, which must stay text), a layer built twice (``dense_3`` beside
+    ``dense``) and a bias of another shape."""
+    write_pair(
+        root,
+        folder,
+        steps,
+        extra={
+            "tf1": [
+                ("weight", "bn/gamma" + HTML_NAME, np.ones(4, np.float32)),
+                ("weight", "dense/bias", np.zeros(4, np.float32)),
+            ],
+            "tf2": [
+                ("weight", "dense_3/kernel", np.ones((3, 4), np.float32)),
+                ("weight", "dense/bias", np.zeros(5, np.float32)),
+            ],
+        },
+    )
 
 
 def append_steps(run_dir: str, side: str, start: int, stop: int, diverge_at: Optional[int] = None) -> None:
@@ -77,3 +107,15 @@ def append_steps(run_dir: str, side: str, start: int, stop: int, diverge_at: Opt
     for step in range(start, stop):
         writer.write_arrays(step, step_tensors(step, diverge_at, side))
     writer.close()
+
+
+def corrupt_last_record(run_dir: str) -> None:
+    """Flip a byte inside the last record of the run's event file: its CRC no longer matches,
+    so the reader reports a read problem (file and offset) and keeps what came before."""
+    (name,) = [n for n in os.listdir(run_dir) if "tfevents" in n]
+    path = os.path.join(run_dir, name)
+    with open(path, "r+b") as f:
+        f.seek(-6, os.SEEK_END)  # inside the payload, before its 4-byte masked CRC
+        byte = f.read(1)
+        f.seek(-6, os.SEEK_END)
+        f.write(bytes([byte[0] ^ 0xFF]))

@@ -25,6 +25,7 @@ from werkzeug import test as werkzeug_test
 from werkzeug import wrappers
 
 from tb_parity_plugin.dashboard.plugin import ParityPlugin
+from tb_parity_plugin.engine import colour_scale
 
 sys.path.insert(0, os.path.dirname(__file__))
 import plugin_fixtures as fx
@@ -127,6 +128,16 @@ def test_matrix_buckets_without_hiding_the_first_divergence(client: werkzeug_tes
     assert body["reason_codes"][reason[first["bucket"], 0]] == "value" and ratio[first["bucket"], 0] > 1
     full = get_json(client, "matrix?" + LR)
     assert len(full["step_start"]) == 20 and full["n_steps"] == 20
+
+
+def test_matrix_carries_the_one_colour_scale(client: werkzeug_test.Client) -> None:
+    """The dashboard colours with the scale the report uses (tests/browser/test_heat_colours.py
+    compares the pixels); every reason the matrix can hold has a colour under it."""
+    scale = get_json(client, "matrix?" + LR)["colour_scale"]
+    assert scale == json.loads(json.dumps(colour_scale.to_dict()))
+    assert scale["bad_ceiling"] == colour_scale.BAD_CEILING and scale["ok_floor"] == colour_scale.OK_FLOOR
+    for theme in ("light", "dark"):
+        assert {key for key, _ in scale["legend"]} | set(scale["flat"].values()) <= set(scale["palettes"][theme])
 
 
 def test_tensor_series_with_values_and_diff(client: werkzeug_test.Client) -> None:

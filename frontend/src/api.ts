@@ -40,13 +40,36 @@ export interface Divergence {
   cosine: Num;
   mismatch_fraction: Num;
   error_ratio: Num;
+  /** What the verdict rests on: values | statistics | counts | shape | dtype | layout | presence. */
+  evidence: string | null;
+  /** One line saying what was found, from what (e.g. both runtime shapes). */
+  note: string | null;
 }
 export interface Nonfinite { step: number; tensor: string; kind: string }
 export interface MappingRow { baseline: string; candidate: string; kind: string; how: string }
+export interface OnlyIn { tag: string; kind: string; shape: (number | null)[]; size: number; expected: boolean; candidates?: string[] }
+export interface ShapeMismatch { kind: string; baseline: string; candidate: string; baseline_shape: (number | null)[]; candidate_shape: (number | null)[]; how: string }
+/** What each run recorded, from its layouts (engine/structure.py); empty before the engine computed it. */
+export interface Structure {
+  only_in?: Record<string, OnlyIn[]>;
+  variables?: Record<string, { count: number; size: number }>;
+  shape_mismatches?: ShapeMismatch[];
+  created_twice?: Record<string, { tag: string; like: string }[]>;
+  allow_unmatched?: string[];
+  agree?: boolean;
+}
+export type Verdict = "diverge" | "agree" | "agree within statistics";
 export interface Summary {
   baseline: string;
   candidate: string;
   agree: boolean;
+  verdict: Verdict;
+  /** The verdict in one line, worded by the engine for every front end. */
+  verdict_text: string;
+  /** Tensor pairs compared element-wise (values) and by statistics only. */
+  evidence: { values: number; statistics: number };
+  structure: Structure;
+  first_step_divergence: Divergence | null;
   steps_compared: number;
   tensors_compared: number;
   first_divergence: Divergence | null;
@@ -57,9 +80,20 @@ export interface Summary {
   steps_only: Record<string, number>;
   policy: { atol: Num; rtol: Num; warmup_steps: number; equal_nan: boolean };
   problems: { run: string; path: string; offset: number; message: string }[];
+  warnings: string[];
   generations: Record<string, number>;
 }
 
+export type RGB = [number, number, number];
+/** The heat map's colour scale, defined once in Python (engine/colour_scale.py) for the tab and the report. */
+export interface ColourScale {
+  ok_floor: number;
+  bad_ceiling: number;
+  palettes: Record<"light" | "dark", Record<string, RGB>>;
+  /** reason name -> palette key, for reasons drawn in one flat colour */
+  flat: Record<string, string>;
+  legend: [string, string][];
+}
 export interface MatrixTensor { tag: string; kind: string; name: string; candidate_tag: string | null }
 export interface MatrixResponse {
   tensors: MatrixTensor[];
@@ -71,6 +105,7 @@ export interface MatrixResponse {
   reason_codes: string[];
   no_data: number;
   first: { bucket: number; tensor: number; step: number } | null;
+  colour_scale: ColourScale;
 }
 
 export interface SideSeries { steps: number[]; values: Num[] }
@@ -129,9 +164,17 @@ function query(params: Params): string {
   return s ? "?" + s : "";
 }
 
-async function getJson<T>(route: string, params: Params = {}): Promise<T> {
-  const res = await fetch("./" + route + query(params), { headers: { Accept: "application/json" } });
-  const body = await res.json().catch(() => ({ error: res.statusText }));
+/** True for the rejection of a request its caller aborted (a newer one replaced it). */
+export function isAbort(err: unknown): boolean {
+  return err instanceof DOMException && err.name === "AbortError";
+}
+
+async function getJson<T>(route: string, params: Params = {}, signal?: AbortSignal): Promise<T> {
+  const res = await fetch("./" + route + query(params), { headers: { Accept: "application/json" }, signal });
+  const body = await res.json().catch((err: unknown) => {
+    if (isAbort(err)) throw err; // aborted while reading the body: not an answer
+    return { error: res.statusText };
+  });
   if (!res.ok) throw new ApiError(res.status, String((body as { error?: string }).error ?? res.statusText));
   return body as T;
 }
@@ -143,13 +186,33 @@ function b64(text: string): Uint8Array {
   return out;
 }
 
+/**
+ * One kind of request at a time: start() aborts the previous one's fetches, so a late
+ * answer to a superseded request can neither arrive nor be shown. Callers check
+ * signal.aborted after every await (an answer may have been parsed just before the abort).
+ */
+export class Latest {
+  private controller: AbortController | null = null;
+
+  start(): AbortSignal {
+    this.controller?.abort();
+    this.controller = new AbortController();
+    return this.controller.signal;
+  }
+
+  cancel(): void {
+    this.controller?.abort();
+    this.controller = null;
+  }
+}
+
 export const api = {
-  runs: () => getJson<RunsResponse>("runs"),
-  summary: (p: Params) => getJson<Summary>("summary", p),
-  scalars: (p: Params) => getJson<ScalarsResponse>("scalars", p),
-  tensor: (p: Params) => getJson<TensorResponse>("tensor", p),
-  async matrix(p: Params): Promise<MatrixResponse> {
-    const raw = await getJson<Omit<MatrixResponse, "ratio" | "reason"> & { ratio: string; reason: string }>("matrix", p);
+  runs: (signal?: AbortSignal) => getJson<RunsResponse>("runs", {}, signal),
+  summary: (p: Params, signal?: AbortSignal) => getJson<Summary>("summary", p, signal),
+  scalars: (p: Params, signal?: AbortSignal) => getJson<ScalarsResponse>("scalars", p, signal),
+  tensor: (p: Params, signal?: AbortSignal) => getJson<TensorResponse>("tensor", p, signal),
+  async matrix(p: Params, signal?: AbortSignal): Promise<MatrixResponse> {
+    const raw = await getJson<Omit<MatrixResponse, "ratio" | "reason"> & { ratio: string; reason: string }>("matrix", p, signal);
     const bytes = b64(raw.ratio);
     return { ...raw, ratio: new Float32Array(bytes.buffer, 0, bytes.length / 4), reason: b64(raw.reason) };
   },

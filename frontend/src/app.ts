@@ -1,6 +1,6 @@
 // Wires the tab together: run picker and tolerance controls -> routes -> card, charts,
 // heat map, detail and panels. All verdicts come from the server; this only displays.
-import { api, ApiError, MatrixResponse, Params, RunsResponse, ScalarsResponse, Summary, TensorResponse } from "./api";
+import { api, ApiError, Divergence, isAbort, Latest, MatrixResponse, Params, RunsResponse, ScalarsResponse, Summary, TensorResponse } from "./api";
 import { renderCard } from "./card";
 import { palette, Palette, ScalarCharts } from "./charts";
 import { TensorDetail } from "./detail";
@@ -25,7 +25,11 @@ export class App {
   private scalars: ScalarsResponse | null = null;
   private matrix: MatrixResponse | null = null;
   private tensor: TensorResponse | null = null;
-  private seq = 0;
+  // One request of each kind in flight: a newer one aborts the older, whose late answer
+  // would otherwise show the first tensor's data after the second was asked for.
+  private runsReq = new Latest();
+  private refreshReq = new Latest();
+  private tensorReq = new Latest();
   private pal: Palette = palette(false);
 
   private errorBar = el("div", { cls: "tbp-error", attrs: { "data-testid": "error", role: "alert" } });
@@ -144,10 +148,13 @@ export class App {
   }
 
   private async loadRuns(): Promise<void> {
+    const signal = this.runsReq.start();
     try {
-      this.runs = await api.runs();
+      const runs = await api.runs(signal);
+      if (signal.aborted) return;
+      this.runs = runs;
     } catch (err) {
-      this.showError(err);
+      if (!signal.aborted && !isAbort(err)) this.showError(err);
       return;
     }
     const names = new Set(this.runs.runs.map((r) => r.name));
@@ -193,7 +200,11 @@ export class App {
     this.state.candidate = candidate;
     this.state.tensor = undefined;
     this.state.step = undefined;
+    this.tensorReq.cancel();
+    this.tensor = null;
     this.detail.hide();
+    this.lr.reset();
+    this.loss.reset();
     this.fillPickers();
     void this.refresh();
   }
@@ -201,12 +212,16 @@ export class App {
   /** Fetch summary, scalars and matrix for the current pair and policy, then render. */
   private async refresh(): Promise<void> {
     if (!this.state.baseline || !this.state.candidate) return;
-    const seq = ++this.seq;
+    const signal = this.refreshReq.start();
     saveState(this.state);
     const p = this.params();
     try {
-      const [summary, scalars, matrix] = await Promise.all([api.summary(p), api.scalars(p), api.matrix({ ...p, width: this.heat.wantedWidth() })]);
-      if (seq !== this.seq) return;
+      const [summary, scalars, matrix] = await Promise.all([
+        api.summary(p, signal),
+        api.scalars(p, signal),
+        api.matrix({ ...p, width: this.heat.wantedWidth() }, signal),
+      ]);
+      if (signal.aborted) return;
       this.summary = summary;
       this.scalars = scalars;
       this.matrix = matrix;
@@ -218,17 +233,19 @@ export class App {
       this.renderAll();
       if (this.state.tensor) await this.openTensor(this.state.tensor, this.state.step ? Number(this.state.step) : null, false);
     } catch (err) {
-      if (seq === this.seq) this.showError(err);
+      if (!signal.aborted && !isAbort(err)) this.showError(err);
     }
   }
 
   private async poll(): Promise<void> {
     let runs: RunsResponse;
+    const signal = this.runsReq.start();
     try {
-      runs = await api.runs();
+      runs = await api.runs(signal);
     } catch {
-      return; // the server may be restarting; the next poll retries
+      return; // aborted, or the server may be restarting; the next poll retries
     }
+    if (signal.aborted) return;
     const before = JSON.stringify(this.runs?.runs.map((r) => [r.name, r.generation]));
     this.runs = runs;
     if (JSON.stringify(runs.runs.map((r) => [r.name, r.generation])) === before) return;
@@ -247,7 +264,7 @@ export class App {
     if (!s) return;
     const roles = this.roles();
     renderCard(this.card, this.alerts, s, roles, {
-      openDivergence: () => void this.openDivergence(),
+      open: (d) => void this.openDivergence(d),
       openNonfinite: (run, tag, step) => void this.openNonfinite(run, tag, step),
     });
     const labels = { baseline: roles[s.baseline] ?? "baseline", candidate: roles[s.candidate] ?? "candidate" };
@@ -259,7 +276,7 @@ export class App {
     renderPanels(this.panels, s, roles);
     const base = this.runs?.runs.find((r) => r.name === s.baseline);
     this.status.textContent = `${s.steps_compared} steps compared${base?.last_step !== undefined && base?.last_step !== null ? `, last step ${base.last_step}` : ""} · ${new Date().toLocaleTimeString()}`;
-    if (this.tensor) this.detail.show(this.tensor, this.state.step ? Number(this.state.step) : null, [labels.baseline, labels.candidate], this.pal);
+    if (this.tensor && this.tensor.tag === this.state.tensor) this.detail.show(this.tensor, this.state.step ? Number(this.state.step) : null, [labels.baseline, labels.candidate], this.pal);
   }
 
   private selectedCell(): CellRef | null {
@@ -273,9 +290,12 @@ export class App {
     return { bucket, tensor };
   }
 
-  private async openDivergence(): Promise<void> {
-    const d = this.summary?.first_divergence;
-    if (!d) return;
+  private async openDivergence(d: Divergence): Promise<void> {
+    if (d.reason === "structure") {
+      // a tensor of one run only has no pair to detail: show the structure report
+      this.panels.querySelector("[data-testid=structure]")?.scrollIntoView({ block: "start", behavior: "smooth" });
+      return;
+    }
     await this.openTensor(`${d.kind}/${d.tensor}`, d.step);
     this.heat.root.scrollIntoView({ block: "nearest" });
     this.detail.root.scrollIntoView({ block: "start", behavior: "smooth" });
@@ -302,12 +322,15 @@ export class App {
     if (m.first && m.first.bucket === cell.bucket && m.first.tensor === cell.tensor) step = m.first.step;
     else if (m.step_end[cell.bucket] !== step) {
       // A bucket of several steps: open its first step that diverges, if any.
+      const signal = this.tensorReq.start();
       try {
-        const t = await api.tensor({ ...this.params(), tensor: tag });
+        const t = await api.tensor({ ...this.params(), tensor: tag }, signal);
+        if (signal.aborted) return;
         const k = t.diff.steps.findIndex((s, i) => s >= step && s <= m.step_end[cell.bucket] && t.diff.reason[i] !== "ok");
         if (k >= 0) step = t.diff.steps[k];
-      } catch {
-        /* fall back to the bucket's first step */
+      } catch (err) {
+        if (signal.aborted || isAbort(err)) return; // another cell or tensor was asked for since
+        /* else fall back to the bucket's first step */
       }
     }
     await this.openTensor(tag, step);
@@ -319,16 +342,17 @@ export class App {
     this.state.tensor = tag;
     this.state.step = step === null ? undefined : String(step);
     if (remember) saveState(this.state);
-    const seq = this.seq;
+    const signal = this.tensorReq.start();
     try {
-      const t = await api.tensor({ ...this.params(), tensor: tag, values_at: step ?? undefined });
-      if (seq !== this.seq) return;
+      const t = await api.tensor({ ...this.params(), tensor: tag, values_at: step ?? undefined }, signal);
+      if (signal.aborted) return;
       this.tensor = t;
       this.clearError();
       this.heat.select(this.selectedCell());
       const roles = this.roles();
       this.detail.show(t, step, [roles[this.state.baseline ?? ""] ?? "baseline", roles[this.state.candidate ?? ""] ?? "candidate"], this.pal);
     } catch (err) {
+      if (signal.aborted || isAbort(err)) return;
       if (err instanceof ApiError && err.status === 404 && step !== null) {
         // The step was not logged by both runs: show the series without values.
         await this.openTensor(tag, null, remember);

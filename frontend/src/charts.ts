@@ -44,9 +44,20 @@ function axes(p: Palette, logY: boolean): uPlot.Axis[] {
   ];
 }
 
-/** One uPlot in `host`, sized to it and resized with it. */
+/** What makes two option sets draw different series: labels, colours, dashes, scales, axes (functions drop out). */
+function signature(opts: Omit<uPlot.Options, "width" | "height">): string {
+  return JSON.stringify({ series: opts.series, scales: opts.scales, axes: opts.axes });
+}
+
+/**
+ * One uPlot in `host`, sized to it and resized with it. A refresh with the same series
+ * updates it in place (setData), so a user's zoom survives auto-refresh and re-queries;
+ * only another series set (theme, labels, log scale) or reset() recreates it.
+ * The x window is mirrored in the host's data-x-min / data-x-max (tests read it).
+ */
 class Chart {
   private plot: uPlot | null = null;
+  private sig = "";
   private observer: ResizeObserver;
 
   constructor(private host: HTMLElement, private height = 180) {
@@ -59,14 +70,41 @@ class Chart {
   }
 
   show(opts: Omit<uPlot.Options, "width" | "height">, data: uPlot.AlignedData): void {
-    this.plot?.destroy();
+    const sig = signature(opts);
+    if (this.plot && sig === this.sig) {
+      this.update(this.plot, data);
+      return;
+    }
+    this.reset();
     this.host.textContent = "";
-    this.plot = new uPlot({ ...opts, width: this.width(), height: this.height }, data, this.host);
+    this.sig = sig;
+    const mirror = (u: uPlot, key: string): void => {
+      if (key !== "x") return;
+      this.host.dataset.xMin = String(u.scales.x.min);
+      this.host.dataset.xMax = String(u.scales.x.max);
+    };
+    const hooks = { ...opts.hooks, setScale: [...(opts.hooks?.setScale ?? []), mirror] };
+    this.plot = new uPlot({ ...opts, hooks, width: this.width(), height: this.height }, data, this.host);
+  }
+
+  /** New data in place; a zoomed x window (narrower than the old data) is kept, else it follows the data. */
+  private update(u: uPlot, data: uPlot.AlignedData): void {
+    const xs = u.data[0];
+    const { min, max } = u.scales.x;
+    const zoomed = xs.length > 0 && min != null && max != null && (min > xs[0] || max < xs[xs.length - 1]);
+    u.setData(data, true); // every scale ranges to the new data (y included) ...
+    if (zoomed) u.setScale("x", { min: min as number, max: max as number }); // ... then the user's window returns
+  }
+
+  /** Forget the chart: the next show() creates a fresh one (another pair or tensor). */
+  reset(): void {
+    this.plot?.destroy();
+    this.plot = null;
+    this.sig = "";
   }
 
   empty(message: string): void {
-    this.plot?.destroy();
-    this.plot = null;
+    this.reset();
     replaceChildren(this.host, el("div", { cls: "empty", text: message }));
   }
 }
@@ -93,6 +131,12 @@ export class ScalarCharts {
     );
     this.overlay = new Chart(overlayHost, 170);
     this.diff = new Chart(diffHost, 130);
+  }
+
+  /** Another pair: the next update draws fresh charts (the old zoom belonged to other runs). */
+  reset(): void {
+    this.overlay.reset();
+    this.diff.reset();
   }
 
   update(panel: ScalarPanel, labels: OverlayLabels, p: Palette): void {
@@ -151,6 +195,10 @@ export class SeriesChart {
 
   constructor(host: HTMLElement, height = 160) {
     this.chart = new Chart(host, height);
+  }
+
+  reset(): void {
+    this.chart.reset();
   }
 
   update(xs: number[], series: { label: string; color: string; values: Col; dash?: number[] }[], p: Palette, logY = false): void {

@@ -60,6 +60,11 @@ export class TensorDetail {
   }
 
   show(t: TensorResponse, step: number | null, roles: [string, string], pal: Palette): void {
+    if (t.tag !== this.data?.tag) {
+      // another tensor: fresh charts; the same one refreshed keeps the user's zoom
+      this.statChart.reset();
+      this.ratioChart.reset();
+    }
     this.data = t;
     this.pal = pal;
     this.root.style.display = "";

@@ -1,32 +1,33 @@
 // Steps x tensors heat map on a canvas. One pixel per (bucket, tensor) in an
 // offscreen ImageData, scaled up once per draw: 2000 x 200 cells cost one
 // putImageData, and hover is arithmetic on the mouse position (no per-cell DOM).
-import { MatrixResponse } from "./api";
+import { ColourScale, MatrixResponse, RGB } from "./api";
 import { el, fmt, replaceChildren } from "./dom";
 
-type RGBA = [number, number, number, number];
-
-export interface HeatPalette { okLow: RGBA; okHigh: RGBA; badLow: RGBA; badHigh: RGBA; nonfinite: RGBA; structural: RGBA; missing: RGBA; outline: string; select: string }
+/** Outline colours (chrome, not data); the cells' colours come with the matrix. */
+export interface HeatPalette { dark: boolean; outline: string; select: string }
 
 export function heatPalette(dark: boolean): HeatPalette {
-  return dark
-    ? { okLow: [52, 64, 56, 255], okHigh: [67, 160, 71, 255], badLow: [255, 183, 77, 255], badHigh: [244, 67, 54, 255], nonfinite: [186, 104, 200, 255], structural: [121, 134, 203, 255], missing: [120, 120, 120, 255], outline: "#ffffff", select: "#4dd0e1" }
-    : { okLow: [232, 245, 233, 255], okHigh: [129, 199, 132, 255], badLow: [255, 183, 77, 255], badHigh: [198, 40, 40, 255], nonfinite: [142, 36, 170, 255], structural: [57, 73, 171, 255], missing: [158, 158, 158, 255], outline: "#000000", select: "#1976d2" };
+  return dark ? { dark, outline: "#ffffff", select: "#4dd0e1" } : { dark, outline: "#000000", select: "#1976d2" };
 }
 
-function mix(a: RGBA, b: RGBA, t: number): RGBA {
+function mix(a: RGB, b: RGB, t: number): RGB {
   const u = Math.min(1, Math.max(0, t));
-  return [0, 1, 2, 3].map((i) => Math.round(a[i] + (b[i] - a[i]) * u)) as RGBA;
+  return [0, 1, 2].map((i) => Math.round(a[i] + (b[i] - a[i]) * u)) as RGB;
 }
 
-/** Colour of one cell: green shades inside tolerance, orange->red by how far outside (log). */
-export function cellColor(ratio: number, reason: string, p: HeatPalette): RGBA | null {
-  if (reason === "nonfinite") return p.nonfinite;
-  if (reason === "shape" || reason === "dtype") return p.structural;
-  if (reason === "missing") return p.missing;
-  if (Number.isNaN(ratio)) return null;
-  if (reason === "value" || ratio > 1) return mix(p.badLow, p.badHigh, Math.log10(Math.max(ratio, 1)) / 3);
-  return mix(p.okLow, p.okHigh, ratio <= 1e-4 ? 0 : (Math.log10(ratio) + 4) / 4);
+/**
+ * Colour of one cell under the server's scale: the rule of engine/colour_scale.py's
+ * cell_colours (the report's), so both colour one ratio alike. The reason decides the ramp.
+ */
+export function cellColor(ratio: number, reason: string, s: ColourScale, dark: boolean): RGB {
+  const p = s.palettes[dark ? "dark" : "light"];
+  const flat = s.flat[reason];
+  if (flat) return p[flat];
+  const r = Number.isNaN(ratio) ? 0 : ratio;
+  if (reason === "value") return mix(p.bad_low, p.bad_high, Math.log10(Math.max(r, 1)) / Math.log10(s.bad_ceiling));
+  const floor = Math.log10(s.ok_floor);
+  return mix(p.ok_low, p.ok_high, (Math.log10(Math.max(r, s.ok_floor)) - floor) / -floor);
 }
 
 export interface CellRef { bucket: number; tensor: number }
@@ -43,6 +44,7 @@ export class HeatMap {
   private rowH = 4;
   private selected: CellRef | null = null;
   private pal: HeatPalette = heatPalette(false);
+  private legendBox = el("div", { cls: "tbp-legend" });
 
   constructor(private onPick: (cell: CellRef) => void) {
     this.canvasBox.appendChild(this.canvas);
@@ -51,7 +53,7 @@ export class HeatMap {
       {},
       el("div", { cls: "tbp-heat" }, this.labels, this.canvasBox),
       this.axis,
-      this.legend(),
+      this.legendBox,
       this.tooltip,
     );
     this.canvas.addEventListener("mousemove", (ev) => this.hover(ev));
@@ -67,31 +69,22 @@ export class HeatMap {
     return Math.max(50, Math.min(4096, Math.floor(this.canvasBox.clientWidth || 800)));
   }
 
-  private legend(): HTMLElement {
-    const item = (cls: string, text: string): HTMLElement => el("span", {}, el("i", { cls }), text);
-    const box = el("div", { cls: "tbp-legend" });
-    const swatches: [string, string][] = [
-      ["ok", "within tolerance (darker = closer to the limit)"],
-      ["bad", "out of tolerance (red = 1000x)"],
-      ["nonfinite", "NaN/Inf pattern differs"],
-      ["structural", "shape/dtype differs"],
-      ["missing", "logged by one run only"],
-    ];
-    for (const [key, text] of swatches) {
-      const sw = item("", text);
-      sw.firstElementChild?.setAttribute("data-swatch", key);
-      box.appendChild(sw);
-    }
-    return box;
+  /** The legend of the server's scale, in the current theme. */
+  private legend(): void {
+    const s = this.m?.colour_scale;
+    if (!s) return;
+    const p = s.palettes[this.pal.dark ? "dark" : "light"];
+    replaceChildren(
+      this.legendBox,
+      ...s.legend.map(([key, text]) => {
+        const c = p[key];
+        return el("span", {}, el("i", { attrs: { "data-swatch": key, style: `background:rgb(${c[0]},${c[1]},${c[2]})` } }), text);
+      }),
+    );
   }
 
   setPalette(p: HeatPalette): void {
     this.pal = p;
-    const colors: Record<string, RGBA> = { ok: p.okHigh, bad: p.badHigh, nonfinite: p.nonfinite, structural: p.structural, missing: p.missing };
-    this.root.querySelectorAll<HTMLElement>("[data-swatch]").forEach((node) => {
-      const c = colors[node.dataset.swatch ?? ""];
-      node.style.background = `rgba(${c[0]},${c[1]},${c[2]},1)`;
-    });
     if (this.m) this.paint();
   }
 
@@ -121,10 +114,11 @@ export class HeatMap {
     this.draw();
   }
 
-  /** Rebuild the 1-pixel-per-cell image, then draw it scaled. */
+  /** Rebuild the 1-pixel-per-cell image and the legend, then draw it scaled. */
   private paint(): void {
     const m = this.m;
     if (!m) return;
+    this.legend();
     const nb = m.step_start.length;
     const nt = m.tensors.length;
     this.image.width = Math.max(1, nb);
@@ -139,13 +133,12 @@ export class HeatMap {
       for (let t = 0; t < nt; t++) {
         const i = b * nt + t;
         const code = m.reason[i];
-        const c = code === m.no_data ? null : cellColor(m.ratio[i], m.reason_codes[code] ?? "", this.pal);
-        if (!c) continue;
+        const c = cellColor(m.ratio[i], code === m.no_data ? "absent" : m.reason_codes[code] ?? "", m.colour_scale, this.pal.dark);
         const o = (t * nb + b) * 4;
         img.data[o] = c[0];
         img.data[o + 1] = c[1];
         img.data[o + 2] = c[2];
-        img.data[o + 3] = c[3];
+        img.data[o + 3] = 255;
       }
     }
     ctx.putImageData(img, 0, 0);

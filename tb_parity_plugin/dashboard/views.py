@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from tb_parity_plugin.engine import ParityMatrix, ParityReport, TensorDetail
+from tb_parity_plugin.engine import ParityMatrix, ParityReport, TensorDetail, colour_scale
 from tb_parity_plugin.engine.matrix import ABSENT, REASONS
 from tb_parity_plugin.engine.tolerance import Tolerance, TolerancePolicy
 from tb_parity_plugin.records import metadata
@@ -83,6 +83,8 @@ def matrix_payload(m: ParityMatrix, report: ParityReport) -> dict[str, Any]:
         "reason_codes": [REASONS[c] for c in range(codes)],
         "no_data": ABSENT,
         "first": first,
+        # the report colours its heat map with the same scale (engine/colour_scale.py)
+        "colour_scale": colour_scale.to_dict(),
         "encoding": "base64 little-endian: ratio float32, reason uint8, row-major [bucket][tensor]",
     }
 

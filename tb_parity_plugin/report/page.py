@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 import numpy as np
 import numpy.typing as npt
 
+from tb_parity_plugin.engine import colour_scale
 from tb_parity_plugin.engine import matrix as matrix_mod
 from tb_parity_plugin.engine import replicas
 from tb_parity_plugin.report.graphics import Series, fmt, line_chart, png_data_uri
@@ -52,23 +53,6 @@ _STYLE = """
 .tbp-report .swatch{display:inline-block;width:12px;height:12px;vertical-align:-2px;margin:0 3px 0 10px}
 """
 
-#: Heat-map colours by the engine's reason code: within tolerance goes from pale to
-#: darker green with the error ratio, out-of-tolerance values go orange -> dark red.
-_REASON_RGB = {
-    matrix_mod.NONFINITE: (123, 50, 148),
-    matrix_mod.SHAPE: (33, 33, 33),
-    matrix_mod.DTYPE: (33, 33, 33),
-    matrix_mod.MISSING: (144, 144, 144),
-    matrix_mod.ABSENT: (238, 238, 238),
-}
-_LEGEND = [
-    ("within tolerance", (165, 214, 167)),
-    ("value out of tolerance", (198, 40, 40)),
-    ("NaN/Inf pattern", _REASON_RGB[matrix_mod.NONFINITE]),
-    ("shape/dtype", _REASON_RGB[matrix_mod.SHAPE]),
-    ("logged by one run only", _REASON_RGB[matrix_mod.MISSING]),
-    ("not logged", _REASON_RGB[matrix_mod.ABSENT]),
-]
 #: Heat-map columns; longer runs are bucketed by the engine (``ParityMatrix.bucketed``).
 MAX_COLUMNS = 1000
 
@@ -183,19 +167,6 @@ def _charts(summary: Mapping[str, Any], scalars: Optional[Scalars]) -> str:
     return f'<h3>Learning rate and loss</h3><div class="charts">{"".join(charts)}</div>'
 
 
-def _cell_colours(ratio: np.ndarray, reason: np.ndarray) -> np.ndarray:
-    """uint8 RGB per cell from the engine's error ratio and reason code."""
-    ratio = np.nan_to_num(np.asarray(ratio, np.float64), nan=0.0, posinf=1e4)
-    t = np.clip((np.log10(np.fmax(ratio, 1e-4)) + 4) / 4, 0, 1)[..., None]  # 1e-4..1 -> 0..1
-    rgb: np.ndarray = (1 - t) * np.array([215, 237, 216]) + t * np.array([102, 187, 106])
-    u = np.clip(np.log10(np.fmax(ratio, 1.0)) / 4, 0, 1)[..., None]  # 1..1e4 -> 0..1
-    value = (1 - u) * np.array([255, 167, 38]) + u * np.array([127, 0, 0])
-    rgb = np.where((reason == matrix_mod.VALUE)[..., None], value, rgb)
-    for code, colour in _REASON_RGB.items():
-        rgb[reason == code] = colour
-    return rgb.astype(np.uint8)
-
-
 def _heat_map(matrix: Optional[matrix_mod.ParityMatrix]) -> str:
     """The engine's matrix as a PNG (tensors down, steps across) in an SVG with the
     first divergence outlined and, for few tensors, their names."""
@@ -204,7 +175,7 @@ def _heat_map(matrix: Optional[matrix_mod.ParityMatrix]) -> str:
     n_steps = len(matrix.step_start)
     shown = matrix.bucketed(MAX_COLUMNS)
     n_cols, n_tensors = shown.error_ratio.shape
-    image = png_data_uri(_cell_colours(shown.error_ratio, shown.reason).transpose(1, 0, 2))
+    image = png_data_uri(colour_scale.cell_colours(shown.error_ratio, shown.reason).transpose(1, 0, 2))
     label_w, plot_w = (220 if n_tensors <= 40 else 0), 760
     row_h = min(16.0, 400 / n_tensors)
     width, height = label_w + plot_w, row_h * n_tensors
@@ -229,7 +200,10 @@ def _heat_map(matrix: Optional[matrix_mod.ParityMatrix]) -> str:
         f'<text x="{label_w}" y="{height + 14:.0f}">step {_e(fmt(shown.step_start[0]))}</text>'
         f'<text x="{width}" y="{height + 14:.0f}" text-anchor="end">step {_e(fmt(shown.step_end[-1]))}</text></svg>'
     )
-    legend = "".join(f'<span class="swatch" style="background:rgb{c}"></span>{_e(t)}' for t, c in _LEGEND)
+    light = colour_scale.PALETTES["light"]
+    legend = "".join(
+        f'<span class="swatch" style="background:rgb{light[k]}"></span>{_e(t)}' for k, t in colour_scale.LEGEND
+    )
     note = (
         f" Each column is a bucket of about {-(-n_steps // n_cols)} steps (its worst cell)." if n_cols < n_steps else ""
     )

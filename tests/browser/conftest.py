@@ -36,9 +36,15 @@ pytest.importorskip("playwright.sync_api")
 
 @pytest.fixture(scope="session")
 def demo_logdir(demo_logs: str) -> str:
-    """The demo's three pairs, plus a pair whose first-diverging tensor is named with HTML."""
+    """The demo's three pairs, plus a pair whose first-diverging tensor is named with HTML,
+    a port with structure bugs, a statistics-only pair with a corrupt record, and a pair
+    that a test grows while the tab shows it."""
     fx.write_pair(demo_logs, "html", 8, diverge_at=2, lr_name=fx.HTML_NAME)
     fx.write_pair(demo_logs, "drift", 8, diverge_at=3, drift=0.01)
+    fx.write_structure_pair(demo_logs, "structure", 6)
+    fx.write_pair(demo_logs, "stats", 6, full_values_limit=1)
+    fx.corrupt_last_record(os.path.join(demo_logs, "stats", "tf2"))
+    fx.write_pair(demo_logs, "grow", 20)
     return demo_logs
 
 

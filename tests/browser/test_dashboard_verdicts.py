@@ -1,0 +1,119 @@
+"""The verdict's strength, the evidence behind each divergence and the structure report, in the tab.
+
+Issue 9's front-end parts: "agree within statistics" shown apart from a plain agree, each
+divergence's ``evidence`` and ``note``, a structure panel (tensors of one run only,
+variables per run, shape mismatches, variables created twice) and read problems beside
+the verdict. Expected values come from the engine (``api.compare``), as in test_dashboard.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+from playwright.sync_api import expect
+
+from tb_parity_plugin import api
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
+import plugin_fixtures as fx
+
+from browser.test_dashboard import TIMEOUT, open_tab, verdict
+
+one_server = pytest.mark.parametrize("server", ["load_fast_false"], indirect=True)
+
+
+def engine(logdir: str, pair: str) -> api.ParityReport:
+    """The engine's report with the runs named as the tab names them (notes quote run names)."""
+    return api.compare(logdir, f"{pair}/tf1", f"{pair}/tf2")
+
+
+@one_server
+def test_structure_divergence_and_the_structure_panel(page, server: str, demo_logdir: str) -> None:
+    report = engine(demo_logdir, "structure")
+    first = report.first_divergence
+    assert first is not None and first.reason == "structure"
+    st = report.structure
+    frame = open_tab(page, server, "structure")
+    assert verdict(frame) == "diverge"
+    card = frame.locator("[data-testid=card]")
+    assert "Structure differs" in card.locator("[data-testid=verdict]").inner_text()
+    assert card.locator("[data-testid=divergence-tensor]").inner_text() == first.tensor  # the HTML name, as text
+    assert card.locator("[data-testid=divergence-evidence]").first.inner_text() == f"by {first.evidence}"
+    assert first.note and first.note in card.locator("[data-testid=divergence-note]").first.inner_text()
+    assert card.locator("[data-testid=verdict-text]").inner_text() == report.verdict_text
+    rows = card.locator("[data-testid=divergences] [data-testid=divergence]")
+    assert rows.count() == len(report.divergences_at_first_step)
+    for i, d in enumerate(report.divergences_at_first_step):
+        assert d.note in rows.nth(i).inner_text() and d.evidence in rows.nth(i).inner_text()
+    later = report.first_step_divergence
+    assert later is not None
+    link = card.locator("[data-testid=first-step-divergence]")
+    assert f"step {later.step}" in link.inner_text() and later.tensor in link.inner_text()
+
+    panel = frame.locator("[data-testid=structure]")
+    assert panel.get_attribute("data-agree") == "false"
+    variables = panel.locator("[data-testid=variables] tbody tr")
+    for i, run in enumerate(("structure/tf1", "structure/tf2")):
+        cells = variables.nth(i).locator("td").all_inner_texts()
+        assert cells[1:] == [str(st["variables"][run]["count"]), str(st["variables"][run]["size"])]
+    for run, entries in st["only_in"].items():
+        shown = panel.locator(f"[data-testid=unmatched][data-run='{run}'] [data-testid=only-in]")
+        assert shown.count() == len(entries)
+        for k, e in enumerate(entries):
+            assert shown.nth(k).inner_text().startswith(e["tag"])
+    (mismatch,) = st["shape_mismatches"]
+    text = panel.locator("[data-testid=shape-mismatches] tbody tr").inner_text()
+    assert mismatch["baseline"] in text and "[4]" in text and "[5]" in text
+    (twice,) = st["created_twice"]["structure/tf2"]
+    text = panel.locator("[data-testid=created-twice] tbody tr").inner_text()
+    assert twice["tag"] in text and twice["like"] in text
+    # user-controlled names stay text everywhere (the baseline-only weight is named with HTML)
+    assert frame.locator("img").count() == 0
+    for f in page.frames:
+        assert f.evaluate("() => window.__xss === undefined"), f.url
+
+    card.click()  # a structure divergence has no pair to detail: the card shows the structure panel
+    expect(panel).to_be_in_viewport(timeout=TIMEOUT)
+    link.click()  # the first divergence among the compared steps opens as usual
+    detail = frame.locator("[data-testid=detail]")
+    expect(detail.locator("[data-testid=detail-tensor]")).to_have_text(f"{later.kind}/{later.tensor}", timeout=TIMEOUT)
+
+
+@one_server
+def test_agreement_on_statistics_is_shown_as_weaker_with_the_read_problems(page, server: str, demo_logdir: str) -> None:
+    report = engine(demo_logdir, "stats")
+    assert report.verdict == "agree within statistics" and report.problems
+    frame = open_tab(page, server, "stats")
+    card = frame.locator("[data-testid=card]")
+    assert verdict(frame) == "agree within statistics"
+    assert "stats" in card.get_attribute("class")
+    assert "agree within statistics" in card.locator("[data-testid=verdict]").inner_text()
+    assert report.verdict_text in card.locator("[data-testid=verdict-text]").inner_text()
+    evidence = card.locator("[data-testid=evidence]").inner_text()
+    assert f"{report.evidence['statistics']} by statistics" in evidence
+    assert f"{report.evidence['values']} element-wise" in evidence
+    alert = frame.locator("[data-testid=problems-alert]")
+    assert f"{len(report.problems)} read problem" in alert.inner_text()
+    for p in report.problems:
+        assert p["path"] in alert.inner_text() and p["message"] in alert.inner_text()
+    assert frame.locator("[data-testid=structure]").get_attribute("data-agree") == "true"
+
+
+@one_server
+def test_a_value_divergence_shows_its_evidence_and_a_plain_agree_stays_plain(
+    page, server: str, demo_logdir: str
+) -> None:
+    first = engine(demo_logdir, "lr_offbyone").first_divergence
+    assert first is not None and first.evidence == "values"
+    frame = open_tab(page, server, "lr_offbyone")
+    card = frame.locator("[data-testid=card]")
+    assert card.locator("[data-testid=divergence-evidence]").inner_text() == "by values"
+    assert (first.note or "") in card.locator("[data-testid=divergence-note]").inner_text()
+    assert frame.locator("[data-testid=problems-alert]").count() == 0
+    frame.locator("[data-testid=pair]").select_option(label="clean")
+    frame.locator("[data-testid=card][data-verdict=agree]").wait_for(timeout=TIMEOUT)
+    assert frame.locator("[data-testid=evidence]").count() == 0
+    assert "stats" not in card.get_attribute("class")
+    assert fx.HTML_NAME not in card.inner_text()
