@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 import numpy as np
 import numpy.typing as npt
 
-from tb_parity_plugin.engine import colour_scale
+from tb_parity_plugin.engine import colour_scale, replicas
 from tb_parity_plugin.engine import matrix as matrix_mod
-from tb_parity_plugin.engine import replicas
 from tb_parity_plugin.report.graphics import Series, fmt, line_chart, png_data_uri
 
 if TYPE_CHECKING:  # verdicts imports this module for ParityReport._repr_html_
