@@ -101,6 +101,20 @@ def write_structure_pair(root: str, folder: str, steps: int) -> None:
     )
 
 
+def write_replica_pair(root: str, folder: str, steps: int) -> None:
+    """A one-device ``tf1`` and a two-replica ``tf2`` whose gradient is the sum of its replicas' copies."""
+    rng = np.random.default_rng(5)
+    local = [[rng.standard_normal((2, 3)).astype(np.float32) for _ in range(2)] for _ in range(steps)]
+    for side in ("tf1", "tf2"):
+        writer = BlockWriter(os.path.join(root, folder, side), side=side)
+        for step, (a, b) in enumerate(local):
+            arrays = [("grad", "dense/kernel:0", (a + b).astype(np.float32))]
+            if side == "tf2":
+                arrays += [("grad", f"dense/kernel:0@replica{k}", part) for k, part in enumerate((a, b))]
+            writer.write_arrays(step, arrays)
+        writer.close()
+
+
 def append_steps(run_dir: str, side: str, start: int, stop: int, diverge_at: Optional[int] = None) -> None:
     """Append steps to a run with a new event file (a run still training)."""
     writer = BlockWriter(run_dir, side=side)

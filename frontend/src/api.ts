@@ -127,6 +127,9 @@ export interface TensorResponse {
   diff: { steps: number[]; error_ratio: Num[]; reason: string[]; mean_abs_diff: Num[] };
   how: string;
   tolerance: { atol: number; rtol: number; warmup_steps: number };
+  /** Multi-replica candidate: how many replicas keep copies, and the one shown (null: the one-device value). */
+  replicas?: number;
+  replica?: number | null;
   values: {
     step: number;
     baseline: Num[] | null;

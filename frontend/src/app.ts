@@ -25,6 +25,7 @@ export class App {
   private scalars: ScalarsResponse | null = null;
   private matrix: MatrixResponse | null = null;
   private tensor: TensorResponse | null = null;
+  private replica: number | null = null; // the candidate replica shown in the detail (null: one-device value)
   // One request of each kind in flight: a newer one aborts the older, whose late answer
   // would otherwise show the first tensor's data after the second was asked for.
   private runsReq = new Latest();
@@ -58,7 +59,13 @@ export class App {
     this.lr = new ScalarCharts(this.chartsBox, "lr");
     this.loss = new ScalarCharts(this.chartsBox, "loss");
     this.heat = new HeatMap((cell) => void this.pickCell(cell));
-    this.detail = new TensorDetail((step) => void this.openTensor(this.state.tensor ?? "", step));
+    this.detail = new TensorDetail(
+      (step) => void this.openTensor(this.state.tensor ?? "", step),
+      (replica) => {
+        this.replica = replica;
+        void this.openTensor(this.state.tensor ?? "", this.state.step ? Number(this.state.step) : null);
+      },
+    );
     this.errorBar.style.display = "none";
     this.empty.style.display = "none";
     const toolbar = el(
@@ -339,12 +346,13 @@ export class App {
   /** Load and show one tensor's detail (values at `step` when given). */
   async openTensor(tag: string, step: number | null, remember = true): Promise<void> {
     if (!tag) return;
+    if (tag !== this.state.tensor) this.replica = null; // another tensor starts on its compared value
     this.state.tensor = tag;
     this.state.step = step === null ? undefined : String(step);
     if (remember) saveState(this.state);
     const signal = this.tensorReq.start();
     try {
-      const t = await api.tensor({ ...this.params(), tensor: tag, values_at: step ?? undefined }, signal);
+      const t = await api.tensor({ ...this.params(), tensor: tag, values_at: step ?? undefined, replica: this.replica ?? undefined }, signal);
       if (signal.aborted) return;
       this.tensor = t;
       this.clearError();

@@ -25,14 +25,23 @@ export class TensorDetail {
   private ratioChart: SeriesChart;
   private head = el("div", { cls: "tbp-detail-head" });
   private statSelect = el("select", { attrs: { "aria-label": "statistic" } });
+  // multi-replica candidate: the one-device value (what is compared) or one replica's own copy
+  private replicaSelect = el("select", { attrs: { "aria-label": "replica", "data-testid": "replica" } });
   private stepsTable = el("div", { cls: "tbp-scroll" });
   private health = el("div");
   private values = el("div", { cls: "tbp-scroll" });
   private data: TensorResponse | null = null;
   private pal: Palette | null = null;
 
-  constructor(private onStep: (step: number) => void) {
+  constructor(
+    private onStep: (step: number) => void,
+    private onReplica: (replica: number | null) => void = () => undefined,
+  ) {
     for (const m of MOMENTS) this.statSelect.appendChild(el("option", { text: m, attrs: { value: m } }));
+    this.replicaSelect.addEventListener("change", () => {
+      const v = this.replicaSelect.value;
+      this.onReplica(v === "" ? null : Number(v));
+    });
     this.statSelect.addEventListener("change", () => this.charts());
     const statHost = el("div");
     const ratioHost = el("div");
@@ -78,11 +87,23 @@ export class TensorDetail {
       cand ? el("span", { cls: "tbp-hint", text: `candidate ${cand.dtype} [${cand.shape.join(", ")}]` }) : null,
       el("span", { cls: "tbp-hint", text: `matched: ${t.how}; atol ${fmt(t.tolerance.atol)}, rtol ${fmt(t.tolerance.rtol)} after ${t.tolerance.warmup_steps} steps` }),
       step !== null ? el("span", { cls: "tbp-chip", attrs: { "data-testid": "detail-step" }, text: `step ${step}` }) : null,
+      this.replicaPicker(t),
     );
     this.charts();
     this.stepTable(t, step, roles);
     this.healthTable(t, step, roles);
     this.valuesTable(t);
+  }
+
+  /** The replica select, when the candidate kept per-replica copies of this tensor. */
+  private replicaPicker(t: TensorResponse): HTMLElement | null {
+    const n = t.replicas ?? 0;
+    if (n <= 0) return null;
+    const options = [el("option", { text: "candidate: one-device value (compared)", attrs: { value: "" } })];
+    for (let k = 0; k < n; k++) options.push(el("option", { text: `candidate: replica ${k}'s own copy`, attrs: { value: String(k) } }));
+    replaceChildren(this.replicaSelect, ...options);
+    this.replicaSelect.value = t.replica === null || t.replica === undefined ? "" : String(t.replica);
+    return el("label", { cls: "tbp-hint" }, this.replicaSelect);
   }
 
   private charts(): void {

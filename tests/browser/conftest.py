@@ -42,6 +42,7 @@ def demo_logdir(demo_logs: str) -> str:
     fx.write_pair(demo_logs, "html", 8, diverge_at=2, lr_name=fx.HTML_NAME)
     fx.write_pair(demo_logs, "drift", 8, diverge_at=3, drift=0.01)
     fx.write_structure_pair(demo_logs, "structure", 6)
+    fx.write_replica_pair(demo_logs, "replicas", 4)
     fx.write_pair(demo_logs, "stats", 6, full_values_limit=1)
     fx.corrupt_last_record(os.path.join(demo_logs, "stats", "tf2"))
     fx.write_pair(demo_logs, "grow", 20)

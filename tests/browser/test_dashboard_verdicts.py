@@ -117,3 +117,23 @@ def test_a_value_divergence_shows_its_evidence_and_a_plain_agree_stays_plain(
     assert frame.locator("[data-testid=evidence]").count() == 0
     assert "stats" not in card.get_attribute("class")
     assert fx.HTML_NAME not in card.inner_text()
+
+
+@one_server
+def test_the_detail_shows_one_replica_or_the_one_device_value(page, server: str, demo_logdir: str) -> None:
+    report = engine(demo_logdir, "replicas")
+    assert report.agree and report.replicas["replicas/tf2"]["count"] == 2
+    frame = open_tab(page, server, "replicas")
+    frame.locator("[data-testid=heatmap]").click(position={"x": 5, "y": 5})
+    detail = frame.locator("[data-testid=detail]")
+    detail.locator("[data-testid=detail-step]").wait_for(timeout=TIMEOUT)
+    picker = detail.locator("[data-testid=replica]")
+    assert picker.locator("option").count() == 3  # the one-device value and two replicas
+    step = int(detail.locator("[data-testid=detail-step]").inner_text().split()[1])
+    comparison = report.comparison
+    assert comparison is not None
+    for k in (1, 0):
+        expected = comparison.detail("grad/dense/kernel:0", step, replica=k).cand_values
+        picker.select_option(str(k))
+        cell = detail.locator("[data-testid=values] tbody tr").first.locator("td").nth(2)
+        expect(cell).to_have_text(f"{float(expected.reshape(-1)[0]):.4g}", timeout=TIMEOUT)
