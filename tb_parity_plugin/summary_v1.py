@@ -33,7 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from tb_parity_plugin.records import writer
-from tb_parity_plugin.shim.recorder import DEFAULT_FULL_VALUES_LIMIT, BaseRecorder, Blocks, build_blocks
+from tb_parity_plugin.shim.recorder import DEFAULT_FULL_VALUES_LIMIT, BaseRecorder, Blocks, StepLayouts, build_blocks
 
 
 def _read_copy(value: Any) -> tf.Tensor:
@@ -66,6 +66,7 @@ class Recorder(BaseRecorder):
         self._blocks: Optional[Blocks] = None
         self._ordered = False
         self._snapshots: list[tf.Tensor] = []
+        self._layouts = StepLayouts(self.full_values_limit)  # runtime shapes -> this step's layout
         #: global_step as read before the update (set by apply_gradients/minimize/before_update).
         self.step: Optional[tf.Tensor] = None
 
@@ -92,7 +93,7 @@ class Recorder(BaseRecorder):
             entries = self._take_entries()
             if not entries:
                 raise ValueError("nothing recorded: record tensors before building the train op")
-            self._blocks = build_blocks(entries, self.full_values_limit)
+            self._blocks = build_blocks(entries, self.full_values_limit, dynamic_values=True)
         return self._blocks
 
     @contextlib.contextmanager
@@ -150,7 +151,12 @@ class Recorder(BaseRecorder):
                 stacklevel=2,
             )
             self._ordered = True  # warn once
-        out: dict = {"stats": blocks.stats, "values": dict(blocks.values), "scalars": dict(blocks.scalars)}
+        out: dict = {
+            "stats": blocks.stats,
+            "values": dict(blocks.values),
+            "scalars": dict(blocks.scalars),
+            "shapes": dict(blocks.shapes),
+        }
         if self.step is not None:
             out["step"] = self.step
         return out
@@ -168,7 +174,7 @@ class Recorder(BaseRecorder):
             step = int(np.asarray(fetched["step"]))
         self._writer.write_step(
             int(step),
-            self._build().layout,
+            self._layouts.of(self._build(), fetched.get("shapes", {})),
             fetched["stats"],
             fetched.get("values", {}),
             {k: float(v) for k, v in fetched.get("scalars", {}).items()},

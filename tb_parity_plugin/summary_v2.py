@@ -45,11 +45,19 @@ import contextlib
 import json
 from typing import Any, Iterable, Iterator, Optional
 
+import numpy as np
 import tensorflow as tf
 from tensorboard.plugins.scalar import metadata as scalar_metadata
 
-from tb_parity_plugin.records import metadata
-from tb_parity_plugin.shim.recorder import DEFAULT_FULL_VALUES_LIMIT, BaseRecorder, Entry, build_blocks
+from tb_parity_plugin.records import metadata, writer
+from tb_parity_plugin.shim.recorder import (
+    DEFAULT_FULL_VALUES_LIMIT,
+    BaseRecorder,
+    Blocks,
+    Entry,
+    StepLayouts,
+    build_blocks,
+)
 
 #: How each kind's per-replica values combine into the one-device value; kinds missing here
 #: (loss, metric) must say it with ``reduction=``.
@@ -88,6 +96,8 @@ class Recorder(BaseRecorder):
         self._step: Optional[tf.Tensor] = None
         self._written_once: set[str] = set()
         self._replicas = 1  # the most per-replica copies seen in a step (run_info's "replicas")
+        self._py_writer: Optional[writer.BlockWriter] = None  # steps with runtime-resolved layouts
+        self._layouts = StepLayouts(full_values_limit)
 
     # -- BaseRecorder hooks -------------------------------------------------------
     def _check_open(self) -> None:
@@ -182,7 +192,10 @@ class Recorder(BaseRecorder):
             "replicas": self._replicas,
         }
         self._write_once("run_info", metadata.RUN_INFO_TAG, json.dumps(info, sort_keys=True).encode(), "run_info", "")
-        blocks = build_blocks(entries, self.full_values_limit)
+        blocks = build_blocks(entries, self.full_values_limit, dynamic_values=True)
+        if blocks.shapes:  # shapes unknown to the graph: the layout is resolved per step, in Python
+            self._write_resolved(step, blocks)
+            return
         h = blocks.layout.hash
         self._write_once("layout/" + h, metadata.layout_tag(h), blocks.layout.to_json_bytes(), "layout", h)
         with self._writer.as_default():
@@ -204,10 +217,35 @@ class Recorder(BaseRecorder):
                     metadata=scalar_metadata.create_summary_metadata(display_name=kind, description=""),
                 )
 
+    def _write_resolved(self, step: tf.Tensor, blocks: Blocks) -> None:
+        """Write a step whose layout depends on runtime shapes (``tf.function`` with ``None``
+        dimensions in its ``input_signature``): the blocks go to a Python writer, which fills
+        the runtime shapes into the layout as the TF1 shim does, so such tensors keep full values."""
+        dtypes, rows = sorted(blocks.values), sorted(blocks.shapes)
+        scalar_kinds = sorted(blocks.scalars)
+
+        def write(step_np: Any, stats: Any, *rest: Any) -> np.int64:
+            values = dict(zip(dtypes, rest[: len(dtypes)]))
+            shapes = dict(zip(rows, rest[len(dtypes) : len(dtypes) + len(rows)]))
+            scalars = {k: float(v) for k, v in zip(scalar_kinds, rest[len(dtypes) + len(rows) :])}
+            if self._py_writer is None:
+                self._py_writer = writer.BlockWriter(
+                    self.logdir, side="tf2", mode="function", tensorflow=tf.__version__
+                )
+            self._py_writer.write_step(int(step_np), self._layouts.of(blocks, shapes), stats, values, scalars)
+            return np.int64(0)
+
+        inputs = [step, blocks.stats, *(blocks.values[d] for d in dtypes), *(blocks.shapes[i] for i in rows)]
+        tf.numpy_function(write, inputs + [blocks.scalars[k] for k in scalar_kinds], tf.int64, stateful=True)
+
     def flush(self) -> None:
+        if self._py_writer is not None:
+            self._py_writer.flush()
         with tf.init_scope():
             self._writer.flush()
 
     def close(self) -> None:
+        if self._py_writer is not None:
+            self._py_writer.close()
         with tf.init_scope():
             self._writer.close()

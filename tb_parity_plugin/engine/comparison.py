@@ -343,16 +343,13 @@ class Comparison:
             k = int(hits[0])
             d.step, d.figures = int(step), p.figures(k, self.policy.equal_nan)
             rb, rc = int(p.ib[k]), int(p.ic[k])
-            shape = tuple(p.base.shape) if None not in tuple(p.base.shape) else (-1,)
-            if rb >= 0 and p.base.values is not None:
-                d.base_values = np.asarray(p.base.values[rb]).reshape(shape)
-            if rc >= 0 and p.cand.values is not None:
-                d.cand_values = np.asarray(p.cand.values[rc]).reshape(
-                    tuple(p.cand.shape) if None not in tuple(p.cand.shape) else (-1,)
-                )
-            if p.use_values and rb >= 0 and rc >= 0:
-                d.diff = p.cand.values[rc].astype(np.float64) - p.base.values[rb].astype(np.float64)
-                d.diff = d.diff.reshape(shape)
+            if rb >= 0:
+                d.base_values = p.values_at("base", rb)
+            if rc >= 0:
+                d.cand_values = p.values_at("cand", rc)
+            if p.use_values and d.base_values is not None and d.cand_values is not None:
+                if d.base_values.shape == d.cand_values.shape:
+                    d.diff = d.cand_values.astype(np.float64) - d.base_values.astype(np.float64)
         return d
 
     def _replica_detail(self, p: Pair, step: Optional[int], replica: int) -> TensorDetail:

@@ -8,7 +8,7 @@ per pair so a refresh only computes new steps.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -106,7 +106,9 @@ class Pair:
 
     @property
     def static_reason(self) -> int:
-        if tuple(self.base.shape) != tuple(self.cand.shape):
+        """SHAPE or DTYPE when every step must differ; static dims unknown to a graph
+        (``None``) match anything, since only the runtime shapes decide."""
+        if not align.shapes_compatible(tuple(self.base.shape), tuple(self.cand.shape)):
             return SHAPE
         if self.base.dtype != self.cand.dtype:
             return DTYPE
@@ -142,6 +144,13 @@ class Pair:
         rb, rc = ib[both], ic[both]
         sb, sc = take_rows(self.base.stats, rb), take_rows(self.cand.stats, rc)
         static = self.static_reason
+        if static == OK and self.dynamic:  # a runtime shape that differs is a shape divergence
+            bad = self.dims_differ(rb, rc)
+            if bad.any():
+                static_rows = np.where(bad, SHAPE, OK).astype(np.uint8)
+                r = self._slow_verdicts(rb, rc, ks, sb, sc, equal_nan, static_rows)
+                out[both] = r
+                return out
         if (  # statistics only and identical (the usual agreeing run): nothing can be proven, one pass
             static == OK
             and not self.use_values
@@ -157,7 +166,20 @@ class Pair:
         ):  # the common case: only the values (or moments) can differ
             out[both] = self._value_verdicts(rb, rc, ks, sb, sc, equal_nan)
             return out
-        r = np.full(len(both), static, dtype=np.uint8)
+        out[both] = self._slow_verdicts(rb, rc, ks, sb, sc, equal_nan, np.full(len(both), static, dtype=np.uint8))
+        return out
+
+    def _slow_verdicts(
+        self,
+        rb: np.ndarray,
+        rc: np.ndarray,
+        ks: np.ndarray,
+        sb: np.ndarray,
+        sc: np.ndarray,
+        equal_nan: bool,
+        r: np.ndarray,
+    ) -> np.ndarray:
+        """Reasons row by row, starting from ``r`` (the static or runtime-shape reason)."""
         r[(sb[:, _IDX["dtype"]] != sc[:, _IDX["dtype"]]) & (r < DTYPE)] = DTYPE
         r[(sb[:, _IDX["rank"]] != sc[:, _IDX["rank"]]) | (sb[:, _IDX["size"]] != sc[:, _IDX["size"]])] = SHAPE
         nonfinite = (sb[:, NONFINITE_COLS] != sc[:, NONFINITE_COLS]).any(axis=1)
@@ -167,8 +189,39 @@ class Pair:
         todo = np.flatnonzero(r == OK)
         if len(todo):
             r[todo] = self._value_verdicts(rb[todo], rc[todo], ks[todo], sb[todo], sc[todo], equal_nan)
-        out[both] = r
-        return out
+        return r
+
+    @property
+    def dynamic(self) -> bool:
+        """Some dimension is unknown to a graph: runtime shapes are compared step by step."""
+        return None in tuple(self.base.shape) or None in tuple(self.cand.shape)
+
+    def dims_differ(self, rb: np.ndarray, rc: np.ndarray) -> np.ndarray:
+        """bool per row: both runtime shapes known there and different (rank and size are
+        compared with the statistics; this catches the same size in another shape)."""
+        db, dc = self.base.dims, self.cand.dims
+        if db is None or dc is None or db.shape[1] != dc.shape[1]:
+            return np.zeros(len(rb), dtype=bool)
+        b, c = db[rb], dc[rc]
+        differ: np.ndarray = ((b != c) & (b >= 0) & (c >= 0)).any(axis=1)
+        return differ
+
+    def values_at(self, side: str, row: int) -> Optional[np.ndarray]:
+        """One step's full values in the shape that step ran with (padding of a resized tensor cut)."""
+        series = self.base if side == "base" else self.cand
+        if series.values is None:
+            return None
+        flat = np.asarray(series.values[row])[: int(series.stats[row, _IDX["size"]])]
+        shape = self.runtime_shape(side, row)
+        dims = [d for d in shape if d is not None]
+        return flat.reshape(dims) if len(dims) == len(shape) and int(np.prod(dims)) == flat.size else flat
+
+    def runtime_shape(self, side: str, row: int) -> list[Optional[int]]:
+        """The runtime shape of one step of one side, ``None`` where unrecorded."""
+        series = self.base if side == "base" else self.cand
+        if series.dims is None:
+            return list(series.shape)
+        return [None if d < 0 else int(d) for d in series.dims[row]]
 
     def _value_verdicts(
         self, rb: np.ndarray, rc: np.ndarray, ks: np.ndarray, sb: np.ndarray, sc: np.ndarray, equal_nan: bool
@@ -239,11 +292,13 @@ class Pair:
         elif reason in (SHAPE, DTYPE):
             out["evidence"] = "shape" if reason == SHAPE else "dtype"
             b, c = self.base, self.cand
-            what = "static shape" if reason == SHAPE and tuple(b.shape) != tuple(c.shape) else None
+            shapes = (self.runtime_shape("base", rb), self.runtime_shape("cand", rc)) if rb >= 0 and rc >= 0 else None
             if reason == DTYPE:
                 out["note"] = f"dtype {b.dtype} in baseline vs {c.dtype} in candidate"
-            elif what:
-                out["note"] = f"{what} {list(b.shape)} in baseline vs {list(c.shape)} in candidate"
+            elif shapes is not None and shapes[0] != shapes[1] and None not in shapes[0] + shapes[1]:
+                out["note"] = f"shape {shapes[0]} in baseline vs {shapes[1]} in candidate at this step"
+            elif not align.shapes_compatible(tuple(b.shape), tuple(c.shape)):
+                out["note"] = f"static shape {list(b.shape)} in baseline vs {list(c.shape)} in candidate"
             else:
                 sb, sc = self.base.stats[rb], self.cand.stats[rc]
                 out["note"] = (
@@ -268,6 +323,7 @@ class Pair:
             return dict.fromkeys(FIGURES)
         rtol = self.tol.rtol_at(k)
         if self.use_values:
-            out = allclose.figures(self.cand.values[rc], self.base.values[rb], rtol, self.tol.atol, equal_nan)
+            n = int(self.base.stats[rb, _IDX["size"]])  # rows of a resized tensor are zero-padded past it
+            out = allclose.figures(self.cand.values[rc][:n], self.base.values[rb][:n], rtol, self.tol.atol, equal_nan)
             return {**out, "evidence": "values"}
         return statistics_figures(self.base.stats[rb : rb + 1], self.cand.stats[rc : rc + 1], self.tol.atol, rtol)

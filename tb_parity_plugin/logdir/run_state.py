@@ -302,16 +302,48 @@ def _align(steps: np.ndarray, resolved: Resolved, column: _Column) -> Optional[n
 
 
 def _merge(parts: list[Part]) -> TensorSeries:
-    """One TensorSeries from a tensor's parts in one or more layouts (last write wins)."""
+    """One TensorSeries from a tensor's parts in one or more layouts (last write wins).
+
+    Layouts of one tensor differ when a writer resolved its runtime shape per step (a partial
+    last batch): values of different widths are zero-padded to the widest, and each step's
+    runtime shape comes from its layout (or from the size statistic and the static shape).
+    """
     spec = max(parts, key=lambda p: p[1][-1] if len(p[1]) else -1)[0]
+    static = tuple(spec.static if spec.static is not None else spec.shape)
     if len(parts) == 1:
         _, steps, stats, values, _, _ = parts[0]
+        dims = _dims(spec, stats)
     else:
         steps_all = np.concatenate([p[1] for p in parts])
         pick = _last_wins(steps_all, np.concatenate([p[4] for p in parts]), np.concatenate([p[5] for p in parts]))
         steps = steps_all[pick]
         stats = _readonly(np.concatenate([p[2] for p in parts])[pick])
         vals = [p[3] for p in parts if p[3] is not None]
-        same = len(vals) == len(parts) and len({(v.shape[1], v.dtype) for v in vals}) == 1
-        values = _readonly(np.concatenate(vals)[pick]) if same else None
-    return TensorSeries(spec.kind, spec.name, spec.order, spec.dtype, tuple(spec.shape), steps, stats, values)
+        values = None
+        if len(vals) == len(parts) and len({v.dtype for v in vals}) == 1:
+            width = max(v.shape[1] for v in vals)
+            padded = [v if v.shape[1] == width else np.pad(v, ((0, 0), (0, width - v.shape[1]))) for v in vals]
+            values = _readonly(np.concatenate(padded)[pick])
+        each = [_dims(p[0], p[2]) for p in parts]
+        ranks = {d.shape[1] for d in each if d is not None}
+        dims = None
+        if all(d is not None for d in each) and len(ranks) == 1:
+            dims = np.concatenate([d for d in each if d is not None])[pick]
+    return TensorSeries(spec.kind, spec.name, spec.order, spec.dtype, static, steps, stats, values, dims)
+
+
+def _dims(spec: metadata.TensorSpec, stats: np.ndarray) -> Optional[np.ndarray]:
+    """Per-step runtime shape of one layout's tensor: its (resolved) shape, one unknown
+    dimension inferred from the size statistic; None when the rank is unknown."""
+    shape = tuple(spec.shape)
+    if shape == (None,) and spec.static is None:  # unknown rank
+        return None
+    known = np.array([-1 if d is None else d for d in shape], dtype=np.int64)
+    dims = np.broadcast_to(known, (len(stats), len(shape))).copy()
+    unknown = [i for i, d in enumerate(shape) if d is None]
+    if len(unknown) == 1:
+        rest = int(np.prod([d for d in shape if d is not None], dtype=np.int64))
+        size = stats[:, metadata.STAT_INDEX["size"]].astype(np.int64)
+        dims[:, unknown[0]] = np.where(rest > 0, size // max(rest, 1), -1)
+    out: np.ndarray = dims
+    return out

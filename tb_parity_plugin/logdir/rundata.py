@@ -26,7 +26,11 @@ class TensorSeries:
     """One logical tensor of one run, every step it was logged at.
 
     ``stats`` and ``values`` are read-only views into the run's stacked blocks.
-    ``values`` is ``None`` unless full values exist at every step in ``steps``.
+    ``values`` is ``None`` unless full values exist at every step in ``steps``; a tensor whose
+    size changed between steps (a partial last batch) has rows as wide as its largest step,
+    zero-padded past each step's own size (the ``size`` statistic).
+    ``shape`` is the static shape (``None`` for dimensions unknown to the graph); ``dims``
+    holds the runtime shape of each step (``-1`` where neither the record nor the size says).
     """
 
     kind: str
@@ -37,10 +41,18 @@ class TensorSeries:
     steps: np.ndarray
     stats: np.ndarray
     values: Optional[np.ndarray]
+    dims: Optional[np.ndarray] = None  # int64 [steps, rank]; None when the rank is unknown or changed
 
     @property
     def tag(self) -> str:
         return f"{self.kind}/{self.name}"
+
+    @property
+    def runtime_shapes(self) -> list[tuple[int, ...]]:
+        """The shape each step ran with (``-1`` for a dimension nothing recorded)."""
+        if self.dims is None:
+            return [tuple(None for _ in self.shape)] * len(self.steps)  # type: ignore[misc]
+        return [tuple(int(d) for d in row) for row in self.dims]
 
 
 @dataclasses.dataclass

@@ -125,9 +125,13 @@ class TensorSpec:
       name: the user's name, e.g. ``"dense/kernel:0"`` (may hold any text, even HTML).
       order: execution order within the step (0 first); unique within a layout.
       dtype: numpy-style dtype name, e.g. ``"float32"``.
-      shape: static shape; ``None`` entries for unknown dimensions.
+      shape: the shape of the steps written with this layout: the static shape, ``None``
+        for unknown dimensions, or, when a writer resolved unknown dimensions at run time
+        (the TF1 shim does, per distinct runtime shape), the runtime shape.
       values: ``[dtype, offset, length]`` into ``tb_parity/values/<hash>/<dtype>``
         when full values are kept, else ``None`` (statistics only).
+      static: the graph's static shape when ``shape`` was resolved at run time (information
+        only: verdicts use the runtime shape), else ``None``.
     """
 
     kind: str
@@ -136,6 +140,7 @@ class TensorSpec:
     dtype: str
     shape: tuple[Optional[int], ...]
     values: Optional[tuple[Any, ...]] = None  # (dtype, offset, length), as read from JSON
+    static: Optional[tuple[Optional[int], ...]] = None
 
     @property
     def tag(self) -> str:
@@ -150,6 +155,7 @@ class TensorSpec:
             "dtype": self.dtype,
             "shape": list(self.shape),
             "values": list(self.values) if self.values is not None else None,
+            **({"static": list(self.static)} if self.static is not None else {}),
         }
 
     @classmethod
@@ -160,9 +166,14 @@ class TensorSpec:
             name=str(obj["name"]),
             order=int(obj["order"]),
             dtype=str(obj["dtype"]),
-            shape=tuple(None if d is None else int(d) for d in obj["shape"]),
+            shape=_shape(obj["shape"]),
             values=tuple(values) if values is not None else None,
+            static=_shape(obj["static"]) if obj.get("static") is not None else None,
         )
+
+
+def _shape(dims: Sequence[Any]) -> tuple[Optional[int], ...]:
+    return tuple(None if d is None else int(d) for d in dims)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,8 +7,9 @@ numpy arrays without TensorFlow.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Collection, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 from tensorboard.compat.proto import summary_pb2
@@ -47,6 +48,41 @@ def build_layout(
                 values = (dtype, start, size)
                 offsets[dtype] = start + size
         specs.append(metadata.TensorSpec(kind, name, position, dtype, shape, values))
+    return metadata.Layout(tensors=tuple(specs))
+
+
+def resolve_layout(
+    layout: metadata.Layout,
+    runtime: Mapping[int, Sequence[int]],
+    full_values_limit: int,
+    valued: Collection[int] = (),
+) -> metadata.Layout:
+    """``layout`` with the runtime shapes of its tensors of unknown static shape filled in.
+
+    ``runtime``: tensor index -> its shape at this step. A tensor in ``valued`` whose runtime
+    size is within ``full_values_limit`` keeps its full values at this step (its values were
+    packed by the writer, in layout order among the dtype's other kept tensors, so the
+    offsets here are recomputed in that order). Its static shape stays, as ``static``.
+    Each distinct set of runtime shapes gives its own layout (a partial last batch is one).
+    """
+    offsets: dict[str, int] = {}
+    specs = []
+    for i, spec in enumerate(layout.tensors):
+        shape, static, values = spec.shape, spec.static, None
+        if i in runtime:
+            dims = tuple(int(d) for d in runtime[i])
+            shape, static = dims, spec.shape
+        if spec.values is not None:
+            length = int(spec.values[2])
+        elif i in valued and i in runtime:
+            length = int(np.prod(dims, dtype=np.int64)) if dims else 1
+            length = length if length <= full_values_limit else -1
+        else:
+            length = -1
+        if length >= 0:
+            start = offsets.get(spec.dtype, 0)
+            values, offsets[spec.dtype] = (spec.dtype, start, length), start + length
+        specs.append(dataclasses.replace(spec, shape=shape, values=values, static=static))
     return metadata.Layout(tensors=tuple(specs))
 
 

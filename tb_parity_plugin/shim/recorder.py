@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterable, Optional, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from tb_parity_plugin.records import metadata, writer
@@ -37,6 +38,11 @@ class Blocks:
     stats: tf.Tensor  # float64 [n, N_STATS]
     values: dict  # dtype name -> 1-D tensor
     scalars: dict  # "lr"/"loss" -> scalar tensor
+    #: Row index -> runtime shape (int64 vector) of each tensor of unknown static shape, and the
+    #: indices among them whose values the values blocks hold when their runtime size is within
+    #: the limit (``dynamic_values=True``): a writer resolves the layout per step from them.
+    shapes: dict = dataclasses.field(default_factory=dict)
+    dynamic: tuple = ()
 
 
 def variable_name(var: Any) -> str:
@@ -61,8 +67,14 @@ def _static_shape(t: tf.Tensor) -> tuple:
     return tuple(t.shape.as_list()) if t.shape.rank is not None else (None,)
 
 
-def build_blocks(entries: Sequence[Entry], full_values_limit: int) -> Blocks:
-    """Layout and block ops for ``entries`` (layout row i = entry i)."""
+def build_blocks(entries: Sequence[Entry], full_values_limit: int, dynamic_values: bool = False) -> Blocks:
+    """Layout and block ops for ``entries`` (layout row i = entry i).
+
+    With ``dynamic_values``, a tensor of unknown static size goes into its dtype's values block
+    at run time when its runtime size is within ``full_values_limit`` (else it adds nothing),
+    and ``shapes`` gives every such tensor's runtime shape, so the writer can resolve the layout
+    of each step (``writer.resolve_layout``): a ``[None, n]`` placeholder keeps full values.
+    """
     specs = [(e.kind, e.name, health_tf.dtype_name(e.tensor.dtype), _static_shape(e.tensor)) for e in entries]
     layout = writer.build_layout(specs, full_values_limit)
     # Offsets are per dtype, so dropping a whole dtype's values leaves the others valid.
@@ -75,15 +87,43 @@ def build_blocks(entries: Sequence[Entry], full_values_limit: int) -> Blocks:
 
     stats = health_tf.stats_block([e.tensor for e in entries])
     parts: dict[str, list] = {}
-    for spec, e in zip(layout.tensors, entries):
+    shapes, dynamic = {}, []
+    for i, (spec, e) in enumerate(zip(layout.tensors, entries)):
         if spec.values is not None:
             parts.setdefault(spec.values[0], []).append(tf.reshape(e.tensor, [-1]))
+        elif None in spec.shape and dynamic_values:
+            shapes[i] = tf.shape(e.tensor, out_type=tf.int64)
+            if _values_dtype(e.tensor.dtype):
+                dynamic.append(i)
+                flat = tf.reshape(e.tensor, [-1])
+                keep = tf.size(flat, out_type=tf.int64) <= full_values_limit
+                parts.setdefault(spec.dtype, []).append(flat[: tf.where(keep, tf.size(flat), 0)])
     values = {dtype: tf.concat(ts, 0) if len(ts) > 1 else ts[0] for dtype, ts in parts.items()}
     scalars = {}
     for e in entries:
         if e.kind in metadata.SCALAR_TAGS and e.kind not in scalars and e.tensor.shape.num_elements() == 1:
             scalars[e.kind] = tf.reshape(tf.cast(e.tensor, tf.float32), [])
-    return Blocks(layout=layout, stats=stats, values=values, scalars=scalars)
+    return Blocks(layout=layout, stats=stats, values=values, scalars=scalars, shapes=shapes, dynamic=tuple(dynamic))
+
+
+class StepLayouts:
+    """The layout of each step of one recorder: runtime shapes filled in, one per distinct set."""
+
+    def __init__(self, full_values_limit: int) -> None:
+        self.full_values_limit = full_values_limit
+        self._resolved: dict[tuple, metadata.Layout] = {}
+
+    def of(self, blocks: Blocks, shapes: Any) -> metadata.Layout:
+        """``shapes``: row index -> runtime shape fetched for ``blocks.shapes`` (numpy)."""
+        if not shapes:
+            return blocks.layout
+        key = (blocks.layout.hash, tuple((i, tuple(int(d) for d in np.asarray(v))) for i, v in sorted(shapes.items())))
+        layout = self._resolved.get(key)
+        if layout is None:
+            layout = self._resolved[key] = writer.resolve_layout(
+                blocks.layout, dict(key[1]), self.full_values_limit, blocks.dynamic
+            )
+        return layout
 
 
 class BaseRecorder:
