@@ -25,6 +25,9 @@ class PairConfig:
     decay_steps: int = 40
     #: Step whose batch holds one unnormalized example (features x OUTLIER_SCALE).
     outlier_step: Optional[int] = None
+    #: Shape-agnostic code: TF1 placeholders ``[None, 3]``, a TF2 ``input_signature`` of ``None``
+    #: batch, and a last batch of this many examples (a partial batch, as a dataset's remainder).
+    last_batch: Optional[int] = None
 
 
 OUTLIER_SCALE = 100.0
@@ -57,3 +60,10 @@ def initial_weights() -> list[tuple[np.ndarray, np.ndarray]]:
         out.append((kernel, bias))
         fan_in = units
     return out
+
+
+def batch(cfg: PairConfig, x: np.ndarray, y: np.ndarray, step: int) -> tuple[np.ndarray, np.ndarray]:
+    """The examples of ``step``: all of them, or the partial last batch of a shape-agnostic pair."""
+    if cfg.last_batch is not None and step == cfg.steps - 1:
+        return x[step, : cfg.last_batch], y[step, : cfg.last_batch]
+    return x[step], y[step]

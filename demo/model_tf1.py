@@ -6,7 +6,7 @@ import warnings
 
 import tensorflow as tf
 
-from demo.common import LAYER_NAMES, UNITS, PairConfig, data, initial_weights
+from demo.common import LAYER_NAMES, UNITS, PairConfig, batch, data, initial_weights
 from tb_parity_plugin import summary_v1
 
 
@@ -18,8 +18,9 @@ def train(run_dir: str, cfg: PairConfig) -> None:
     with tf.Graph().as_default():
         rec = summary_v1.Recorder(run_dir)
         global_step = tf.compat.v1.train.get_or_create_global_step()
-        x = tf.compat.v1.placeholder(tf.float32, x_np.shape[1:], name="x")
-        y = tf.compat.v1.placeholder(tf.float32, y_np.shape[1:], name="y")
+        batch_dim = None if cfg.last_batch is not None else x_np.shape[1]  # shape-agnostic code: [None, n]
+        x = tf.compat.v1.placeholder(tf.float32, (batch_dim, *x_np.shape[2:]), name="x")
+        y = tf.compat.v1.placeholder(tf.float32, (batch_dim, *y_np.shape[2:]), name="y")
         h = x
         for units, name, (kernel, bias) in zip(UNITS, LAYER_NAMES, initial_weights()):
             h = tf.compat.v1.layers.dense(
@@ -39,6 +40,7 @@ def train(run_dir: str, cfg: PairConfig) -> None:
         with tf.compat.v1.Session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
             for step in range(cfg.steps):
-                _, parity = sess.run([train_op, rec.fetches], {x: x_np[step], y: y_np[step]})
+                xb, yb = batch(cfg, x_np, y_np, step)
+                _, parity = sess.run([train_op, rec.fetches], {x: xb, y: yb})
                 rec.write(parity)
         rec.close()

@@ -1,8 +1,10 @@
 """Writes the three demo pairs: ``python -m demo.write_logs LOGDIR``.
 
 ``LOGDIR/<pair>/tf1`` is the TF1 original, ``LOGDIR/<pair>/tf2`` its port:
-``clean`` (a correct port), ``lr_offbyone`` (schedule off by one step) and ``nan``
-(hand-written cross-entropy that takes ``log`` of an underflowed softmax).
+``clean`` (a correct port), ``lr_offbyone`` (schedule off by one step), ``nan``
+(hand-written cross-entropy that takes ``log`` of an underflowed softmax), ``none_batch``
+(shape-agnostic code with a partial last batch: a correct port) and ``missing_bias`` (the port's
+last layer has no bias: a structure divergence).
 
 LOGDIR may be a URL (``s3://bucket/demo``, ``gs://...``, any fsspec URL): the pairs are written
 to a temporary directory and uploaded with fsspec, which works for every store (TensorFlow
@@ -31,6 +33,11 @@ PAIRS = {
     # its other-class softmax probabilities underflow to 0 in float32. TF1's stable
     # loss stays finite; the port's log(softmax) gives 0 * -inf = NaN.
     "nan": (PairConfig(outlier_step=25), "log_softmax"),
+    # Shape-agnostic code, as users write it: placeholders [None, 3] against a tf.function with
+    # an input_signature of None batch, and a partial last batch (5 of 8). A faithful port: agrees.
+    "none_batch": (PairConfig(last_batch=5), None),
+    # The port builds its last layer without a bias: a variable of one run only, a structure divergence.
+    "missing_bias": (PairConfig(), "no_bias"),
 }
 
 

@@ -123,8 +123,10 @@ def _fmt(value: Optional[float]) -> str:
 
 def describe(d: Divergence) -> str:
     """One line: tag, candidate name if different, reason and figures."""
-    alias = "" if d.candidate_tensor == d.tensor else f" (candidate {d.candidate_tensor})"
+    alias = "" if d.candidate_tensor in (d.tensor, "", None) or not d.tensor else f" (candidate {d.candidate_tensor})"
     mismatch = "n/a" if d.mismatch_fraction is None else f"{100 * d.mismatch_fraction:.3g}%"
+    if d.reason == "structure":  # no figures: nothing was compared
+        return f"{d.kind}/{d.tensor or d.candidate_tensor}: structure; {d.note}"
     return (
         f"{d.kind}/{d.tensor}{alias}: {d.reason}; max_abs_diff={_fmt(d.max_abs_diff)} "
         f"max_rel_diff={_fmt(d.max_rel_diff)} cosine={_fmt(d.cosine)} mismatch={mismatch} "

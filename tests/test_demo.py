@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tb_parity_plugin import compare
+from tb_parity_plugin.logdir.reader import LogdirReader
 
 TB_PARITY = shutil.which("tb-parity", path=os.path.dirname(sys.executable)) or "tb-parity"
 
@@ -54,3 +55,19 @@ def test_python_api_gives_the_cli_verdict(demo_logs: str) -> None:
     for pair in ("lr_offbyone", "nan", "clean"):
         _, cli_report = _diff(os.path.join(demo_logs, pair))
         assert compare(os.path.join(demo_logs, pair)).to_dict() == cli_report
+
+
+def test_shape_agnostic_pair_agrees_element_wise_with_its_partial_last_batch(demo_logs: str) -> None:
+    code, report = _diff(os.path.join(demo_logs, "none_batch"))
+    assert code == 0 and report["verdict"] == "agree", report["first_divergence"]
+    assert report["evidence"]["statistics"] == 0  # activations of a None batch keep full values
+    with LogdirReader(os.path.join(demo_logs, "none_batch")) as reader:
+        act = reader.run("tf2").tensors[("activation", "dense")]
+        assert act.shape == (None, 2) and act.runtime_shapes[-1] == (5, 2) and act.runtime_shapes[0] == (8, 2)
+
+
+def test_missing_bias_pair_fails_on_structure(demo_logs: str) -> None:
+    code, report = _diff(os.path.join(demo_logs, "missing_bias"))
+    assert code == 1 and report["first_divergence"]["reason"] == "structure"
+    assert report["structure"]["only_in"]["tf1"][0]["tag"] == "weight/dense_2/bias:0"
+    assert report["structure"]["variables"]["tf2"]["count"] == report["structure"]["variables"]["tf1"]["count"] - 1

@@ -156,3 +156,25 @@ def test_a_port_batching_otherwise_diverges_on_shape_naming_both_shapes(logdir: 
     assert first is not None and first.step == 2 and first.reason == "shape", first
     assert first.kind == "activation" and first.tensor == "hidden"
     assert "[16, 16]" in (first.note or "") and "[14, 16]" in (first.note or "")
+
+
+def test_a_layout_change_mid_run_and_a_missing_layout_are_named(tmp_path: Any) -> None:
+    """Written with the pure-numpy writer: a tensor whose dtype changes at step 2, and a step
+    whose layout record is lost (its stats name a layout hash nothing defines)."""
+    from tb_parity_plugin.records import metadata
+    from tb_parity_plugin.records.writer import BlockWriter, build_layout
+
+    for side in ("tf1", "tf2"):
+        w = BlockWriter(str(tmp_path / side), side=side)
+        for step in range(4):
+            dtype = np.float64 if side == "tf2" and step >= 2 else np.float32
+            w.write_arrays(step, [("weight", "w:0", np.ones(3, dtype))])
+        if side == "tf2":  # stats of a layout whose record was never written
+            orphan = build_layout([("weight", "other:0", "float32", (3,))])
+            w._layouts_written.add(orphan.hash)  # as if written, but it is not on disk
+            w.write_step(4, orphan, np.zeros((1, metadata.N_STATS)))
+        w.close()
+    report = api.compare(str(tmp_path))
+    assert any("tf2: weight/w:0 changed layout mid-run" in x and "float64" in x for x in report.warnings)
+    (problem,) = [p for p in report.problems if "no layout record" in p["message"]]
+    assert problem["run"] == "tf2" and "first 4" in problem["message"]

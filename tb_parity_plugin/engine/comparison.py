@@ -255,7 +255,14 @@ class Comparison:
             problems=problems,
             structure=struct.to_dict(),
             first_step_divergence=at_step[0] if at_step else None,
-            warnings=list(alignment.warnings) + [w for reps in self._replicas.values() for w in reps.warnings],
+            warnings=list(alignment.warnings)
+            + [w for reps in self._replicas.values() for w in reps.warnings]
+            + [
+                f"{run.name}: {s.kind}/{s.name} {s.layout_change}"
+                for run in (base, cand)
+                for s in run.tensors.values()
+                if getattr(s, "layout_change", None)
+            ],
             evidence={
                 "values": sum(1 for p in self._pairs if p.use_values),
                 "statistics": sum(1 for p in self._pairs if not p.use_values),

@@ -173,6 +173,22 @@ class RunState:
         self.generation += 1
         return True
 
+    def _layoutless(self) -> list[ReadProblem]:
+        """Blocks whose layout record never came (missing or malformed): named, never silently dropped."""
+        out = []
+        for layout_hash, waiting in self.held.items():
+            _, rel, item = waiting[0]
+            steps = sorted({int(st) for _, _, it in waiting for st in it.steps})
+            out.append(
+                ReadProblem(
+                    rel,
+                    int(item.offsets[0]),
+                    f"{len(steps)} step(s) (first {steps[0]}) of layout {layout_hash} have no layout record "
+                    "(missing or malformed): their tensors are not compared",
+                )
+            )
+        return out
+
     def all_problems(self) -> list[ReadProblem]:
         return self.problems + list(self.transient.values())
 
@@ -246,7 +262,7 @@ class RunState:
             scalars=scalars,
             info=dict(self.info),
             steps=np.unique(np.concatenate(all_steps)) if all_steps else np.zeros(0, dtype=np.int64),
-            problems=self.all_problems(),
+            problems=self.all_problems() + self._layoutless(),
             generation=self.generation,
         )
         return self._snapshot
@@ -310,6 +326,7 @@ def _merge(parts: list[Part]) -> TensorSeries:
     """
     spec = max(parts, key=lambda p: p[1][-1] if len(p[1]) else -1)[0]
     static = tuple(spec.static if spec.static is not None else spec.shape)
+    change: Optional[str] = None
     if len(parts) == 1:
         _, steps, stats, values, _, _ = parts[0]
         dims = _dims(spec, stats)
@@ -324,12 +341,15 @@ def _merge(parts: list[Part]) -> TensorSeries:
             width = max(v.shape[1] for v in vals)
             padded = [v if v.shape[1] == width else np.pad(v, ((0, 0), (0, width - v.shape[1]))) for v in vals]
             values = _readonly(np.concatenate(padded)[pick])
+        kinds = {(p[0].dtype, tuple(p[0].static if p[0].static is not None else p[0].shape)) for p in parts}
+        if len(kinds) > 1:
+            change = "changed layout mid-run: " + "; ".join(f"{d} {list(sh)}" for d, sh in sorted(kinds, key=str))
         each = [_dims(p[0], p[2]) for p in parts]
         ranks = {d.shape[1] for d in each if d is not None}
         dims = None
         if all(d is not None for d in each) and len(ranks) == 1:
             dims = np.concatenate([d for d in each if d is not None])[pick]
-    return TensorSeries(spec.kind, spec.name, spec.order, spec.dtype, static, steps, stats, values, dims)
+    return TensorSeries(spec.kind, spec.name, spec.order, spec.dtype, static, steps, stats, values, dims, change)
 
 
 def _dims(spec: metadata.TensorSpec, stats: np.ndarray) -> Optional[np.ndarray]:

@@ -42,6 +42,8 @@ class TensorSeries:
     stats: np.ndarray
     values: Optional[np.ndarray]
     dims: Optional[np.ndarray] = None  # int64 [steps, rank]; None when the rank is unknown or changed
+    #: Set when the tensor's dtype or static shape differs between the run's layouts.
+    layout_change: Optional[str] = None
 
     @property
     def tag(self) -> str:
