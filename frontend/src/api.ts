@@ -116,7 +116,15 @@ export interface ScalarPanel {
 }
 export type ScalarsResponse = Record<"lr" | "loss", ScalarPanel>;
 
-export interface RunTensor { tag: string; dtype: string; shape: (number | null)[]; steps: number[]; stats: Num[][] }
+export interface RunTensor {
+  tag: string;
+  dtype: string;
+  shape: (number | null)[];
+  steps: number[];
+  stats: Num[][];
+  /** Per step, the shape it ran with, when the graph left a dimension unknown (null otherwise). */
+  runtime_shapes?: number[][] | null;
+}
 export interface TensorResponse {
   tag: string;
   kind: string;

@@ -1,6 +1,6 @@
 // Tensor detail: both runs' statistics per step side by side, the per-step verdict,
 // FULL_HEALTH counts with NaN/Inf highlighted, and full values at the chosen step.
-import { num, Num, TensorResponse } from "./api";
+import { num, Num, RunTensor, TensorResponse } from "./api";
 import { Palette, SeriesChart, onto } from "./charts";
 import { el, fmt, replaceChildren } from "./dom";
 
@@ -87,12 +87,28 @@ export class TensorDetail {
       cand ? el("span", { cls: "tbp-hint", text: `candidate ${cand.dtype} [${cand.shape.join(", ")}]` }) : null,
       el("span", { cls: "tbp-hint", text: `matched: ${t.how}; atol ${fmt(t.tolerance.atol)}, rtol ${fmt(t.tolerance.rtol)} after ${t.tolerance.warmup_steps} steps` }),
       step !== null ? el("span", { cls: "tbp-chip", attrs: { "data-testid": "detail-step" }, text: `step ${step}` }) : null,
+      this.runtimeShapes(t, step),
       this.replicaPicker(t),
     );
     this.charts();
     this.stepTable(t, step, roles);
     this.healthTable(t, step, roles);
     this.valuesTable(t);
+  }
+
+  /** The shapes both runs ran with at `step` (or their first step), when a graph left a dimension unknown. */
+  private runtimeShapes(t: TensorResponse, step: number | null): HTMLElement | null {
+    const at = (side: RunTensor | null): string => {
+      if (!side?.runtime_shapes) return side ? `[${side.shape.map((d) => (d === null ? "?" : d)).join(", ")}]` : "–";
+      const i = step === null ? 0 : side.steps.indexOf(step);
+      return i < 0 ? "–" : `[${side.runtime_shapes[i].join(", ")}]`;
+    };
+    if (!t.baseline.runtime_shapes && !t.candidate?.runtime_shapes) return null;
+    return el("span", {
+      cls: "tbp-hint",
+      attrs: { "data-testid": "detail-runtime-shape" },
+      text: `ran as ${at(t.baseline)} | ${at(t.candidate)}${step === null ? " (first step)" : ""}`,
+    });
   }
 
   /** The replica select, when the candidate kept per-replica copies of this tensor. */

@@ -155,6 +155,12 @@ def _side(run: Any, kind: str, name: str, steps: np.ndarray, stats: np.ndarray) 
         "shape": list(series.shape) if series is not None else [],
         "steps": steps.tolist(),
         "stats": np.asarray(stats, dtype=np.float64).tolist(),
+        # per step, the shape it ran with, when the graph did not know it (-1: not recorded)
+        "runtime_shapes": (
+            [list(s) for s in series.runtime_shapes]
+            if series is not None and None in tuple(series.shape) and series.dims is not None
+            else None
+        ),
     }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from urllib.parse import quote
 
 import pytest
 from playwright.sync_api import expect
@@ -137,3 +138,16 @@ def test_the_detail_shows_one_replica_or_the_one_device_value(page, server: str,
         picker.select_option(str(k))
         cell = detail.locator("[data-testid=values] tbody tr").first.locator("td").nth(2)
         expect(cell).to_have_text(f"{float(expected.reshape(-1)[0]):.4g}", timeout=TIMEOUT)
+
+
+@one_server
+def test_the_detail_names_the_shapes_a_none_batch_ran_with(page, server: str, demo_logdir: str) -> None:
+    """The demo's shape-agnostic pair: placeholders [None, 3], a partial last batch of 5."""
+    report = engine(demo_logdir, "none_batch")
+    assert report.verdict == "agree"
+    last = report.steps_compared - 1
+    tag = quote("activation/dense", safe="")
+    frame = open_tab(page, server, "none_batch", f"&p.tb_parity.tensor={tag}&p.tb_parity.step={last}")
+    shapes = frame.locator("[data-testid=detail-runtime-shape]")
+    expect(shapes).to_have_text("ran as [5, 2] | [5, 2]", timeout=TIMEOUT)
+    assert frame.locator("[data-testid=values] tbody tr").count() == 10  # the step's own 5 x 2 values
