@@ -21,19 +21,10 @@ from tb_parity_plugin.engine import align, replicas, structure
 from tb_parity_plugin.engine.matrix import REASONS, ParityMatrix
 from tb_parity_plugin.engine.nonfinite import FirstNonfinite
 from tb_parity_plugin.engine.pair import Pair, same_memory, step_rows, take_rows
-from tb_parity_plugin.engine.tolerance import ToleranceOverride, TolerancePolicy
+from tb_parity_plugin.engine.tolerance import TolerancePolicy
 from tb_parity_plugin.engine.verdicts import Divergence, ParityReport, TensorDetail
 
-__all__ = [
-    "Comparison",
-    "Divergence",
-    "ParityMatrix",
-    "ParityReport",
-    "TensorDetail",
-    "ToleranceOverride",
-    "TolerancePolicy",
-    "compare_runs",
-]
+__all__ = ["Comparison", "compare_runs"]
 
 #: Bytes of data one scan chunk touches: big enough to amortise per-call overhead,
 #: small enough that a divergence early in the run is found without reading the rest.
