@@ -17,6 +17,8 @@ setup(
         "protobuf>=4.21",
         "werkzeug>=3.0",
         "google-crc32c>=1.5",
+        # user patterns (overrides, mappings): RE2 cannot backtrack, so no pattern stalls the server
+        "google-re2>=1.1",
     ],
     extras_require={
         "tf": ["tensorflow-cpu==2.21.*", "tf-keras==2.21.*"],

@@ -27,6 +27,7 @@ import dataclasses
 import re
 from typing import Any, Callable, Hashable, Iterable, Optional, Protocol, Sequence
 
+from tb_parity_plugin.engine import patterns
 from tb_parity_plugin.records import metadata
 
 Key = tuple[str, str]  # (kind, name)
@@ -116,18 +117,16 @@ def _canonical_names(series: Sequence[SeriesLike], renumber: bool) -> list[str]:
     return _renumber(names) if renumber else names
 
 
-def parse_mapping(item: str) -> tuple[Optional[re.Pattern[str]], str, str]:
-    """``OLD=NEW`` or ``re:PATTERN=REPL`` (the first ``=`` separates); ``ValueError`` if malformed."""
+def parse_mapping(item: str) -> tuple[Optional[Any], str, str]:
+    """``OLD=NEW`` or ``re:PATTERN=REPL`` (the first ``=`` separates; RE2, engine/patterns.py);
+    ``ValueError`` if malformed, including a replacement naming a group the regex lacks."""
     text = item[3:] if item.startswith("re:") else item
     old, sep, new = text.partition("=")
     if not sep or not old:
         raise ValueError(f"mapping {item!r} is not OLD=NEW or re:PATTERN=REPL")
     if item.startswith("re:"):
-        try:
-            regex = re.compile(old)
-            regex.sub(new, "")  # compiles REPL too: a bad group reference fails here, not mid-scan
-        except re.error as exc:
-            raise ValueError(f"mapping {item!r}: bad regex: {exc}") from None
+        regex = patterns.regex(old, f"mapping {item!r}")
+        patterns.check_template(regex, new, f"mapping {item!r}")
         return regex, old, new
     return None, old, new
 

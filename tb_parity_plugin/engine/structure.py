@@ -10,13 +10,12 @@ it expected (``allow_unmatched`` patterns: globs over ``<kind>/<name>``, or ``re
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import math
 import re
 from collections.abc import Sequence
 from typing import Any
 
-from tb_parity_plugin.engine import align
+from tb_parity_plugin.engine import align, patterns
 from tb_parity_plugin.records import metadata
 
 #: Kinds that are variables (state of the model or the optimizer), for the per-side counts.
@@ -25,13 +24,7 @@ _SUFFIX = re.compile(r"_\d+$")
 
 
 def _matcher(pattern: str) -> Any:
-    if pattern.startswith("re:"):
-        try:
-            regex = re.compile(pattern[3:])
-        except re.error as exc:
-            raise ValueError(f"allow_unmatched pattern {pattern!r}: bad regex: {exc}") from None
-        return lambda tag: regex.search(tag) is not None
-    return lambda tag: fnmatch.fnmatchcase(tag, pattern)
+    return patterns.matcher(pattern, f"allow_unmatched pattern {pattern!r}")
 
 
 def _size(series: Any) -> int:

@@ -8,11 +8,11 @@ fails. Overrides adjust it per kind or per tensor-name pattern.
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
-import re
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
+
+from tb_parity_plugin.engine import patterns
 
 
 def check_settings(atol: Optional[float], rtol: Optional[float], warmup_steps: Optional[int], where: str = "") -> None:
@@ -29,8 +29,8 @@ class ToleranceOverride:
     """Tolerance for the tensors whose tag ``<kind>/<name>`` matches ``pattern``.
 
     ``pattern`` is a glob (``"grad/*"``, ``"*/dense*/kernel*"``) or ``"re:<regex>"``
-    (``re.search`` on the tag). ``None`` fields keep the policy's value. Later
-    overrides win over earlier ones.
+    (RE2, searched in the tag: engine/patterns.py). ``None`` fields keep the policy's value.
+    Later overrides win over earlier ones.
     """
 
     pattern: str
@@ -39,19 +39,13 @@ class ToleranceOverride:
     warmup_steps: Optional[int] = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.pattern, str) or not self.pattern:
-            raise ValueError(f"override pattern must be a non-empty string, got {self.pattern!r}")
-        if self.pattern.startswith("re:"):
-            try:
-                re.compile(self.pattern[3:])
-            except re.error as exc:
-                raise ValueError(f"override pattern {self.pattern!r}: bad regex: {exc}") from None
+        # compiled once here (and so checked): a frozen dataclass keeps it in a hidden field
+        object.__setattr__(self, "_match", patterns.matcher(self.pattern, f"override {self.pattern!r}"))
         check_settings(self.atol, self.rtol, self.warmup_steps, f"override {self.pattern!r}: ")
 
     def matches(self, tag: str) -> bool:
-        if self.pattern.startswith("re:"):
-            return re.search(self.pattern[3:], tag) is not None
-        return fnmatch.fnmatchcase(tag, self.pattern)
+        match: Callable[[str], bool] = self.__dict__["_match"]
+        return match(tag)
 
     @classmethod
     def parse(cls, text: str) -> ToleranceOverride:
@@ -130,6 +124,8 @@ class TolerancePolicy:
 
     def __post_init__(self) -> None:
         check_settings(self.atol, self.rtol, self.warmup_steps)
+        for pattern in self.allow_unmatched:  # checked here, so a bad one is a usage error up front
+            patterns.matcher(pattern, f"allow_unmatched pattern {pattern!r}")
         check_settings(None, self.hparam_rtol, None, "hparam_")
         object.__setattr__(self, "overrides", tuple(self.overrides))
         object.__setattr__(self, "allow_unmatched", tuple(str(p) for p in self.allow_unmatched))
