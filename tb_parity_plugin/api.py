@@ -32,8 +32,9 @@ def load_runs(
     """
     from tb_parity_plugin.logdir.reader import LogdirReader
 
+    only = (baseline, candidate) if baseline is not None and candidate is not None else None
     try:
-        reader = LogdirReader(logdir)
+        reader = LogdirReader(logdir, runs=only, finished=True)  # the CLI reads only what it compares
         reader.reload() if reload is None else reload(reader)
     except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
         raise ParityInputError(str(exc) or f"cannot read {logdir}") from None
@@ -42,13 +43,16 @@ def load_runs(
         try:
             base_name, cand_name = run_pairs.choose_pair(sides, baseline, candidate, where=logdir)
         except run_pairs.RunPairError as exc:
-            raise ParityInputError(str(exc)) from None
+            unlisted = "; could not list " + "; ".join(reader.listing_errors) if reader.listing_errors else ""
+            raise ParityInputError(f"{exc}{unlisted}") from None
         runs = reader.run(base_name), reader.run(cand_name)
     finally:
         reader.close()
     for run in runs:
         if not len(run.steps):
-            raise ParityInputError(f"run {run.name!r} in {logdir} holds no tb_parity records")
+            why = "; ".join(f"{p.path} at byte {p.offset}: {p.message}" for p in run.problems[:3])
+            cause = f" (read problems: {why})" if why else " (its event files hold no records of ours)"
+            raise ParityInputError(f"run {run.name!r} in {logdir} holds no tb_parity records{cause}")
     return runs
 
 
@@ -61,16 +65,20 @@ def make_policy(
     equal_nan: bool = False,
     overrides: Sequence[Any] = (),
     allow_unmatched: Sequence[str] = (),
+    accept_read_problems: bool = False,
 ) -> TolerancePolicy:
     """``policy`` as given, or one built from the keyword settings (mixing is an error)."""
     if policy is not None:
-        if any(v is not None for v in (atol, rtol, warmup_steps)) or equal_nan or overrides or allow_unmatched:
+        settings = (equal_nan, overrides, allow_unmatched, accept_read_problems)
+        if any(v is not None for v in (atol, rtol, warmup_steps)) or any(settings):
             raise ParityInputError(
                 "pass either policy= or atol/rtol/warmup_steps/equal_nan/overrides/allow_unmatched, not both"
             )
         return policy
     try:
-        return TolerancePolicy.build(atol, rtol, warmup_steps, equal_nan, overrides, allow_unmatched)
+        return TolerancePolicy.build(
+            atol, rtol, warmup_steps, equal_nan, overrides, allow_unmatched, accept_read_problems
+        )
     except ValueError as exc:
         raise ParityInputError(str(exc)) from None
 
@@ -87,6 +95,7 @@ def compare(
     mapping: Sequence[str] = (),
     overrides: Sequence[Any] = (),
     allow_unmatched: Sequence[str] = (),
+    accept_read_problems: bool = False,
     policy: Optional[TolerancePolicy] = None,
     reload: Optional[Callable[[LogdirReader], object]] = None,
 ) -> ParityReport:
@@ -104,6 +113,7 @@ def compare(
         equal_nan=equal_nan,
         overrides=overrides,
         allow_unmatched=allow_unmatched,
+        accept_read_problems=accept_read_problems,
     )
     base, cand = load_runs(logdir, baseline, candidate, reload)
     try:
@@ -152,5 +162,12 @@ def assert_parity(
         lines += [f"  also at step {first.step}: {describe(d)}" for d in others[:10]]
         if len(others) > 10:
             lines.append(f"  ... and {len(others) - 10} more")
-        raise AssertionError("\n".join(lines))
+        raise AssertionError("\n".join(lines + problem_lines(report)))
+    if report.incomplete:  # what was not read may diverge: not a pass
+        raise AssertionError("\n".join([report.verdict_text, *problem_lines(report)]))
     return report
+
+
+def problem_lines(report: ParityReport) -> list[str]:
+    """One line per read problem in the compared runs (CLI text and assert_parity)."""
+    return [f"read problem in {p['run']!r}: {p['path']} at byte {p['offset']}: {p['message']}" for p in report.problems]

@@ -15,7 +15,8 @@ from typing import Any, NoReturn, Optional, Sequence, TextIO
 from tb_parity_plugin import api
 from tb_parity_plugin.engine import ParityReport, replicas
 
-EXIT_AGREE, EXIT_DIVERGE, EXIT_ERROR = 0, 1, 2
+#: 3: no divergence in what was read, but read problems in the compared runs (not accepted).
+EXIT_AGREE, EXIT_DIVERGE, EXIT_ERROR, EXIT_INCOMPLETE = 0, 1, 2, 3
 
 
 class _UsageError(Exception):
@@ -62,6 +63,13 @@ def comparison_options() -> _Parser:
         metavar="PATTERN",
         help="tags <kind>/<name> (glob or re:REGEX) one run may record without the other (not a structure divergence)",
     )
+    p.add_argument(
+        "--accept-read-problems",
+        dest="accept_read_problems",
+        action="store_true",
+        help="agree even when the compared runs have read problems (corrupt or truncated records); "
+        "without it such a run exits 3",
+    )
     return p
 
 
@@ -102,6 +110,7 @@ def _policy_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "mapping": args.mapping,
         "overrides": args.overrides,
         "allow_unmatched": args.allow_unmatched,
+        "accept_read_problems": args.accept_read_problems,
     }
 
 
@@ -125,10 +134,7 @@ def format_report(report: ParityReport) -> str:
     for run, count in report.steps_only.items():
         if count:
             lines.append(f"{count} steps logged only by {run!r} (not compared)")
-    for problem in report.problems:
-        lines.append(
-            f"read problem in {problem['run']!r}: {problem['path']} at byte {problem['offset']}: {problem['message']}"
-        )
+    lines += api.problem_lines(report)
     lines += [f"warning: {w}" for w in report.warnings]
     return "\n".join(lines)
 
@@ -207,7 +213,9 @@ def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None, 
     except Exception as exc:  # corrupt input must not end in a traceback
         print(_one_line(f"{prog}: error: {type(exc).__name__}: {exc}"), file=err)
         return EXIT_ERROR
-    return EXIT_AGREE if report.agree else EXIT_DIVERGE
+    if report.first_divergence is not None:
+        return EXIT_DIVERGE
+    return EXIT_INCOMPLETE if report.incomplete else EXIT_AGREE
 
 
 if __name__ == "__main__":

@@ -183,14 +183,20 @@ def test_nan_inf_everywhere(tmp_path) -> None:
     assert "first NaN/Inf in 'tf1': step 0, lr/lr" in out
 
 
-def test_truncated_tail_keeps_the_rest(tmp_path) -> None:
+def test_truncated_tail_keeps_the_rest_and_is_no_agreement(tmp_path) -> None:
+    """A finished run whose file ends mid-record lost that record: exit 3 (incomplete), not AGREE."""
     logdir = make_pair(str(tmp_path))
     path = [os.path.join(d, f) for d, _, fs in os.walk(os.path.join(logdir, "tf2")) for f in fs][0]
     size = os.path.getsize(path)
     with open(path, "r+b") as f:
         f.truncate(size - 7)
     code, report = run_json(logdir)
-    assert code == 0 and report["steps_compared"] == 19 and report["steps_only"] == {"tf1": 1, "tf2": 0}
+    assert code == 3 and report["verdict"] == "incomplete" and report["agree"] is False
+    assert report["steps_compared"] == 19 and report["steps_only"] == {"tf1": 1, "tf2": 0}
+    (problem,) = report["problems"]
+    assert problem["run"] == "tf2" and "ends mid-record" in problem["message"]
+    code, report = run_json(logdir, "--accept-read-problems")
+    assert code == 0 and report["verdict"] == "agree" and report["problems"] == [problem]
 
 
 def test_bit_flip_is_reported_not_a_crash(tmp_path) -> None:
@@ -202,10 +208,10 @@ def test_bit_flip_is_reported_not_a_crash(tmp_path) -> None:
         f.seek(-1, os.SEEK_CUR)
         f.write(bytes([byte[0] ^ 0x10]))
     code, report = run_json(logdir)
-    assert code == 0 and 0 < report["steps_compared"] < 20
+    assert code == 3 and 0 < report["steps_compared"] < 20  # incomplete: what was not read may diverge
     assert report["problems"] and report["problems"][0]["run"] == "tf2" and report["problems"][0]["offset"] > 0
     code, out, _ = run_cli("diff", logdir)
-    assert "read problem in 'tf2'" in out
+    assert code == 3 and "read problem in 'tf2'" in out and "INCOMPLETE" in out
 
 
 def test_garbage_file_is_an_input_error(tmp_path) -> None:

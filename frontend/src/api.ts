@@ -58,7 +58,7 @@ export interface Structure {
   allow_unmatched?: string[];
   agree?: boolean;
 }
-export type Verdict = "diverge" | "agree" | "agree within statistics";
+export type Verdict = "diverge" | "agree" | "agree within statistics" | "incomplete";
 export interface Summary {
   baseline: string;
   candidate: string;

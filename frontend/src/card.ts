@@ -134,16 +134,18 @@ function divergeCard(card: HTMLElement, s: Summary, d: Divergence, act: CardActi
 }
 
 function agreeCard(card: HTMLElement, s: Summary): void {
-  const stats = s.verdict === "agree within statistics";
-  const what = stats ? "within statistics" : "within tolerance";
+  const incomplete = s.verdict === "incomplete"; // no divergence in what was read, but read problems
+  const stats = s.verdict === "agree within statistics" || incomplete;
+  const what = s.verdict === "agree within statistics" ? "within statistics" : "within tolerance";
+  const headline = incomplete
+    ? `No divergence in what was read, but ${s.problems.length} read problem(s): not an agreement`
+    : `Runs agree ${what} across ${s.steps_compared} steps and ${s.tensors_compared} tensors`;
   replaceChildren(
     card,
     el("div", {
       cls: "headline",
       attrs: { "data-testid": "verdict" },
-      text: s.steps_compared
-        ? `Runs agree ${what} across ${s.steps_compared} steps and ${s.tensors_compared} tensors`
-        : "Nothing to compare yet: the runs share no logged step",
+      text: s.steps_compared ? headline : "Nothing to compare yet: the runs share no logged step",
     }),
     s.steps_compared
       ? el(
@@ -168,7 +170,7 @@ function alert(testid: string, title: string, lines: string[], run?: string): HT
 
 export function renderCard(card: HTMLElement, alerts: HTMLElement, s: Summary, roles: Record<string, string>, act: CardActions): void {
   const d = s.first_divergence;
-  const stats = s.verdict === "agree within statistics";
+  const stats = s.verdict === "agree within statistics" || s.verdict === "incomplete";
   card.className = "tbp-card " + (d ? "diverge" : stats ? "agree stats" : "agree");
   card.setAttribute("data-verdict", s.verdict ?? (d ? "diverge" : "agree"));
   card.onclick = d ? () => act.open(d) : null;

@@ -18,7 +18,16 @@ from tb_parity_plugin.engine import align
 from tb_parity_plugin.engine.tolerance import TolerancePolicy
 
 #: Parameters each route accepts; anything else is a 400 (catches typos like ``rtoll``).
-POLICY_PARAMS = ("atol", "rtol", "warmup", "equal_nan", "override", "mapping", "allow_unmatched")
+POLICY_PARAMS = (
+    "atol",
+    "rtol",
+    "warmup",
+    "equal_nan",
+    "override",
+    "mapping",
+    "allow_unmatched",
+    "accept_read_problems",
+)
 PAIR_PARAMS = ("baseline", "candidate")
 ROUTE_PARAMS = {
     "runs": (),
@@ -146,6 +155,7 @@ def parse_pair(args: Args) -> PairQuery:
             equal_nan=_bool(args, "equal_nan"),
             overrides=args.getlist("override"),
             allow_unmatched=args.getlist("allow_unmatched"),
+            accept_read_problems=_bool(args, "accept_read_problems"),
         )
     except ValueError as exc:
         raise errors.InvalidArgumentError(str(exc)) from None

@@ -121,6 +121,9 @@ class TolerancePolicy:
     hparam_rtol: float = HPARAM_RTOL
     #: Tags (globs or ``re:``) a run may record without the other: not a structure divergence.
     allow_unmatched: tuple[str, ...] = ()
+    #: Read problems in the compared runs (corrupt or truncated records) make "no divergence"
+    #: an ``incomplete`` verdict, since what was not read may diverge; True accepts them.
+    accept_read_problems: bool = False
 
     def __post_init__(self) -> None:
         check_settings(self.atol, self.rtol, self.warmup_steps)
@@ -150,6 +153,7 @@ class TolerancePolicy:
             "equal_nan": self.equal_nan,
             "hparam_rtol": self.hparam_rtol,
             "allow_unmatched": list(self.allow_unmatched),
+            "accept_read_problems": self.accept_read_problems,
             "overrides": [dataclasses.asdict(o) for o in self.overrides],
         }
 
@@ -162,6 +166,7 @@ class TolerancePolicy:
         equal_nan: bool = False,
         overrides: Sequence[Any] = (),
         allow_unmatched: Sequence[str] = (),
+        accept_read_problems: bool = False,
     ) -> TolerancePolicy:
         """Policy from optional settings (``None`` keeps the default); overrides may be strings."""
         parsed = tuple(o if isinstance(o, ToleranceOverride) else ToleranceOverride.parse(str(o)) for o in overrides)
@@ -173,4 +178,5 @@ class TolerancePolicy:
             equal_nan=bool(equal_nan),
             overrides=parsed,
             allow_unmatched=tuple(allow_unmatched),
+            accept_read_problems=bool(accept_read_problems),
         )

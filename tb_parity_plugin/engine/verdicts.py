@@ -85,13 +85,22 @@ class ParityReport:
 
     @property
     def agree(self) -> bool:
-        return self.first_divergence is None
+        """No divergence, and nothing unread that could hide one (or the problems were accepted)."""
+        return self.first_divergence is None and not self.incomplete
+
+    @property
+    def incomplete(self) -> bool:
+        """No divergence in what was read, but read problems in the compared runs, not accepted."""
+        return self.first_divergence is None and bool(self.problems) and not self.policy.accept_read_problems
 
     @property
     def verdict(self) -> str:
-        """``diverge``, ``agree`` (every pair element-wise) or ``agree within statistics``."""
-        if not self.agree:
+        """``diverge``, ``incomplete`` (no divergence in what was read, read problems),
+        ``agree`` (every pair element-wise) or ``agree within statistics``."""
+        if self.first_divergence is not None:
             return "diverge"
+        if self.incomplete:
+            return "incomplete"
         return "agree within statistics" if self.evidence.get("statistics") else "agree"
 
     @property
@@ -103,6 +112,12 @@ class ParityReport:
             return f"DIVERGE in structure: {n} tensor(s) recorded by one run only, first {first.kind}/{first.tensor or first.candidate_tensor}"
         if first is not None:
             return f"DIVERGE at step {first.step}: {first.kind}/{first.tensor} ({first.reason}, by {first.evidence})"
+        if self.incomplete:
+            return (
+                f"INCOMPLETE: no divergence in what was read, but the compared runs have {len(self.problems)} read "
+                "problem(s) (corrupt or truncated records, listed): what was not read may diverge. "
+                "Accept them with --accept-read-problems"
+            )
         by_stats, by_values = self.evidence.get("statistics", 0), self.evidence.get("values", 0)
         if not by_stats:
             return "AGREE: no divergence within tolerance (every tensor compared element-wise)"

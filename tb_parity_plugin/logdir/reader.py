@@ -20,7 +20,7 @@ order, then record order); nothing outside the logdir is read.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Collection, Optional
 
 from google.protobuf.message import DecodeError
 
@@ -46,8 +46,13 @@ class LogdirReader:
     logdir if :meth:`reload` was never called.
     """
 
-    def __init__(self, logdir: str) -> None:
+    def __init__(self, logdir: str, runs: Optional[Collection[str]] = None, finished: bool = False) -> None:
+        """``runs``: read only these runs (the CLI reads what it compares, not the whole logdir).
+        ``finished``: the runs are complete, so a file ending mid-record lost records (a read
+        problem); a live reader (the dashboard) retries such a tail on the next reload instead."""
         self.logdir = logdir
+        self._only = None if runs is None else frozenset(runs)
+        self._finished = finished
         self._storage = storage.open_storage(logdir)
         self._runs: dict[str, RunState] = {}
         self._routes: dict[str, decode.TagRoutes] = {}  # per run: which tags are ours
@@ -65,6 +70,8 @@ class LogdirReader:
                 raise FileNotFoundError(f"logdir {self.logdir!r} does not exist or is not a directory")
             changed = False
             for name, paths in self._storage.discover().items():
+                if self._only is not None and name not in self._only:
+                    continue
                 with self._lock:
                     state = self._runs.get(name)
                     if state is None:
@@ -78,6 +85,11 @@ class LogdirReader:
                     changed |= self._read_file(state, state.files[path])
             self._loaded = True
             return changed
+
+    @property
+    def listing_errors(self) -> list[str]:
+        """Directories the last discovery could not list (permission, I/O): named in errors."""
+        return list(getattr(self._storage, "errors", []))
 
     def run_names(self) -> list[str]:
         self._ensure_loaded()
@@ -173,6 +185,15 @@ class LogdirReader:
             if error is not None or end < want:
                 break  # end of file (a partial record stays for the next reload)
             want = max(CHUNK_SIZE, framed.need)
+        if self._finished and fs.offset < size and not fs.stopped:
+            lost = ReadProblem(
+                fs.rel,
+                fs.offset,
+                f"the file ends mid-record: {size - fs.offset} byte(s) after byte {fs.offset} were not read "
+                "(truncated; records there are lost)",
+            )
+            with self._lock:
+                changed |= state.set_transient(fs, lost)
         return changed
 
     def _same_prefix(self, fs: FileState, size: int) -> bool:

@@ -79,6 +79,8 @@ class LocalStorage:
         self.root = logdir
         self._real = os.path.realpath(logdir)
         self._handles: dict[str, IO[bytes]] = {}
+        #: Directories the last :meth:`discover` could not list, with why.
+        self.errors: list[str] = []
 
     def is_dir(self) -> bool:
         return os.path.isdir(self._real)
@@ -90,7 +92,12 @@ class LocalStorage:
     def discover(self) -> dict[str, list[str]]:
         runs: dict[str, list[str]] = {}
         seen: set[str] = set()
-        for dirpath, dirnames, filenames in os.walk(self._real, followlinks=True):
+        self.errors = []
+
+        def unlistable(exc: OSError) -> None:
+            self.errors.append(f"{self.rel(str(exc.filename))}: {exc.strerror or exc}")
+
+        for dirpath, dirnames, filenames in os.walk(self._real, onerror=unlistable, followlinks=True):
             real = os.path.realpath(dirpath)
             if real in seen or not self._inside(dirpath):
                 dirnames[:] = []
