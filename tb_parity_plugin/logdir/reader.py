@@ -32,6 +32,8 @@ __all__ = ["CHUNK_SIZE", "LogdirReader", "ReadProblem", "RunData", "TensorSeries
 
 #: Bytes read per chunk; a record larger than this is read whole.
 CHUNK_SIZE = 16 << 20
+#: Largest record (header and footer included) a writer can produce: protobuf messages stop at 2 GiB.
+MAX_RECORD = (2 << 30) + 16
 #: Bytes kept from before a file's read offset to tell a rewritten-longer file from a replaced one.
 TAIL = 64
 
@@ -182,8 +184,16 @@ class LogdirReader:
             self.bytes_read += used
             if used:
                 fs.tail = bytes(buf[max(0, used - TAIL) : used])
+            if error is None and framed.need > MAX_RECORD:  # a valid header CRC over an impossible length
+                bad = ReadProblem(fs.rel, fs.offset, f"record declares {framed.need - 16} bytes, over the 2 GiB limit")
+                with self._lock:
+                    state.ingest(fs, [], [bad])
+                fs.stopped = True
+                return True
             if error is not None or end < want:
                 break  # end of file (a partial record stays for the next reload)
+            if framed.need > size - fs.offset:  # never allocate for bytes the file does not hold (yet)
+                break
             want = max(CHUNK_SIZE, framed.need)
         if self._finished and fs.offset < size and not fs.stopped:
             lost = ReadProblem(
