@@ -77,7 +77,9 @@ def damage(data: bytes, kind: str, rng: random.Random) -> tuple[bytes, int]:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_a_damaged_file_is_reported_never_fatal_never_agree(pristine: str, tmp_path: Any, seed: int, capsys: Any) -> None:
+def test_a_damaged_file_is_reported_never_fatal_never_agree(
+    pristine: str, tmp_path: Any, seed: int, capsys: Any
+) -> None:
     rng = random.Random(seed)
     kind = KINDS[seed % len(KINDS)]
     root = str(tmp_path / "logs")
@@ -132,4 +134,6 @@ def test_a_declared_length_past_any_file_is_a_problem_in_a_live_reader_too(tmp_p
             reader.reload()
             (problem,) = reader.problems
             assert problem.path.startswith("p/tf2") and "over the 2 GiB limit" in problem.message
-            assert list(reader.run("p/tf2").steps) == list(range(5)) and list(reader.run("q/tf2").steps) == list(range(5))
+            assert list(reader.run("p/tf2").steps) == list(range(5)) and list(reader.run("q/tf2").steps) == list(
+                range(5)
+            )

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
 from typing import Any, Callable
 from urllib.parse import quote
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -129,3 +131,143 @@ def test_writing_into_a_closed_pipe_ends_quietly(logdir: str) -> None:
     )
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
     assert proc.stdout.startswith("baseline")
+
+
+# -- the served view follows the files (section 3) -----------------------------------------------
+
+
+def _file(root: str, run: str) -> str:
+    (path,) = [os.path.join(d, f) for d, _, fs in os.walk(os.path.join(root, run)) for f in fs if "tfevents" in f]
+    return path
+
+
+def _other_pair(tmp: str, steps: int, diverge_at: Any = None) -> str:
+    fx.write_pair(tmp, "other", steps, diverge_at=diverge_at)
+    return tmp
+
+
+@pytest.mark.parametrize(
+    "change", ["replaced_same_name", "replaced_new_name", "rewritten_same_size", "rewritten_shorter", "run_deleted"]
+)
+def test_the_reader_follows_a_changed_file(tmp_path: Any, change: str) -> None:
+    from tb_parity_plugin.logdir.reader import LogdirReader
+
+    root = str(tmp_path / "logs")
+    fx.write_pair(root, "pair", 8)
+    reader = LogdirReader(root)
+    reader.reload()
+    assert list(reader.run("pair/tf2").steps) == list(range(8))
+    path = _file(root, "pair/tf2")
+    other = _file(_other_pair(str(tmp_path / "src"), 5, diverge_at=1), "other/tf2")
+    data = open(other, "rb").read()
+    if change == "replaced_same_name":
+        os.replace(other, path)
+    elif change == "replaced_new_name":
+        os.remove(path)
+        shutil.copy(other, path + ".new")
+    elif change == "rewritten_same_size":  # in place, same inode: a copy of itself with other values
+        original = open(path, "rb").read()
+        fx.write_pair(str(tmp_path / "same"), "pair", 8, diverge_at=0)
+        replacement = open(_file(str(tmp_path / "same"), "pair/tf2"), "rb").read()
+        assert len(replacement) == len(original) and replacement != original
+        with open(path, "r+b") as f:
+            f.write(replacement)
+    elif change == "rewritten_shorter":
+        with open(path, "r+b") as f:
+            f.write(data)
+            f.truncate(len(data))
+    else:
+        shutil.rmtree(os.path.join(root, "pair", "tf2"))
+    reader.reload()
+    if change == "run_deleted":
+        assert "pair/tf2" not in reader.run_names()
+        with pytest.raises(KeyError):
+            reader.run("pair/tf2")
+        return
+    steps = list(reader.run("pair/tf2").steps)
+    expected = list(range(8)) if change == "rewritten_same_size" else list(range(5))
+    assert steps == expected
+    with LogdirReader(os.path.dirname(os.path.dirname(path))) as fresh:  # what a new reader sees
+        new, old = fresh.run("tf2").tensors, reader.run("pair/tf2").tensors
+        assert new.keys() == old.keys()
+        for key in new:
+            np.testing.assert_array_equal(old[key].stats, new[key].stats)
+    reader.close()
+
+
+def test_a_logdir_deleted_and_recreated_serves_only_the_new_files(tmp_path: Any) -> None:
+    from tb_parity_plugin.logdir.reader import LogdirReader
+
+    root = str(tmp_path / "logs")
+    fx.write_pair(root, "pair", 8)
+    reader = LogdirReader(root)
+    reader.reload()
+    shutil.rmtree(root)
+    with pytest.raises(FileNotFoundError):
+        reader.reload()
+    assert reader.run_names() == []  # nothing served from files that are gone
+    fx.write_pair(root, "pair", 3, diverge_at=1)
+    reader.reload()
+    assert list(reader.run("pair/tf2").steps) == [0, 1, 2]
+
+
+def test_a_real_server_follows_a_deleted_run_and_a_recreated_logdir(tmp_path: Any) -> None:
+    """A real ``tensorboard`` process: a deleted run answers 404, a re-created pair its new verdict."""
+    import shutil as sh
+    import socket
+    import time
+    import urllib.error
+    import urllib.request
+
+    from tb_parity_plugin import api
+
+    root = str(tmp_path / "logs")
+    fx.write_pair(root, "pair", 8)
+    fx.write_pair(root, "gone", 4)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tensorboard = sh.which("tensorboard", path=os.path.dirname(sys.executable)) or "tensorboard"
+    log = open(tmp_path / "tb.log", "w")
+    proc = subprocess.Popen(
+        [tensorboard, "--logdir", root, "--host", "127.0.0.1", "--port", str(port), "--reload_interval=1"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}/data/plugin/tb_parity/"
+
+    def get(route: str) -> tuple[int, Any]:
+        try:
+            with urllib.request.urlopen(base + route, timeout=30) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+        except urllib.error.URLError:  # not listening yet
+            return 0, {}
+
+    def until(check: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 120
+        while not check():
+            assert time.monotonic() < deadline and proc.poll() is None, open(log.name).read()[-2000:]
+            time.sleep(0.5)
+
+    try:
+        until(lambda: len(get("runs")[1].get("runs", [])) == 4)
+        assert get("summary?baseline=pair/tf1&candidate=pair/tf2")[1]["verdict"] == "agree"
+        shutil.rmtree(os.path.join(root, "gone"))
+        until(lambda: get("summary?baseline=gone/tf1&candidate=gone/tf2")[0] == 404)
+        shutil.rmtree(root)
+        fx.write_pair(root, "pair", 6, diverge_at=2)
+        expected = api.compare(os.path.join(root, "pair")).first_divergence
+        assert expected is not None
+        until(
+            lambda: (
+                (get("summary?baseline=pair/tf1&candidate=pair/tf2")[1].get("first_divergence") or {}).get("step") == 2
+            )
+        )
+        status, summary = get("summary?baseline=pair/tf1&candidate=pair/tf2")
+        assert summary["steps_compared"] == 6 and summary["first_divergence"]["tensor"] == expected.tensor
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()

@@ -66,19 +66,37 @@ class LogdirReader:
         self._buffer = event_scan.new_buffer(0)
 
     def reload(self) -> bool:
-        """Read whatever was appended since the last call; True if anything new was read."""
+        """Read whatever was appended since the last call; True if anything changed.
+
+        The view follows the files: a run whose directory is gone is dropped, and a run one of
+        whose files disappeared, shrank or was replaced (not merely appended to) is read anew,
+        so no data is served from a file that no longer holds it.
+        """
         with self._reload_lock:
-            if not self._storage.is_dir():
+            if not self._storage.is_dir():  # serve nothing rather than what the files no longer hold
+                for name in list(self._runs):
+                    self._drop(name)
                 raise FileNotFoundError(f"logdir {self.logdir!r} does not exist or is not a directory")
             changed = False
-            for name, paths in self._storage.discover().items():
-                if self._only is not None and name not in self._only:
-                    continue
+            found = {
+                name: paths
+                for name, paths in self._storage.discover().items()
+                if self._only is None or name in self._only
+            }
+            for name in [n for n in self._runs if n not in found]:  # the run's directory is gone
+                self._drop(name)
+                changed = True
+            for name, paths in found.items():
+                state = self._runs.get(name)
+                generation = 1
+                if state is not None and self._stale(state, paths):
+                    generation = state.generation + 1  # caches keyed by generation see new data
+                    self._drop(name)
+                    state = None
                 with self._lock:
-                    state = self._runs.get(name)
                     if state is None:
                         state = self._runs[name] = RunState(name)
-                        state.generation = 1
+                        state.generation = generation
                         changed = True
                     new = [p for p in paths if p not in state.files]
                     for path in new:
@@ -87,6 +105,30 @@ class LogdirReader:
                     changed |= self._read_file(state, state.files[path])
             self._loaded = True
             return changed
+
+    def _stale(self, state: RunState, paths: list[str]) -> bool:
+        """Whether a file of the run disappeared, shrank or was replaced since it was read."""
+        if any(path not in paths for path in state.files):
+            return True
+        for fs in state.files.values():
+            if not fs.offset:
+                continue
+            try:
+                size, identity = self._storage.info(fs.path)
+            except FileNotFoundError:
+                return True
+            except OSError:
+                continue  # a passing failure: reported when the file is read
+            if size < fs.offset or (identity != fs.identity and not self._same_prefix(fs, size)):
+                return True
+        return False
+
+    def _drop(self, name: str) -> None:
+        with self._lock:
+            state = self._runs.pop(name)
+            self._routes.pop(name, None)
+        for path in state.files:
+            self._storage.forget(path)
 
     @property
     def listing_errors(self) -> list[str]:
@@ -185,9 +227,9 @@ class LogdirReader:
             if used:
                 fs.tail = bytes(buf[max(0, used - TAIL) : used])
             if error is None and framed.need > MAX_RECORD:  # a valid header CRC over an impossible length
-                bad = ReadProblem(fs.rel, fs.offset, f"record declares {framed.need - 16} bytes, over the 2 GiB limit")
+                huge = ReadProblem(fs.rel, fs.offset, f"record declares {framed.need - 16} bytes, over the 2 GiB limit")
                 with self._lock:
-                    state.ingest(fs, [], [bad])
+                    state.ingest(fs, [], [huge])
                 fs.stopped = True
                 return True
             if error is not None or end < want:

@@ -125,8 +125,13 @@ class LocalStorage:
         return handle
 
     def info(self, path: str) -> FileInfo:
-        st = os.fstat(self._handle(path).fileno())
-        return FileInfo(st.st_size, (st.st_dev, st.st_ino))
+        """By path, not by the kept handle: a file renamed over this one is another file."""
+        st = os.stat(path)
+        handle = self._handles.get(path)
+        if handle is not None and os.fstat(handle.fileno()).st_ino != st.st_ino:
+            self.forget(path)  # the handle holds the file that was replaced
+        # mtime changes with every write: the reader then checks the bytes it read are still there
+        return FileInfo(st.st_size, (st.st_dev, st.st_ino, st.st_mtime_ns))
 
     def read_into(self, path: str, offset: int, out: memoryview) -> int:
         handle = self._handle(path)
