@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import threading
@@ -271,3 +272,120 @@ def test_a_real_server_follows_a_deleted_run_and_a_recreated_logdir(tmp_path: An
         proc.terminate()
         proc.wait(timeout=30)
         log.close()
+
+
+# -- one bad file does not take down the others (section 2) ---------------------------------------
+
+
+def _bad_utf8(payload: bytes) -> bytes:
+    """A CRC-valid record of ``payload`` with one of our tags made invalid UTF-8."""
+    from tb_parity_plugin.records import event_file
+
+    raw = bytearray(payload)
+    raw[raw.index(b"tb_parity/stats/") + 3] = 0xFF
+    return event_file.frame_record(bytes(raw))
+
+
+def _corrupt_our_tag(path: str, step: int, append: bool = False) -> None:
+    """Make one of our tags in the event of ``step`` invalid UTF-8 (in place, or appended as a
+    new record), keeping every CRC valid."""
+    from tensorboard.compat.proto import event_pb2
+
+    data = open(path, "rb").read()
+    out, pos = bytearray(), 0
+    while pos + 12 <= len(data):
+        (length,) = struct.unpack_from("<Q", data, pos)
+        payload = data[pos + 12 : pos + 12 + length]
+        ours = event_pb2.Event.FromString(payload).step == step and b"tb_parity/stats/" in payload
+        out += _bad_utf8(payload) if ours and not append else data[pos : pos + 16 + length]
+        if ours and append:
+            with open(path, "ab") as f:
+                f.write(_bad_utf8(payload))
+            return
+        pos += 16 + length
+    open(path, "wb").write(bytes(out))
+
+
+def _client(logdir: str) -> Any:
+    """The plugin behind TensorBoard's WSGI app; TensorBoard's own loaders are not run here
+    (they raise on the bad UTF-8 below, which a real server logs on its reload thread)."""
+    import argparse
+
+    from tensorboard.backend import application
+    from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+    from tensorboard.plugins import base_plugin
+    from werkzeug import test as werkzeug_test
+    from werkzeug import wrappers
+
+    from tb_parity_plugin.dashboard.plugin import ParityPlugin
+
+    multiplexer = plugin_event_multiplexer.EventMultiplexer()
+    provider = data_provider.MultiplexerDataProvider(multiplexer, logdir)
+    context = base_plugin.TBContext(
+        logdir=logdir, data_provider=provider, multiplexer=multiplexer, flags=argparse.Namespace(reload_interval=0.2)
+    )
+    app = application.TensorBoardWSGI([ParityPlugin(context)], data_provider=provider)
+    return werkzeug_test.Client(app, wrappers.Response)
+
+
+@pytest.mark.parametrize("step", [0, 3])
+def test_a_crc_valid_record_with_a_non_utf8_tag_stays_in_its_file(tmp_path: Any, step: int, capsys: Any) -> None:
+    root = str(tmp_path)
+    fx.write_pair(root, "bad", 6)
+    fx.write_pair(root, "good", 6, diverge_at=2)
+    _corrupt_our_tag(_file(root, "bad/tf2"), step)
+    client = _client(root)
+    runs = client.get("/data/plugin/tb_parity/runs")
+    assert runs.status_code == 200 and len(json.loads(runs.get_data())["runs"]) == 4
+    good = json.loads(client.get("/data/plugin/tb_parity/summary?baseline=good/tf1&candidate=good/tf2").get_data())
+    assert good["first_divergence"]["step"] == 2 and not good["problems"]
+    bad = json.loads(client.get("/data/plugin/tb_parity/summary?baseline=bad/tf1&candidate=bad/tf2").get_data())
+    assert bad["problems"] and bad["problems"][0]["run"] == "bad/tf2" and bad["verdict"] != "agree"
+    assert cli.main(["diff", root, "--baseline", "good/tf1", "--candidate", "good/tf2"]) == 1  # a healthy sibling
+    capsys.readouterr()
+
+
+def test_a_bad_record_appearing_later_stops_only_its_file(tmp_path: Any) -> None:
+    from tb_parity_plugin.logdir.reader import LogdirReader
+
+    root = str(tmp_path)
+    fx.write_pair(root, "bad", 4)
+    fx.write_pair(root, "good", 4)
+    reader = LogdirReader(root)
+    reader.reload()
+    path = _file(root, "bad/tf2")
+    _corrupt_our_tag(path, 2, append=True)  # a bad record appended to a run already read
+    fx.append_steps(os.path.join(root, "bad", "tf2"), "tf2", 4, 8)  # then a second, healthy file
+    fx.append_steps(os.path.join(root, "good", "tf2"), "tf2", 4, 8)
+    reader.reload()
+    assert list(reader.run("good/tf2").steps) == list(range(8))  # read on, elsewhere
+    bad = reader.run("bad/tf2")
+    assert bad.problems and bad.problems[0].path == os.path.relpath(path, root)
+    assert list(bad.steps) == list(range(8))  # before the bad record, and the next file
+
+
+def test_one_mangled_values_record_leaves_out_its_step_only(tmp_path: Any) -> None:
+    from tb_parity_plugin.logdir.reader import LogdirReader
+    from tb_parity_plugin.records.writer import BlockWriter
+
+    root = str(tmp_path)
+    for side in ("tf1", "tf2"):
+        w = BlockWriter(os.path.join(root, side), side=side)
+        for step in range(6):
+            layout = w.write_arrays(step, fx.step_tensors(step, None, side)) if step != 3 or side == "tf1" else None
+            if layout is None:  # step 3 of tf2: statistics fine, values block of the wrong length
+                arrays = fx.step_tensors(step, None, side)
+                good = BlockWriter.__new__(BlockWriter)  # only to build the layout and stats the same way
+                from tb_parity_plugin.records import health
+                from tb_parity_plugin.records.writer import build_layout
+
+                layout = build_layout([(k, n, np.asarray(a).dtype.name, np.shape(a)) for k, n, a in arrays])
+                stats = np.stack([health.health_numpy(np.asarray(a)) for _, _, a in arrays])
+                w.write_step(step, layout, stats, {"float32": np.zeros(3, np.float32)})
+                del good
+        w.close()
+    with LogdirReader(root, finished=True) as reader:
+        run = reader.run("tf2")
+        weight = run.tensors[("weight", "dense/kernel")]
+        assert weight.values is not None and list(weight.steps) == [0, 1, 2, 4, 5]  # the others keep values
+        assert any("left out" in p.message and "first 3" in p.message for p in run.problems)

@@ -255,7 +255,10 @@ def _value_slot(buf: Buffer, span: tuple[int, int], start: int, wanted: Any) -> 
     tag, tensor, simple, meta = None, None, None, None
     for field, wire, value, _ in _fields(buf, *span):
         if field == 1 and wire == 2:
-            tag = bytes(buf[value[0] : value[1]]).decode("utf-8", errors="strict")
+            try:
+                tag = bytes(buf[value[0] : value[1]]).decode("utf-8", errors="strict")
+            except UnicodeDecodeError:  # not a valid tag: protobuf decides (and reports) it
+                return None
         elif field == 2 and wire == 5:
             simple = value[0]
         elif field == 8 and wire == 2:

@@ -186,6 +186,11 @@ class LogdirReader:
                 state.ingest(fs, [], [ReadProblem(fs.rel, fs.offset, f"cannot read: {exc}")])
             fs.stopped = True
             return True
+        except Exception as exc:  # content no check foresaw: this file stops here, the others read on
+            with self._lock:
+                state.ingest(fs, [], [ReadProblem(fs.rel, fs.offset, f"unreadable: {type(exc).__name__}: {exc}")])
+            fs.stopped = True
+            return True
 
     def _read_new_bytes(self, state: RunState, fs: FileState) -> bool:
         size, identity = self._storage.info(fs.path)

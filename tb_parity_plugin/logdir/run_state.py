@@ -134,6 +134,7 @@ class RunState:
         #: rel path -> the failure of its last read, for failures that may pass (a network error)
         self.transient: dict[str, ReadProblem] = {}
         self.generation = 0
+        self._gaps: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] = []  # steps left out (snapshot)
         self._rank_of = np.zeros(0, dtype=np.int64)
         self._hint: tuple[int, int] = (0, 0)
         self._snapshot: Optional[RunData] = None
@@ -172,6 +173,19 @@ class RunState:
             self.transient[fs.rel] = problem
         self.generation += 1
         return True
+
+    def _gap_problems(self) -> list[ReadProblem]:
+        """Steps left out because their values block is missing or was unreadable."""
+        by_rank = {int(self._rank_of[fs.file_id]): fs.rel for fs in self.files.values()}
+        return [
+            ReadProblem(
+                by_rank.get(int(ranks[0]), ""),
+                int(offsets[0]),
+                f"{len(steps)} step(s) (first {int(steps[0])}) of layout {layout_hash} have statistics but no "
+                "readable values block: those steps are left out",
+            )
+            for layout_hash, ranks, offsets, steps in self._gaps
+        ]
 
     def _layoutless(self) -> list[ReadProblem]:
         """Blocks whose layout record never came (missing or malformed): named, never silently dropped."""
@@ -246,6 +260,7 @@ class RunState:
         if self._snapshot is not None and self._snapshot.generation == self.generation:
             return self._snapshot
         merged: dict[tuple[str, str], list[Part]] = {}
+        self._gaps = []  # filled by _layout_parts
         for layout_hash, layout in self.layouts.items():
             if layout_hash in self.stats:
                 for tensor_key, part in self._layout_parts(layout_hash, layout):
@@ -262,7 +277,7 @@ class RunState:
             scalars=scalars,
             info=dict(self.info),
             steps=np.unique(np.concatenate(all_steps)) if all_steps else np.zeros(0, dtype=np.int64),
-            problems=self.all_problems() + self._layoutless(),
+            problems=self.all_problems() + self._layoutless() + self._gap_problems(),
             generation=self.generation,
         )
         return self._snapshot
@@ -285,6 +300,13 @@ class RunState:
                 keep = int(np.searchsorted(steps, complete[-1], side="right"))
                 steps, ranks, offsets = steps[:keep], ranks[:keep], offsets[:keep]
                 index = slice(0, keep) if isinstance(index, slice) else index[:keep]
+            if len(complete) and len(complete) < len(steps):
+                # A step inside the run whose values block is missing or was unreadable: leave the
+                # step out (named as a read problem) rather than every step's full values.
+                has = np.isin(steps, complete)
+                self._gaps.append((layout_hash, ranks[~has], offsets[~has], steps[~has]))
+                rows = np.arange(len(self.stats[layout_hash].rows()))[index][has]
+                steps, ranks, offsets, index = steps[has], ranks[has], offsets[has], rows
         stats = _readonly(self.stats[layout_hash].rows()[index])
         aligned = {d: _align(steps, blocks[d], self.values[(layout_hash, d)]) for d in blocks}
         for i, spec in enumerate(layout.tensors):
