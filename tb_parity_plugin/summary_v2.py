@@ -43,10 +43,10 @@ from tensorboard.plugins.scalar import metadata as scalar_metadata
 
 from tb_parity_plugin.records import metadata
 from tb_parity_plugin.shim import ordering
-from tb_parity_plugin.shim.fit import instrument, instrument_layer
+from tb_parity_plugin.shim.fit import forward_pass, instrument, instrument_layer
 from tb_parity_plugin.shim.recorder import DEFAULT_FULL_VALUES_LIMIT, BaseRecorder, Entry, build_blocks
 
-__all__ = ["Recorder", "instrument", "instrument_layer"]
+__all__ = ["Recorder", "forward_pass", "instrument", "instrument_layer"]
 
 
 class Recorder(BaseRecorder):

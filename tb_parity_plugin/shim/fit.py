@@ -111,3 +111,28 @@ def instrument(
     model.train_step = train_step
     model.train_function = None  # a cached function would keep the old step
     return model
+
+
+def forward_pass(
+    recorder: Any,
+    model: Any,
+    inputs: Any,
+    step: int = 0,
+    modes: Sequence[str] = ("inference", "training"),
+    output_name: str = "output",
+) -> dict[str, Any]:
+    """Record one forward pass per mode as step ``step``, no optimizer: the model's output as
+    ``output/<mode>/<output_name>`` and each instrumented layer's as ``activation/<mode>/<layer>``.
+
+    The migration guides' first check: same inputs and weights on both sides, outputs
+    compared in inference mode and in training mode. Returns the outputs by mode. A
+    training-mode pass runs the model as training does (batch norm updates its statistics).
+    """
+    outputs = {}
+    with recorder.step(step):
+        for mode in modes:
+            with recorder.mode(mode):
+                outputs[mode] = model(inputs, training=mode == "training")
+                for i, t in enumerate(flat := tf.nest.flatten(outputs[mode])):
+                    recorder.output(output_name if len(flat) == 1 else f"{output_name}/{i}", t)
+    return outputs
