@@ -10,6 +10,9 @@ Variants are timed side by side in one process with interleaved repetitions
   in a child process: once enabled it instruments every later trace and cannot be
   cleanly undone, so the child times its own no-logging baseline (traced before
   enabling) interleaved with an instrumented copy (traced after).
+* TF2 with state and slots: the same, plus every variable and Adam's two slots read on
+  entering the step (``rec.step(..., variables=model, optimizer=opt)``).
+* Keras ``fit``: plain vs ``summary_v2.instrument`` (per step, over ``--steps`` batches).
 * TF1 Session: no logging vs the shim's ``minimize`` + ``fetches``.
 
 Target: shim overhead (ratio - 1) <= 1/20 of Debugger V2's overhead.
@@ -54,7 +57,7 @@ def _model() -> tf.keras.Model:
     return model
 
 
-def _tf2_step(model: tf.keras.Model, opt, rec=None) -> Callable:
+def _tf2_step(model: tf.keras.Model, opt, rec=None, state: bool = False) -> Callable:
     loss_fn = tf.keras.losses.CategoricalCrossentropy(from_logits=True)
 
     def forward(x, y):
@@ -75,7 +78,8 @@ def _tf2_step(model: tf.keras.Model, opt, rec=None) -> Callable:
 
     @tf.function
     def logged(x, y):
-        with rec.step(opt.iterations):
+        # state=True: every variable and Adam's two slots read on entry (3x the variables logged)
+        with rec.step(opt.iterations, variables=model if state else None, optimizer=opt if state else None):
             rec.lr(opt.learning_rate)
             with tf.GradientTape() as tape:
                 loss = rec.loss(forward(x, y))
@@ -111,9 +115,30 @@ def bench_tf2(args, logdir: str) -> dict:
     plain = _tf2_step(model, opt)
     rec = summary_v2.Recorder(os.path.join(logdir, "tf2"), full_values_limit=args.values_limit)
     logged = _tf2_step(model, opt, rec)
-    out = _interleave({"none": lambda: plain(x, y), "shim": lambda: logged(x, y)}, args.steps, args.reps)
+    rec_state = summary_v2.Recorder(os.path.join(logdir, "tf2_state"), full_values_limit=args.values_limit)
+    logged_state = _tf2_step(model, opt, rec_state, state=True)
+    variants = {"none": lambda: plain(x, y), "shim": lambda: logged(x, y), "state": lambda: logged_state(x, y)}
+    out = _interleave(variants, args.steps, args.reps)
     rec.close()
+    rec_state.close()
     return out
+
+
+def bench_fit(args, logdir: str) -> dict:
+    """Seconds per step of ``model.fit`` over ``steps`` batches: plain vs ``summary_v2.instrument``
+    (lr, loss, weights, Adam slots, gradients and every layer's output)."""
+    x, y = _data(args.batch)
+    data = tf.data.Dataset.from_tensors((x, y)).repeat(args.steps)
+    fits = {}
+    for name in ("none", "fit"):
+        model = _model()
+        model.compile(tf.keras.optimizers.Adam(1e-4), tf.keras.losses.CategoricalCrossentropy(from_logits=True))
+        if name == "fit":
+            rec = summary_v2.Recorder(os.path.join(logdir, "fit"), full_values_limit=args.values_limit)
+            summary_v2.instrument(model, rec, layers=model.layers)
+        fits[name] = (lambda m: lambda: m.fit(data, verbose=0).history["loss"][-1])(model)
+    timed = _interleave(fits, 1, args.reps)
+    return {name: t / args.steps for name, t in timed.items()}
 
 
 def bench_debugger(args) -> dict:
@@ -183,11 +208,20 @@ def main() -> int:
     )
     with tempfile.TemporaryDirectory() as logdir:
         tf2 = bench_tf2(args, logdir)
+        fit = bench_fit(args, logdir)
         tf1 = None if args.skip_tf1 else bench_tf1(args, logdir)
     shim_over = tf2["shim"] / tf2["none"] - 1
     print(
         f"TF2 tf.function  none {tf2['none'] * 1e3:7.1f} ms   shim {tf2['shim'] * 1e3:7.1f} ms   "
         f"ratio {tf2['shim'] / tf2['none']:.3f}"
+    )
+    print(
+        f"TF2 + state/slots none {tf2['none'] * 1e3:6.1f} ms   shim {tf2['state'] * 1e3:7.1f} ms   "
+        f"ratio {tf2['state'] / tf2['none']:.3f}   (weights, Adam m and v read at the step's start)"
+    )
+    print(
+        f"Keras fit        none {fit['none'] * 1e3:7.1f} ms   inst {fit['fit'] * 1e3:7.1f} ms   "
+        f"ratio {fit['fit'] / fit['none']:.3f}   (per step; instrument(model, rec, layers=all))"
     )
     if tf1 is not None:
         print(

@@ -1,8 +1,8 @@
 """TF1 graph / ``tf.compat.v1.Session`` logging shim.
 
-Build the graph, record tensors on a :class:`Recorder`, let the recorder build the
-update (``apply_gradients``/``minimize``, or ``before_update`` around your own), and
-fetch ``recorder.fetches`` in the same ``sess.run`` as the train op::
+Build the graph and the train op, record tensors on a :class:`Recorder` (``minimize`` and
+``apply_gradients`` also record gradients and weights), and fetch ``recorder.fetches`` in
+the same ``sess.run`` as the train op::
 
     rec = summary_v1.Recorder("logs/tf1")
     rec.lr(lr)
@@ -14,13 +14,17 @@ fetch ``recorder.fetches`` in the same ``sess.run`` as the train op::
         _, parity = sess.run([train_op, rec.fetches])
         rec.write(parity)          # step = global_step as read before the update
 
-Why the update goes through the recorder: a variable fetched beside the op that
-updates it can come back before or after the update. The recorder reads each weight
-into a buffer the update cannot overwrite (resource variables copy on write; legacy
-ref variables are copied with ``DeepCopy``) and makes the update op
-control-depend on those reads, so the logged weights are always the values the step
-read before updating them. (Only the reads: the statistics themselves still run in
-parallel with the update.)
+Why the values are "as read at the start of the step": a variable fetched beside the op
+that updates it can come back before or after the update. The recorder reads each
+recorded variable (weights, ``state`` such as batch-norm moving statistics, optimizer
+``slot``s) into a buffer the update cannot overwrite (resource variables copy on write;
+legacy ref variables are copied with ``DeepCopy``), and when ``fetches`` is first read it
+makes every op of the graph that writes one of them (the train op, ``UPDATE_OPS``, your own
+``assign``s, wherever they were built; not initializers or checkpoint restores)
+control-depend on that read, when the variable is recorded and again when ``fetches`` is
+first read (for writes built later). (Only the reads: the statistics still run in parallel
+with the update.) Record, or read ``fetches``, before a session first runs the graph:
+TensorFlow ignores control edges added to ops a session has already run.
 """
 
 from __future__ import annotations
@@ -33,7 +37,16 @@ import numpy as np
 import tensorflow as tf
 
 from tb_parity_plugin.records import writer
-from tb_parity_plugin.shim.recorder import DEFAULT_FULL_VALUES_LIMIT, BaseRecorder, Blocks, StepLayouts, build_blocks
+from tb_parity_plugin.shim import ordering
+from tb_parity_plugin.shim.recorder import (
+    DEFAULT_FULL_VALUES_LIMIT,
+    BaseRecorder,
+    Blocks,
+    StepLayouts,
+    VariableRead,
+    build_blocks,
+)
+from tb_parity_plugin.shim.variables import is_variable
 
 
 def _read_copy(value: Any) -> tf.Tensor:
@@ -64,8 +77,7 @@ class Recorder(BaseRecorder):
         self.logdir = logdir
         self._writer = writer.BlockWriter(logdir, side="tf1", mode="graph", tensorflow=tf.__version__)
         self._blocks: Optional[Blocks] = None
-        self._ordered = False
-        self._snapshots: list[tf.Tensor] = []
+        self._step_var: Any = None
         self._layouts = StepLayouts(self.full_values_limit)  # runtime shapes -> this step's layout
         #: global_step as read before the update (set by apply_gradients/minimize/before_update).
         self.step: Optional[tf.Tensor] = None
@@ -78,29 +90,84 @@ class Recorder(BaseRecorder):
             )
         if self._blocks is not None:
             raise RuntimeError(
-                "the recorder already built its step blocks (apply_gradients, minimize, "
-                "before_update or fetches); record every tensor before that"
+                "the recorder already built its step blocks (fetches or layout was read); "
+                "record every tensor before that"
             )
 
-    def _snapshot(self, var: Any) -> tf.Tensor:
-        snap = _read_copy(var)
-        self._snapshots.append(snap)
-        return snap
+    def _snapshot(self, var: Any, tag: str) -> tf.Tensor:
+        return _read_copy(var)
 
     # -- building -----------------------------------------------------------------
     def _build(self) -> Blocks:
         if self._blocks is None:
+            reads = list(self._reads.values())
             entries = self._take_entries()
             if not entries:
-                raise ValueError("nothing recorded: record tensors before building the train op")
+                raise ValueError("nothing recorded: record tensors before reading fetches")
             self._blocks = build_blocks(entries, self.full_values_limit, dynamic_values=True)
+            self._order_writes(reads)
         return self._blocks
 
+    def _after_read(self, read: VariableRead) -> None:
+        self._order_writers(read)
+
+    def _order_writers(self, read: VariableRead) -> int:
+        """Make every op that writes ``read.var`` wait for ``read`` (the train op, ``UPDATE_OPS``,
+        any user ``assign``, wherever built); returns how many writers are ordered after it.
+
+        Called when the variable is recorded and again when ``fetches`` is first read (for
+        writers built later). A write the read itself depends on (a variable recorded under
+        the update's control dependencies) cannot be reordered, and raises naming the tensor.
+        """
+        before: Optional[set] = None
+        ordered = 0
+        for op in ordering.writers(read.var):
+            if read.read.op in op.control_inputs:
+                ordered += 1
+                continue
+            if before is None:
+                before = ordering.ancestors([read.read.op])
+            if op in before:
+                if op.type in ordering.CALL_TYPES:
+                    continue  # a function that may only read it
+                raise ValueError(
+                    f"tb_parity: {read.tag} is read after {op.name!r} writes it (recorded under "
+                    "the update's control dependencies?): record it before building its update"
+                )
+            if ordering.restores(op):
+                continue
+            op._add_control_inputs([read.read.op])
+            ordered += 1
+        return ordered
+
+    def _order_writes(self, reads: list[VariableRead]) -> None:
+        """Orders the writers built since each variable was recorded (see :meth:`_order_writers`)."""
+        if self.step is not None and self._step_var is not None:
+            reads = [*reads, VariableRead(self._step_var, self.step, self.step, "global_step")]
+        ordered = sum(self._order_writers(r) for r in reads)
+        if reads and not ordered:
+            warnings.warn(
+                "tb_parity: no op writes the recorded variables yet: build the train op (and "
+                "UPDATE_OPS) before reading fetches, or the values logged may be read after the update",
+                stacklevel=3,
+            )
+
+    def set_step(self, global_step: Any) -> tf.Tensor:
+        """Read ``global_step`` at the step's start (its increment is ordered after the read):
+        :meth:`write` then numbers steps by it."""
+        if self.step is None:
+            self._check_open()
+            self._step_var = global_step if is_variable(global_step) else None
+            self.step = _read_copy(global_step)
+            if self._step_var is not None:
+                self._order_writers(VariableRead(global_step, self.step, self.step, "global_step"))
+        return self.step
+
     @contextlib.contextmanager
-    def before_update(self, global_step: Optional[Any] = None) -> Iterator[Blocks]:
-        """Context for building your own update op: every op created inside runs after
-        the logged weights (and ``global_step``) were read, so they are the values
-        from before the update. Recording ends here.
+    def before_update(self, global_step: Optional[Any] = None) -> Iterator[Recorder]:
+        """Context for building your own update op (kept for older code: every op writing a
+        recorded variable is now ordered after its read wherever it is built). Reads
+        ``global_step`` first, so :meth:`write` numbers steps by it.
 
         Example::
 
@@ -108,13 +175,11 @@ class Recorder(BaseRecorder):
             with rec.before_update(global_step):
                 train_op = optimizer.apply_gradients(grads_and_vars, global_step)
         """
-        if global_step is not None and self.step is None and self._blocks is None:
-            self.step = _read_copy(global_step)
-        blocks = self._build()
-        self._ordered = True
-        deps = self._snapshots + ([self.step] if self.step is not None else [])
+        if global_step is not None:
+            self.set_step(global_step)
+        deps = [r.read for r in self._reads.values()] + ([self.step] if self.step is not None else [])
         with tf.control_dependencies(deps):
-            yield blocks
+            yield self
 
     def apply_gradients(
         self,
@@ -140,17 +205,22 @@ class Recorder(BaseRecorder):
         pairs = optimizer.compute_gradients(loss, var_list=var_list)
         return self.apply_gradients(optimizer, pairs, global_step=global_step, name=name)
 
+    def variables(self, variables: Any = None, optimizer: Any = None) -> list:
+        """Like :meth:`BaseRecorder.variables`; by default every global variable but the global
+        step (the optimizer's own variables become slots, or are left out)."""
+        if variables is None:
+            gs = tf.compat.v1.train.get_global_step()
+            variables = [v for v in tf.compat.v1.global_variables() if v is not gs]
+        return super().variables(variables, optimizer)
+
     @property
     def fetches(self) -> dict:
-        """What to fetch in the train op's ``sess.run``; pass the result to :meth:`write`."""
+        """What to fetch in the train op's ``sess.run``; pass the result to :meth:`write`.
+
+        Reading it ends recording: the blocks are built and every op writing a recorded
+        variable is ordered after the recorder's read of it.
+        """
         blocks = self._build()
-        if self._snapshots and not self._ordered:
-            warnings.warn(
-                "tb_parity: weights are logged but no update was built with apply_gradients, "
-                "minimize or before_update; they may be read after the update",
-                stacklevel=2,
-            )
-            self._ordered = True  # warn once
         out: dict = {
             "stats": blocks.stats,
             "values": dict(blocks.values),

@@ -32,11 +32,15 @@ replica's copy is kept too, so the engine can name a replica whose copy disagree
 and metrics combine as ``reduction=`` says (``"sum"`` for ``tf.nn.compute_average_loss`` over
 the global batch, ``"mean"`` for a per-replica mean): there is no safe default for them.
 
-Weights before the update: ``weight``/``grads_and_vars``/``apply_gradients`` read the
-variable where they are called; inside ``tf.function`` automatic control dependencies
-run that read before the later ``apply_gradients`` (and resource variables copy on
-write), so record weights before applying gradients, or let
-:meth:`Recorder.apply_gradients` do both in the right order.
+Values as read at the start of the step: ``with rec.step(step, variables=model,
+optimizer=opt)`` reads every variable of ``model`` (trainable ones as ``weight``, the
+others, such as batch-norm moving statistics, as ``state``) and ``opt``'s slots (``slot``)
+on entry, before the forward pass (Keras updates the moving statistics inside it) and the
+update. Inside ``tf.function``, automatic control dependencies run those reads before any
+later write (and resource variables copy on write). ``weight``/``grads_and_vars`` called
+later return the entry read of a variable read there, or read it where they are called;
+a variable whose write was already built in the traced step raises instead of logging
+the updated value.
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ import tensorflow as tf
 from tensorboard.plugins.scalar import metadata as scalar_metadata
 
 from tb_parity_plugin.records import metadata, writer
+from tb_parity_plugin.shim import ordering
+from tb_parity_plugin.shim.fit import forward_pass, instrument, instrument_layer
 from tb_parity_plugin.shim.recorder import (
     DEFAULT_FULL_VALUES_LIMIT,
     BaseRecorder,
@@ -58,6 +64,7 @@ from tb_parity_plugin.shim.recorder import (
     StepLayouts,
     build_blocks,
 )
+from tb_parity_plugin.shim.variables import variable_name
 
 #: How each kind's per-replica values combine into the one-device value; kinds missing here
 #: (loss, metric) must say it with ``reduction=``.
@@ -77,6 +84,9 @@ def combine_replicas(parts: list[tf.Tensor], reduction: Optional[str], what: str
         f"reduction='sum' (a loss scaled by the global batch, tf.nn.compute_average_loss) or 'mean' "
         f"(a per-replica mean) or 'concat'; got {reduction!r}"
     )
+
+
+__all__ = ["Recorder", "forward_pass", "instrument", "instrument_layer"]
 
 
 class Recorder(BaseRecorder):
@@ -104,10 +114,31 @@ class Recorder(BaseRecorder):
         if self._step is None:
             raise RuntimeError("record tensors inside `with recorder.step(step):`")
 
-    def _snapshot(self, var: Any) -> tf.Tensor:
-        return tf.identity(var.read_value())
+    def _snapshot(self, var: Any, tag: str) -> tf.Tensor:
+        if tf.inside_function() and isinstance(var, tf.Variable) and hasattr(var, "handle"):
+            # Stateful ops of a tf.function run in program order: a write built before this
+            # read runs before it, and the value logged would be the updated one.
+            written = ordering.writers(var, calls=False)
+            if written:
+                raise ValueError(
+                    f"tb_parity: {tag} is recorded after {written[0].name!r} wrote it in this step; "
+                    "record it at the step's start: `with rec.step(step, variables=model, optimizer=opt)`"
+                )
+        value = var.read_value() if hasattr(var, "read_value") else tf.convert_to_tensor(var)
+        return tf.identity(value)
+
+    @property
+    def recording(self) -> bool:
+        """Whether a step is open (instrumented layers record only then)."""
+        return self._step is not None
 
     # -- distribution strategies ---------------------------------------------------
+    def _variable(self, kind: str, var: Any, name: Optional[str] = None, lr: Optional[tf.Tensor] = None) -> tf.Tensor:
+        """A mirrored variable keeps each replica's copy beside its single copy (see :meth:`tensor`)."""
+        if isinstance(var, tf.distribute.DistributedValues):
+            return self.tensor(kind, name or variable_name(var), var)
+        return super()._variable(kind, var, name, lr)
+
     def tensor(self, kind: str, name: str, value: Any, reduction: Optional[str] = None) -> tf.Tensor:
         """Record ``value``; a per-replica value (or mirrored variable) also keeps each replica's copy."""
         if not isinstance(value, tf.distribute.DistributedValues):
@@ -140,15 +171,25 @@ class Recorder(BaseRecorder):
 
     # -- steps --------------------------------------------------------------------
     @contextlib.contextmanager
-    def step(self, step: Any) -> Iterator[Recorder]:
+    def step(self, step: Any, variables: Any = None, optimizer: Any = None) -> Iterator[Recorder]:
         """Records everything inside as step ``step`` (int, tensor or variable such as
-        ``optimizer.iterations``, read on entry) and writes it on exit."""
+        ``optimizer.iterations``, read on entry) and writes it on exit.
+
+        ``variables`` (a Keras model or layer, a ``tf.Module`` or a list) are read on entry,
+        before the forward pass updates batch-norm statistics and before the optimizer
+        updates anything: trainable ones as ``weight``, the others as ``state``; with
+        ``optimizer``, its slots too (built now if Keras has not built them yet).
+        """
         if self._step is not None:
             raise RuntimeError("recorder.step() does not nest")
         self._step = tf.cast(tf.convert_to_tensor(step), tf.int64)
         self._take_entries()
         ok = False
         try:
+            if variables is not None:
+                self.variables(variables, optimizer)
+            elif optimizer is not None:
+                raise ValueError("step(optimizer=...) needs variables= (whose slots to record)")
             yield self
             ok = True
         finally:

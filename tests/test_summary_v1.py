@@ -88,15 +88,19 @@ def test_before_update_context_and_errors(tmp_path) -> None:
     with tf.Graph().as_default():
         rec = summary_v1.Recorder(str(tmp_path / "ctx"))
         v = tf.compat.v1.get_variable("v", initializer=np.ones(2, np.float32))
-        rec.weight(v)
+        first = rec.weight(v)
+        assert rec.weight(v) is first  # a variable is read once per step
+        rec.metric("m", tf.constant(1.0))
         with pytest.raises(ValueError, match="logged twice"):
-            rec.weight(v)
+            rec.metric("m", tf.constant(2.0))
         with pytest.raises(TypeError, match="string"):
             rec.tensor("metric", "s", tf.constant("x"))
         with rec.before_update():
             update = v.assign_add([1.0, 1.0])
+        rec.loss(tf.constant(1.0))  # recording goes on until fetches is read
+        _ = rec.fetches
         with pytest.raises(RuntimeError, match="record every tensor before"):
-            rec.loss(tf.constant(1.0))
+            rec.loss(tf.constant(1.0), name="late")
         with tf.compat.v1.Session() as sess:
             sess.run(v.initializer)
             for step in range(2):

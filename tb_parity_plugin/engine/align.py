@@ -8,8 +8,9 @@ each stage pairing only what earlier stages left:
    substitution on baseline names); ``OLD`` may be a name or a ``kind/name`` tag. A mapping
    that pairs tensors of different shapes is kept (the user asked for it) with a warning;
 2. ``exact``: identical names;
-3. ``canonical``: names with ``:0`` and the run-wide shared scope prefix stripped, then
-   additionally with Keras ``_N`` suffixes renumbered by first appearance;
+3. ``canonical``: names with ``:0`` and the run-wide shared scope prefix stripped (optimizer
+   slots first spelled ``<variable>/<role>`` whatever the optimizer family, :func:`slot_canonical`),
+   then additionally with Keras ``_N`` suffixes renumbered by first appearance;
 4. ``fallback``: by kind and shape: the only free tensor of a kind and shape on each side;
    then tensors under scopes already paired one-to-one (a kernel's bias follows it); then the
    k-th free tensor of a kind and shape with the k-th of the other side in execution order,
@@ -112,8 +113,44 @@ def _renumber(names: Sequence[str]) -> list[str]:
     return out
 
 
+#: An optimizer slot's role, from the name each optimizer family gives it: TF1 ``train``
+#: optimizers suffix the variable (``dense/kernel/Momentum``, ``/Adam``, ``/Adam_1``), tf_keras
+#: legacy ones too (``dense/kernel/momentum``, ``/m``, ``/v``), tf_keras's current ones prefix it
+#: (``m/dense/kernel``), and the shim names Keras 3 slots ``<variable path>/<slot>``
+#: (``dense/kernel/momentum``, ``/velocity``). Momentum's accumulator and Adam's first moment
+#: are both ``m`` (an SGD has no Adam moment to confuse it with).
+SLOT_ROLES = {
+    "Momentum": "m",
+    "Adam": "m",
+    "Adam_1": "v",
+    "RMSProp": "rms",
+    "RMSProp_1": "m",
+    "Adagrad": "accumulator",
+    "momentum": "m",
+    "m": "m",
+    "v": "v",
+    "velocity": "v",
+    "vhat": "vhat",
+    "rms": "rms",
+    "accumulator": "accumulator",
+}
+_PREFIX_SLOT_ROLES = ("m", "v", "vhat", "momentum", "velocity", "accumulator")
+
+
+def slot_canonical(name: str) -> str:
+    """``<variable>/<role>`` for a slot's name in any optimizer family's spelling (:data:`SLOT_ROLES`)."""
+    var, _, last = name.rpartition("/")
+    if var and last in SLOT_ROLES:
+        return f"{var}/{SLOT_ROLES[last]}"
+    first, _, rest = name.partition("/")
+    if rest and first in _PREFIX_SLOT_ROLES:
+        return f"{rest}/{SLOT_ROLES[first]}"
+    return name
+
+
 def _canonical_names(series: Sequence[SeriesLike], renumber: bool) -> list[str]:
-    names = _strip_shared_prefix([_strip_output_index(s.name) for s in series])
+    stripped = [_strip_output_index(s.name) for s in series]
+    names = _strip_shared_prefix([slot_canonical(n) if s.kind == "slot" else n for s, n in zip(series, stripped)])
     return _renumber(names) if renumber else names
 
 

@@ -102,6 +102,14 @@ HPARAM_KINDS = frozenset({"lr", "hparam"})
 HPARAM_RTOL = 2.0**-22
 
 
+#: Optimizer slots are compared relatively from the first step: Adam's second moment lives
+#: around 1e-6 to 1e-10, far below the training atol, where an absolute tolerance would pass
+#: any value. atol is the policy's scaled by :data:`SLOT_ATOL_SCALE`; rtol is :data:`SLOT_RTOL`.
+SLOT_KINDS = frozenset({"slot"})
+SLOT_ATOL_SCALE = 1e-3
+SLOT_RTOL = 1e-4
+
+
 @dataclasses.dataclass(frozen=True)
 class TolerancePolicy:
     """Per-tensor tolerance; see the module docstring for the defaults' origin.
@@ -111,6 +119,8 @@ class TolerancePolicy:
     and atol 0 and no warm-up, separately from the training policy: an lr off by 1e-7 per
     step is another schedule, found at the step it starts, not steps later in the logits.
     Overrides apply on top (``--override 'lr/*:atol=1e-5,rtol=0.05'`` loosens it).
+    Optimizer slots (:data:`SLOT_KINDS`) are compared relatively from the first step
+    (rtol :data:`SLOT_RTOL`, atol scaled down by :data:`SLOT_ATOL_SCALE`), overrides on top.
     """
 
     atol: float = 1e-5
@@ -136,8 +146,11 @@ class TolerancePolicy:
     def for_tag(self, tag: str) -> Tolerance:
         """The tolerance for tensor ``tag`` after applying every matching override in order."""
         atol, rtol, warmup = self.atol, self.rtol, self.warmup_steps
-        if tag.partition("/")[0] in HPARAM_KINDS:
+        kind = tag.partition("/")[0]
+        if kind in HPARAM_KINDS:
             atol, rtol, warmup = 0.0, self.hparam_rtol, 0
+        elif kind in SLOT_KINDS:
+            atol, rtol, warmup = self.atol * SLOT_ATOL_SCALE, SLOT_RTOL, 0
         for override in self.overrides:
             if override.matches(tag):
                 atol = override.atol if override.atol is not None else atol

@@ -78,11 +78,16 @@ STATS_F64_LIMIT = 1 << 16
 
 #: Kinds and their phase in a training step. Execution order within a step sorts by
 #: (phase, call sequence): the step's inputs first, then forward, loss, backward.
+#: ``weight`` (trainable), ``state`` (non-trainable: batch-norm moving statistics, counters)
+#: and ``slot`` (an optimizer's per-variable state: momentum, Adam's moments) are variables
+#: as read at the start of the step, so they are inputs of the step.
 KIND_PHASE = {
     "lr": 0,
     "hparam": 0,
     "input": 1,
     "weight": 1,
+    "state": 1,
+    "slot": 1,
     "activation": 2,
     "output": 2,
     "loss": 3,

@@ -9,14 +9,18 @@ written.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from tb_parity_plugin.records import metadata, writer
-from tb_parity_plugin.shim import health_tf
+from tb_parity_plugin.shim import health_tf, slots
+from tb_parity_plugin.shim.variables import is_variable, model_variables, variable_name
+
+__all__ = ["BaseRecorder", "Blocks", "Entry", "build_blocks", "variable_name"]
 
 DEFAULT_FULL_VALUES_LIMIT = writer.DEFAULT_FULL_VALUES_LIMIT
 
@@ -43,15 +47,6 @@ class Blocks:
     #: the limit (``dynamic_values=True``): a writer resolves the layout per step from them.
     shapes: dict = dataclasses.field(default_factory=dict)
     dynamic: tuple = ()
-
-
-def variable_name(var: Any) -> str:
-    """The name a variable is logged under: ``var.name`` (e.g. ``dense/kernel:0``), or a
-    Keras 3 variable's ``path`` (its ``name`` lacks the layer, so names would collide)."""
-    name = getattr(var, "path", None) or getattr(var, "name", None)
-    if not name:
-        raise ValueError(f"cannot name {var!r}: pass name= explicitly")
-    return str(name)
 
 
 def _values_dtype(dtype: tf.DType) -> bool:
@@ -126,12 +121,27 @@ class StepLayouts:
         return layout
 
 
+#: Mode labels of a forward pass (:meth:`BaseRecorder.mode`).
+MODES = ("inference", "training")
+
+
+@dataclasses.dataclass(frozen=True)
+class VariableRead:
+    """A recorded variable and the read the step's writes of it must wait for."""
+
+    var: Any
+    read: tf.Tensor  # the snapshot (what writers are ordered after)
+    logged: tf.Tensor  # what is logged (the read, or a slot in lr units)
+    tag: str
+
+
 class BaseRecorder:
     """The recording vocabulary common to TF1 and TF2.
 
     Every method records a tensor under ``kind`` and ``name`` (tag ``<kind>/<name>``)
     and returns the tensor it will log, so calls can wrap expressions. A ``(kind, name)``
-    may be recorded once per step; a second time raises ``ValueError``.
+    may be recorded once per step; a second time raises ``ValueError``. A variable is read
+    once per step: recording it again (``weight`` after ``variables``) returns that read.
     """
 
     def __init__(self, full_values_limit: int = DEFAULT_FULL_VALUES_LIMIT) -> None:
@@ -140,32 +150,54 @@ class BaseRecorder:
         self.full_values_limit = int(full_values_limit)
         self._entries: list[Entry] = []
         self._keys: set[tuple[str, str]] = set()
+        self._reads: dict[int, VariableRead] = {}
+        self._prefix = ""
 
     # -- hooks for the subclasses -------------------------------------------------
     def _check_open(self) -> None:
         """Raise if recording is not allowed now."""
 
-    def _snapshot(self, var: Any) -> tf.Tensor:
-        """The value of a variable as read now."""
+    def _snapshot(self, var: Any, tag: str) -> tf.Tensor:
+        """The value of a variable as read now (``tag`` names it in errors)."""
         raise NotImplementedError
+
+    def _after_read(self, read: VariableRead) -> None:
+        """Called once a variable's read is recorded (TF1 orders its writers after it)."""
 
     # -- the vocabulary -----------------------------------------------------------
     def tensor(self, kind: str, name: str, value: Any) -> tf.Tensor:
         """Record ``value`` under ``<kind>/<name>``; returns the logged tensor."""
+        if is_variable(value):
+            return self._variable(kind, value, name)
+        return self._record(kind, name, value)
+
+    def _record(self, kind: str, name: str, value: Any) -> tf.Tensor:
         self._check_open()
         if not isinstance(kind, str) or not kind or "/" in kind:
             raise ValueError(f"kind must be a non-empty string without '/', got {kind!r}")
         if not isinstance(name, str) or not name:
             raise ValueError(f"name must be a non-empty string, got {name!r}")
+        name = self._prefix + name
         if (kind, name) in self._keys:
             raise ValueError(f"tensor {kind}/{name!r} is logged twice in one step; give each a distinct name")
-        if isinstance(value, tf.Variable):
-            value = self._snapshot(value)
         t = tf.convert_to_tensor(value)
         health_tf.check_dtype(t.dtype, f"{kind}/{name!r}")
         self._keys.add((kind, name))
         self._entries.append(Entry(kind, name, t))
         return t
+
+    def _variable(self, kind: str, var: Any, name: Optional[str] = None, lr: Optional[tf.Tensor] = None) -> tf.Tensor:
+        """Record ``var`` as read now, once per step (a second call returns the first read)."""
+        known = self._reads.get(id(var))
+        if known is not None and known.var is var:
+            return known.logged
+        self._check_open()
+        name = name or variable_name(var)
+        read = self._snapshot(var, f"{kind}/{name}")
+        logged = self._record(kind, name, slots.in_lr_units(read, lr) if lr is not None else read)
+        self._reads[id(var)] = entry = VariableRead(var, read, logged, f"{kind}/{self._prefix}{name}")
+        self._after_read(entry)
+        return logged
 
     def lr(self, value: Any, name: str = "lr") -> tf.Tensor:
         """The learning rate used by this step's update."""
@@ -185,12 +217,80 @@ class BaseRecorder:
         """A forward output, e.g. a layer's output."""
         return self.tensor("activation", name, value)
 
+    def output(self, name: str, value: Any) -> tf.Tensor:
+        """A model output (of a forward pass: see :meth:`mode`)."""
+        return self.tensor("output", name, value)
+
     def weight(self, var: Any, name: Optional[str] = None) -> tf.Tensor:
-        """A variable's value as read now (before this step's update, if called before it)."""
-        return self.tensor("weight", name or variable_name(var), var)
+        """A trainable variable's value as read at the start of the step."""
+        return self._variable("weight", var, name)
 
     def weights(self, variables: Iterable[Any]) -> list:
         return [self.weight(v) for v in variables]
+
+    def state(self, var: Any, name: Optional[str] = None) -> tf.Tensor:
+        """A non-trainable variable (batch-norm moving statistics, a counter) as read at the step's start."""
+        return self._variable("state", var, name)
+
+    def states(self, variables: Iterable[Any]) -> list:
+        return [self.state(v) for v in variables]
+
+    def slots(self, optimizer: Any, variables: Iterable[Any], required: bool = True) -> list:
+        """The optimizer's slots (momentum, Adam's moments) of each variable, as read at the step's start.
+
+        Keras builds its slots lazily; they are built here. Raises ``ValueError`` naming the
+        variable when ``required`` and the optimizer keeps no slot for it (plain SGD, or a TF1
+        optimizer whose update is not built yet).
+        """
+        var_list = list(variables)
+        slots.build_slots(optimizer, var_list)
+        lr = None
+        out = []
+        for var in var_list:
+            found = slots.slots_of(optimizer, var)
+            if not found and required:
+                raise ValueError(
+                    f"tb_parity: {type(optimizer).__name__} keeps no slot for {variable_name(var)!r} "
+                    "(an optimizer without slots, such as plain SGD; or, in TF1, record slots after "
+                    "building the update with minimize/apply_gradients)"
+                )
+            for slot in found:
+                if slot.lr_units and lr is None:
+                    lr = slots.current_lr(optimizer, slot.variable.dtype)
+                out.append(self._variable("slot", slot.variable, slot.name, lr if slot.lr_units else None))
+        return out
+
+    def variables(self, variables: Any, optimizer: Any = None) -> list:
+        """Every variable of ``variables`` (a model, layer, module or list) as read at the step's start:
+        trainable ones as ``weight``, the others as ``state``; with ``optimizer``, also the slots
+        it keeps for the trainable ones (an optimizer without slots records none)."""
+        var_list = model_variables(variables)
+        owned: set[int] = set()
+        if optimizer is not None:
+            for opt_var in _optimizer_variables(optimizer):
+                owned.add(id(opt_var))
+        out = [
+            self._variable("weight" if getattr(v, "trainable", True) else "state", v)
+            for v in var_list
+            if id(v) not in owned
+        ]
+        if optimizer is not None:
+            out += self.slots(optimizer, [v for v in var_list if getattr(v, "trainable", True)], required=False)
+        return out
+
+    @contextlib.contextmanager
+    def mode(self, label: str) -> Iterator[None]:
+        """Names recorded inside get the prefix ``<label>/``: a forward pass's mode, ``inference``
+        or ``training``, so one step can hold both passes and a report names the mode."""
+        if label not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {label!r}")
+        if self._prefix:
+            raise RuntimeError("recorder.mode() does not nest")
+        self._prefix = label + "/"
+        try:
+            yield
+        finally:
+            self._prefix = ""
 
     def grad(self, name: str, value: Any) -> Optional[tf.Tensor]:
         """A gradient; ``None`` gradients (unconnected variables) are skipped."""
@@ -208,7 +308,7 @@ class BaseRecorder:
         return [self.grad(variable_name(v), g) for g, v in zip(grads, variables)]
 
     def grads_and_vars(self, grads_and_vars: Iterable[tuple]) -> list:
-        """Each pair's gradient and the variable's value as read now."""
+        """Each pair's gradient and the variable's value as read at the step's start."""
         pairs = list(grads_and_vars)
         for g, v in pairs:
             self.grad(variable_name(v), g)
@@ -218,4 +318,13 @@ class BaseRecorder:
     # -- internals ----------------------------------------------------------------
     def _take_entries(self) -> list[Entry]:
         entries, self._entries, self._keys = self._entries, [], set()
+        self._reads = {}
         return entries
+
+
+def _optimizer_variables(optimizer: Any) -> list[Any]:
+    """The optimizer's own variables (slots, iterations, Adam's beta powers)."""
+    found = getattr(optimizer, "variables", None)
+    if callable(found):
+        found = found()
+    return list(found or [])

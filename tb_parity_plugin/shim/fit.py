@@ -1,0 +1,138 @@
+"""Logging a Keras ``model.fit`` with the TF2 recorder, without rewriting the training loop.
+
+:func:`instrument` replaces the model's ``train_step`` with one that records, per step, as
+the TF1 ``Session`` loop does: lr, every variable as read at the step's start (weights,
+``state`` such as batch-norm moving statistics, optimizer ``slot``s), chosen layers'
+outputs, the loss and the gradients, numbered by ``optimizer.iterations`` before the update
+(0, 1, 2, ... like the TF1 ``global_step`` read before its increment).
+:func:`instrument_layer` makes a layer record its output inside a recorded step and do
+nothing else anywhere else (``predict``, ``evaluate``, ``save``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Optional, Sequence
+
+import tensorflow as tf
+
+from tb_parity_plugin.shim import slots as slot_lib
+
+_SUPPORTED_STRATEGIES = ("_DefaultDistributionStrategy", "DefaultDistributionStrategy", "OneDeviceStrategy")
+
+
+def instrument_layer(recorder: Any, layer: Any, name: Optional[str] = None) -> Any:
+    """Make ``layer`` record its output as ``activation/<name>`` (default: the layer's name)
+    whenever it runs inside ``with recorder.step(...)``; outside, it only runs.
+
+    The layer's class is swapped for a same-named subclass whose ``call`` records: Keras and
+    SavedModel tracing look ``call`` up on the class, with its signature (``training=``).
+    """
+    if getattr(layer, "_tb_parity_recorder", None) is not None:
+        raise ValueError(f"tb_parity: layer {layer.name!r} is already instrumented")
+    base = type(layer)
+
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = base.call(self, *args, **kwargs)
+        rec = self._tb_parity_recorder
+        if rec.recording:
+            flat = tf.nest.flatten(out)
+            for i, t in enumerate(flat):
+                rec.activation(self._tb_parity_name if len(flat) == 1 else f"{self._tb_parity_name}/{i}", t)
+        return out
+
+    call.__signature__ = inspect.signature(base.call)  # type: ignore[attr-defined]
+    attrs = {"call": call, "__module__": base.__module__, "__qualname__": base.__qualname__}
+    layer._tb_parity_recorder = recorder
+    layer._tb_parity_name = name or layer.name
+    layer.__class__ = type(base.__name__, (base,), attrs)
+    return layer
+
+
+def check_supported(model: Any) -> None:
+    """Raise ``ValueError`` for what a recorded ``fit`` cannot do, naming the setting."""
+    strategy = getattr(model, "distribute_strategy", None)
+    if strategy is not None and type(strategy).__name__ not in _SUPPORTED_STRATEGIES:
+        raise ValueError(
+            f"tb_parity: fit under {type(strategy).__name__} is not supported: each replica would "
+            "record its own share of the step; record on one device (no strategy, or OneDeviceStrategy)"
+        )
+    if getattr(model, "_jit_compile", False) is True:
+        raise ValueError("tb_parity: fit with jit_compile=True is not supported: XLA cannot write summaries")
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None:
+        raise ValueError("tb_parity: compile the model before instrumenting it")
+    if "LossScale" in type(optimizer).__name__:
+        raise ValueError("tb_parity: a LossScaleOptimizer is not supported: gradients would be logged scaled")
+
+
+def instrument(
+    model: Any,
+    recorder: Any,
+    layers: Sequence[Any] = (),
+    gradients: bool = True,
+    slots: bool = True,
+) -> Any:
+    """Make ``model.fit`` record every training step on ``recorder`` (a ``summary_v2.Recorder``).
+
+    Args:
+      model: a compiled Keras model (tf_keras, or Keras 3 on the TensorFlow backend).
+      recorder: where to record.
+      layers: layers whose outputs to record (see :func:`instrument_layer`).
+      gradients: record each trainable variable's gradient.
+      slots: record the optimizer's slots (none for plain SGD).
+
+    ``steps_per_execution > 1`` works: Keras runs that many ``train_step``s inside one
+    ``tf.function``, and each writes its own step. Raises ``ValueError`` for a distribution
+    strategy, ``jit_compile=True`` or a loss-scale optimizer (see :func:`check_supported`).
+    """
+    check_supported(model)
+    for layer in layers:
+        instrument_layer(recorder, layer)
+
+    def train_step(data: Any) -> Any:
+        check_supported(model)
+        x, y, sample_weight = tf.keras.utils.unpack_x_y_sample_weight(data)
+        opt = model.optimizer
+        variables = model.trainable_variables
+        with recorder.step(opt.iterations, variables=model, optimizer=opt if slots else None):
+            lr = slot_lib.current_lr(opt)
+            if lr is not None:
+                recorder.lr(lr)
+            with tf.GradientTape() as tape:
+                y_pred = model(x, training=True)
+                loss = recorder.loss(model.compute_loss(x, y, y_pred, sample_weight))
+            grads = tape.gradient(loss, variables)
+            if gradients:
+                recorder.grads(grads, variables)
+            opt.apply_gradients(zip(grads, variables))
+        return model.compute_metrics(x, y, y_pred, sample_weight)
+
+    model.train_step = train_step
+    model.train_function = None  # a cached function would keep the old step
+    return model
+
+
+def forward_pass(
+    recorder: Any,
+    model: Any,
+    inputs: Any,
+    step: int = 0,
+    modes: Sequence[str] = ("inference", "training"),
+    output_name: str = "output",
+) -> dict[str, Any]:
+    """Record one forward pass per mode as step ``step``, no optimizer: the model's output as
+    ``output/<mode>/<output_name>`` and each instrumented layer's as ``activation/<mode>/<layer>``.
+
+    The migration guides' first check: same inputs and weights on both sides, outputs
+    compared in inference mode and in training mode. Returns the outputs by mode. A
+    training-mode pass runs the model as training does (batch norm updates its statistics).
+    """
+    outputs = {}
+    with recorder.step(step):
+        for mode in modes:
+            with recorder.mode(mode):
+                outputs[mode] = model(inputs, training=mode == "training")
+                for i, t in enumerate(flat := tf.nest.flatten(outputs[mode])):
+                    recorder.output(output_name if len(flat) == 1 else f"{output_name}/{i}", t)
+    return outputs

@@ -1,0 +1,97 @@
+"""Which graph ops write a variable, so the recorder's read of it can run first.
+
+A step's writes are not only the train op: ``UPDATE_OPS`` (batch-norm moving statistics),
+a user's own ``assign``, Keras layers assigning inside their forward pass. In a graph
+(TF1, or a ``tf.function`` being traced) every such op takes the variable's handle (or, for
+a legacy ref variable, its ref tensor) as an input, so the handle's consumers are the
+candidates; this module tells writes from reads by op type.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import tensorflow as tf
+
+#: Ops that take a variable's handle and only read it (or its metadata).
+_READ_TYPES = frozenset(
+    {
+        "ReadVariableOp",
+        "VarIsInitializedOp",
+        "IsVariableInitialized",
+        "VariableShape",
+        "ResourceGather",
+        "ResourceGatherNd",
+        "Identity",  # a ref variable's ``read`` snapshot
+        "Const",
+        "DestroyResourceOp",
+        "_Retval",
+    }
+)
+#: Ops that run a function over their inputs: they may write a handle they are given.
+CALL_TYPES = frozenset({"If", "StatelessIf", "While", "StatelessWhile", "PartitionedCall", "StatefulPartitionedCall"})
+_WRITE_PREFIXES = (
+    "Assign",
+    "Apply",
+    "SparseApply",
+    "Scatter",
+    "ResourceApply",
+    "ResourceSparseApply",
+    "ResourceScatter",
+)
+
+
+def is_write(op: tf.Operation) -> bool:
+    """Whether ``op`` (a consumer of a variable's handle) may write the variable."""
+    t = op.type
+    if t in _READ_TYPES:
+        return False
+    return t.startswith(_WRITE_PREFIXES) or "StridedSliceAssign" in t or t in CALL_TYPES
+
+
+def handle_of(var: Any) -> tf.Tensor:
+    """The tensor a writer of ``var`` takes in the current graph: the resource handle (inside a
+    ``tf.function``, its captured placeholder), or the ref tensor of a legacy variable."""
+    if not hasattr(var, "handle"):
+        return var.op.outputs[0]
+    handle = var.handle
+    graph = tf.compat.v1.get_default_graph()
+    if getattr(handle, "graph", None) is not graph and hasattr(graph, "capture"):
+        handle = graph.capture(handle)
+    return handle
+
+
+def writers(var: Any, calls: bool = True) -> list[tf.Operation]:
+    """Ops of the current graph that may write ``var``, its initializer excluded; with
+    ``calls=False``, only ops that surely write it (not function calls, which inside a
+    ``tf.function`` also initialize variables created in it)."""
+    init = getattr(var, "initializer", None)
+    return [
+        op
+        for op in handle_of(var).consumers()
+        if is_write(op) and op is not init and (calls or op.type not in CALL_TYPES)
+    ]
+
+
+def ancestors(ops: Iterable[tf.Operation]) -> set[tf.Operation]:
+    """Every op ``ops`` depend on, through data and control inputs (``ops`` included)."""
+    seen: set[tf.Operation] = set()
+    stack = list(ops)
+    while stack:
+        op = stack.pop()
+        if op in seen:
+            continue
+        seen.add(op)
+        stack.extend(t.op for t in op.inputs)
+        stack.extend(op.control_inputs)
+    return seen
+
+
+def restores(op: tf.Operation, depth: int = 4) -> bool:
+    """Whether ``op`` assigns a value restored from a checkpoint (a ``Saver``'s restore op)."""
+    frontier = [t.op for t in op.inputs]
+    for _ in range(depth):
+        if any(o.type.startswith(("Restore", "MergeV2Checkpoints")) for o in frontier):
+            return True
+        frontier = [t.op for o in frontier for t in o.inputs]
+    return False

@@ -1,0 +1,115 @@
+"""Optimizer slots of a model variable, for the TF1 ``tf.compat.v1.train`` optimizers and
+the Keras ones (tf_keras legacy ``OptimizerV2``, tf_keras and Keras 3 ``Optimizer``).
+
+Each family stores its slots differently (``get_slot`` by name, or lists indexed per
+variable), and names them differently (``dense/kernel/Momentum:0``, ``dense/kernel/m:0``,
+``m/dense/kernel:0``, ``adam/dense_kernel_momentum``); ``engine/align.py`` pairs those names
+without a user map. This module only finds the variables, and says how to read them so that
+both sides mean the same quantity (see :data:`Slot.scale`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import tensorflow as tf
+
+from tb_parity_plugin.shim.variables import variable_name
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """One slot variable of one model variable.
+
+    Attributes:
+      name: the record name (the slot variable's own name; for Keras 3, whose slot names
+        flatten the model variable's path, ``<variable path>/<slot>``).
+      variable: the slot variable.
+      lr_units: Keras SGD keeps ``m = momentum*m - lr*g`` (weight units) where TF1's
+        ``MomentumOptimizer`` keeps ``a = momentum*a + g`` (gradient units); such a slot is
+        recorded as ``-m / lr`` (lr of this step), so both sides record the accumulator this
+        step's update multiplies by ``-lr``, and a faithful port agrees.
+    """
+
+    name: str
+    variable: Any
+    lr_units: bool = False
+
+
+def _is_keras_sgd(optimizer: Any) -> bool:
+    return any(c.__name__ == "SGD" for c in type(optimizer).__mro__) and hasattr(optimizer, "nesterov")
+
+
+def _strip(name: str) -> str:
+    return name[:-2] if name.endswith(":0") else name
+
+
+def build_slots(optimizer: Any, var_list: list[Any]) -> None:
+    """Create the optimizer's slots now (Keras builds them lazily at its first update)."""
+    if hasattr(optimizer, "_create_all_weights"):  # tf_keras legacy OptimizerV2
+        optimizer._create_all_weights(var_list)
+    elif hasattr(optimizer, "build") and not isinstance(optimizer, tf.compat.v1.train.Optimizer):
+        if not (getattr(optimizer, "_built", False) or getattr(optimizer, "built", False)):
+            optimizer.build(var_list)
+
+
+def _new_slots(optimizer: Any, var: Any) -> list[Slot]:
+    """Slots of a tf_keras (``m/dense/kernel:0``) or Keras 3 (``adam/dense_kernel_m``) ``Optimizer``."""
+    out: list[Slot] = []
+    sgd = _is_keras_sgd(optimizer)
+    if sgd and not getattr(optimizer, "momentum", 0):
+        return out  # tf_keras builds momentum slots even without momentum; they stay unused
+    path = getattr(var, "path", None)
+    flat = path.replace("/", "_") if path else None
+    for slot in optimizer.variables if not callable(optimizer.variables) else optimizer.variables():
+        own = _strip(variable_name(slot))
+        if own.endswith("/" + _strip(var.name)) and own.count("/") == _strip(var.name).count("/") + 1:
+            role = own.split("/", 1)[0]
+            out.append(Slot(own, slot, lr_units=sgd and role in ("m", "momentum")))
+        elif flat and own.startswith(f"{optimizer.name}/{flat}_"):
+            role = own[len(f"{optimizer.name}/{flat}_") :]
+            out.append(Slot(f"{path}/{role}", slot, lr_units=sgd and role == "momentum"))
+    return out
+
+
+def slots_of(optimizer: Any, var: Any) -> list[Slot]:
+    """Every slot ``optimizer`` keeps for ``var`` (empty if it keeps none, or has not built them)."""
+    if hasattr(optimizer, "get_slot_names"):  # TF1 train.Optimizer, tf_keras legacy OptimizerV2
+        found = []
+        sgd = _is_keras_sgd(optimizer)
+        for slot_name in optimizer.get_slot_names():
+            try:
+                slot = optimizer.get_slot(var, slot_name)
+            except KeyError:  # legacy Keras raises when var has no such slot
+                slot = None
+            if slot is not None:
+                found.append(Slot(variable_name(slot), slot, lr_units=sgd and slot_name == "momentum"))
+        return found
+    if hasattr(optimizer, "variables"):
+        return _new_slots(optimizer, var)
+    raise TypeError(f"tb_parity: cannot find the slots of {type(optimizer).__name__}: not an optimizer")
+
+
+def current_lr(optimizer: Any, dtype: tf.DType = tf.float32) -> Optional[tf.Tensor]:
+    """The learning rate ``optimizer`` applies at its current iteration (None if unknown).
+
+    tf_keras's ``learning_rate`` property returns the rate of the *previous* update under a
+    schedule, so a schedule is evaluated at ``iterations`` here.
+    """
+    if hasattr(optimizer, "_decayed_lr"):  # tf_keras legacy
+        return tf.cast(optimizer._decayed_lr(dtype), dtype)
+    schedule = getattr(optimizer, "_learning_rate", None)
+    if callable(schedule) and hasattr(optimizer, "iterations"):
+        return tf.cast(schedule(optimizer.iterations), dtype)
+    lr = getattr(optimizer, "learning_rate", None)
+    if lr is None:
+        return None
+    if isinstance(lr, tf.Variable) or hasattr(lr, "value"):
+        lr = tf.convert_to_tensor(lr)
+    return tf.cast(lr, dtype)
+
+
+def in_lr_units(slot_value: tf.Tensor, lr: tf.Tensor) -> tf.Tensor:
+    """``-m / lr`` (0 where lr is 0): see :attr:`Slot.lr_units`."""
+    return tf.math.divide_no_nan(-slot_value, tf.cast(lr, slot_value.dtype))

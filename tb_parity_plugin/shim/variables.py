@@ -1,0 +1,33 @@
+"""Naming and collecting variables, for TF variables and Keras 3 ones alike."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+
+
+def is_variable(value: Any) -> bool:
+    """A ``tf.Variable``, or a Keras 3 variable (not a ``tf.Variable`` subclass)."""
+    return isinstance(value, tf.Variable) or (hasattr(value, "assign") and hasattr(value, "path"))
+
+
+def variable_name(var: Any) -> str:
+    """The name a variable is logged under: ``var.name`` (e.g. ``dense/kernel:0``), or a
+    Keras 3 variable's ``path`` (its ``name`` lacks the layer, so names would collide)."""
+    name = getattr(var, "path", None) or getattr(var, "name", None)
+    if not name:
+        raise ValueError(f"cannot name {var!r}: pass name= explicitly")
+    return str(name)
+
+
+def model_variables(obj: Any) -> list[Any]:
+    """``obj``'s variables: a Keras model/layer or ``tf.Module`` (trainable ones first), or a list."""
+    if is_variable(obj):
+        return [obj]
+    if hasattr(obj, "trainable_variables") and hasattr(obj, "non_trainable_variables"):
+        return [*obj.trainable_variables, *obj.non_trainable_variables]
+    if hasattr(obj, "trainable_variables") and hasattr(obj, "variables"):  # tf.Module
+        trainable = {id(v) for v in obj.trainable_variables}
+        return [*obj.trainable_variables, *(v for v in obj.variables if id(v) not in trainable)]
+    return [v for item in obj for v in model_variables(item)]

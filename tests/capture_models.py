@@ -1,0 +1,134 @@
+"""One small model with batch norm, written the TF1 way and ported to TF2, for the state,
+slot and fit tests: dense(3->4) -> batch norm -> relu -> dense(4->3), softmax cross-entropy.
+
+Both sides start from the same weights (copied, not seeded) and see the same batches, so
+a faithful port agrees and each planted difference shows where it acts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import tensorflow as tf
+
+from tb_parity_plugin import summary_v1, summary_v2
+
+RNG = np.random.default_rng(7)
+W1 = RNG.standard_normal((3, 4)).astype(np.float32)
+W2 = RNG.standard_normal((4, 3)).astype(np.float32)
+STEPS = 4
+BATCH = 8
+XS = RNG.standard_normal((STEPS, BATCH, 3)).astype(np.float32) * 2.0 + 1.0
+YS = np.eye(3, dtype=np.float32)[RNG.integers(0, 3, (STEPS, BATCH))]
+LR = 0.1
+
+#: optimizer name -> (TF1 constructor, tf_keras constructor, tf_keras legacy constructor)
+OPTIMIZERS: dict[str, tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any]]] = {
+    "sgd": (
+        lambda: tf.compat.v1.train.GradientDescentOptimizer(LR),
+        lambda: tf.keras.optimizers.SGD(LR),
+        lambda: tf.keras.optimizers.legacy.SGD(LR),
+    ),
+    "momentum": (
+        lambda: tf.compat.v1.train.MomentumOptimizer(LR, 0.9),
+        lambda: tf.keras.optimizers.SGD(LR, momentum=0.9),
+        lambda: tf.keras.optimizers.legacy.SGD(LR, momentum=0.9),
+    ),
+    "adam": (
+        lambda: tf.compat.v1.train.AdamOptimizer(LR, epsilon=1e-7),
+        lambda: tf.keras.optimizers.Adam(LR, epsilon=1e-7),
+        lambda: tf.keras.optimizers.legacy.Adam(LR, epsilon=1e-7),
+    ),
+}
+
+
+def train_tf1(run_dir: str, optimizer: str = "sgd", update_ops: bool = True, steps: int = STEPS) -> None:
+    """The TF1 original: the train op waits for ``UPDATE_OPS`` (unless ``update_ops`` is False,
+    the classic TF1 bug), built by the user outside any recorder block; every variable and
+    slot is recorded with ``rec.variables``."""
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, (BATCH, 3))
+        y = tf.compat.v1.placeholder(tf.float32, (BATCH, 3))
+        # no bias before batch norm: its gradient is rounding noise, which Adam would amplify
+        h = tf.compat.v1.layers.dense(
+            x, 4, use_bias=False, kernel_initializer=tf.constant_initializer(W1), name="dense"
+        )
+        h = tf.compat.v1.layers.batch_normalization(h, training=True, name="batch_normalization")
+        h = rec.activation("bn", h)
+        logits = tf.compat.v1.layers.dense(
+            tf.nn.relu(h), 3, kernel_initializer=tf.constant_initializer(W2), name="dense_1"
+        )
+        loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(y, logits))
+        rec.lr(tf.constant(LR))
+        opt = OPTIMIZERS[optimizer][0]()
+        grads_and_vars = opt.compute_gradients(loss)
+        rec.grads(*zip(*grads_and_vars))
+        deps = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS) if update_ops else []
+        with tf.control_dependencies(deps):
+            train_op = opt.apply_gradients(grads_and_vars, global_step=gs)
+        rec.set_step(gs)
+        rec.variables(optimizer=opt)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for step in range(steps):
+                _, parity = sess.run([train_op, rec.fetches], {x: XS[step], y: YS[step]})
+                rec.write(parity)
+        rec.close()
+
+
+def keras_model(name: str = "port") -> tf.keras.Model:
+    """The TF2 port's model, built, with the TF1 initial weights."""
+    model = tf.keras.Sequential(
+        [
+            tf.keras.Input((3,)),
+            tf.keras.layers.Dense(4, use_bias=False, kernel_initializer=tf.constant_initializer(W1), name="dense"),
+            tf.keras.layers.BatchNormalization(name="batch_normalization"),
+            tf.keras.layers.ReLU(name="relu"),
+            tf.keras.layers.Dense(3, kernel_initializer=tf.constant_initializer(W2), name="dense_1"),
+        ],
+        name=name,
+    )
+    return model
+
+
+def train_tf2_loop(
+    run_dir: str, optimizer: str = "sgd", legacy: bool = False, steps: int = STEPS, bn_training: bool = True
+) -> None:
+    """The TF2 port as a custom ``tf.function`` loop, everything read on entering the step."""
+    model = keras_model()
+    opt = OPTIMIZERS[optimizer][2 if legacy else 1]()
+    rec = summary_v2.Recorder(run_dir)
+    loss_fn = tf.keras.losses.CategoricalCrossentropy(from_logits=True)
+    dense, bn, relu, dense_1 = model.layers
+
+    @tf.function
+    def train_step(x: tf.Tensor, y: tf.Tensor) -> None:
+        with rec.step(opt.iterations, variables=model, optimizer=opt):
+            rec.lr(tf.constant(LR))
+            with tf.GradientTape() as tape:
+                h = rec.activation("bn", bn(dense(x), training=bn_training))
+                loss = rec.loss(loss_fn(y, dense_1(relu(h))))
+            grads = tape.gradient(loss, model.trainable_variables)
+            rec.grads(grads, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+
+    for step in range(steps):
+        train_step(tf.constant(XS[step]), tf.constant(YS[step]))
+    rec.close()
+
+
+def numpy_bn_moving_mean(steps: int, momentum: float = 0.99, update: bool = True) -> list[np.ndarray]:
+    """Independent reference for the moving mean as read at the start of each step, under
+    plain SGD: the moving mean depends on the first layer's outputs, which depend on the
+    first kernel, so only step 0's and 1's are computed (step 1 needs no gradient)."""
+    mean = np.zeros(4, np.float64)
+    out = [mean.copy()]
+    for step in range(min(steps, 2) - 1):
+        batch_mean = (XS[step].astype(np.float64) @ W1.astype(np.float64)).mean(axis=0)
+        if update:
+            mean = mean * momentum + batch_mean * (1 - momentum)
+        out.append(mean.copy())
+    return out

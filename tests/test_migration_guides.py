@@ -1,0 +1,178 @@
+"""Section 4 of issue 10: the model of TensorFlow's guide ``guide/migrate/validate_correctness``
+(input 3 -> dense 2 -> dense 2 -> dense 3, softmax cross-entropy, SGD with polynomial decay,
+an L2 kernel regularizer), retyped here, logged through the shim as the README says: the
+faithful port agrees, and each difference the guides discuss, planted in the port, is found
+at the step and tensor an independent numpy computation says.
+
+Batch-norm updates and ``scale``, dropout and the training flag, and optimizer slots have
+their own cases in test_state_slots.py, test_forward_pass.py and test_fit.py.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tb_parity_plugin import compare, summary_v1, summary_v2
+
+STEPS = 3
+RNG = np.random.default_rng(3)
+X = RNG.standard_normal((STEPS, 8, 3)).astype(np.float32)
+Y = np.eye(3, dtype=np.float32)[RNG.integers(0, 3, (STEPS, 8))]
+UNITS = (2, 2, 3)
+NAMES = ("dense", "dense_1", "dense_2")
+INIT = [(RNG.uniform(-1, 1, (i, o)).astype(np.float32), np.full(o, 0.1, np.float32)) for i, o in zip((3, 2, 2), UNITS)]
+LR0, LR_END, DECAY = 0.5, 0.05, 10
+L2 = 0.01
+CLIP = 0.05
+
+
+def lr_at(step: int) -> float:
+    """numpy reference of polynomial_decay (power 1)."""
+    return (LR0 - LR_END) * (1 - min(step, DECAY) / DECAY) + LR_END
+
+
+def train_tf1(run_dir: str) -> None:
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, (8, 3))
+        y = tf.compat.v1.placeholder(tf.float32, (8, 3))
+        h = x
+        for units, name, (k, b) in zip(UNITS, NAMES, INIT):
+            h = tf.compat.v1.layers.dense(
+                h,
+                units,
+                kernel_initializer=tf.constant_initializer(k),
+                bias_initializer=tf.constant_initializer(b),
+                kernel_regularizer=tf.keras.regularizers.l2(L2),
+                name=name,
+            )
+            rec.activation(name, h)
+        loss = tf.compat.v1.losses.softmax_cross_entropy(y, h) + tf.compat.v1.losses.get_regularization_loss()
+        rec.loss(loss)
+        lr = rec.lr(tf.compat.v1.train.polynomial_decay(LR0, gs, DECAY, LR_END))
+        opt = tf.compat.v1.train.GradientDescentOptimizer(lr)
+        grads, variables = zip(*opt.compute_gradients(loss))
+        rec.grads(grads, variables)
+        clipped, _ = tf.clip_by_global_norm(grads, CLIP)
+        train_op = opt.apply_gradients(zip(clipped, variables), global_step=gs)
+        rec.set_step(gs)
+        rec.variables(optimizer=opt)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for step in range(STEPS):
+                _, parity = sess.run([train_op, rec.fetches], {x: X[step], y: Y[step]})
+                rec.write(parity)
+        rec.close()
+
+
+class Shifted(tf.keras.optimizers.schedules.LearningRateSchedule):
+    """A schedule counting steps from ``shift`` (the guides' off-by-one when 1)."""
+
+    def __init__(self, schedule: tf.keras.optimizers.schedules.LearningRateSchedule, shift: int) -> None:
+        self.schedule, self.shift = schedule, shift
+
+    def __call__(self, step: tf.Tensor) -> tf.Tensor:
+        return self.schedule(step + self.shift)
+
+    def get_config(self) -> dict:
+        return {"shift": self.shift}
+
+
+def train_tf2(run_dir: str, plant: Optional[str] = None) -> None:
+    init = [(k.copy(), b) for k, b in INIT]
+    if plant == "initializer":
+        init[1] = (tf.keras.initializers.GlorotUniform(seed=1)((2, 2)).numpy(), init[1][1])
+    layers = [
+        tf.keras.layers.Dense(
+            units,
+            kernel_initializer=tf.constant_initializer(k),
+            bias_initializer=tf.constant_initializer(b),
+            kernel_regularizer=tf.keras.regularizers.l2(L2),
+        )
+        for units, (k, b) in zip(UNITS, init)
+    ]
+    h_in = tf.keras.Input((3,))
+    order = [2, 0, 1] if plant == "creation_order" else [0, 1, 2]
+    for i in order:  # layers built (and so named) in another order
+        layers[i](tf.zeros((1, (3, 2, 2)[i])))
+    model = tf.keras.Model(h_in, layers[2](layers[1](layers[0](h_in))), name="simple_model")
+    shift = 1 if plant == "lr_offbyone" else 0
+    schedule = Shifted(tf.keras.optimizers.schedules.PolynomialDecay(LR0, DECAY, LR_END), shift)
+    opt = tf.keras.optimizers.SGD(schedule)
+    rec = summary_v2.Recorder(run_dir)
+    ce = tf.keras.losses.CategoricalCrossentropy(from_logits=True)
+
+    @tf.function
+    def step(x: tf.Tensor, y: tf.Tensor) -> None:
+        with rec.step(opt.iterations, variables=model, optimizer=opt):
+            rec.lr(schedule(opt.iterations))
+            with tf.GradientTape() as tape:
+                h = x
+                for layer in layers:
+                    h = rec.activation(layer.name, layer(h))
+                loss = ce(y, h) + (0.0 if plant == "no_regularization" else tf.add_n(model.losses))
+                rec.loss(loss)
+            grads = tape.gradient(loss, model.trainable_variables)
+            rec.grads(grads, model.trainable_variables)
+            if plant != "no_clipping":
+                grads, _ = tf.clip_by_global_norm(grads, CLIP)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+
+    for s in range(STEPS):
+        step(tf.constant(X[s]), tf.constant(Y[s]))
+    rec.close()
+
+
+def _forward0() -> tuple[float, float]:
+    """numpy reference at step 0: (cross-entropy, L2 regularization loss), and the grad norm."""
+    h = X[0].astype(np.float64)
+    for k, b in INIT:
+        h = h @ k + b
+    logp = h - np.log(np.exp(h).sum(1, keepdims=True))
+    return float(-(Y[0] * logp).sum(1).mean()), float(L2 * sum((k.astype(np.float64) ** 2).sum() for k, _ in INIT))
+
+
+def test_faithful_port_agrees(tmp_path) -> None:
+    train_tf1(str(tmp_path / "tf1"))
+    train_tf2(str(tmp_path / "tf2"))
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert report.agree, report.first_divergence
+    ce, reg = _forward0()
+    from shim_readback import tensors_by_step
+
+    got = tensors_by_step(str(tmp_path / "tf1"))
+    np.testing.assert_allclose(float(got[0][("loss", "loss")][2]), ce + reg, rtol=1e-5)
+    np.testing.assert_allclose(
+        [float(got[s][("lr", "lr")][2]) for s in range(STEPS)], [lr_at(s) for s in range(STEPS)], rtol=1e-6
+    )
+
+
+@pytest.mark.parametrize(
+    "plant, step, kind, tensor",
+    [
+        ("lr_offbyone", 0, "lr", "lr"),  # lr_at(1) != lr_at(0)
+        ("initializer", 0, "weight", "dense_1/kernel:0"),
+        ("no_regularization", 0, "loss", "loss"),  # off by the L2 term
+        ("no_clipping", 1, "weight", "dense/kernel:0"),  # step 0's update was clipped in TF1 only
+        ("creation_order", None, None, None),  # Keras names swap; shapes pair them: agree
+    ],
+)
+def test_planted_difference_is_found_where_numpy_says(tmp_path, plant, step, kind, tensor) -> None:
+    ce, reg = _forward0()
+    # the independent reasons each expectation holds
+    assert lr_at(1) != lr_at(0) and reg > 1e-4  # lr and regularization differ beyond tolerance
+    train_tf1(str(tmp_path / "tf1"))
+    train_tf2(str(tmp_path / "tf2"), plant)
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    if step is None:
+        assert report.agree, report.first_divergence
+        return
+    first = report.first_divergence
+    assert (first.step, first.kind, first.tensor) == (step, kind, tensor)
+    if plant == "no_regularization":
+        np.testing.assert_allclose(first.max_abs_diff, reg, rtol=1e-4)

@@ -1,0 +1,137 @@
+"""Section 1 of issue 10: every recorded variable as read at the step's start, on both sides;
+``state`` and ``slot`` kinds; slots aligned across TF1 and Keras names without a map."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from capture_models import LR, XS, numpy_bn_moving_mean, train_tf1, train_tf2_loop
+from shim_readback import tensors_by_step
+
+from tb_parity_plugin import compare, summary_v1, summary_v2
+
+MOVING_MEAN = "batch_normalization/moving_mean:0"
+
+
+def _pair(tmp_path, optimizer: str = "sgd", legacy: bool = False, update_ops: bool = True):
+    train_tf1(str(tmp_path / "tf1"), optimizer, update_ops=update_ops)
+    train_tf2_loop(str(tmp_path / "tf2"), optimizer, legacy=legacy)
+    return compare(str(tmp_path), baseline="tf1", candidate="tf2")
+
+
+def test_batch_norm_wired_right_agrees_and_reads_state_at_the_step_start(tmp_path) -> None:
+    report = _pair(tmp_path)
+    assert report.agree, report.first_divergence
+    kinds = {m["kind"] for m in report.to_dict()["mapping"]}
+    assert {"weight", "state", "grad", "activation"} <= kinds
+    got = tensors_by_step(str(tmp_path / "tf1"))
+    # independent reference: the moving mean before step 0's update, and before step 1's
+    for step, want in enumerate(numpy_bn_moving_mean(2)):
+        np.testing.assert_allclose(got[step][("state", MOVING_MEAN)][2], want, rtol=1e-5, atol=1e-7)
+
+
+def test_tf1_forgetting_update_ops_diverges_at_step_1_on_the_moving_mean(tmp_path) -> None:
+    report = _pair(tmp_path, update_ops=False)
+    first = report.first_divergence
+    assert (first.step, first.kind, first.tensor) == (1, "state", MOVING_MEAN)
+    tags = {(d.kind, d.tensor) for d in report.divergences_at_first_step}
+    # nothing else at step 1: training-mode batch norm normalizes by the batch's own statistics
+    assert tags == {("state", MOVING_MEAN), ("state", MOVING_MEAN.replace("mean", "variance"))}
+    got = tensors_by_step(str(tmp_path / "tf1"))
+    np.testing.assert_array_equal(got[1][("state", MOVING_MEAN)][2], np.zeros(4, np.float32))
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["keras", "keras_legacy"])
+@pytest.mark.parametrize("optimizer", ["momentum", "adam"])
+def test_slots_agree_on_a_faithful_port(tmp_path, optimizer: str, legacy: bool) -> None:
+    report = _pair(tmp_path, optimizer, legacy)
+    assert report.agree, report.first_divergence
+    slots = [m for m in report.to_dict()["mapping"] if m["kind"] == "slot"]
+    assert len(slots) == {"momentum": 5, "adam": 10}[optimizer]  # 5 trainable variables
+    assert all(m["how"] == "canonical" for m in slots), slots
+    tf1 = tensors_by_step(str(tmp_path / "tf1"))
+    suffix = {"momentum": "Momentum", "adam": "Adam"}[optimizer]
+    slot0 = tf1[0][("slot", f"dense_1/bias/{suffix}:0")][2]
+    np.testing.assert_array_equal(slot0, np.zeros(3, np.float32))  # read before the first update
+    # independent reference: the output bias's gradient at step 0 is mean(softmax - y)
+    grad_b = tf1[0][("grad", "dense_1/bias:0")][2]
+    slot1 = tf1[1][("slot", f"dense_1/bias/{suffix}:0")][2]
+    want = grad_b if optimizer == "momentum" else 0.1 * grad_b
+    np.testing.assert_allclose(slot1, want, rtol=1e-5, atol=1e-8)
+
+
+def test_a_wrong_momentum_is_found_on_the_slot(tmp_path) -> None:
+    train_tf1(str(tmp_path / "tf1"), "momentum")
+    run = tmp_path / "tf2"
+    import capture_models
+
+    saved = capture_models.OPTIMIZERS["momentum"]
+    capture_models.OPTIMIZERS["momentum"] = (saved[0], lambda: tf.keras.optimizers.SGD(LR, momentum=0.5), saved[2])
+    try:
+        train_tf2_loop(str(run), "momentum")
+    finally:
+        capture_models.OPTIMIZERS["momentum"] = saved
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    # step 1: the slots hold one gradient on both sides; step 2 mixes in the momentum
+    assert first.kind in ("slot", "weight") and first.step == 2, first
+
+
+# -- bad input ----------------------------------------------------------------------
+def test_tf1_variable_read_after_its_update_raises_naming_it(tmp_path) -> None:
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(str(tmp_path / "bad"))
+        v = tf.compat.v1.get_variable("v", initializer=np.ones(2, np.float32))
+        update = v.assign_add([1.0, 1.0])
+        with tf.control_dependencies([update]), pytest.raises(ValueError, match="weight/v:0 is read after"):
+            rec.weight(v)
+
+
+def test_slots_of_an_optimizer_without_slots_raise_naming_the_variable(tmp_path) -> None:
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(str(tmp_path / "noslot"))
+        v = tf.compat.v1.get_variable("v", initializer=np.ones(2, np.float32))
+        opt = tf.compat.v1.train.GradientDescentOptimizer(0.1)
+        opt.minimize(tf.reduce_sum(v * v))
+        with pytest.raises(ValueError, match="keeps no slot for 'v:0'"):
+            rec.slots(opt, [v])
+
+
+def test_tf2_state_recorded_after_the_forward_pass_raises(tmp_path) -> None:
+    rec = summary_v2.Recorder(str(tmp_path / "late"))
+    bn = tf.keras.layers.BatchNormalization()
+    bn.build((None, 3))
+
+    @tf.function
+    def step(x: tf.Tensor) -> None:
+        with rec.step(0):
+            bn(x, training=True)
+            rec.state(bn.moving_mean)
+
+    with pytest.raises(ValueError, match="recorded after .* wrote it"):
+        step(tf.constant(XS[0]))
+
+
+def test_tf1_writes_built_anywhere_wait_for_the_read(tmp_path) -> None:
+    """An assign built before the variable is recorded, and one built after, outside any block."""
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(str(tmp_path / "order"))
+        v = tf.compat.v1.get_variable("v", initializer=np.ones(2, np.float32))
+        early = v.assign_add([1.0, 1.0], read_value=False)
+        read = rec.state(v)
+        late = v.assign_sub([0.5, 0.5], read_value=False)
+        _ = rec.fetches
+        assert read.op in early.control_inputs and read.op in late.control_inputs
+        assert read.op not in v.initializer.control_inputs
+
+
+def test_slot_names_align_across_optimizer_families() -> None:
+    from tb_parity_plugin.engine.align import slot_canonical
+
+    tf1 = ["dense/kernel/Momentum", "dense/kernel/Adam", "dense/kernel/Adam_1"]
+    legacy = ["dense/kernel/momentum", "dense/kernel/m", "dense/kernel/v"]
+    current = ["m/dense/kernel", "m/dense/kernel", "v/dense/kernel"]
+    keras3 = ["dense/kernel/momentum", "dense/kernel/momentum", "dense/kernel/velocity"]
+    want = ["dense/kernel/m", "dense/kernel/m", "dense/kernel/v"]
+    for names in (tf1, legacy, current, keras3):
+        assert [slot_canonical(n) for n in names] == want
