@@ -4,7 +4,9 @@
 ``clean`` (a correct port), ``lr_offbyone`` (schedule off by one step), ``nan``
 (hand-written cross-entropy that takes ``log`` of an underflowed softmax), ``none_batch``
 (shape-agnostic code with a partial last batch: a correct port) and ``missing_bias`` (the port's
-last layer has no bias: a structure divergence).
+last layer has no bias: a structure divergence), ``batch_norm`` (batch norm and Momentum: TF1
+with ``UPDATE_OPS`` against a Keras ``model.fit`` port; weights, moving statistics and slots
+agree) and ``forward_pass`` (one forward pass per mode, no optimizer: agrees).
 
 LOGDIR may be a URL (``s3://bucket/demo``, ``gs://...``, any fsspec URL): the pairs are written
 to a temporary directory and uploaded with fsspec, which works for every store (TensorFlow
@@ -21,7 +23,7 @@ import time
 from typing import Optional, Sequence
 
 import demo  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow is imported)
-from demo import model_tf1, model_tf2
+from demo import bn_model, model_tf1, model_tf2
 from demo.common import PairConfig
 from tb_parity_plugin.records.urls import is_url
 
@@ -41,7 +43,25 @@ PAIRS = {
 }
 
 
+#: pairs of the batch-norm model (demo/bn_model.py): (TF1 writer, TF2 writer)
+BN_PAIRS = {
+    # TF1 with UPDATE_OPS wired into the train op and Momentum, against a Keras model.fit port:
+    # weights, batch-norm moving statistics (state) and momentum slots, read at each step's start.
+    "batch_norm": (
+        lambda run: bn_model.train_tf1(run, "momentum"),
+        lambda run: bn_model.train_tf2_fit(run, optimizer=bn_model.OPTIMIZERS["momentum"][1]()),
+    ),
+    # The guides' first check: one forward pass per mode (inference, training), no optimizer.
+    "forward_pass": (bn_model.forward_tf1, bn_model.forward_tf2),
+}
+
+
 def write_pair(logdir: str, pair: str) -> None:
+    if pair in BN_PAIRS:
+        tf1, tf2 = BN_PAIRS[pair]
+        tf1(os.path.join(logdir, pair, "tf1"))
+        tf2(os.path.join(logdir, pair, "tf2"))
+        return
     cfg, bug = PAIRS[pair]
     model_tf1.train(os.path.join(logdir, pair, "tf1"), cfg)
     model_tf2.train(os.path.join(logdir, pair, "tf2"), cfg, bug=bug)
@@ -50,7 +70,7 @@ def write_pair(logdir: str, pair: str) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("logdir")
-    parser.add_argument("--pairs", nargs="*", default=list(PAIRS), choices=list(PAIRS))
+    parser.add_argument("--pairs", nargs="*", default=[*PAIRS, *BN_PAIRS], choices=[*PAIRS, *BN_PAIRS])
     args = parser.parse_args(argv)
     if not is_url(args.logdir):
         write_pairs(args.logdir, args.pairs)

@@ -71,3 +71,19 @@ def test_missing_bias_pair_fails_on_structure(demo_logs: str) -> None:
     assert code == 1 and report["first_divergence"]["reason"] == "structure"
     assert report["structure"]["only_in"]["tf1"][0]["tag"] == "weight/dense_2/bias:0"
     assert report["structure"]["variables"]["tf2"]["count"] == report["structure"]["variables"]["tf1"]["count"] - 1
+
+
+def test_batch_norm_pair_agrees_on_state_and_slots(demo_logs: str) -> None:
+    code, report = _diff(os.path.join(demo_logs, "batch_norm"))
+    assert code == 0 and report["verdict"] == "agree", report["first_divergence"]
+    kinds = {m["kind"] for m in report["mapping"]}
+    assert {"weight", "state", "slot"} <= kinds
+    slots = [m for m in report["mapping"] if m["kind"] == "slot"]
+    assert all(m["baseline"].endswith("/Momentum:0") for m in slots)  # TF1's names, paired without a map
+
+
+def test_forward_pass_pair_agrees_in_both_modes(demo_logs: str) -> None:
+    code, report = _diff(os.path.join(demo_logs, "forward_pass"))
+    assert code == 0 and report["steps_compared"] == 1
+    names = {m["baseline"] for m in report["mapping"]}
+    assert {"inference/output", "training/output", "inference/bn", "training/bn"} <= names

@@ -5,35 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
-from capture_models import LR, STEPS, XS, YS, keras_model, train_tf1
 from shim_readback import tensors_by_step
 
+from demo.bn_model import LR, STEPS, XS, YS, keras_model, train_tf1, train_tf2_fit
 from tb_parity_plugin import compare, summary_v2
-
-
-def _fit_port(run_dir: str, steps_per_execution: int = 1, lr=LR, optimizer=None) -> tf.keras.Model:
-    model = keras_model()
-    model.compile(
-        optimizer=optimizer or tf.keras.optimizers.SGD(lr),
-        loss=tf.keras.losses.CategoricalCrossentropy(from_logits=True),
-        steps_per_execution=steps_per_execution,
-    )
-    rec = summary_v2.Recorder(run_dir)
-    summary_v2.instrument_layer(rec, model.get_layer("batch_normalization"), "bn")
-    summary_v2.instrument(model, rec)
-    # drop_remainder: a static batch size, so activations keep full values like the TF1 placeholders
-    data = tf.data.Dataset.from_tensor_slices((XS.reshape(-1, 3), YS.reshape(-1, 3))).batch(
-        XS.shape[1], drop_remainder=True
-    )
-    model.fit(data, epochs=1, verbose=0, shuffle=False)
-    rec.close()
-    return model
 
 
 @pytest.mark.parametrize("steps_per_execution", [1, 2])
 def test_fit_port_agrees_with_the_tf1_session_loop(tmp_path, steps_per_execution: int) -> None:
     train_tf1(str(tmp_path / "tf1"))
-    _fit_port(str(tmp_path / "tf2"), steps_per_execution)
+    train_tf2_fit(str(tmp_path / "tf2"), steps_per_execution)
     report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
     assert report.agree, report.first_divergence
     assert report.steps_compared == STEPS
@@ -44,14 +25,14 @@ def test_fit_port_agrees_with_the_tf1_session_loop(tmp_path, steps_per_execution
 
 def test_fit_records_a_schedule_step_by_step(tmp_path) -> None:
     schedule = tf.keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=1, decay_rate=0.5)
-    _fit_port(str(tmp_path / "tf2"), lr=schedule, optimizer=tf.keras.optimizers.SGD(schedule))
+    train_tf2_fit(str(tmp_path / "tf2"), lr=schedule, optimizer=tf.keras.optimizers.SGD(schedule))
     got = tensors_by_step(str(tmp_path / "tf2"))
     lrs = [float(got[s][("lr", "lr")][2]) for s in range(STEPS)]
     np.testing.assert_allclose(lrs, 0.1 * 0.5 ** np.arange(STEPS), rtol=1e-6)  # numbered 0, 1, ...
 
 
 def test_instrumented_layers_work_outside_a_recorded_step(tmp_path) -> None:
-    model = _fit_port(str(tmp_path / "tf2"), optimizer=tf.keras.optimizers.Adam(LR))
+    model = train_tf2_fit(str(tmp_path / "tf2"), optimizer=tf.keras.optimizers.Adam(LR))
     before = tensors_by_step(str(tmp_path / "tf2"))
     assert {k for k in before[0] if k[0] == "slot"}, sorted(before[0])
     model.predict(XS[0], verbose=0)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
-from capture_models import LR, XS, numpy_bn_moving_mean, train_tf1, train_tf2_loop
 from shim_readback import tensors_by_step
 
+from demo.bn_model import LR, XS, numpy_bn_moving_mean, train_tf1, train_tf2_loop
 from tb_parity_plugin import compare, summary_v1, summary_v2
 
 MOVING_MEAN = "batch_normalization/moving_mean:0"
@@ -64,7 +64,7 @@ def test_slots_agree_on_a_faithful_port(tmp_path, optimizer: str, legacy: bool) 
 def test_a_wrong_momentum_is_found_on_the_slot(tmp_path) -> None:
     train_tf1(str(tmp_path / "tf1"), "momentum")
     run = tmp_path / "tf2"
-    import capture_models
+    from demo import bn_model as capture_models
 
     saved = capture_models.OPTIMIZERS["momentum"]
     capture_models.OPTIMIZERS["momentum"] = (saved[0], lambda: tf.keras.optimizers.SGD(LR, momentum=0.5), saved[2])

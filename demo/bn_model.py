@@ -1,5 +1,7 @@
-"""One small model with batch norm, written the TF1 way and ported to TF2, for the state,
-slot and fit tests: dense(3->4) -> batch norm -> relu -> dense(4->3), softmax cross-entropy.
+"""One small model with batch norm, written the TF1 way and ported to TF2 (a custom loop, Keras
+``fit`` and one forward pass per mode): dense(3->4) -> batch norm -> relu -> dense(4->3),
+softmax cross-entropy. The demo's ``batch_norm`` and ``forward_pass`` pairs and the state, slot,
+fit and forward-pass tests use it.
 
 Both sides start from the same weights (copied, not seeded) and see the same batches, so
 a faithful port agrees and each planted difference shows where it acts.
@@ -7,11 +9,12 @@ a faithful port agrees and each planted difference shows where it acts.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
+import demo  # noqa: F401  (legacy Keras, before TensorFlow is imported)
 from tb_parity_plugin import summary_v1, summary_v2
 
 RNG = np.random.default_rng(7)
@@ -132,3 +135,79 @@ def numpy_bn_moving_mean(steps: int, momentum: float = 0.99, update: bool = True
             mean = mean * momentum + batch_mean * (1 - momentum)
         out.append(mean.copy())
     return out
+
+
+def train_tf2_fit(
+    run_dir: str, steps_per_execution: int = 1, lr: Any = LR, optimizer: Optional[Any] = None
+) -> tf.keras.Model:
+    """The TF2 port trained with ``model.fit`` over a ``tf.data`` dataset, instrumented."""
+    model = keras_model()
+    model.compile(
+        optimizer=optimizer or tf.keras.optimizers.SGD(lr),
+        loss=tf.keras.losses.CategoricalCrossentropy(from_logits=True),
+        steps_per_execution=steps_per_execution,
+    )
+    rec = summary_v2.Recorder(run_dir)
+    summary_v2.instrument_layer(rec, model.get_layer("batch_normalization"), "bn")
+    summary_v2.instrument(model, rec)
+    # drop_remainder: a static batch size, so activations keep full values like the TF1 placeholders
+    data = tf.data.Dataset.from_tensor_slices((XS.reshape(-1, 3), YS.reshape(-1, 3))).batch(
+        XS.shape[1], drop_remainder=True
+    )
+    model.fit(data, epochs=1, verbose=0, shuffle=False)
+    rec.close()
+    return model
+
+
+def forward_tf1(run_dir: str, dropout: bool = False) -> None:
+    """One forward pass of the TF1 model per mode (shared variables), fetched in one ``sess.run``."""
+    x_np = XS[0]
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        x = tf.constant(x_np)
+        for mode in ("inference", "training"):
+            training = mode == "training"
+            with rec.mode(mode), tf.compat.v1.variable_scope("", reuse=tf.compat.v1.AUTO_REUSE):
+                h = tf.compat.v1.layers.dense(
+                    x, 4, use_bias=False, kernel_initializer=tf.constant_initializer(W1), name="dense"
+                )
+                h = rec.activation("bn", tf.compat.v1.layers.batch_normalization(h, training=training))
+                h = tf.nn.relu(h)
+                if dropout:
+                    h = rec.activation("dropout", tf.compat.v1.layers.dropout(h, 0.5, training=training))
+                out = tf.compat.v1.layers.dense(h, 3, kernel_initializer=tf.constant_initializer(W2), name="dense_1")
+                rec.output("output", out)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            rec.write(sess.run(rec.fetches), step=0)
+        rec.close()
+
+
+def forward_tf2(
+    run_dir: str,
+    bn_training: Optional[bool] = None,
+    dropout_training: Optional[bool] = None,
+    modes: Sequence[str] = ("inference", "training"),
+) -> None:
+    """One forward pass of the Keras port per mode (``summary_v2.forward_pass``); ``bn_training``
+    or ``dropout_training`` pin a layer's mode whatever the pass's (the classic porting slips)."""
+    model = keras_model()
+    layers = model.layers
+    if dropout_training is not None:
+        layers = [*layers[:3], tf.keras.layers.Dropout(0.5, name="dropout"), layers[3]]
+    rec = summary_v2.Recorder(run_dir)
+    bn = layers[1]
+    summary_v2.instrument_layer(rec, bn, "bn")
+    if dropout_training is not None:
+        summary_v2.instrument_layer(rec, layers[3], "dropout")
+
+    class Port(tf.keras.Model):
+        def call(self, x: tf.Tensor, training: Optional[bool] = None) -> tf.Tensor:
+            h = bn(layers[0](x), training=training if bn_training is None else bn_training)
+            h = layers[2](h)
+            if dropout_training is not None:
+                h = layers[3](h, training=dropout_training)
+            return layers[-1](h)
+
+    summary_v2.forward_pass(rec, Port(), tf.constant(XS[0]), modes=modes)
+    rec.close()
