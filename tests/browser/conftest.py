@@ -45,6 +45,7 @@ def demo_logdir(demo_logs: str) -> str:
     fx.write_replica_pair(demo_logs, "replicas", 4)
     fx.write_pair(demo_logs, "stats", 6, full_values_limit=1)
     fx.corrupt_last_record(os.path.join(demo_logs, "stats", "tf2"))
+    fx.write_pair(demo_logs, "stats_clean", 6, full_values_limit=1)
     fx.write_pair(demo_logs, "grow", 20)
     return demo_logs
 

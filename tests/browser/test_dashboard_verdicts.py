@@ -83,10 +83,10 @@ def test_structure_divergence_and_the_structure_panel(page, server: str, demo_lo
 
 
 @one_server
-def test_agreement_on_statistics_is_shown_as_weaker_with_the_read_problems(page, server: str, demo_logdir: str) -> None:
-    report = engine(demo_logdir, "stats")
-    assert report.verdict == "agree within statistics" and report.problems
-    frame = open_tab(page, server, "stats")
+def test_agreement_on_statistics_is_shown_as_weaker(page, server: str, demo_logdir: str) -> None:
+    report = engine(demo_logdir, "stats_clean")
+    assert report.verdict == "agree within statistics" and not report.problems
+    frame = open_tab(page, server, "stats_clean")
     card = frame.locator("[data-testid=card]")
     assert verdict(frame) == "agree within statistics"
     assert "stats" in card.get_attribute("class")
@@ -95,6 +95,19 @@ def test_agreement_on_statistics_is_shown_as_weaker_with_the_read_problems(page,
     evidence = card.locator("[data-testid=evidence]").inner_text()
     assert f"{report.evidence['statistics']} by statistics" in evidence
     assert f"{report.evidence['values']} element-wise" in evidence
+    assert frame.locator("[data-testid=problems-alert]").count() == 0
+
+
+@one_server
+def test_read_problems_make_no_agreement_and_are_shown_beside_the_verdict(page, server: str, demo_logdir: str) -> None:
+    report = engine(demo_logdir, "stats")
+    assert report.verdict == "incomplete" and report.problems and not report.agree
+    frame = open_tab(page, server, "stats")
+    card = frame.locator("[data-testid=card]")
+    assert verdict(frame) == "incomplete"
+    assert "stats" in card.get_attribute("class")  # drawn in amber, apart from an agreement
+    assert "not an agreement" in card.locator("[data-testid=verdict]").inner_text()
+    assert report.verdict_text in card.locator("[data-testid=verdict-text]").inner_text()
     alert = frame.locator("[data-testid=problems-alert]")
     assert f"{len(report.problems)} read problem" in alert.inner_text()
     for p in report.problems:
