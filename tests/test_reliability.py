@@ -389,3 +389,61 @@ def test_one_mangled_values_record_leaves_out_its_step_only(tmp_path: Any) -> No
         weight = run.tensors[("weight", "dense/kernel")]
         assert weight.values is not None and list(weight.steps) == [0, 1, 2, 4, 5]  # the others keep values
         assert any("left out" in p.message and "first 3" in p.message for p in run.problems)
+
+
+# -- the CLI reads only what it compares (section 5) and a live writer (section 6) ------------------
+
+
+def test_naming_both_runs_reads_only_them(tmp_path: Any) -> None:
+    from tb_parity_plugin import api
+
+    root = str(tmp_path)
+    fx.write_pair(root, "small", 4, diverge_at=2)
+    fx.write_pair(root, "large", 200)
+    seen: dict[str, Any] = {}
+
+    def reload(reader: Any) -> None:
+        reader.reload()
+        seen["runs"], seen["bytes"] = reader.run_names(), reader.bytes_read
+
+    report = api.compare(root, "small/tf1", "small/tf2", reload=reload)
+    assert report.first_divergence is not None and report.first_divergence.step == 2
+    assert seen["runs"] == ["small/tf1", "small/tf2"]
+    small = sum(os.path.getsize(_file(root, r)) for r in ("small/tf1", "small/tf2"))
+    assert seen["bytes"] <= small  # not a byte of the large pair
+
+
+def test_a_live_writer_ends_with_the_offline_verdict(tmp_path: Any) -> None:
+    """A writer appends steps (in chunks, flushed mid-record at times) while the plugin serves;
+    once it stops, the served verdict equals the CLI's on the finished files."""
+    import time
+
+    from tb_parity_plugin import api
+    from tb_parity_plugin.records.writer import BlockWriter
+
+    root = str(tmp_path)
+    writers = {side: BlockWriter(os.path.join(root, "live", side), side=side) for side in ("tf1", "tf2")}
+    client = _client(root)
+    route = "/data/plugin/tb_parity/summary?baseline=live/tf1&candidate=live/tf2"
+    served = []
+    for step in range(60):
+        for side, w in writers.items():
+            w.write_arrays(step, fx.step_tensors(step, 45, side))
+            if step % 7 == 0:
+                w._file._file.flush()  # type: ignore[union-attr]  # a partial flush, as a busy writer does
+        if step % 10 == 9:
+            response = client.get(route)
+            if response.status_code == 200:
+                served.append(json.loads(response.get_data())["steps_compared"])
+    for w in writers.values():
+        w.close()
+    expected = api.compare(os.path.join(root, "live")).to_dict()
+    deadline = time.monotonic() + HANG_GUARD_S
+    while True:
+        final = json.loads(client.get(route).get_data())
+        if final["steps_compared"] == expected["steps_compared"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert served == sorted(served)  # the view only grew
+    for key in ("first_divergence", "steps_compared", "tensors_compared", "verdict", "problems"):
+        assert final[key] == expected[key], key
