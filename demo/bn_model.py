@@ -82,13 +82,14 @@ def train_tf1(run_dir: str, optimizer: str = "sgd", update_ops: bool = True, ste
         rec.close()
 
 
-def keras_model(name: str = "port") -> tf.keras.Model:
-    """The TF2 port's model, built, with the TF1 initial weights."""
+def keras_model(name: str = "port", scale: bool = True) -> tf.keras.Model:
+    """The TF2 port's model, built, with the TF1 initial weights (``scale=False``: batch norm
+    without its gamma, a variable the TF1 model has)."""
     model = tf.keras.Sequential(
         [
             tf.keras.Input((3,)),
             tf.keras.layers.Dense(4, use_bias=False, kernel_initializer=tf.constant_initializer(W1), name="dense"),
-            tf.keras.layers.BatchNormalization(name="batch_normalization"),
+            tf.keras.layers.BatchNormalization(scale=scale, name="batch_normalization"),
             tf.keras.layers.ReLU(name="relu"),
             tf.keras.layers.Dense(3, kernel_initializer=tf.constant_initializer(W2), name="dense_1"),
         ],
@@ -98,10 +99,15 @@ def keras_model(name: str = "port") -> tf.keras.Model:
 
 
 def train_tf2_loop(
-    run_dir: str, optimizer: str = "sgd", legacy: bool = False, steps: int = STEPS, bn_training: bool = True
+    run_dir: str,
+    optimizer: str = "sgd",
+    legacy: bool = False,
+    steps: int = STEPS,
+    bn_training: bool = True,
+    bn_scale: bool = True,
 ) -> None:
     """The TF2 port as a custom ``tf.function`` loop, everything read on entering the step."""
-    model = keras_model()
+    model = keras_model(scale=bn_scale)
     opt = OPTIMIZERS[optimizer][2 if legacy else 1]()
     rec = summary_v2.Recorder(run_dir)
     loss_fn = tf.keras.losses.CategoricalCrossentropy(from_logits=True)

@@ -4,8 +4,9 @@ an L2 kernel regularizer), retyped here, logged through the shim as the README s
 faithful port agrees, and each difference the guides discuss, planted in the port, is found
 at the step and tensor an independent numpy computation says.
 
-Batch-norm updates and ``scale``, dropout and the training flag, and optimizer slots have
-their own cases in test_state_slots.py, test_forward_pass.py and test_fit.py.
+Batch-norm ``scale`` and random initial weights have their cases at the end of this file;
+batch-norm updates, dropout and the training flag, and optimizer slots have theirs in
+test_state_slots.py, test_forward_pass.py and test_fit.py.
 """
 
 from __future__ import annotations
@@ -176,3 +177,67 @@ def test_planted_difference_is_found_where_numpy_says(tmp_path, plant, step, kin
     assert (first.step, first.kind, first.tensor) == (step, kind, tensor)
     if plant == "no_regularization":
         np.testing.assert_allclose(first.max_abs_diff, reg, rtol=1e-4)
+
+
+def test_batch_norm_without_scale_is_a_structure_divergence_naming_gamma(tmp_path) -> None:
+    """The guides' batch-norm ``scale`` difference: the port lacks every gamma variable."""
+    from demo import bn_model
+
+    bn_model.train_tf1(str(tmp_path / "tf1"), steps=2)
+    bn_model.train_tf2_loop(str(tmp_path / "tf2"), steps=2, bn_scale=False)
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    first = report.first_divergence
+    assert first is not None and first.reason == "structure"
+    only = {e["tag"] for e in report.structure["only_in"]["tf1"]}
+    assert "weight/batch_normalization/gamma:0" in only and not report.structure["only_in"]["tf2"]
+
+
+def _random_init_runs(root) -> None:
+    """TF1 and TF2 models with random (Glorot) initial weights drawn on each side: the guides'
+    "random numbers" difference when the port neither copies the TF1 weights nor shares its
+    random stream."""
+    with tf.Graph().as_default():
+        tf.compat.v1.set_random_seed(1)
+        rec = summary_v1.Recorder(str(root / "tf1"))
+        x = tf.constant(X[0])
+        h = tf.compat.v1.layers.dense(x, 2, name="dense")
+        out = rec.activation("out", tf.compat.v1.layers.dense(h, 3, name="dense_1"))
+        loss = rec.loss(tf.reduce_mean(tf.square(out)))
+        rec.lr(tf.constant(0.1))
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        train = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.1), loss, global_step=gs)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for _ in range(2):
+                _, parity = sess.run([train, rec.fetches])
+                rec.write(parity)
+        rec.close()
+    tf.random.set_seed(2)
+    model = tf.keras.Sequential([tf.keras.layers.Dense(2, name="dense"), tf.keras.layers.Dense(3, name="dense_1")])
+    model.build((None, 3))
+    opt = tf.keras.optimizers.SGD(0.1)
+    rec2 = summary_v2.Recorder(str(root / "tf2"))
+    for _ in range(2):
+        with rec2.step(opt.iterations, variables=model):
+            rec2.lr(tf.constant(0.1))
+            with tf.GradientTape() as tape:
+                out = rec2.activation("out", model(tf.constant(X[0])))
+                loss = rec2.loss(tf.reduce_mean(tf.square(out)))
+            grads = tape.gradient(loss, model.trainable_variables)
+            rec2.grads(grads, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+    rec2.close()
+
+
+def test_random_initial_weights_not_shared_diverge_on_the_weight_at_step_0(tmp_path) -> None:
+    _random_init_runs(tmp_path)
+    from tb_parity_plugin.logdir.reader import LogdirReader
+
+    with LogdirReader(str(tmp_path)) as reader:
+        w1 = reader.run("tf1").tensors[("weight", "dense/kernel:0")].values[0]
+        w2 = next(
+            s for (k, n), s in reader.run("tf2").tensors.items() if k == "weight" and n.endswith("dense/kernel:0")
+        )
+        assert not np.allclose(w1, w2.values[0], atol=1e-5)  # the independent check: other initial kernels
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert first is not None and (first.step, first.kind) == (0, "weight"), first
