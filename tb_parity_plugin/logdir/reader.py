@@ -115,12 +115,12 @@ class LogdirReader:
                 continue
             try:
                 size, identity = self._storage.info(fs.path)
+                if size < fs.offset or (identity != fs.identity and not self._same_prefix(fs, size)):
+                    return True
             except FileNotFoundError:
                 return True
             except OSError:
-                continue  # a passing failure: reported when the file is read
-            if size < fs.offset or (identity != fs.identity and not self._same_prefix(fs, size)):
-                return True
+                continue  # a passing failure (a network error): reported when the file is read
         return False
 
     def _drop(self, name: str) -> None:
