@@ -198,7 +198,9 @@ class LogdirReader:
             changed = state.set_transient(fs, None)
         if fs.offset and identity != fs.identity and not self._same_prefix(fs, size):
             with self._lock:
-                state.ingest(fs, [], [ReadProblem(fs.rel, 0, "replaced under the same name; restart to read it anew")])
+                state.ingest(
+                    fs, [], [ReadProblem(fs.rel, 0, "replaced while it was being read: read anew on the next reload")]
+                )
             fs.stopped = True
             return True
         fs.identity = identity
