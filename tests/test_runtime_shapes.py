@@ -176,5 +176,7 @@ def test_a_layout_change_mid_run_and_a_missing_layout_are_named(tmp_path: Any) -
         w.close()
     report = api.compare(str(tmp_path))
     assert any("tf2: weight/w:0 changed layout mid-run" in x and "float64" in x for x in report.warnings)
+    first = report.first_divergence  # the dtype differs from step 2 on, not before
+    assert first is not None and (first.step, first.reason) == (2, "dtype"), first
     (problem,) = [p for p in report.problems if "no layout record" in p["message"]]
     assert problem["run"] == "tf2" and "first 4" in problem["message"]
