@@ -447,3 +447,19 @@ def test_a_live_writer_ends_with_the_offline_verdict(tmp_path: Any) -> None:
     assert served == sorted(served)  # the view only grew
     for key in ("first_divergence", "steps_compared", "tensors_compared", "verdict", "problems"):
         assert final[key] == expected[key], key
+
+
+def test_an_empty_or_garbage_run_names_its_cause(tmp_path: Any, capsys: Any) -> None:
+    root = str(tmp_path)
+    fx.write_pair(root, "pair", 3)
+    with open(_file(root, "pair/tf2"), "wb") as f:
+        f.write(os.urandom(4096))  # garbage: the first record header fails its CRC
+    assert cli.main(["diff", os.path.join(root, "pair")]) == 2
+    err = capsys.readouterr().err
+    assert "holds no tb_parity records" in err and "CRC" in err  # the cause, not just the symptom
+    os.makedirs(os.path.join(root, "other", "tf1"))
+    open(os.path.join(root, "other", "tf1", "events.out.tfevents.0.x"), "wb").close()
+    fx.write_pair(root, "other2", 2)
+    assert cli.main(["diff", root, "--baseline", "other/tf1", "--candidate", "other2/tf2"]) == 2
+    err = capsys.readouterr().err
+    assert "holds no tb_parity records" in err and "hold no records of ours" in err
