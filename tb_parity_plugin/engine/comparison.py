@@ -211,7 +211,7 @@ class Comparison:
         orders = {**{(s.kind, s.name): s.order for s in self.base.tensors.values()}}
         at_structure = [
             Divergence(step=first_step, order=int(orders.get((d["kind"], d["tensor"]), -1)), **d)
-            for d in structure.first_of(struct)
+            for d in structure.first_of(struct, self._damaged())
         ]
         at_first = at_structure or at_step
         alignment = self._alignment
@@ -265,6 +265,12 @@ class Comparison:
             },
             comparison=self,
         )
+
+    def _damaged(self) -> set[str]:
+        """Runs whose unaccepted read problems may have cost them records (see ``structure.first_of``)."""
+        if self.policy.accept_read_problems:
+            return set()
+        return {run.name for run in (self.base, self.cand) if run.problems}
 
     def structure(self) -> structure.Structure:
         """What each run recorded, side by side (computed from the layouts, no step needed)."""

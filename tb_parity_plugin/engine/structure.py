@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from tb_parity_plugin.engine import align, patterns
@@ -138,11 +138,19 @@ def describe_entry(run: str, entry: dict[str, Any], side: str) -> str:
     return text
 
 
-def first_of(structure: Structure) -> list[dict[str, Any]]:
-    """Structure divergences as Divergence keyword arguments, baseline's first (in recorded order)."""
+def first_of(structure: Structure, damaged: Collection[str] = ()) -> list[dict[str, Any]]:
+    """Structure divergences as Divergence keyword arguments, baseline's first (in recorded order).
+
+    ``damaged``: runs with unaccepted read problems. A tensor missing from such a run may be
+    in the records it lost, so its absence proves nothing about the port: it is not a
+    divergence (the verdict is then ``incomplete``, naming the problems), only listed.
+    """
     notes = {t["tag"]: t["like"] for entries in structure.created_twice.values() for t in entries}
     out = []
     for run, entry in structure.unexpected:
+        other = structure.candidate if run == structure.baseline else structure.baseline
+        if other in damaged:
+            continue
         side = "baseline" if run == structure.baseline else "candidate"
         note = describe_entry(run, entry, side)
         if entry["tag"] in notes:
