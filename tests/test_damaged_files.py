@@ -137,3 +137,70 @@ def test_a_declared_length_past_any_file_is_a_problem_in_a_live_reader_too(tmp_p
             assert list(reader.run("p/tf2").steps) == list(range(5)) and list(reader.run("q/tf2").steps) == list(
                 range(5)
             )
+
+
+@pytest.mark.parametrize("elements", [1 << 27, 1 << 40])
+def test_a_compressed_tensor_declaring_gigabytes_allocates_nothing(tmp_path: Any, elements: int) -> None:
+    """A CRC-valid 100-byte stats value whose shape asks for ``elements`` doubles (TF's compressed
+    form: one value, repeated): a read problem on its file, not gigabytes of memory."""
+    import tracemalloc
+
+    from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2
+
+    from tb_parity_plugin.records import metadata
+
+    root = str(tmp_path)
+    fx.write_pair(root, "p", 5)
+    fx.write_pair(root, "q", 5)
+    with LogdirReader(root) as first:
+        first.reload()
+        (layout_hash,) = first._runs["p/tf2"].layouts
+    dim = tensor_shape_pb2.TensorShapeProto.Dim(size=elements)
+    tensor = tensor_pb2.TensorProto(dtype=2, tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=[dim]), double_val=[1])
+    value = summary_pb2.Summary.Value(
+        tag=metadata.stats_tag(layout_hash),
+        tensor=tensor,
+        metadata=metadata.create_summary_metadata("stats", layout_hash),
+    )
+    with open(event_path(root, "p/tf2"), "ab") as f:
+        f.write(
+            event_file.frame_record(
+                event_pb2.Event(step=7, summary=summary_pb2.Summary(value=[value])).SerializeToString()
+            )
+        )
+    tracemalloc.start()
+    try:
+        with LogdirReader(root, finished=True) as reader:
+            reader.reload()
+            peak = tracemalloc.get_traced_memory()[1]
+            (problem,) = reader.problems
+            assert problem.path.startswith("p/tf2") and list(reader.run("p/tf2").steps) == list(range(5))
+            assert list(reader.run("q/tf2").steps) == list(range(5))
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20, peak  # the files are a few KB; 1 << 27 doubles would be 1 GiB
+
+
+def test_an_event_no_check_foresaw_keeps_every_record_before_it(tmp_path: Any) -> None:
+    """A CRC-valid run_info nested 100 000 deep (json raises RecursionError, which no value check
+    expects) after five good steps: the file stops at that record, the steps before it stay."""
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+
+    from tb_parity_plugin.records import metadata, writer
+
+    root = str(tmp_path)
+    fx.write_pair(root, "p", 5)
+    nested = np.array(b"[" * 100_000 + b"]" * 100_000, dtype=object)
+    value = writer._tensor_value(metadata.RUN_INFO_TAG, nested, "run_info", "")
+    with open(event_path(root, "p/tf2"), "ab") as f:
+        f.write(
+            event_file.frame_record(
+                event_pb2.Event(step=0, summary=summary_pb2.Summary(value=[value])).SerializeToString()
+            )
+        )
+    with LogdirReader(root, finished=True) as reader:
+        reader.reload()
+        run = reader.run("p/tf2")
+        assert list(run.steps) == list(range(5)) and run.info.get("side") == "tf2"
+        (problem,) = reader.problems
+        assert problem.path.startswith("p/tf2") and "RecursionError" in problem.message

@@ -38,11 +38,13 @@ def _parse_event(
     problems: list[ReadProblem],
     rel: str,
     routes: TagRoutes,
+    limit: Optional[int] = None,
 ) -> None:
     """Append the tb-parity items of the record at ``buf[start:]``, parsed by protobuf.
 
     Raises DecodeError if the event does not parse. The slow path: layouts, run info,
     typed tensor fields and anything :mod:`event_scan` does not describe exactly.
+    ``limit``: the file's size; no value may decode to more bytes than that.
     """
     event = event_pb2.Event()
     event.ParseFromString(memoryview(buf)[start : start + length].toreadonly())
@@ -63,7 +65,7 @@ def _parse_event(
             elif route[0] == "scalar" and len(value.tensor.float_val) == 1 and not value.tensor.tensor_content:
                 array = np.array([value.tensor.float_val[0]])
             else:
-                array = decode_tensor(value.tensor)[None]
+                array = decode_tensor(value.tensor, limit)[None]
             out.append(_make_item(route, steps, offsets, array))
         except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
             problems.append(ReadProblem(rel, offset, f"bad {value.tag!r} value: {exc}"))
@@ -161,7 +163,12 @@ def _make_item(route: Route, steps: np.ndarray, offsets: np.ndarray, array: np.n
 
 
 def scan_chunk(
-    buf: event_scan.Buffer, framed: event_scan.Framed, base: int, rel: str, routes: TagRoutes
+    buf: event_scan.Buffer,
+    framed: event_scan.Framed,
+    base: int,
+    rel: str,
+    routes: TagRoutes,
+    limit: Optional[int] = None,
 ) -> tuple[list[Item], list[ReadProblem]]:
     """Items and problems of a chunk's marked records (event_scan first, protobuf for the rest).
 
@@ -172,7 +179,7 @@ def scan_chunk(
     for run in event_scan.uniform_runs(framed.starts, framed.lengths):
         left = _scan_run(buf, run, base, items, problems, rel, routes) if FAST_PATH else range(run.count)
         for i in left:
-            _parse_event(buf, run.first + i * run.stride, run.length, base, items, problems, rel, routes)
+            _parse_event(buf, run.first + i * run.stride, run.length, base, items, problems, rel, routes, limit)
     items.sort(key=lambda item: item.offsets[0])  # stable: record order, then value order
     problems.sort(key=lambda problem: problem.offset)
     return items, problems
@@ -220,14 +227,27 @@ def _scan_run(
 
 
 def parse_in_order(
-    buf: event_scan.Buffer, framed: event_scan.Framed, base: int, rel: str, routes: TagRoutes
+    buf: event_scan.Buffer,
+    framed: event_scan.Framed,
+    base: int,
+    rel: str,
+    routes: TagRoutes,
+    limit: Optional[int] = None,
 ) -> tuple[list[Item], list[ReadProblem], Optional[tuple[int, str]]]:
-    """Protobuf only, record by record, up to the first unparsable one: (its offset, message) or None."""
+    """Protobuf only, record by record, up to the first unparsable one: (its offset, message) or None.
+
+    Also the fallback when the fast path met something no check foresaw: each record is filed
+    whole or not at all, so every record before the bad one is kept (not the chunk lost).
+    """
     items: list[Item] = []
     problems: list[ReadProblem] = []
     for start, length in zip(framed.starts, framed.lengths):
+        mine: list[Item] = []
         try:
-            _parse_event(buf, start, length, base, items, problems, rel, routes)
+            _parse_event(buf, start, length, base, mine, problems, rel, routes, limit)
         except DecodeError as exc:
             return items, problems, (base + start - _HEAD, f"unparsable event: {exc}")
+        except Exception as exc:  # unforeseen content: this file stops at this record
+            return items, problems, (base + start - _HEAD, f"unreadable event: {type(exc).__name__}: {exc}")
+        items += mine
     return items, problems, None

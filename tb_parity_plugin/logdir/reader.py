@@ -22,8 +22,6 @@ from __future__ import annotations
 import threading
 from typing import Any, Collection, Optional
 
-from google.protobuf.message import DecodeError
-
 from tb_parity_plugin.logdir import decode, event_scan, storage
 from tb_parity_plugin.logdir.run_state import FileState, RunState
 from tb_parity_plugin.logdir.rundata import ReadProblem, RunData, TensorSeries
@@ -214,9 +212,9 @@ class LogdirReader:
             framed = event_scan.frame(buf, end, decode.MARK)
             used, error = framed.used, framed.error
             try:
-                items, problems = decode.scan_chunk(buf, framed, fs.offset, fs.rel, routes)
-            except DecodeError:  # redo in record order to stop exactly at the first bad event
-                items, problems, bad = decode.parse_in_order(buf, framed, fs.offset, fs.rel, routes)
+                items, problems = decode.scan_chunk(buf, framed, fs.offset, fs.rel, routes, size)
+            except Exception:  # redo in record order to stop exactly at the first bad event, keeping those before
+                items, problems, bad = decode.parse_in_order(buf, framed, fs.offset, fs.rel, routes, size)
                 if bad is not None:
                     used, error = bad[0] - fs.offset, bad[1]
             problems += [ReadProblem(fs.rel, fs.offset, message) for message in routes.rejected]

@@ -70,15 +70,25 @@ def np_dtype(name: str) -> np.dtype:
     return np.dtype(name)
 
 
-def decode_tensor(proto: Any) -> np.ndarray:
+def decode_tensor(proto: Any, max_bytes: Optional[int] = None) -> np.ndarray:
     """numpy array of a ``TensorProto``, from ``tensor_content`` or the typed fields.
 
     Typed fields may be shorter than the shape (TensorFlow's compression repeats the
-    last element), as ``tf.make_ndarray`` accepts.
+    last element), as ``tf.make_ndarray`` accepts. That expansion is the one place a few
+    bytes of a file can ask for gigabytes, so with ``max_bytes`` (the reader passes the
+    file's size) a shape declaring more bytes than that is a ``ValueError`` before anything
+    is allocated: no writer of ours compresses, and a file cannot hold more than its size.
     """
     shape = tuple([d.size for d in proto.tensor_shape.dim])
+    if any(d < 0 for d in shape):
+        raise ValueError(f"tensor shape {list(shape)} has a negative dimension")
     size = math.prod(shape)
     code = proto.dtype
+    itemsize = BY_CODE[code].numpy.itemsize if code in BY_CODE else 1
+    if max_bytes is not None and size * itemsize > max(max_bytes, 0):
+        raise ValueError(
+            f"tensor shape {list(shape)} declares {size * itemsize} bytes, more than the file's {max_bytes}"
+        )
     if code not in BY_CODE:
         if code == DT_STRING:
             return np.array(list(proto.string_val), dtype=object).reshape(shape)
