@@ -204,3 +204,43 @@ def test_an_event_no_check_foresaw_keeps_every_record_before_it(tmp_path: Any) -
         assert list(run.steps) == list(range(5)) and run.info.get("side") == "tf2"
         (problem,) = reader.problems
         assert problem.path.startswith("p/tf2") and "RecursionError" in problem.message
+
+
+def _rewrite_stats(path: str, step: int, column: int, value: float) -> int:
+    """Set ``column`` of every stats row of ``step`` to ``value``, keeping the CRCs valid; the record's offset."""
+    from tensorboard.compat.proto import event_pb2
+
+    data = open(path, "rb").read()
+    for start, length in records(data):
+        event = event_pb2.Event.FromString(data[start + 12 : start + 12 + length])
+        stats = [v for v in event.summary.value if "/stats/" in v.tag]
+        if event.step == step and stats:
+            rows = np.frombuffer(stats[0].tensor.tensor_content, np.float64).reshape(-1, 14).copy()
+            rows[:, column] = value
+            stats[0].tensor.tensor_content = rows.tobytes()
+            framed = event_file.frame_record(event.SerializeToString())
+            open(path, "wb").write(data[:start] + framed + data[start + 16 + length :])
+            return start
+    raise AssertionError(f"no stats record at step {step}")
+
+
+@pytest.mark.parametrize(("field", "value"), [("dtype", np.nan), ("rank", np.nan), ("size", np.inf), ("nan", np.nan)])
+def test_crc_valid_nonsense_statistics_are_a_problem_not_a_verdict(
+    pristine: str, tmp_path: Any, field: str, value: float, capsys: Any
+) -> None:
+    """A NaN dtype was judged a "dtype" divergence at its step, a NaN count a "nonfinite" one, a
+    NaN size crashed the comparison: now the step is left out and named, and the verdict is the
+    true one (step 30)."""
+    from tb_parity_plugin.records import metadata
+
+    root = str(tmp_path / "logs")
+    shutil.copytree(pristine, root)
+    offset = _rewrite_stats(event_path(root, "pair/tf2"), 3, metadata.STAT_INDEX[field], value)
+    with LogdirReader(root, finished=True) as reader:
+        run = reader.run("pair/tf2")
+        assert 3 not in run.steps.tolist() and len(run.steps) == 39
+        (problem,) = reader.problems
+        assert problem.offset == offset and "step 3" in problem.message
+    assert cli.main(["diff", root, "--baseline", "pair/tf1", "--candidate", "pair/tf2"]) == 1
+    out = capsys.readouterr().out
+    assert "DIVERGE at step 30" in out and "read problem" in out

@@ -460,6 +460,8 @@ def test_fast_path_falls_back_on_odd_records(tmp_path, monkeypatch):
     h = layout.hash
     out = event_file.EventFileWriter(str(tmp_path / "run"))
     stats = np.stack([health.health_numpy(np.array([1.0, 2.0], np.float32))] * 2)
+    moments = np.zeros(metadata.N_STATS)
+    moments[metadata.field_span(metadata.MOMENT_FIELDS)] = 1.0
     out.write_summary(
         0,
         summary_pb2.Summary(
@@ -468,7 +470,7 @@ def test_fast_path_falls_back_on_odd_records(tmp_path, monkeypatch):
     )
     for step in range(1, 40):
         values = [
-            _summary_value(metadata.stats_tag(h), stats + step),
+            _summary_value(metadata.stats_tag(h), stats + moments * step),  # counts still add up to the size
             _summary_value("other/x", np.float32(step), plugin="scalars"),  # not ours, varies
             _summary_value("scope/" + metadata.values_tag(h, "float32"), np.arange(4, dtype=np.float32) * step),
         ]

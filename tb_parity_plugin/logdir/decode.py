@@ -87,21 +87,35 @@ class TagRoutes:
 
     def __init__(self) -> None:
         self._routes: dict[str, Optional[Route]] = {}
+        self._refused: set[str] = set()  # tags whose metadata named our plugin but could not be used
         #: Messages about tags that carried our plugin name but could not be used.
         self.rejected: list[str] = []
 
     def learn(self, tag: str, meta: summary_pb2.SummaryMetadata) -> Optional[Route]:
-        """Decide (once per tag) from a value's metadata; returns the tag's route."""
-        if tag in self._routes:
-            return self._routes[tag]
-        route: Optional[Route] = None
+        """Decide from a value's metadata (once per tag, unless refused before); returns the tag's route.
+
+        A tag refused once (its metadata damaged, or naming another plugin) is decided again when
+        a later value's metadata names ours: one damaged record must not hide every later step.
+        """
         plugin = meta.plugin_data.plugin_name
+        if tag in self._routes:
+            known = self._routes[tag]
+            if known is not None or plugin != metadata.PLUGIN_NAME:
+                return known
+        route: Optional[Route] = None
         if plugin == metadata.PLUGIN_NAME:
             try:
                 body = metadata.parse_plugin_content(meta.plugin_data.content)
                 route = _route_of(tag, body)
             except ValueError as exc:
-                self.rejected.append(f"tag {tag!r}: {exc}")
+                if tag not in self._refused:  # once per tag, not once per record
+                    self._refused.add(tag)
+                    self.rejected.append(f"tag {tag!r}: {exc}")
+            if route is not None and tag in self._routes and tag not in self._refused:
+                self.rejected.append(
+                    f"tag {tag!r}: an earlier value's metadata did not mark it as a tb_parity record; its values before this "
+                    "record were skipped"
+                )
         elif plugin == _SCALARS_PLUGIN:
             for key, name in metadata.SCALAR_TAGS.items():
                 if tag == name or tag.endswith("/" + name):  # a tf.name_scope may prefix it

@@ -85,6 +85,29 @@ class _Column:
         return self._resolved[1]
 
 
+#: The whole-number columns of a stats row (consecutive: field_span checks it) and their weights:
+#: dtype and rank scaled far below 1, size negated, the six counts: a row's dot product is within
+#: 0.5 of 0 exactly when all nine are finite and the counts add up to the size.
+_WHOLE = metadata.field_span(("dtype", "rank", "size", *metadata.COUNT_FIELDS))
+_CHECK = np.array([1e-300, 1e-300, -1.0] + [1.0] * len(metadata.COUNT_FIELDS))
+
+
+def impossible_stats(blocks: np.ndarray) -> np.ndarray:
+    """bool ``[n]``: which ``[n, tensors, N_STATS]`` stats blocks hold a row no writer produces.
+
+    CRC-valid nonsense there would otherwise be judged (a NaN dtype is a "dtype" divergence,
+    a NaN count a "nonfinite" one) or crash the engine (a NaN size). One matrix-vector product
+    per chunk (about 1.4 ms per 200 k rows), not a pass per column: the reader's speed is kept.
+    """
+    if blocks.size == 0:
+        return np.zeros(len(blocks), dtype=bool)
+    with np.errstate(invalid="ignore", over="ignore"):
+        residual = blocks[..., _WHOLE] @ _CHECK
+        ok = np.abs(residual) < 0.5
+    bad: np.ndarray = ~ok.all(axis=-1)
+    return bad
+
+
 def _grown(array: np.ndarray, used: int, capacity: int) -> np.ndarray:
     """A ``capacity``-row copy of ``array``'s first ``used`` rows (the rest uninitialised)."""
     grown = np.empty((capacity, *array.shape[1:]), array.dtype)
@@ -242,6 +265,20 @@ class RunState:
             message = f"{item.what} block of shape {list(item.data.shape[1:])}, layout needs {list(shape)}"
             self.problems.extend(ReadProblem(rel, int(offset), message) for offset in item.offsets)
             return
+        if item.what == "stats":
+            bad = impossible_stats(item.data)
+            if bad.any():
+                self.problems.extend(
+                    ReadProblem(
+                        rel,
+                        int(offset),
+                        f"step {int(step)}: statistics no writer produces (a non-finite dtype, rank or size, or "
+                        "counts that do not add up to the size): the step is left out",
+                    )
+                    for step, offset in zip(item.steps[bad], item.offsets[bad])
+                )
+                keep = ~bad
+                item = item._replace(steps=item.steps[keep], offsets=item.offsets[keep], data=item.data[keep])
         column.extend(item.steps, file_id, item.offsets, item.data, self._hint)
 
     def _width(self, layout_hash: str, dtype: str) -> int:

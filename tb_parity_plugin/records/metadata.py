@@ -70,6 +70,8 @@ def field_span(names: Sequence[str]) -> slice:
 
 N_STATS = len(STATS_FIELDS)
 NONFINITE_FIELDS = ("neg_inf", "pos_inf", "nan")
+#: The FULL_HEALTH counts; every writer's add up to the ``size`` column (the reader checks it).
+COUNT_FIELDS = (*NONFINITE_FIELDS, "neg_finite", "zero", "pos_finite")
 MOMENT_FIELDS = ("min", "max", "mean", "std", "l2")
 #: The record's promise on the moments' rounding: tensors of at most this many elements (and
 #: float64 tensors) accumulate mean, std and L2 in float64; larger ones may accumulate in
