@@ -244,3 +244,108 @@ def test_crc_valid_nonsense_statistics_are_a_problem_not_a_verdict(
     assert cli.main(["diff", root, "--baseline", "pair/tf1", "--candidate", "pair/tf2"]) == 1
     out = capsys.readouterr().out
     assert "DIVERGE at step 30" in out and "read problem" in out
+
+
+# -- CRC-valid nonsense in every field the reader parses ------------------------------------------
+
+
+def field_mutations(event: Any) -> list[tuple[str, Any]]:
+    """(name, mutate(event)) for nonsense in each field of ``event`` the reader parses."""
+    out: list[tuple[str, Any]] = [("step=-1", lambda e: setattr(e, "step", -1))]
+    for i, v in enumerate(event.summary.value):
+
+        def value(e: Any, i: int = i) -> Any:
+            return e.summary.value[i]
+
+        out += [
+            (f"v{i}.tag", lambda e, value=value: setattr(value(e), "tag", "tb_parity/stats/ffffffffffff")),
+            (f"v{i}.removed", lambda e, i=i: e.summary.value.__delitem__(i)),
+        ]
+        if v.HasField("metadata"):
+            data = lambda e, value=value: value(e).metadata.plugin_data  # noqa: E731
+            out += [
+                (f"v{i}.plugin_name", lambda e, data=data: setattr(data(e), "plugin_name", "tb_parihy")),
+                (f"v{i}.content", lambda e, data=data: setattr(data(e), "content", b"{garbage")),
+                (f"v{i}.version", lambda e, data=data: setattr(data(e), "content", b'{"version": 999}')),
+            ]
+        if v.HasField("tensor"):
+            tensor = lambda e, value=value: value(e).tensor  # noqa: E731
+            out += [
+                (f"v{i}.dtype", lambda e, tensor=tensor: setattr(tensor(e), "dtype", 99)),
+                (f"v{i}.dtype_int", lambda e, tensor=tensor: setattr(tensor(e), "dtype", 3)),
+                (f"v{i}.extra_dim", lambda e, tensor=tensor: tensor(e).tensor_shape.dim.add(size=2)),
+            ]
+            for j in range(len(v.tensor.tensor_shape.dim)):
+                dim = lambda e, tensor=tensor, j=j: tensor(e).tensor_shape.dim[j]  # noqa: E731
+                out += [
+                    (f"v{i}.dim{j}=-1", lambda e, dim=dim: setattr(dim(e), "size", -1)),
+                    (f"v{i}.dim{j}=2**40", lambda e, dim=dim: setattr(dim(e), "size", 2**40)),
+                ]
+            if v.tensor.tensor_content:
+                out += [
+                    (
+                        f"v{i}.content_short",
+                        lambda e, t=tensor: setattr(t(e), "tensor_content", t(e).tensor_content[:-8]),
+                    ),
+                    (
+                        f"v{i}.content_ff",
+                        lambda e, t=tensor: setattr(t(e), "tensor_content", b"\xff" * len(t(e).tensor_content)),
+                    ),
+                ]
+            if v.tensor.string_val:
+                out += [
+                    (f"v{i}.json_garbage", lambda e, t=tensor: t(e).string_val.__setitem__(0, b"\xff{not json")),
+                    (f"v{i}.json_list", lambda e, t=tensor: t(e).string_val.__setitem__(0, b"[]")),
+                    (f"v{i}.json_cut", lambda e, t=tensor: t(e).string_val.__setitem__(0, t(e).string_val[0][:9])),
+                ]
+    return out
+
+
+RECORDS = {"run_info": 1, "step 0 (with the layout)": 2, "step 3": 5, "step 31": 33}
+
+
+def test_crc_valid_nonsense_in_any_parsed_field_is_never_silent(pristine: str, tmp_path: Any, capsys: Any) -> None:
+    """Nonsense in each field (step, tag, plugin name and content, dtype, dims, tensor bytes, layout
+    and run_info JSON) of the run_info record, the first step (layout), an early and a late step,
+    both CRCs valid, one case at a time: the reader never raises, keeps every record before it, and
+    the CLI never says AGREE; a lost step is always visible (a read problem, a step logged by one
+    run only, or an error naming the cause)."""
+    import json
+
+    from tensorboard.compat.proto import event_pb2
+
+    data = open(event_path(pristine, "pair/tf2"), "rb").read()
+    with LogdirReader(pristine) as clean:
+        whole = clean.run("pair/tf2")
+    cases = 0
+    for where, index in RECORDS.items():
+        start, length = records(data)[index]
+        pristine_event = event_pb2.Event.FromString(data[start + 12 : start + 12 + length])
+        for name, mutate in field_mutations(pristine_event):
+            case = f"{where}: {name}"
+            event = event_pb2.Event()
+            event.CopyFrom(pristine_event)
+            mutate(event)
+            root = str(tmp_path / f"case{cases}")
+            shutil.copytree(pristine, root)
+            framed = event_file.frame_record(event.SerializeToString())
+            open(event_path(root, "pair/tf2"), "wb").write(data[:start] + framed + data[start + 16 + length :])
+            with LogdirReader(root, finished=True) as reader:
+                got = reader.run("pair/tf2")
+            before = [s for (st, n), s in zip(records(data)[2:], whole.steps) if st + 16 + n <= start]
+            assert set(before) <= set(got.steps.tolist()), case
+            code = cli.main(["diff", root, "--baseline", "pair/tf1", "--candidate", "pair/tf2", "--json"])
+            out, err = capsys.readouterr()
+            assert code in (1, 2, 3) and "Traceback" not in err, (case, code, err)
+            if code == 2:
+                assert "holds no tb_parity records" in err and ("problem" in err or "no records of ours" in err), (
+                    case,
+                    err,
+                )
+            else:
+                report = json.loads(out)
+                lost = set(whole.steps.tolist()) - set(got.steps.tolist())
+                assert not lost or report["problems"] or report["steps_only"]["pair/tf1"], (case, sorted(lost))
+            shutil.rmtree(root)
+            cases += 1
+    assert cases > 60
