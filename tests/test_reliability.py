@@ -463,3 +463,22 @@ def test_an_empty_or_garbage_run_names_its_cause(tmp_path: Any, capsys: Any) -> 
     assert cli.main(["diff", root, "--baseline", "other/tf1", "--candidate", "other2/tf2"]) == 2
     err = capsys.readouterr().err
     assert "holds no tb_parity records" in err and "hold no records of ours" in err
+
+
+def test_a_run_created_again_never_reuses_a_generation(tmp_path: Any) -> None:
+    """Caches key comparisons by generation: a run deleted and written again must not come back
+    with the generation its deleted files had (it did, and the dashboard kept the old verdict)."""
+    from tb_parity_plugin.logdir.reader import LogdirReader
+
+    root = str(tmp_path)
+    fx.write_pair(root, "pair", 8)
+    with LogdirReader(root) as reader:
+        seen = {reader.run("pair/tf2").generation}
+        for diverge_at in (2, 3):
+            shutil.rmtree(os.path.join(root, "pair"))
+            reader.reload()
+            fx.write_pair(root, "pair", 8, diverge_at=diverge_at)
+            reader.reload()
+            generation = reader.run("pair/tf2").generation
+            assert generation > max(seen)
+            seen.add(generation)

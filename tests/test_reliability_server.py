@@ -199,3 +199,15 @@ def test_a_live_writer_ends_with_the_offline_verdict(server: Server) -> None:
     assert served == sorted(served)
     for key in ("verdict", "first_divergence", "steps_compared", "tensors_compared", "problems"):
         assert final[key] == expected[key], key
+
+
+def test_a_run_deleted_and_created_again_is_judged_anew(server: Server) -> None:
+    """Same names, same number of steps, new content: the dashboard's cached comparison (keyed by
+    the runs' generations) once kept serving the deleted files' verdict."""
+    root = server.root  # type: ignore[attr-defined]
+    fx.write_pair(root, "again", 8)
+    server.until(lambda: server.summary("again")[1].get("verdict") == "agree")
+    shutil.rmtree(os.path.join(root, "again"))
+    server.until(lambda: server.summary("again")[0] == 404)
+    fx.write_pair(root, "again", 8, diverge_at=2)
+    server.until(lambda: (server.summary("again")[1].get("first_divergence") or {}).get("step") == 2)

@@ -56,6 +56,7 @@ class LogdirReader:
         self._storage = storage.open_storage(logdir)
         self._runs: dict[str, RunState] = {}
         self._routes: dict[str, decode.TagRoutes] = {}  # per run: which tags are ours
+        self._retired: dict[str, int] = {}  # run name -> generation it had when dropped
         self._lock = threading.RLock()
         self._reload_lock = threading.Lock()
         self._loaded = False
@@ -86,15 +87,15 @@ class LogdirReader:
                 changed = True
             for name, paths in found.items():
                 state = self._runs.get(name)
-                generation = 1
                 if state is not None and self._stale(state, paths):
-                    generation = state.generation + 1  # caches keyed by generation see new data
                     self._drop(name)
                     state = None
                 with self._lock:
                     if state is None:
                         state = self._runs[name] = RunState(name)
-                        state.generation = generation
+                        # caches keyed by generation must see new data: a run read anew, or deleted and
+                        # created again, goes on from the generation its predecessor reached
+                        state.generation = self._retired.get(name, 0) + 1
                         changed = True
                     new = [p for p in paths if p not in state.files]
                     for path in new:
@@ -124,6 +125,7 @@ class LogdirReader:
     def _drop(self, name: str) -> None:
         with self._lock:
             state = self._runs.pop(name)
+            self._retired[name] = state.generation
             self._routes.pop(name, None)
         for path in state.files:
             self._storage.forget(path)
