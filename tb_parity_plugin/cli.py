@@ -190,7 +190,9 @@ def _run_report(args: argparse.Namespace, out: TextIO) -> ParityReport:
     )
     page.write_report(args.output, report)
     first = report.first_divergence
-    verdict = "agree" if first is None else f"diverge at step {first.step}"
+    verdict = report.verdict if first is None else f"diverge at step {first.step}"
+    if report.problems:  # the one line must not read as a clean verdict
+        verdict += f", {len(report.problems)} read problem(s) (listed in the report)"
     print(f"wrote {args.output}: {report.baseline} vs {report.candidate}, {verdict}", file=out)
     return report
 

@@ -135,3 +135,33 @@ def test_report_shows_structure_and_the_weaker_agreement(tmp_path) -> None:
     write_run(str(tmp_path / "b"), "tf2", range(3), lambda s: [("weight", "w", big)], side="tf2")
     doc = page.report_document(api.compare(str(tmp_path / "b")))
     assert "AGREE within statistics" in doc
+
+
+@pytest.mark.parametrize("diverge_at", [None, 3])
+def test_a_verdict_from_damaged_files_carries_its_problems(tmp_path, capsys, diverge_at) -> None:
+    """A bit flip mid-file in the candidate: the page's verdict box is followed at once by the read
+    problems (not only a list at the page's end), an unproven agreement is INCOMPLETE (not "Runs do
+    not agree"), and the command's one line never says a bare "agree"."""
+    import os
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import plugin_fixtures as fx
+
+    root = str(tmp_path / "logs")
+    fx.write_pair(root, "p", 40, diverge_at=diverge_at)
+    run_dir = os.path.join(root, "p", "tf2")
+    (name,) = os.listdir(run_dir)
+    path = os.path.join(run_dir, name)
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0x10
+    open(path, "wb").write(bytes(data))
+    out = tmp_path / "r.html"
+    code = cli_main(["report", os.path.join(root, "p"), "-o", str(out), "--no-progress"])
+    line = capsys.readouterr().out
+    assert code == (3 if diverge_at is None else 1) and "1 read problem(s)" in line
+    page = out.read_text()
+    box = page.index('class="verdict ')
+    problems = page.index('data-testid="problems"')
+    assert box < problems < page.index('class="meta"', box) and "CRC" in page[problems : problems + 600]
+    if diverge_at is None:
+        assert 'class="verdict incomplete"' in page and "INCOMPLETE" in page[box : box + 300]

@@ -34,6 +34,8 @@ _STYLE = """
 .tbp-report .verdict{padding:10px 14px;border-radius:4px;font-size:16px;font-weight:600;margin:6px 0}
 .tbp-report .verdict.diverge{background:#fdecea;border-left:5px solid #c62828;color:#7f1d1d}
 .tbp-report .verdict.agree{background:#e8f5e9;border-left:5px solid #2e7d32;color:#1b5e20}
+.tbp-report .verdict.incomplete{background:#fff8e1;border-left:5px solid #f9a825;color:#6d4c00}
+.tbp-report .problems{margin:4px 0 10px}
 .tbp-report .meta{color:#616161;margin:4px 0}
 .tbp-report table{border-collapse:collapse;font-size:13px;margin:4px 0}
 .tbp-report th,.tbp-report td{border-bottom:1px solid #e0e0e0;padding:3px 8px;text-align:left;vertical-align:top}
@@ -61,7 +63,26 @@ def _e(text: Any) -> str:
 
 
 def _verdict(summary: Mapping[str, Any]) -> str:
+    """The verdict, then the read problems right under it: a verdict from damaged files says so."""
+    return _verdict_box(summary) + _problems(summary)
+
+
+def _problems(summary: Mapping[str, Any]) -> str:
+    problems = summary.get("problems") or []
+    if not problems:
+        return ""
+    items = "".join(
+        f"<li><code>{_e(p.get('path', ''))}</code> ({_e(p.get('run', ''))}) at byte "
+        f"{_e(p.get('offset', ''))}: {_e(p.get('message', ''))}</li>"
+        for p in problems
+    )
+    return f'<div class="problems" data-testid="problems"><b>{len(problems)} read problem(s)</b><ul>{items}</ul></div>'
+
+
+def _verdict_box(summary: Mapping[str, Any]) -> str:
     first = summary.get("first_divergence")
+    if summary.get("verdict") == "incomplete":
+        return f'<div class="verdict incomplete">{_e(summary.get("verdict_text", "INCOMPLETE"))}</div>'
     if summary.get("agree") and not first:
         text = (
             f"Runs agree within tolerance across {summary.get('steps_compared', 0)} steps "
@@ -279,14 +300,6 @@ def _footer(summary: Mapping[str, Any]) -> str:
             + ", ".join(f"<code>{_e(r)}</code> {_e(n)}" for r, n in only.items())
             + "</p>"
         )
-    problems = summary.get("problems") or []
-    if problems:
-        items = "".join(
-            f"<li><code>{_e(p.get('run', ''))}/{_e(p.get('path', ''))}</code> at byte "
-            f"{_e(p.get('offset', ''))}: {_e(p.get('message', ''))}</li>"
-            for p in problems
-        )
-        out.append(f"<h3>Read problems</h3><ul>{items}</ul>")
     policy = summary.get("policy")
     if policy:
         shown = ", ".join(
