@@ -35,6 +35,8 @@ def load_runs(
     only = (baseline, candidate) if baseline is not None and candidate is not None else None
     try:
         reader = LogdirReader(logdir, runs=only, finished=True)  # the CLI reads only what it compares
+        if only is None:
+            _refuse_ambiguous(reader, baseline, candidate, logdir)
         reader.reload() if reload is None else reload(reader)
     except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
         raise ParityInputError(str(exc) or f"cannot read {logdir}") from None
@@ -54,6 +56,19 @@ def load_runs(
             cause = f" (read problems: {why})" if why else " (its event files hold no records of ours)"
             raise ParityInputError(f"run {run.name!r} in {logdir} holds no tb_parity records{cause}")
     return runs
+
+
+def _refuse_ambiguous(reader: LogdirReader, baseline: Optional[str], candidate: Optional[str], logdir: str) -> None:
+    """Without both names the pair is only decidable among exactly two runs: say so from the
+    listing, before a byte of a logdir holding other (possibly huge) runs is read."""
+    names = reader.list_runs()
+    if len(names) == 2:
+        return  # both are read anyway: their run_info decides which is the TF1 baseline
+    try:
+        run_pairs.choose_pair(dict.fromkeys(names, ""), baseline, candidate, where=logdir)
+    except run_pairs.RunPairError as exc:
+        unlisted = "; could not list " + "; ".join(reader.listing_errors) if reader.listing_errors else ""
+        raise ParityInputError(f"{exc}{unlisted}") from None
 
 
 def make_policy(

@@ -482,3 +482,27 @@ def test_a_run_created_again_never_reuses_a_generation(tmp_path: Any) -> None:
             generation = reader.run("pair/tf2").generation
             assert generation > max(seen)
             seen.add(generation)
+
+
+def test_an_ambiguous_logdir_is_refused_before_any_file_is_read(tmp_path: Any, capsys: Any) -> None:
+    """Without both names, a logdir of four runs cannot be compared: that is known from the listing,
+    so the big pair beside the small one is never read (it was, in full, before the error)."""
+    from tb_parity_plugin import api
+
+    root = str(tmp_path)
+    fx.write_pair(root, "small", 4)
+    fx.write_pair(root, "large", 200)
+    reads: list[int] = []
+
+    def reload(reader: Any) -> None:
+        reader.reload()
+        reads.append(reader.bytes_read)
+
+    for names in ((None, None), ("small/tf1", None), (None, "small/tf2")):
+        with pytest.raises(api.ParityInputError, match="holds 4 runs"):
+            api.compare(root, *names, reload=reload)
+    assert reads == []
+    assert cli.main(["diff", root, "--baseline", "small/tf1"]) == 2
+    assert "pass both --baseline and --candidate" in capsys.readouterr().err
+    assert api.compare(os.path.join(root, "small"), "tf1", reload=reload).agree  # one name, two runs: read
+    assert reads and reads[0] > 0
