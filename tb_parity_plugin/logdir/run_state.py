@@ -71,6 +71,14 @@ class _Column:
         """All blocks in arrival order, ``[n, *row_shape]`` (a view)."""
         return self._rows[: self._n]
 
+    def __len__(self) -> int:
+        return self._n
+
+    def forget_from(self, n: int) -> None:
+        """Drop rows ``n`` and later, added by the call being filed (no snapshot has seen them)."""
+        self._n = min(self._n, n)
+        self._resolved = None
+
     def resolve(self, rank_of: np.ndarray) -> Resolved:
         """(unique sorted steps, row index, file ranks, offsets) of the winning rows."""
         if self._resolved is None or self._resolved[0] is not rank_of:
@@ -265,8 +273,10 @@ class RunState:
             message = f"{item.what} block of shape {list(item.data.shape[1:])}, layout needs {list(shape)}"
             self.problems.extend(ReadProblem(rel, int(offset), message) for offset in item.offsets)
             return
-        if item.what == "stats":
-            bad = impossible_stats(item.data)
+        before = len(column)
+        column.extend(item.steps, file_id, item.offsets, item.data, self._hint)
+        if item.what == "stats":  # checked in the column's own aligned copy: the read buffer may be unaligned
+            bad = impossible_stats(column.rows()[before:])
             if bad.any():
                 self.problems.extend(
                     ReadProblem(
@@ -278,8 +288,8 @@ class RunState:
                     for step, offset in zip(item.steps[bad], item.offsets[bad])
                 )
                 keep = ~bad
-                item = item._replace(steps=item.steps[keep], offsets=item.offsets[keep], data=item.data[keep])
-        column.extend(item.steps, file_id, item.offsets, item.data, self._hint)
+                column.forget_from(before)
+                column.extend(item.steps[keep], file_id, item.offsets[keep], item.data[keep], self._hint)
 
     def _width(self, layout_hash: str, dtype: str) -> int:
         key = (layout_hash, dtype)
