@@ -187,6 +187,55 @@ def bench_tf1(args, logdir: str) -> dict:
     return out
 
 
+def _logged_tensors(batch: int) -> list[tf.Tensor]:
+    """Tensors of bench_tf2's logged step, by shape: every kernel and bias, their gradients,
+    and each layer's output (the values are random: only sizes matter for the cost)."""
+    rng = np.random.default_rng(1)
+    shapes = [(WIDTH, WIDTH)] * DEPTH + [(WIDTH, CLASSES)] + [(WIDTH,)] * DEPTH + [(CLASSES,)]
+    shapes = shapes * 2 + [(batch, WIDTH)] * DEPTH + [(batch, CLASSES)]  # weights, grads, activations
+    return [tf.constant(rng.standard_normal(shape).astype(np.float32)) for shape in shapes]
+
+
+def _bandwidth() -> tuple[float, float]:
+    """This machine's (read, copy) memory bandwidth in GB/s: numpy sum and copy of 512 MB."""
+    a = np.ones(128 << 20, dtype=np.float32)
+    b = np.empty_like(a)
+    read = min(timed_once(lambda: a.sum()) for _ in range(5))
+    copy = min(timed_once(lambda: np.copyto(b, a)) for _ in range(5))
+    return a.nbytes / read / 1e9, 2 * a.nbytes / copy / 1e9
+
+
+def timed_once(fn: Callable) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def roofline(args, step_ms: float, shim_ms: float) -> None:
+    """Where the floor is: the statistics' cost against one read of every logged tensor, and the
+    bytes they move against the step's own, at this machine's measured bandwidth."""
+    from tb_parity_plugin.shim import health_tf
+
+    tensors = _logged_tensors(args.batch)
+    logged = sum(int(np.prod(t.shape)) * 4 for t in tensors)
+    stats = tf.function(lambda *xs: health_tf.stats_block(xs))
+    one_read = tf.function(lambda *xs: tf.stack([tf.reduce_sum(x) for x in xs]))  # the floor: one pass each
+    timed = _interleave({"stats": lambda: stats(*tensors), "read": lambda: one_read(*tensors)}, args.steps, args.reps)
+    read_gbs, copy_gbs = _bandwidth()
+    params = sum(int(np.prod(t.shape)) for t in tensors[: 2 * DEPTH + 2])
+    adam_bytes = params * 4 * 7  # Adam reads variable, gradient, m, v and writes variable, m, v
+    print(
+        f"roofline: the step logs {logged / 1e6:.1f} MB of tensors; this machine reads {read_gbs:.1f} GB/s "
+        f"(numpy sum) and copies {copy_gbs:.1f} GB/s (read + write)\n"
+        f"  statistics of those tensors alone {timed['stats'] * 1e3:6.2f} ms   one read of each (the floor) "
+        f"{timed['read'] * 1e3:6.2f} ms   ratio {timed['stats'] / timed['read']:.2f} "
+        f"(= passes per tensor); one read at bandwidth {logged / read_gbs / 1e6:.2f} ms\n"
+        f"  shim overhead per step {shim_ms - step_ms:6.2f} ms of a {step_ms:.1f} ms step; Adam alone moves "
+        f"{adam_bytes / 1e6:.0f} MB ({adam_bytes / copy_gbs / 1e6:.1f} ms at copy bandwidth); the floor "
+        f"(one read per logged tensor) is {timed['read'] / step_ms * 1e3:.1%} of the step"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="P1: shim overhead vs no logging and Debugger V2")
     parser.add_argument("--steps", type=int, default=5, help="steps per timed repetition")
@@ -223,6 +272,7 @@ def main() -> int:
         f"Keras fit        none {fit['none'] * 1e3:7.1f} ms   inst {fit['fit'] * 1e3:7.1f} ms   "
         f"ratio {fit['fit'] / fit['none']:.3f}   (per step; instrument(model, rec, layers=all))"
     )
+    roofline(args, tf2["none"] * 1e3, tf2["shim"] * 1e3)
     if tf1 is not None:
         print(
             f"TF1 Session      none {tf1['none'] * 1e3:7.1f} ms   shim {tf1['shim'] * 1e3:7.1f} ms   "

@@ -9,6 +9,9 @@ late (step = 3/4 of the run) and with runs that agree everywhere (byte-identical
 * warm: Comparison(...).report() on runs already read
 * incremental: append 100 steps, reader.reload() + Comparison.update() + report()/matrix()
   vs the same from scratch
+* each engine figure twice, side by side in one run: the per-pair method (``engine.batch``
+  off: every tensor pair settled by its own numpy calls, the method before issue 13) and the
+  current one (a layout's identical pairs settled as one array)
 * naive: parse each event and np.testing.assert_allclose per (step, tensor), on a subset
   of steps, scaled to all steps.
 
@@ -28,7 +31,7 @@ from typing import Callable
 
 import numpy as np
 
-from tb_parity_plugin.engine import Comparison
+from tb_parity_plugin.engine import Comparison, batch
 from tb_parity_plugin.logdir.reader import LogdirReader
 from tb_parity_plugin.records import event_file, metadata
 from tb_parity_plugin.records.writer import BlockWriter, build_layout
@@ -101,6 +104,19 @@ def timed(fn: Callable) -> tuple[float, object]:
     return time.perf_counter() - t0, result
 
 
+def per_pair(fn: Callable) -> Callable:
+    """``fn`` run with the per-pair method (the engine before pairs of a layout were batched)."""
+
+    def old() -> object:
+        batch.ENABLED = False
+        try:
+            return fn()
+        finally:
+            batch.ENABLED = True
+
+    return old
+
+
 def best_of(n: int, fn: Callable) -> tuple[float, object]:
     runs = [timed(fn) for _ in range(n)]
     return min(r[0] for r in runs), runs[-1][1]
@@ -169,6 +185,8 @@ def scenario(root: str, label: str, steps: int, full_values: bool, kind: str, na
     reader.reload()
     b, c = reader.run("tf1"), reader.run("tf2")
     t_warm, report = best_of(3, lambda: Comparison(b, c).report())
+    t_warm_old, report_old = best_of(3, per_pair(lambda: Comparison(b, c).report()))
+    assert report_old.to_dict() == report.to_dict()  # type: ignore[attr-defined]
     first = report.first_divergence
     found = "agree" if first is None else f"step {first.step} {first.kind}/{first.tensor}"
     expect = "agree" if bad_from < 0 else f"step {bad_from} grad/layer_120/t:0"
@@ -176,6 +194,9 @@ def scenario(root: str, label: str, steps: int, full_values: bool, kind: str, na
     cmp = Comparison(b, c)
     cmp.report()
     t_matrix, _ = timed(cmp.matrix)
+    cmp_old = per_pair(lambda: Comparison(b, c))()
+    per_pair(cmp_old.report)()  # type: ignore[attr-defined]
+    per_pair(cmp_old.matrix)()  # type: ignore[attr-defined]
     if bad_from >= 0:  # the scan stopped at the divergence; the matrix filled the rest
         assert cmp.matrix().first_divergence[0] == bad_from
     t_naive = naive_seconds(logdir, steps_subset=min(steps, 50), total_steps=steps) if naive else None
@@ -188,8 +209,16 @@ def scenario(root: str, label: str, steps: int, full_values: bool, kind: str, na
         t_read, (b2, c2) = timed(lambda: (reader.reload(), (reader.run("tf1"), reader.run("tf2")))[1])
         t_engine, _ = timed(lambda b2=b2, c2=c2: (cmp.update(b2, c2), cmp.report(), cmp.matrix()))
         t_scratch, _ = timed(lambda b2=b2, c2=c2: (lambda x: (x.report(), x.matrix()))(Comparison(b2, c2)))
+        t_engine_old, _ = timed(
+            per_pair(lambda b2=b2, c2=c2: (cmp_old.update(b2, c2), cmp_old.report(), cmp_old.matrix()))
+        )
+        t_scratch_old, _ = timed(
+            per_pair(lambda b2=b2, c2=c2: (lambda x: (x.report(), x.matrix()))(Comparison(b2, c2)))
+        )
         increments.append(
-            f"read {t_read:.3f}s + engine {t_engine:.3f}s vs engine from scratch {t_scratch:.3f}s (x{t_scratch / max(t_engine, 1e-9):.1f})"
+            f"read {t_read:.3f}s + engine {t_engine:.3f}s vs from scratch {t_scratch:.3f}s (x{t_scratch / max(t_engine, 1e-9):.1f})"
+            f" | per-pair (old): engine {t_engine_old:.3f}s vs from scratch {t_scratch_old:.3f}s"
+            f" (x{t_scratch_old / max(t_engine_old, 1e-9):.1f}); refresh new/old x{t_engine_old / max(t_engine, 1e-9):.1f} faster"
         )
     reader.close()
     naive_text = (
@@ -198,7 +227,8 @@ def scenario(root: str, label: str, steps: int, full_values: bool, kind: str, na
         else f"\n{'':<18} naive parse + assert_allclose per record (scaled from 50 steps): {t_naive:7.2f}s = x{t_naive / t_warm:.0f} warm, x{t_naive / t_cold:.0f} cold"
     )
     print(
-        f"{label:<18} {size / 1e6:6.0f} MB gen {t_gen:5.1f}s | cold {t_cold:6.3f}s  warm {t_warm:6.3f}s  "
+        f"{label:<18} {size / 1e6:6.0f} MB gen {t_gen:5.1f}s | cold {t_cold:6.3f}s  warm {t_warm:6.3f}s "
+        f"(per-pair, old: {t_warm_old:6.3f}s, x{t_warm_old / max(t_warm, 1e-9):.1f})  "
         f"matrix {t_matrix:6.3f}s | {found}\n{'':<18} +100 steps: "
         + f"\n{'':<18} +100 more:  ".join(increments)
         + naive_text

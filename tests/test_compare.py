@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -528,3 +529,69 @@ def test_a_variable_created_twice_is_named() -> None:
     assert report.structure["created_twice"]["c"] == [
         {"tag": "weight/dense_3/kernel:0", "like": "weight/dense/kernel:0"}
     ]
+
+
+# -- pairs of one layout settled together (engine/batch.py) ------------------------------
+def _layout_run(step: int, nan_at: int = -1, bad: tuple[str, int] = ("", -1)) -> list:
+    """Statistics-only tensors of one layout; ``bad`` = (name, step) scaled from that step on."""
+    rng = np.random.default_rng(step)
+    out = []
+    for i in range(6):
+        a = rng.standard_normal(40).astype(np.float32)
+        if f"t{i}" == bad[0] and step >= bad[1]:
+            a = a * np.float32(1.5)
+        if i == 2 and step == nan_at:
+            a[3] = np.nan
+        out.append(("weight", f"t{i}", a))
+    return out
+
+
+def _unbatched(base, cand, policy: TolerancePolicy = TolerancePolicy()) -> Comparison:
+    cmp = Comparison(base, cand, policy)
+    cmp._groups = []  # the per-pair path alone
+    return cmp
+
+
+@pytest.mark.parametrize("equal_nan", [False, True])
+def test_a_layout_settled_together_matches_the_per_pair_path(tmp_path, equal_nan: bool) -> None:
+    """Steps one side lacks, a NaN in both runs, a tensor diverging at step 30, a step rewritten
+    (last write wins: the block is then a gathered copy) and a refresh: every verdict, ratio and
+    the first divergence are those of the per-pair path, and the cells of the tensors written
+    identically are what was written (OK; NONFINITE at the NaN unless equal_nan)."""
+    logdir = str(tmp_path)
+    base_steps, cand_steps = list(range(40)), [s for s in range(40) if s not in (7, 8)]
+    write_run(logdir, "b", base_steps, lambda s: _layout_run(s, nan_at=12), limit=0)
+    write_run(logdir, "c", cand_steps, lambda s: _layout_run(s, nan_at=12, bad=("t4", 30)), limit=0)
+    rewrite = write_run(logdir, "c", [5], lambda s: _layout_run(s, bad=("t1", 0)), limit=0)  # t1 differs at 5
+    os.rename(rewrite, os.path.join(logdir, "c", "events.out.tfevents.9999999999.rewrite"))  # sorts last: wins
+    policy = TolerancePolicy(equal_nan=equal_nan)
+    reader = LogdirReader(logdir)
+    reader.reload()
+    b, c = reader.run("b"), reader.run("c")
+    assert b.tensors[("weight", "t0")].block is not None
+    batched, plain = Comparison(b, c, policy), _unbatched(b, c, policy)
+    assert batched._groups and len(batched._groups[0]) == 6
+    assert batched.report().to_dict() == plain.report().to_dict()
+    mb, mp = batched.matrix(), plain.matrix()
+    np.testing.assert_array_equal(mb.reason, mp.reason)
+    np.testing.assert_array_equal(mb.error_ratio, mp.error_ratio)
+    steps = np.asarray(batched.steps)
+    np.testing.assert_array_equal(steps, np.intersect1d(base_steps, cand_steps))  # 7 and 8: one run only
+    assert (mb.reason[:, mb.tensors.index("weight/t0")] == OK).all()
+    expected = np.full(len(steps), OK)
+    if not equal_nan:  # assert_allclose(equal_nan=False): NaN is a divergence even against NaN
+        expected[steps == 12] = NONFINITE
+    np.testing.assert_array_equal(mb.reason[:, mb.tensors.index("weight/t2")], expected)
+    first = batched.report().first_divergence
+    assert (first.step, first.tensor) == (5, "t1")  # the rewritten step, before the missing 7 and 8
+    # a refresh appending steps settles the new rows alike
+    write_run(logdir, "b", range(40, 60), _layout_run, limit=0)
+    write_run(logdir, "c", range(40, 60), lambda s: _layout_run(s, bad=("t4", 30)), limit=0)
+    reader.reload()
+    b2, c2 = reader.run("b"), reader.run("c")
+    batched.update(b2, c2)
+    fresh = _unbatched(b2, c2, policy)
+    assert batched.report().to_dict() == fresh.report().to_dict()
+    np.testing.assert_array_equal(batched.matrix().reason, fresh.matrix().reason)
+    np.testing.assert_array_equal(batched.matrix().error_ratio, fresh.matrix().error_ratio)
+    reader.close()

@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from tb_parity_plugin.engine import align, replicas, structure
+from tb_parity_plugin.engine import align, batch, replicas, structure
 from tb_parity_plugin.engine.matrix import REASONS, ParityMatrix
 from tb_parity_plugin.engine.nonfinite import FirstNonfinite
 from tb_parity_plugin.engine.pair import Pair, same_memory, step_rows, take_rows
@@ -46,6 +46,7 @@ class Comparison:
         self.policy = policy
         self.mapping = tuple(mapping)
         self._pairs: list[Pair] = []
+        self._groups: list[list[Pair]] = []  # pairs settled together (engine/batch.py)
         self._alignment: Optional[align.Alignment] = None
         self._keys: Optional[tuple[tuple[str, ...], tuple[str, ...]]] = None  # sorted tensor keys of both runs
         self._nonfinite_scans: dict[str, FirstNonfinite] = {}
@@ -88,6 +89,19 @@ class Comparison:
                 memo[key] = len(b) >= n and np.array_equal(a[:n], b[:n])
             return memo[key]
 
+        kept: dict[tuple[int, int, int, int], bool] = {}  # one check per layout block, not per tensor
+
+        def rows_unchanged(old: Any, new: Any, idx: np.ndarray, keep: int) -> bool:
+            """Every statistic (not one: a rewrite can keep the L2 norm, e.g. signs flipped) of the
+            rows ``idx[:keep]`` compared before is the same in the new snapshot (last write wins)."""
+            whole = getattr(old, "block", None) is not None and getattr(new, "block", None) is not None
+            o, n = (old.block, new.block) if whole else (old.stats, new.stats)
+            key = (id(o), id(n), id(idx), keep)
+            if key not in kept:
+                rows = idx[:keep][idx[:keep] >= 0]
+                kept[key] = not len(rows) or same_memory(o, n) or _equal_rows(o, n, rows)
+            return kept[key]
+
         assert self._alignment is not None
         for match in self._alignment.matches:
             b, c = base.tensors[match.base], cand.tensors[match.cand]
@@ -104,9 +118,10 @@ class Comparison:
             )
             old = old_pairs.get((match.base, match.cand))
             if prefix and old is not None:
-                self._reuse(old, pair, same_prefix)
+                self._reuse(old, pair, same_prefix, rows_unchanged)
             pairs.append(pair)
         self._pairs = pairs
+        self._groups = batch.groups(pairs)
         self.steps = steps
         self.base, self.cand = base, cand
         self._nonfinite = {run.name: self._first_nonfinite(run) for run in (base, cand)}
@@ -122,7 +137,12 @@ class Comparison:
         return dict(found) if found else None
 
     @staticmethod
-    def _reuse(old: Pair, new: Pair, same_prefix: Callable[[np.ndarray, np.ndarray, int], bool]) -> None:
+    def _reuse(
+        old: Pair,
+        new: Pair,
+        same_prefix: Callable[[np.ndarray, np.ndarray, int], bool],
+        rows_unchanged: Callable[[Any, Any, np.ndarray, int], bool],
+    ) -> None:
         """Copy ``old``'s verdicts into ``new`` if the rows they were computed from are unchanged."""
         keep = old.done
         if not (
@@ -130,15 +150,10 @@ class Comparison:
             and old.static_reason == new.static_reason
             and same_prefix(old.ib, new.ib, keep)
             and same_prefix(old.ic, new.ic, keep)
+            and rows_unchanged(old.base, new.base, old.ib, keep)
+            and rows_unchanged(old.cand, new.cand, old.ic, keep)
         ):
             return
-        for o, n, idx in ((old.base, new.base, old.ib[:keep]), (old.cand, new.cand, old.ic[:keep])):
-            rows = idx[idx >= 0]
-            if len(rows) and not same_memory(o.stats, n.stats):
-                # every statistic, not one: a rewrite can keep the L2 norm (e.g. signs flipped)
-                a, b = take_rows(o.stats, rows), take_rows(n.stats, rows)
-                if not ((a == b).all() or np.array_equal(a, b, equal_nan=True)):  # NaN-aware only if needed
-                    return  # an already-compared step was rewritten (last write wins)
         new.reason[:keep] = old.reason[:keep]
         new.done = keep
         new.first_bad = old.first_bad
@@ -164,12 +179,17 @@ class Comparison:
             if done >= n:
                 return None
             end = min(n, done + chunk)
+            for group in self._groups:
+                batch.settle(group, end, equal_nan)
             for p in self._pairs:
                 p.ensure(end, equal_nan)
 
     def fill(self) -> None:
         """Compute every verdict and ratio (the matrix needs them all)."""
         n = len(self.steps)
+        for group in self._groups:
+            batch.settle(group, n, self.policy.equal_nan)
+            batch.settle(group, n, self.policy.equal_nan, ratios=True)
         for p in self._pairs:
             p.ensure(n, self.policy.equal_nan)
             p.ensure_ratios(n)
@@ -375,6 +395,12 @@ class Comparison:
             shape = tuple(copy.shape) if None not in tuple(copy.shape) else (-1,)
             d.cand_values = np.asarray(copy.values[int(rows[0])]).reshape(shape)
         return d
+
+
+def _equal_rows(old: np.ndarray, new: np.ndarray, rows: np.ndarray) -> bool:
+    """``old[rows] == new[rows]``, NaN equal to NaN (checked only if the plain test fails)."""
+    a, b = take_rows(old, rows), take_rows(new, rows)
+    return bool((a == b).all() or np.array_equal(a, b, equal_nan=True))
 
 
 def compare_runs(

@@ -26,6 +26,7 @@ class FirstNonfinite:
 
     def find(self, run: Any) -> Optional[dict[str, Any]]:
         best: Optional[tuple[tuple[int, tuple[int, int, str, str]], Any]] = None  # ((step, execution key), series)
+        flagged: dict[tuple[int, int], np.ndarray] = {}  # (layout block, first row) -> columns with NaN/Inf
         for key, series in run.tensors.items():
             stats = series.stats
             old, hit = self._seen.get(key, (None, None))
@@ -33,6 +34,13 @@ class FirstNonfinite:
                 start = len(old) if hit is None else len(stats)  # an earlier hit cannot move
             else:
                 start, hit = 0, None
+            block = getattr(series, "block", None)
+            if block is not None and start < len(stats):  # one test for a layout's tensors, not one each
+                at = (id(block), start)
+                if at not in flagged:
+                    flagged[at] = block[start:, :, NONFINITE_COLS].any(axis=(0, 2))
+                if not flagged[at][series.column]:
+                    start = len(stats)
             counts = stats[start:, NONFINITE_COLS]  # a view: most runs have none, found without a copy
             if counts.any():
                 hit = int(series.steps[start + int(np.flatnonzero(counts.any(axis=1))[0])])

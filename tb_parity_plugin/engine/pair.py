@@ -8,6 +8,7 @@ per pair so a refresh only computes new steps.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Optional
 
 import numpy as np
@@ -104,7 +105,7 @@ class Pair:
     ratio_done: int = 0
     first_bad: int = -1  # first compared-step index with a divergence among [:done], -1 none
 
-    @property
+    @functools.cached_property
     def static_reason(self) -> int:
         """SHAPE or DTYPE when every step must differ; static dims unknown to a graph
         (``None``) match anything, since only the runtime shapes decide."""
@@ -115,7 +116,7 @@ class Pair:
             return DTYPE
         return OK
 
-    @property
+    @functools.cached_property
     def use_values(self) -> bool:
         """Compare full values: both runs kept them, same dtype and shape."""
         return (
@@ -192,7 +193,7 @@ class Pair:
             r[todo] = self._value_verdicts(rb[todo], rc[todo], ks[todo], sb[todo], sc[todo], equal_nan)
         return r
 
-    @property
+    @functools.cached_property
     def dynamic(self) -> bool:
         """Some dimension is unknown to a graph: runtime shapes are compared step by step."""
         return None in tuple(self.base.shape) or None in tuple(self.cand.shape)

@@ -44,6 +44,11 @@ class TensorSeries:
     dims: Optional[np.ndarray] = None  # int64 [steps, rank]; None when the rank is unknown or changed
     #: Set when the tensor's dtype or static shape differs between the run's layouts.
     layout_change: Optional[str] = None
+    #: The statistics of every tensor of the one layout this series comes from, ``[steps, tensors,
+    #: N_STATS]``, with ``stats == block[:, column]``; None when several layouts made it. Lets the
+    #: engine settle a layout's tensors in one array operation instead of one call per tensor.
+    block: Optional[np.ndarray] = dataclasses.field(default=None, repr=False, compare=False)
+    column: int = -1
 
     @property
     def tag(self) -> str:
