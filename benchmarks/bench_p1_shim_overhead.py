@@ -15,6 +15,9 @@ Variants are timed side by side in one process with interleaved repetitions
 * Keras ``fit``: plain vs ``summary_v2.instrument`` (per step, over ``--steps`` batches).
 * TF1 Session: no logging vs the shim's ``minimize`` + ``fetches``.
 
+* a roofline: the statistics of the step's logged tensors alone, against one ``reduce_sum`` of
+  each (the floor: one read), and the bytes involved at this machine's measured bandwidth.
+
 Target: shim overhead (ratio - 1) <= 1/20 of Debugger V2's overhead.
 
 Usage: ``python benchmarks/bench_p1_shim_overhead.py [--steps 5 --reps 5]``.
