@@ -66,7 +66,8 @@ class Comparison:
         (base, reps_b), (cand, reps_c) = replicas.split(base), replicas.split(cand)
         self._replicas = {base.name: reps_b, cand.name: reps_c}
         keys = (tuple(sorted(base.tensors)), tuple(sorted(cand.tensors)))
-        if keys != self._keys:
+        same_tensors = keys == self._keys
+        if not same_tensors:
             self._alignment = align.align(list(base.tensors.values()), list(cand.tensors.values()), self.mapping)
             self._keys = keys
         old_steps = self.steps
@@ -105,6 +106,21 @@ class Comparison:
         assert self._alignment is not None
         for match in self._alignment.matches:
             b, c = base.tensors[match.base], cand.tensors[match.cand]
+            old = old_pairs.get((match.base, match.cand))
+            if (  # the common refresh: the same pair, grown at the end; kept, not rebuilt
+                prefix
+                and same_tensors
+                and old is not None
+                and _same_kind(old.base, b)
+                and _same_kind(old.cand, c)
+                and same_prefix(old.ib, rows_of(b), old.done)
+                and same_prefix(old.ic, rows_of(c), old.done)
+                and rows_unchanged(old.base, b, old.ib, old.done)
+                and rows_unchanged(old.cand, c, old.ic, old.done)
+            ):
+                old.grow(b, c, rows_of(b), rows_of(c))
+                pairs.append(old)
+                continue
             n = len(steps)
             pair = Pair(
                 match=match,
@@ -116,7 +132,6 @@ class Comparison:
                 reason=np.zeros(n, dtype=np.uint8),
                 ratio=np.full(n, np.nan, dtype=np.float32),
             )
-            old = old_pairs.get((match.base, match.cand))
             if prefix and old is not None:
                 self._reuse(old, pair, same_prefix, rows_unchanged)
             pairs.append(pair)
@@ -395,6 +410,18 @@ class Comparison:
             shape = tuple(copy.shape) if None not in tuple(copy.shape) else (-1,)
             d.cand_values = np.asarray(copy.values[int(rows[0])]).reshape(shape)
         return d
+
+
+def _same_kind(old: Any, new: Any) -> bool:
+    """Whether what a pair's static properties (shape, dtype, evidence) depend on is unchanged."""
+    ov, nv = old.values, new.values
+    return bool(
+        old.shape == new.shape
+        and old.dtype == new.dtype
+        and getattr(old, "layout_change", None) == getattr(new, "layout_change", None)
+        and (ov is None) == (nv is None)
+        and (ov is None or ov.shape[1:] == nv.shape[1:])
+    )
 
 
 def _equal_rows(old: np.ndarray, new: np.ndarray, rows: np.ndarray) -> bool:

@@ -22,29 +22,42 @@ class FirstNonfinite:
     """
 
     def __init__(self) -> None:
-        self._seen: dict[align.Key, tuple[np.ndarray, Optional[int]]] = {}  # (stats scanned, first NaN/Inf step)
+        #: Per tensor: (stats scanned, first NaN/Inf step, the layout block they came from or None).
+        self._seen: dict[align.Key, tuple[np.ndarray, Optional[int], Optional[np.ndarray]]] = {}
 
     def find(self, run: Any) -> Optional[dict[str, Any]]:
         best: Optional[tuple[tuple[int, tuple[int, int, str, str]], Any]] = None  # ((step, execution key), series)
         flagged: dict[tuple[int, int], np.ndarray] = {}  # (layout block, first row) -> columns with NaN/Inf
+        kept: dict[tuple[int, int], bool] = {}  # (old block, new block) -> the same memory
         for key, series in run.tensors.items():
             stats = series.stats
-            old, hit = self._seen.get(key, (None, None))
-            if old is not None and same_memory(old, stats):
+            block = getattr(series, "block", None)
+            old, hit, old_block = self._seen.get(key, (None, None, None))
+            if old is None:
+                unchanged = False
+            elif block is not None and old_block is not None:  # one test per layout, not per tensor
+                pair = (id(old_block), id(block))
+                if pair not in kept:
+                    kept[pair] = same_memory(old_block, block)
+                unchanged = kept[pair]
+            else:
+                unchanged = same_memory(old, stats)
+            if unchanged:
+                assert old is not None
                 start = len(old) if hit is None else len(stats)  # an earlier hit cannot move
             else:
                 start, hit = 0, None
-            block = getattr(series, "block", None)
             if block is not None and start < len(stats):  # one test for a layout's tensors, not one each
                 at = (id(block), start)
                 if at not in flagged:
                     flagged[at] = block[start:, :, NONFINITE_COLS].any(axis=0).any(axis=1)  # axis 0 first: 3x faster
                 if not flagged[at][series.column]:
                     start = len(stats)
-            counts = stats[start:, NONFINITE_COLS]  # a view: most runs have none, found without a copy
-            if counts.any():
-                hit = int(series.steps[start + int(np.flatnonzero(counts.any(axis=1))[0])])
-            self._seen[key] = (stats, hit)
+            if start < len(stats):
+                counts = stats[start:, NONFINITE_COLS]  # a view: most runs have none, found without a copy
+                if counts.any():
+                    hit = int(series.steps[start + int(np.flatnonzero(counts.any(axis=1))[0])])
+            self._seen[key] = (stats, hit, block)
             if hit is not None:
                 rank = (hit, align.execution_key(series))
                 if best is None or rank < best[0]:
