@@ -595,3 +595,48 @@ def test_a_layout_settled_together_matches_the_per_pair_path(tmp_path, equal_nan
     np.testing.assert_array_equal(batched.matrix().reason, fresh.matrix().reason)
     np.testing.assert_array_equal(batched.matrix().error_ratio, fresh.matrix().error_ratio)
     reader.close()
+
+
+def _refresh_matches_fresh(cmp: Comparison, reader: LogdirReader) -> None:
+    reader.reload()
+    b, c = reader.run("b"), reader.run("c")
+    cmp.update(b, c)
+    fresh = Comparison(b, c)
+    assert cmp.report().to_dict() == fresh.report().to_dict()
+    np.testing.assert_array_equal(cmp.matrix().reason, fresh.matrix().reason)
+    np.testing.assert_array_equal(cmp.matrix().error_ratio, fresh.matrix().error_ratio)
+
+
+def test_a_refresh_keeps_pairs_only_while_their_inputs_are_unchanged(tmp_path) -> None:
+    """Pairs grown in place on a refresh (engine/comparison.py) give what a fresh comparison
+    gives after: plain appends, an old step rewritten by a later file (last write wins), a
+    tensor whose shape changes mid-run (a second layout), and full values appearing."""
+    logdir = str(tmp_path)
+    write_run(logdir, "b", range(20), _layout_run, limit=0)
+    write_run(logdir, "c", range(20), _layout_run, limit=0)
+    reader = LogdirReader(logdir)
+    reader.reload()
+    cmp = Comparison(reader.run("b"), reader.run("c"))
+    assert cmp.report().agree
+    cmp.matrix()
+    write_run(logdir, "b", range(20, 30), _layout_run, limit=0)
+    write_run(logdir, "c", range(20, 30), _layout_run, limit=0)
+    _refresh_matches_fresh(cmp, reader)
+    assert cmp.report().agree and cmp.report().steps_compared == 30
+    rewrite = write_run(logdir, "c", [3], lambda s: _layout_run(s, bad=("t5", 0)), limit=0)
+    os.rename(rewrite, os.path.join(logdir, "c", "events.out.tfevents.9999999999.rewrite"))
+    _refresh_matches_fresh(cmp, reader)
+    first = cmp.report().first_divergence
+    assert (first.step, first.tensor) == (3, "t5")
+
+    def wider(step: int) -> list:
+        return [(k, n, np.resize(a, 48) if n == "t0" else a) for k, n, a in _layout_run(step)]
+
+    write_run(logdir, "b", range(30, 35), wider, limit=0)
+    write_run(logdir, "c", range(30, 35), wider, limit=0)
+    _refresh_matches_fresh(cmp, reader)
+    write_run(logdir, "b", range(35, 40), _layout_run, limit=4096)  # full values from step 35 on
+    write_run(logdir, "c", range(35, 40), _layout_run, limit=4096)
+    _refresh_matches_fresh(cmp, reader)
+    assert cmp.report().first_divergence.step == 3
+    reader.close()
