@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 from engine_helpers import run, series, write_run
 
-from tb_parity_plugin.engine import Comparison, align, compare_runs
+from tb_parity_plugin.engine import Comparison, align, batch, compare_runs
 from tb_parity_plugin.engine.matrix import MISSING, NONFINITE, OK, VALUE, ParityMatrix
 from tb_parity_plugin.engine.tolerance import ToleranceOverride, TolerancePolicy
 from tb_parity_plugin.logdir.reader import LogdirReader
@@ -546,10 +547,30 @@ def _layout_run(step: int, nan_at: int = -1, bad: tuple[str, int] = ("", -1)) ->
     return out
 
 
-def _unbatched(base, cand, policy: TolerancePolicy = TolerancePolicy()) -> Comparison:
-    cmp = Comparison(base, cand, policy)
-    cmp._groups = []  # the per-pair path alone
-    return cmp
+class _PerPair:
+    """The engine before layouts were settled together (``batch.ENABLED`` off): each call's
+    result, computed with the switch off, so a difference from the default path shows."""
+
+    def __init__(self, base, cand, policy: TolerancePolicy = TolerancePolicy()) -> None:
+        with _batching(False):
+            self._cmp = Comparison(base, cand, policy)
+
+    def report(self):
+        with _batching(False):
+            return self._cmp.report()
+
+    def matrix(self):
+        with _batching(False):
+            return self._cmp.matrix()
+
+
+@contextlib.contextmanager
+def _batching(on: bool):
+    before, batch.ENABLED = batch.ENABLED, on
+    try:
+        yield
+    finally:
+        batch.ENABLED = before
 
 
 @pytest.mark.parametrize("equal_nan", [False, True])
@@ -569,7 +590,7 @@ def test_a_layout_settled_together_matches_the_per_pair_path(tmp_path, equal_nan
     reader.reload()
     b, c = reader.run("b"), reader.run("c")
     assert b.tensors[("weight", "t0")].block is not None
-    batched, plain = Comparison(b, c, policy), _unbatched(b, c, policy)
+    batched, plain = Comparison(b, c, policy), _PerPair(b, c, policy)
     assert batched._groups and len(batched._groups[0]) == 6
     assert batched.report().to_dict() == plain.report().to_dict()
     mb, mp = batched.matrix(), plain.matrix()
@@ -590,7 +611,7 @@ def test_a_layout_settled_together_matches_the_per_pair_path(tmp_path, equal_nan
     reader.reload()
     b2, c2 = reader.run("b"), reader.run("c")
     batched.update(b2, c2)
-    fresh = _unbatched(b2, c2, policy)
+    fresh = _PerPair(b2, c2, policy)
     assert batched.report().to_dict() == fresh.report().to_dict()
     np.testing.assert_array_equal(batched.matrix().reason, fresh.matrix().reason)
     np.testing.assert_array_equal(batched.matrix().error_ratio, fresh.matrix().error_ratio)

@@ -21,7 +21,9 @@ from tb_parity_plugin.engine.pair import Pair, take_rows
 from tb_parity_plugin.records import metadata
 
 _NAN = metadata.STAT_INDEX["nan"]
-#: Off: every pair on its own path (benchmarks print both side by side).
+#: Off: the engine as it was before layouts were settled together — every pair on its own path,
+#: rebuilt on each refresh, its rows checked and scanned for NaN/Inf one tensor at a time.
+#: Benchmarks print both side by side; nothing else turns it off.
 ENABLED = True
 
 

@@ -95,7 +95,9 @@ class Comparison:
         def rows_unchanged(old: Any, new: Any, idx: np.ndarray, keep: int) -> bool:
             """Every statistic (not one: a rewrite can keep the L2 norm, e.g. signs flipped) of the
             rows ``idx[:keep]`` compared before is the same in the new snapshot (last write wins)."""
-            whole = getattr(old, "block", None) is not None and getattr(new, "block", None) is not None
+            whole = (
+                batch.ENABLED and getattr(old, "block", None) is not None and getattr(new, "block", None) is not None
+            )
             o, n = (old.block, new.block) if whole else (old.stats, new.stats)
             key = (id(o), id(n), id(idx), keep)
             if key not in kept:
@@ -108,7 +110,8 @@ class Comparison:
             b, c = base.tensors[match.base], cand.tensors[match.cand]
             old = old_pairs.get((match.base, match.cand))
             if (  # the common refresh: the same pair, grown at the end; kept, not rebuilt
-                prefix
+                batch.ENABLED
+                and prefix
                 and same_tensors
                 and old is not None
                 and _same_kind(old.base, b)

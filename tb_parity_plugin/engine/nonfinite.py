@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from tb_parity_plugin.engine import align
+from tb_parity_plugin.engine import align, batch
 from tb_parity_plugin.engine.pair import NONFINITE_COLS, same_memory
 
 
@@ -31,7 +31,7 @@ class FirstNonfinite:
         kept: dict[tuple[int, int], bool] = {}  # (old block, new block) -> the same memory
         for key, series in run.tensors.items():
             stats = series.stats
-            block = getattr(series, "block", None)
+            block = getattr(series, "block", None) if batch.ENABLED else None
             old, hit, old_block = self._seen.get(key, (None, None, None))
             if old is None:
                 unchanged = False
