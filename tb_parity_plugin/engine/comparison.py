@@ -94,7 +94,15 @@ class Comparison:
         def rows_unchanged(old: Any, new: Any, idx: np.ndarray, keep: int) -> bool:
             """Every statistic (not one: a rewrite can keep the L2 norm, e.g. signs flipped) of the
             rows ``idx[:keep]`` compared before is the same in the new snapshot (last write wins)."""
-            whole = getattr(old, "block", None) is not None and getattr(new, "block", None) is not None
+            # Whole blocks only when the tensor sits in the same column of blocks of one width: a run
+            # read anew (a file gone or replaced) may hold it in another layout, where equal blocks
+            # say nothing of its own statistics (and blocks of other widths cannot be compared).
+            whole = (
+                getattr(old, "block", None) is not None
+                and getattr(new, "block", None) is not None
+                and old.column == new.column
+                and old.block.shape[1:] == new.block.shape[1:]
+            )
             o, n = (old.block, new.block) if whole else (old.stats, new.stats)
             key = (id(o), id(n), id(idx), keep)
             if key not in kept:
