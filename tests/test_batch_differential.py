@@ -16,6 +16,7 @@ from engine_helpers import write_run
 from tb_parity_plugin.engine import Comparison, TolerancePolicy, batch
 from tb_parity_plugin.engine.comparison_cache import ComparisonCache
 from tb_parity_plugin.logdir.reader import LogdirReader
+from tb_parity_plugin.records.writer import BlockWriter
 
 # -- the two engines ------------------------------------------------------------------------
 
@@ -91,4 +92,44 @@ def test_a_run_written_anew_in_another_layout_is_compared_again(tmp_path, rerun:
     assert_same(cmp, unbatched(b2, c2, policy))
     report = cache.use("pair", b2, c2, policy, (), lambda e: e.report)
     assert cache.updated == 1 and report.first_step_divergence.tensor == "x"
+    reader.close()
+
+
+def test_a_refresh_follows_a_changed_execution_order(tmp_path) -> None:
+    """From step 3 on the runs log ``b`` before ``a`` (a new layout), and both diverge at step 3:
+    the first divergence is ``b``, first in execution order there, as a fresh comparison says.
+    The refresh re-aligned only when the set of tensor names changed, so it kept the order of
+    the steps it had seen and named ``a``."""
+    logdir = str(tmp_path)
+
+    def at(bad: bool) -> Any:
+        def tensors(s: int) -> list:
+            a, b = np.full(4, 1.0 + s, np.float32), np.full(4, 2.0 + s, np.float32)
+            if bad and s >= 3:
+                a, b = a + 10, b + 10
+            out = [("weight", "a", a), ("weight", "b", b)]
+            return out if s < 3 else out[::-1]
+
+        return tensors
+
+    writers = {name: BlockWriter(os.path.join(logdir, name)) for name in "bc"}
+    for name, bad in (("b", False), ("c", True)):
+        for s in range(3):
+            writers[name].write_arrays(s, at(bad)(s), full_values_limit=0)
+        writers[name].flush()
+    reader = LogdirReader(logdir)
+    reader.reload()
+    policy = TolerancePolicy()
+    cmp = Comparison(reader.run("b"), reader.run("c"), policy)
+    assert cmp.report().first_divergence is None
+    for name, bad in (("b", False), ("c", True)):
+        for s in range(3, 6):
+            writers[name].write_arrays(s, at(bad)(s), full_values_limit=0)
+        writers[name].close()
+    reader.reload()
+    b2, c2 = reader.run("b"), reader.run("c")
+    cmp.update(b2, c2)
+    first = cmp.report().first_step_divergence
+    assert (first.step, first.tensor) == (3, "b")
+    assert_same(cmp, unbatched(b2, c2, policy))
     reader.close()

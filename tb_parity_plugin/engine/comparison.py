@@ -48,7 +48,7 @@ class Comparison:
         self._pairs: list[Pair] = []
         self._groups: list[list[Pair]] = []  # pairs settled together (engine/batch.py)
         self._alignment: Optional[align.Alignment] = None
-        self._keys: Optional[tuple[tuple[str, ...], tuple[str, ...]]] = None  # sorted tensor keys of both runs
+        self._keys: Optional[tuple[tuple[Any, ...], tuple[Any, ...]]] = None  # what align() read of both runs
         self._nonfinite_scans: dict[str, FirstNonfinite] = {}
         self._replicas: dict[str, replicas.Replicas] = {}
         self.steps = np.zeros(0, dtype=np.int64)
@@ -65,7 +65,7 @@ class Comparison:
         """
         (base, reps_b), (cand, reps_c) = replicas.split(base), replicas.split(cand)
         self._replicas = {base.name: reps_b, cand.name: reps_c}
-        keys = (tuple(sorted(base.tensors)), tuple(sorted(cand.tensors)))
+        keys = (_align_inputs(base), _align_inputs(cand))
         if keys != self._keys:
             self._alignment = align.align(list(base.tensors.values()), list(cand.tensors.values()), self.mapping)
             self._keys = keys
@@ -403,6 +403,12 @@ class Comparison:
             shape = tuple(copy.shape) if None not in tuple(copy.shape) else (-1,)
             d.cand_values = np.asarray(copy.values[int(rows[0])]).reshape(shape)
         return d
+
+
+def _align_inputs(run: Any) -> tuple[Any, ...]:
+    """What :func:`align.align` reads of a run's tensors: names, and the execution order and shape
+    of each (a run that changes layout mid-run changes them): a refresh re-aligns when they change."""
+    return tuple(sorted((key, int(s.order), tuple(s.shape)) for key, s in run.tensors.items()))
 
 
 def _equal_rows(old: np.ndarray, new: np.ndarray, rows: np.ndarray) -> bool:
