@@ -13,10 +13,12 @@ import numpy as np
 import pytest
 from engine_helpers import write_run
 
-from tb_parity_plugin.engine import Comparison, TolerancePolicy, batch
+from tb_parity_plugin.engine import Comparison, TolerancePolicy, batch, stat_bounds
 from tb_parity_plugin.engine.comparison_cache import ComparisonCache
+from tb_parity_plugin.engine.matrix import OK
 from tb_parity_plugin.logdir.reader import LogdirReader
-from tb_parity_plugin.records.writer import BlockWriter
+from tb_parity_plugin.records import health, metadata
+from tb_parity_plugin.records.writer import BlockWriter, build_layout
 
 # -- the two engines ------------------------------------------------------------------------
 
@@ -132,4 +134,80 @@ def test_a_refresh_follows_a_changed_execution_order(tmp_path) -> None:
     first = cmp.report().first_step_divergence
     assert (first.step, first.tensor) == (3, "b")
     assert_same(cmp, unbatched(b2, c2, policy))
+    reader.close()
+
+
+def _huge(step: int, i: int) -> np.ndarray:
+    """float64 elements near 1e200: the sum of squares overflows, so std and L2 are recorded as inf."""
+    rng = np.random.default_rng([step, i])
+    return (1 + rng.random(7)) * rng.choice([-1.0, 1.0], 7) * 1e200
+
+
+def test_an_overflowed_moment_neither_colours_nor_proves(tmp_path) -> None:
+    """std and L2 recorded as inf in both runs (the sum of squares overflowed) are equal
+    statistics: they prove nothing and colour nothing. inf - inf is NaN, which the bounds read as
+    "on one side only" and so as a proven divergence: identical tensors got error ratio inf (the
+    heat map's colour of a proven divergence, on an OK cell) from the per-pair path and 0 when
+    their layout was settled together, and a candidate within rtol of the baseline got VALUE."""
+    logdir = str(tmp_path)
+    with np.errstate(over="ignore"):
+        write_run(logdir, "b", range(4), lambda s: [("weight", f"w{i}", _huge(s, i)) for i in range(3)], limit=0)
+        write_run(
+            logdir,
+            "c",
+            range(4),
+            lambda s: [("weight", f"w{i}", _huge(s, i) * (1 + 1e-9 * (i == 2))) for i in range(3)],
+            limit=0,
+        )
+    policy = TolerancePolicy(warmup_steps=0)  # rtol 5% from the first step
+    for s in range(4):  # numpy: every element of w2 is within tolerance, w0 and w1 are identical
+        np.testing.assert_allclose(_huge(s, 2) * (1 + 1e-9), _huge(s, 2), rtol=policy.rtol, atol=policy.atol)
+    reader = LogdirReader(logdir)
+    reader.reload()
+    b, c = reader.run("b"), reader.run("c")
+    assert np.isinf(b.tensors[("weight", "w0")].stats[:, metadata.STAT_INDEX["l2"]]).all()
+    with np.errstate(over="ignore", invalid="ignore"):
+        batched = Comparison(b, c, policy)
+        assert batched._groups  # w0 and w1: identical statistics, settled together
+        assert_same(batched, unbatched(b, c, policy))
+        m = batched.matrix()
+    assert (m.reason == OK).all()
+    assert (m.error_ratio[:, [m.tensors.index("weight/w0"), m.tensors.index("weight/w1")]] == 0).all()
+    assert not (m.error_ratio > 1).any()
+    assert batched.report().first_divergence is None
+    reader.close()
+
+
+def test_an_overflowed_moment_during_warmup_proves_nothing(tmp_path) -> None:
+    """The same elements in both runs, summed in another order (the candidate's mean is off by
+    an ulp, as two frameworks' reductions may be), std and L2 overflowed to inf, during warm-up
+    (rtol 0): the bounds multiplied rtol 0 by an infinite RMS (NaN) and called the mean's ulp a
+    proven divergence. Nothing is proven there: the mean's rounding is unbounded."""
+    mean = metadata.STAT_INDEX["mean"]
+    for seed in range(100):  # the first tensor whose reversed sum rounds differently
+        a = _huge(seed, 0)
+        if a[::-1].sum() / a.size != a.sum() / a.size:
+            break
+    with np.errstate(over="ignore"):
+        base_stats = health.health_numpy(a)
+    cand_stats = base_stats.copy()
+    cand_stats[mean] = a[::-1].sum() / a.size
+    assert cand_stats[mean] != base_stats[mean] and np.isinf(base_stats[metadata.STAT_INDEX["l2"]])
+    layout = build_layout([("weight", "w", "float64", a.shape), ("weight", "v", "float64", (3,))], 0)
+    for run, stats in (("b", base_stats), ("c", cand_stats)):
+        writer = BlockWriter(str(tmp_path / run))
+        for s in range(3):
+            writer.write_step(s, layout, np.stack([stats, health.health_numpy(np.arange(3.0))]))
+        writer.close()
+    reader = LogdirReader(str(tmp_path))
+    reader.reload()
+    b, c = reader.run("b"), reader.run("c")
+    policy = TolerancePolicy()  # warm-up: rtol 0 for the first 10 compared steps
+    with np.errstate(over="ignore", invalid="ignore"):
+        batched = Comparison(b, c, policy)
+        assert_same(batched, unbatched(b, c, policy))
+        m = batched.matrix()
+    assert (m.reason == OK).all()  # numpy: the elements are the very same
+    assert not (m.error_ratio > 1).any()
+    assert not stat_bounds.proven(base_stats[None], cand_stats[None], policy.atol, np.zeros(1)).any()
     reader.close()
