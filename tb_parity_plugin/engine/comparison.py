@@ -48,7 +48,7 @@ class Comparison:
         self._pairs: list[Pair] = []
         self._groups: list[list[Pair]] = []  # pairs settled together (engine/batch.py)
         self._alignment: Optional[align.Alignment] = None
-        self._keys: Optional[tuple[tuple[str, ...], tuple[str, ...]]] = None  # sorted tensor keys of both runs
+        self._keys: Optional[tuple[tuple[Any, ...], tuple[Any, ...]]] = None  # what align() read of both runs
         self._nonfinite_scans: dict[str, FirstNonfinite] = {}
         self._replicas: dict[str, replicas.Replicas] = {}
         self.steps = np.zeros(0, dtype=np.int64)
@@ -65,7 +65,7 @@ class Comparison:
         """
         (base, reps_b), (cand, reps_c) = replicas.split(base), replicas.split(cand)
         self._replicas = {base.name: reps_b, cand.name: reps_c}
-        keys = (tuple(sorted(base.tensors)), tuple(sorted(cand.tensors)))
+        keys = (_align_inputs(base), _align_inputs(cand))
         same_tensors = keys == self._keys
         if not same_tensors:
             self._alignment = align.align(list(base.tensors.values()), list(cand.tensors.values()), self.mapping)
@@ -95,8 +95,15 @@ class Comparison:
         def rows_unchanged(old: Any, new: Any, idx: np.ndarray, keep: int) -> bool:
             """Every statistic (not one: a rewrite can keep the L2 norm, e.g. signs flipped) of the
             rows ``idx[:keep]`` compared before is the same in the new snapshot (last write wins)."""
+            # Whole blocks only when the tensor sits in the same column of blocks of one width: a run
+            # read anew (a file gone or replaced) may hold it in another layout, where equal blocks
+            # say nothing of its own statistics (and blocks of other widths cannot be compared).
             whole = (
-                batch.ENABLED and getattr(old, "block", None) is not None and getattr(new, "block", None) is not None
+                batch.ENABLED
+                and getattr(old, "block", None) is not None
+                and getattr(new, "block", None) is not None
+                and old.column == new.column
+                and old.block.shape[1:] == new.block.shape[1:]
             )
             o, n = (old.block, new.block) if whole else (old.stats, new.stats)
             key = (id(o), id(n), id(idx), keep)
@@ -425,6 +432,12 @@ def _same_kind(old: Any, new: Any) -> bool:
         and (ov is None) == (nv is None)
         and (ov is None or ov.shape[1:] == nv.shape[1:])
     )
+
+
+def _align_inputs(run: Any) -> tuple[Any, ...]:
+    """What :func:`align.align` reads of a run's tensors: names, and the execution order and shape
+    of each (a run that changes layout mid-run changes them): a refresh re-aligns when they change."""
+    return tuple(sorted((key, int(s.order), tuple(s.shape)) for key, s in run.tensors.items()))
 
 
 def _equal_rows(old: np.ndarray, new: np.ndarray, rows: np.ndarray) -> bool:

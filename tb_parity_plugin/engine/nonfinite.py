@@ -22,8 +22,9 @@ class FirstNonfinite:
     """
 
     def __init__(self) -> None:
-        #: Per tensor: (stats scanned, first NaN/Inf step, the layout block they came from or None).
-        self._seen: dict[align.Key, tuple[np.ndarray, Optional[int], Optional[np.ndarray]]] = {}
+        #: Per tensor: (stats scanned, first NaN/Inf step, the layout block they came from or None,
+        #: the tensor's column in it).
+        self._seen: dict[align.Key, tuple[np.ndarray, Optional[int], Optional[np.ndarray], int]] = {}
 
     def find(self, run: Any) -> Optional[dict[str, Any]]:
         best: Optional[tuple[tuple[int, tuple[int, int, str, str]], Any]] = None  # ((step, execution key), series)
@@ -32,10 +33,10 @@ class FirstNonfinite:
         for key, series in run.tensors.items():
             stats = series.stats
             block = getattr(series, "block", None) if batch.ENABLED else None
-            old, hit, old_block = self._seen.get(key, (None, None, None))
+            old, hit, old_block, old_column = self._seen.get(key, (None, None, None, -1))
             if old is None:
                 unchanged = False
-            elif block is not None and old_block is not None:  # one test per layout, not per tensor
+            elif block is not None and old_block is not None and old_column == series.column:  # once per layout
                 pair = (id(old_block), id(block))
                 if pair not in kept:
                     kept[pair] = same_memory(old_block, block)
@@ -57,7 +58,7 @@ class FirstNonfinite:
                 counts = stats[start:, NONFINITE_COLS]  # a view: most runs have none, found without a copy
                 if counts.any():
                     hit = int(series.steps[start + int(np.flatnonzero(counts.any(axis=1))[0])])
-            self._seen[key] = (stats, hit, block)
+            self._seen[key] = (stats, hit, block, series.column)
             if hit is not None:
                 rank = (hit, align.execution_key(series))
                 if best is None or rank < best[0]:

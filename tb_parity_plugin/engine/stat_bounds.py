@@ -66,6 +66,22 @@ def _finite_count(stats: np.ndarray) -> np.ndarray:
     return np.asarray(counts, dtype=np.float64)
 
 
+def _scaled(rtol: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``rtol * x``, 0 where rtol is 0: an overflowed statistic (inf) times no rtol allows
+    nothing more, not NaN (which :func:`ratios` would read as a proven divergence)."""
+    with np.errstate(invalid="ignore"):
+        out: np.ndarray = np.where(rtol == 0, 0.0, rtol * x)
+    return out
+
+
+def _diff(base: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    """``|cand - base|``, 0 where they are equal: a statistic that overflowed to inf on both
+    sides is equal, not NaN apart."""
+    with np.errstate(invalid="ignore"):
+        out: np.ndarray = np.where(cand == base, 0.0, np.abs(cand - base))
+    return out
+
+
 def allowed(base: np.ndarray, cand: np.ndarray, atol: float, rtol: np.ndarray) -> np.ndarray:
     """How far each statistic may move between two tensors within the policy, rounding included.
 
@@ -80,9 +96,9 @@ def allowed(base: np.ndarray, cand: np.ndarray, atol: float, rtol: np.ndarray) -
     m = np.maximum(np.abs(base[:, _IDX["min"]]), np.abs(base[:, _IDX["max"]]))
     l2 = np.abs(base[:, _IDX["l2"]]) + err_b[:, 4]
     rms = l2 / root_n
-    extreme = atol + rtol * m
-    spread = atol + rtol * rms
-    policy = np.stack([extreme, extreme, spread, spread, atol * root_n + rtol * l2], axis=1)
+    extreme = atol + _scaled(rtol, m)
+    spread = atol + _scaled(rtol, rms)
+    policy = np.stack([extreme, extreme, spread, spread, atol * root_n + _scaled(rtol, l2)], axis=1)
     out: np.ndarray = policy + err_b + err_c
     return out
 
@@ -92,7 +108,7 @@ def ratios(base: np.ndarray, cand: np.ndarray, atol: float, rtol: np.ndarray) ->
 
     0 where the statistics are equal (also NaN == NaN: no finite element on either side).
     """
-    diff = np.abs(cand[:, _COLS] - base[:, _COLS])
+    diff = _diff(base[:, _COLS], cand[:, _COLS])
     both_nan = np.isnan(cand[:, _COLS]) & np.isnan(base[:, _COLS])
     out = np.zeros(diff.shape)
     todo = np.flatnonzero(((diff != 0) & ~both_nan).any(axis=1))  # rows equal throughout stay 0, unbounded
@@ -117,7 +133,7 @@ def proven(base: np.ndarray, cand: np.ndarray, atol: float, rtol: np.ndarray) ->
     b, c = base[:, _COLS], cand[:, _COLS]
     if np.array_equal(b, c):  # the common case, NaN aside (NaN == NaN is settled below)
         return np.zeros(len(base), dtype=bool)
-    diff = np.abs(c - b)
+    diff = _diff(b, c)
     with np.errstate(invalid="ignore"):
         floor = np.full(diff.shape, atol)
         floor[:, 4] = atol * np.sqrt(np.maximum(_finite_count(base), 1.0))
