@@ -11,6 +11,7 @@ import html.parser
 import json
 import os
 import re
+import time
 
 import pytest
 from nbkernel import http_get, outputs, run_cells, stop_server
@@ -198,8 +199,14 @@ def test_jupyter_markup_in_a_browser_frames_the_server_on_the_notebook_pages_hos
         src = page.locator("iframe.tb-parity-view").get_attribute("src")
         view = f"http://127.0.0.1:{info.port}/data/plugin_entry.html?name=tb_parity"
         assert src == view + FRAGMENT
-        page.wait_for_function("() => window.frames.length > 0")  # the iframe's frame attaches after its element
-        (frame,) = page.main_frame.child_frames
+        # The iframe's frame attaches after its element: ask the element for its frame (listing the
+        # page's child frames raced with the attachment now and then).
+        deadline = time.monotonic() + 60
+        frame = page.locator("iframe.tb-parity-view").element_handle().content_frame()
+        while frame is None and time.monotonic() < deadline:
+            page.wait_for_timeout(50)
+            frame = page.locator("iframe.tb-parity-view").element_handle().content_frame()
+        assert frame is not None, "the view's iframe never got a frame"
         frame.wait_for_url(re.compile(rf"http://127\.0\.0\.1:{info.port}/data/.*"), timeout=120_000)
         assert frame.locator("base").get_attribute("href") == "plugin/tb_parity/"  # the entry page
     finally:
