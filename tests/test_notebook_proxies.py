@@ -199,16 +199,20 @@ def test_jupyter_markup_in_a_browser_frames_the_server_on_the_notebook_pages_hos
         src = page.locator("iframe.tb-parity-view").get_attribute("src")
         view = f"http://127.0.0.1:{info.port}/data/plugin_entry.html?name=tb_parity"
         assert src == view + FRAGMENT
-        # The iframe's frame attaches after its element: ask the element for its frame (listing the
-        # page's child frames raced with the attachment now and then).
-        deadline = time.monotonic() + 60
-        frame = page.locator("iframe.tb-parity-view").element_handle().content_frame()
-        while frame is None and time.monotonic() < deadline:
-            page.wait_for_timeout(50)
-            frame = page.locator("iframe.tb-parity-view").element_handle().content_frame()
-        assert frame is not None, "the view's iframe never got a frame"
-        frame.wait_for_url(re.compile(rf"http://127\.0\.0\.1:{info.port}/data/.*"), timeout=120_000)
-        assert frame.locator("base").get_attribute("href") == "plugin/tb_parity/"  # the entry page
+        # The frame first loads localhost (another site: an out-of-process frame), then the script
+        # moves it to 127.0.0.1; Playwright's frame objects raced with that swap now and then, so
+        # the frame is reached through a locator, which follows it across the swap.
+        view_frame = page.frame_locator("iframe.tb-parity-view")
+        want = re.compile(rf"http://127\.0\.0\.1:{info.port}/data/")
+        href, deadline = "", time.monotonic() + 120
+        while not want.match(href) and time.monotonic() < deadline:
+            try:
+                href = view_frame.locator("html").evaluate("() => location.href", timeout=5_000)
+            except Exception:  # the frame is being swapped: ask again
+                page.wait_for_timeout(100)
+        assert want.match(href), href
+        base = view_frame.locator("base")
+        assert base.get_attribute("href") == "plugin/tb_parity/"  # the entry page
     finally:
         page.close()
         pages.shutdown()
