@@ -6,7 +6,8 @@ A pair diverges where the test says; names can be anything (including HTML).
 from __future__ import annotations
 
 import os
-from typing import Optional
+import time
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -133,3 +134,24 @@ def corrupt_last_record(run_dir: str) -> None:
         byte = f.read(1)
         f.seek(-6, os.SEEK_END)
         f.write(bytes([byte[0] ^ 0xFF]))
+
+
+def write_live(folder_dir: str, observe: Callable[[], Optional[int]], pause: float = 0.0) -> list[int]:
+    """Write a pair of 60 steps into ``folder_dir/tf1`` and ``tf2`` the way a busy writer does
+    (flushed mid-record now and then), calling ``observe`` every 10 steps while it writes; the
+    steps compared it reported (None: not served yet), in order, once the writers are closed."""
+    writers = {side: BlockWriter(os.path.join(folder_dir, side), side=side) for side in ("tf1", "tf2")}
+    served: list[int] = []
+    for step in range(60):
+        for side, w in writers.items():
+            w.write_arrays(step, step_tensors(step, 45, side))
+            if step % 7 == 0:
+                w._file._file.flush()  # type: ignore[union-attr]  # a partial flush, as a busy writer does
+        if step % 10 == 9:
+            seen = observe()
+            if seen is not None:
+                served.append(seen)
+            time.sleep(pause)
+    for w in writers.values():
+        w.close()
+    return served

@@ -32,11 +32,15 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def tensorboard(logdir: str, reload_interval: int = 1) -> Iterator[str]:
-    """Base URL (ending in ``/``) of a tensorboard serving ``logdir``; stopped on exit."""
+def tensorboard(
+    logdir: str, reload_interval: int = 1, flags: tuple[str, ...] = (), log_path: Optional[str] = None
+) -> Iterator[str]:
+    """Base URL (ending in ``/``, under any ``--path_prefix`` in ``flags``) of a tensorboard
+    serving ``logdir``; stopped on exit, killed if stuck in a request."""
     port = _free_port()
     exe = shutil.which("tensorboard", path=os.path.dirname(sys.executable)) or "tensorboard"
-    log_path = os.path.join(os.path.dirname(logdir.rstrip("/")), f"tensorboard-{port}.log")
+    prefix = next((f.split("=", 1)[1] for f in flags if f.startswith("--path_prefix=")), "")
+    log_path = log_path or os.path.join(os.path.dirname(logdir.rstrip("/")), f"tensorboard-{port}.log")
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             [
@@ -48,11 +52,12 @@ def tensorboard(logdir: str, reload_interval: int = 1) -> Iterator[str]:
                 "--port",
                 str(port),
                 f"--reload_interval={reload_interval}",
+                *flags,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        base = f"http://127.0.0.1:{port}/"
+        base = f"http://127.0.0.1:{port}{prefix}/"
         try:
             deadline = time.monotonic() + 120
             while True:

@@ -419,24 +419,16 @@ def test_a_live_writer_ends_with_the_offline_verdict(tmp_path: Any) -> None:
     import time
 
     from tb_parity_plugin import api
-    from tb_parity_plugin.records.writer import BlockWriter
 
     root = str(tmp_path)
-    writers = {side: BlockWriter(os.path.join(root, "live", side), side=side) for side in ("tf1", "tf2")}
     client = _client(root)
     route = "/data/plugin/tb_parity/summary?baseline=live/tf1&candidate=live/tf2"
-    served = []
-    for step in range(60):
-        for side, w in writers.items():
-            w.write_arrays(step, fx.step_tensors(step, 45, side))
-            if step % 7 == 0:
-                w._file._file.flush()  # type: ignore[union-attr]  # a partial flush, as a busy writer does
-        if step % 10 == 9:
-            response = client.get(route)
-            if response.status_code == 200:
-                served.append(json.loads(response.get_data())["steps_compared"])
-    for w in writers.values():
-        w.close()
+
+    def observe() -> Any:
+        response = client.get(route)
+        return json.loads(response.get_data())["steps_compared"] if response.status_code == 200 else None
+
+    served = fx.write_live(os.path.join(root, "live"), observe)
     expected = api.compare(os.path.join(root, "live")).to_dict()
     deadline = time.monotonic() + HANG_GUARD_S
     while True:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import time
 from typing import Any, Iterator
 
 import pytest
@@ -23,7 +22,6 @@ from tensorboard_process import get, tensorboard, wait_for
 from test_reliability import _corrupt_our_tag, _file
 
 from tb_parity_plugin import api
-from tb_parity_plugin.records.writer import BlockWriter
 
 
 def _flip_a_bit_mid_file(path: str) -> None:
@@ -100,20 +98,12 @@ def test_a_run_deleted_and_created_again_is_judged_anew(server: str, logdir: str
 def test_a_live_writer_ends_with_the_offline_verdict(server: str, logdir: str) -> None:
     """Steps appended (and flushed mid-record at times) while the server reads: once the writer
     stops, the served summary is the CLI's on the finished files, and the view only ever grew."""
-    writers = {side: BlockWriter(os.path.join(logdir, "live", side), side=side) for side in ("tf1", "tf2")}
-    served: list[int] = []
-    for step in range(60):
-        for side, w in writers.items():
-            w.write_arrays(step, fx.step_tensors(step, 45, side))
-            if step % 7 == 0:
-                w._file._file.flush()  # type: ignore[union-attr]  # a partial flush, as a busy writer does
-        if step % 10 == 9:
-            status, body = summary(server, "live")
-            if status == 200:
-                served.append(body["steps_compared"])
-            time.sleep(0.5)
-    for w in writers.values():
-        w.close()
+
+    def observe() -> Any:
+        status, body = summary(server, "live")
+        return body["steps_compared"] if status == 200 else None
+
+    served = fx.write_live(os.path.join(logdir, "live"), observe, pause=0.5)
     expected = api.compare(logdir, "live/tf1", "live/tf2").to_dict()
     wait_for(lambda: summary(server, "live")[1].get("steps_compared") == expected["steps_compared"], "all steps")
     final = summary(server, "live")[1]

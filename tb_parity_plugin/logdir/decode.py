@@ -186,7 +186,7 @@ def scan_chunk(
 ) -> tuple[list[Item], list[ReadProblem]]:
     """Items and problems of a chunk's marked records (event_scan first, protobuf for the rest).
 
-    Raises DecodeError for an unparsable event (callers then use :func:`_parse_in_order`).
+    Raises DecodeError for an unparsable event (callers then use :func:`parse_in_order`).
     """
     items: list[Item] = []
     problems: list[ReadProblem] = []

@@ -8,18 +8,14 @@ Screenshots go to ``artifacts/browser/`` (gitignored) for a human to look at.
 from __future__ import annotations
 
 import os
-import shutil
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from typing import Iterator
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
 import plugin_fixtures as fx
+from tensorboard_process import tensorboard
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ARTIFACTS = os.path.join(REPO, "artifacts", "browser")
@@ -50,51 +46,12 @@ def demo_logdir(demo_logs: str) -> str:
     return demo_logs
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session", params=list(SERVERS))
 def server(request: pytest.FixtureRequest, demo_logdir: str) -> Iterator[str]:
     """Base URL (ending in ``/``) of a tensorboard serving the demo logs."""
-    port = _free_port()
-    flags = SERVERS[request.param]
-    prefix = next((f.split("=", 1)[1] for f in flags if f.startswith("--path_prefix=")), "")
-    tensorboard = shutil.which("tensorboard", path=os.path.dirname(sys.executable)) or "tensorboard"
-    log = open(os.path.join(demo_logdir, f"tensorboard-{request.param}.log"), "w")
-    proc = subprocess.Popen(
-        [
-            tensorboard,
-            "--logdir",
-            demo_logdir,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--reload_interval=2",
-            *flags,
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}{prefix}/"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(base + "data/plugin/tb_parity/runs", timeout=30).read()
-                break
-            except Exception as exc:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"tensorboard did not start ({request.param}); see {log.name}") from exc
-                time.sleep(0.5)
+    log_path = os.path.join(demo_logdir, f"tensorboard-{request.param}.log")
+    with tensorboard(demo_logdir, reload_interval=2, flags=tuple(SERVERS[request.param]), log_path=log_path) as base:
         yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
 
 
 @pytest.fixture
