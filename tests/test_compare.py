@@ -661,3 +661,52 @@ def test_a_refresh_keeps_pairs_only_while_their_inputs_are_unchanged(tmp_path) -
     _refresh_matches_fresh(cmp, reader)
     assert cmp.report().first_divergence.step == 3
     reader.close()
+
+
+def test_refreshes_that_outgrow_the_verdict_table_keep_every_verdict_and_every_matrix(tmp_path) -> None:
+    """Refreshes growing a run from 10 to 120 steps (past the verdict table's slack, twice): the
+    divergence planted at step 50 and the NaN planted at step 70 are found when they arrive, by the
+    comparison refreshed in place and by one that started from another comparison's cached NaN/Inf
+    scan; the matrices handed out before a refresh are read-only and unchanged by it."""
+    logdir = str(tmp_path)
+
+    def base_at(step: int) -> list:
+        return _layout_run(step, nan_at=70)
+
+    def cand_at(step: int) -> list:
+        return _layout_run(step, nan_at=70, bad=("t4", 50))
+
+    write_run(logdir, "b", range(10), base_at, limit=0)
+    write_run(logdir, "c", range(10), cand_at, limit=0)
+    reader = LogdirReader(logdir)
+    reader.reload()
+    cmp = Comparison(reader.run("b"), reader.run("c"))
+    assert cmp.report().agree
+    other = Comparison(reader.run("b"), reader.run("c"))  # reads the NaN/Inf answer cmp cached in the snapshots
+    assert other.report().first_nonfinite == {"b": None, "c": None}
+    kept = [cmp.matrix()]
+    copies = [(kept[0].reason.copy(), kept[0].error_ratio.copy())]
+    nan = {"step": 70, "tensor": "t2", "kind": "weight"}
+    for lo, hi in ((10, 60), (60, 120)):
+        write_run(logdir, "b", range(lo, hi), base_at, limit=0)
+        write_run(logdir, "c", range(lo, hi), cand_at, limit=0)
+        reader.reload()
+        b, c = reader.run("b"), reader.run("c")
+        for comparison in (cmp, other):
+            comparison.update(b, c)
+        report, fresh = cmp.report(), Comparison(b, c).report()
+        assert report.to_dict() == fresh.to_dict() == other.report().to_dict()
+        assert (report.first_divergence.step, report.first_divergence.tensor) == (50, "t4")
+        assert report.first_nonfinite == ({"b": nan, "c": nan} if hi > 70 else {"b": None, "c": None})
+        m = cmp.matrix()
+        np.testing.assert_array_equal(m.reason, fresh.matrix().reason)
+        np.testing.assert_array_equal(m.error_ratio, fresh.matrix().error_ratio)
+        column = m.reason[:, m.tensors.index("weight/t4")]
+        assert (column[:50] == OK).all() and (column[50:] == VALUE).all()
+        for old, (reason, ratio) in zip(kept, copies):
+            np.testing.assert_array_equal(old.reason, reason)
+            np.testing.assert_array_equal(old.error_ratio, ratio)
+            assert not old.reason.flags.writeable and not old.error_ratio.flags.writeable
+        kept.append(m)
+        copies.append((m.reason.copy(), m.error_ratio.copy()))
+    reader.close()

@@ -12,12 +12,13 @@ Every other pair is left to its own, unchanged, per-pair path.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
 from tb_parity_plugin.engine.matrix import ABSENT, MISSING, OK
 from tb_parity_plugin.engine.pair import Pair, take_rows
+from tb_parity_plugin.engine.verdict_table import VerdictTable
 from tb_parity_plugin.records import metadata
 
 _NAN = metadata.STAT_INDEX["nan"]
@@ -61,26 +62,35 @@ def _identical(group: list[Pair], k0: int, k1: int, equal_nan: bool) -> tuple[np
     return same, both
 
 
-def settle(group: list[Pair], k1: int, equal_nan: bool, ratios: bool = False) -> None:
-    """Verdicts (``ratios=False``) or error ratios of compared steps up to ``k1`` for the pairs
-    of ``group`` whose statistics are identical there; the rest are left as they were."""
-    attr = "ratio_done" if ratios else "done"
-    k0 = getattr(group[0], attr)
-    todo = [p for p in group if getattr(p, attr) == k0]
+def settle(group: list[Pair], k1: int, equal_nan: bool, table: Optional[VerdictTable] = None) -> None:
+    """Verdicts of compared steps up to ``k1`` for the pairs of ``group`` whose statistics are
+    identical there, and their error ratios where those had reached the same step; the rest are
+    left as they were (to their own path). ``table``: where the pairs' verdicts are held, written
+    as one array operation rather than one per pair."""
+    k0 = group[0].done
+    todo = [p for p in group if p.done == k0]
     if k0 >= k1 or len(todo) < 2:
         return
     same, both = _identical(todo, k0, k1, equal_nan)
-    if ratios:
-        ratio = np.where(both, 0.0, np.nan).astype(np.float32)
-        for p in (p for p, s in zip(todo, same) if s):
-            p.ratio[k0:k1] = ratio
-            p.ratio_done = k1
-        return
     ib, ic = todo[0].ib[k0:k1], todo[0].ic[k0:k1]
     codes = np.where(both, OK, np.where((ib >= 0) != (ic >= 0), MISSING, ABSENT)).astype(np.uint8)
+    ratio = np.where(both, 0.0, np.nan).astype(np.float32)
     missing = np.flatnonzero(codes == MISSING)
-    for p in (p for p, s in zip(todo, same) if s):
-        p.reason[k0:k1] = codes
-        if p.first_bad < 0 and len(missing):
-            p.first_bad = k0 + int(missing[0])
+    first_bad = k0 + int(missing[0]) if len(missing) else -1
+    settled = [p for p, s in zip(todo, same) if s]
+    with_ratios = [p for p in settled if p.ratio_done == k0]
+    cols, rcols = (table.columns(settled), table.columns(with_ratios)) if table is not None else (None, None)
+    if cols is not None and rcols is not None and table is not None:
+        table.reason[k0:k1, cols] = codes[:, None]
+        table.ratio[k0:k1, rcols] = ratio[:, None]
+    else:
+        for p in settled:
+            p.reason[k0:k1] = codes
+        for p in with_ratios:
+            p.ratio[k0:k1] = ratio
+    for p in settled:
+        if p.first_bad < 0:
+            p.first_bad = first_bad
         p.done = k1
+    for p in with_ratios:
+        p.ratio_done = k1

@@ -13,15 +13,16 @@ order and the scan stops at the first chunk holding a divergence.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from tb_parity_plugin.engine import align, batch, replicas, structure
+from tb_parity_plugin.engine import align, batch, refresh, replicas, structure
 from tb_parity_plugin.engine.matrix import REASONS, ParityMatrix
 from tb_parity_plugin.engine.nonfinite import FirstNonfinite
-from tb_parity_plugin.engine.pair import Pair, same_memory, step_rows, take_rows
+from tb_parity_plugin.engine.pair import Pair
 from tb_parity_plugin.engine.tolerance import TolerancePolicy
+from tb_parity_plugin.engine.verdict_table import VerdictTable
 from tb_parity_plugin.engine.verdicts import Divergence, ParityReport, TensorDetail
 
 __all__ = ["Comparison", "compare_runs"]
@@ -46,9 +47,10 @@ class Comparison:
         self.policy = policy
         self.mapping = tuple(mapping)
         self._pairs: list[Pair] = []
+        self._table = VerdictTable()  # the pairs' verdicts, one column each (batched engine)
         self._groups: list[list[Pair]] = []  # pairs settled together (engine/batch.py)
         self._alignment: Optional[align.Alignment] = None
-        self._keys: Optional[tuple[tuple[Any, ...], tuple[Any, ...]]] = None  # what align() read of both runs
+        self._keys: Optional[tuple[dict[Any, Any], dict[Any, Any]]] = None  # what align() read of both runs
         self._nonfinite_scans: dict[str, FirstNonfinite] = {}
         self._replicas: dict[str, replicas.Replicas] = {}
         self.steps = np.zeros(0, dtype=np.int64)
@@ -71,64 +73,17 @@ class Comparison:
             self._alignment = align.align(list(base.tensors.values()), list(cand.tensors.values()), self.mapping)
             self._keys = keys
         old_steps = self.steps
-        steps = np.intersect1d(base.steps, cand.steps).astype(np.int64)
+        steps = np.intersect1d(base.steps, cand.steps, assume_unique=True).astype(np.int64)
         prefix = len(old_steps) <= len(steps) and np.array_equal(steps[: len(old_steps)], old_steps)
-        old_pairs = {(p.match.base, p.match.cand): p for p in self._pairs}
+        # One pair per match, in the alignment's order: an unchanged alignment pairs them up as they are.
+        old_pairs = {} if same_tensors else {(p.match.base, p.match.cand): p for p in self._pairs}
+        reuse = refresh.Reuse(steps, in_place=prefix and same_tensors)
         pairs = []
-        positions: dict[int, np.ndarray] = {}  # tensors of one layout share their steps array
-
-        def rows_of(series: Any) -> np.ndarray:
-            if id(series.steps) not in positions:
-                positions[id(series.steps)] = step_rows(steps, series.steps)
-            return positions[id(series.steps)]
-
-        memo: dict[tuple[int, int, int], bool] = {}  # row-position arrays are shared by a layout's tensors
-
-        def same_prefix(a: np.ndarray, b: np.ndarray, n: int) -> bool:
-            key = (id(a), id(b), n)
-            if key not in memo:
-                memo[key] = len(b) >= n and np.array_equal(a[:n], b[:n])
-            return memo[key]
-
-        kept: dict[tuple[int, int, int, int], bool] = {}  # one check per layout block, not per tensor
-
-        def rows_unchanged(old: Any, new: Any, idx: np.ndarray, keep: int) -> bool:
-            """Every statistic (not one: a rewrite can keep the L2 norm, e.g. signs flipped) of the
-            rows ``idx[:keep]`` compared before is the same in the new snapshot (last write wins)."""
-            # Whole blocks only when the tensor sits in the same column of blocks of one width: a run
-            # read anew (a file gone or replaced) may hold it in another layout, where equal blocks
-            # say nothing of its own statistics (and blocks of other widths cannot be compared).
-            whole = (
-                batch.ENABLED
-                and getattr(old, "block", None) is not None
-                and getattr(new, "block", None) is not None
-                and old.column == new.column
-                and old.block.shape[1:] == new.block.shape[1:]
-            )
-            o, n = (old.block, new.block) if whole else (old.stats, new.stats)
-            key = (id(o), id(n), id(idx), keep)
-            if key not in kept:
-                rows = idx[:keep][idx[:keep] >= 0]
-                kept[key] = not len(rows) or same_memory(o, n) or _equal_rows(o, n, rows)
-            return kept[key]
-
         assert self._alignment is not None
-        for match in self._alignment.matches:
+        for i, match in enumerate(self._alignment.matches):
             b, c = base.tensors[match.base], cand.tensors[match.cand]
-            old = old_pairs.get((match.base, match.cand))
-            if (  # the common refresh: the same pair, grown at the end; kept, not rebuilt
-                batch.ENABLED
-                and prefix
-                and same_tensors
-                and old is not None
-                and _same_kind(old.base, b)
-                and _same_kind(old.cand, c)
-                and same_prefix(old.ib, rows_of(b), old.done)
-                and same_prefix(old.ic, rows_of(c), old.done)
-                and rows_unchanged(old.base, b, old.ib, old.done)
-                and rows_unchanged(old.cand, c, old.ic, old.done)
-            ):
-                old.grow(b, c, rows_of(b), rows_of(c))
+            old = self._pairs[i] if same_tensors else old_pairs.get((match.base, match.cand))
+            if old is not None and reuse.keep(old, b, c):  # the common refresh: grown, not rebuilt
                 pairs.append(old)
                 continue
             n = len(steps)
@@ -137,59 +92,47 @@ class Comparison:
                 base=b,
                 cand=c,
                 tol=self.policy.for_tag(f"{b.kind}/{b.name}"),
-                ib=rows_of(b),
-                ic=rows_of(c),
+                ib=reuse.rows_of(b),
+                ic=reuse.rows_of(c),
                 reason=np.zeros(n, dtype=np.uint8),
                 ratio=np.full(n, np.nan, dtype=np.float32),
             )
             if prefix and old is not None:
-                self._reuse(old, pair, same_prefix, rows_unchanged)
+                reuse.copy_verdicts(old, pair)
             pairs.append(pair)
         self._pairs = pairs
+        self._chunk: Optional[int] = None
+        if batch.ENABLED:
+            self._table.bind(pairs, len(steps))
         self._groups = batch.groups(pairs)
         self.steps = steps
         self.base, self.cand = base, cand
         self._nonfinite = {run.name: self._first_nonfinite(run) for run in (base, cand)}
 
     def _first_nonfinite(self, run: Any) -> Optional[dict[str, Any]]:
-        """A run's first NaN/Inf, once per snapshot (kept in ``run.derived`` when it has one)."""
+        """A run's first NaN/Inf, once per snapshot (kept in ``run.derived`` when it has one).
+
+        What the scanner that found it knew is kept there too, and a comparison that reads the
+        cached answer starts from a copy of it, so its next refresh scans the new rows only, not
+        the whole run again (a scanner's memory is self-checking: each array it scanned is kept
+        with what it found)."""
         derived = getattr(run, "derived", None)
         if derived is not None and "first_nonfinite" in derived:
+            if "nonfinite_scanner" in derived and run.name not in self._nonfinite_scans:
+                self._nonfinite_scans[run.name] = derived["nonfinite_scanner"].copy()
             return dict(derived["first_nonfinite"]) if derived["first_nonfinite"] else None
-        found = self._nonfinite_scans.setdefault(run.name, FirstNonfinite()).find(run)
+        scanner = self._nonfinite_scans.setdefault(run.name, FirstNonfinite())
+        found = scanner.find(run)
         if derived is not None:
-            derived["first_nonfinite"] = found
+            derived["first_nonfinite"], derived["nonfinite_scanner"] = found, scanner.copy()
         return dict(found) if found else None
-
-    @staticmethod
-    def _reuse(
-        old: Pair,
-        new: Pair,
-        same_prefix: Callable[[np.ndarray, np.ndarray, int], bool],
-        rows_unchanged: Callable[[Any, Any, np.ndarray, int], bool],
-    ) -> None:
-        """Copy ``old``'s verdicts into ``new`` if the rows they were computed from are unchanged."""
-        keep = old.done
-        if not (
-            old.use_values == new.use_values
-            and old.static_reason == new.static_reason
-            and same_prefix(old.ib, new.ib, keep)
-            and same_prefix(old.ic, new.ic, keep)
-            and rows_unchanged(old.base, new.base, old.ib, keep)
-            and rows_unchanged(old.cand, new.cand, old.ic, keep)
-        ):
-            return
-        new.reason[:keep] = old.reason[:keep]
-        new.done = keep
-        new.first_bad = old.first_bad
-        rkeep = min(old.ratio_done, keep)
-        new.ratio[:rkeep] = old.ratio[:rkeep]
-        new.ratio_done = rkeep
 
     # -- the scan ----------------------------------------------------------------
     def _chunk_steps(self) -> int:
-        per_step = sum(p.row_bytes() for p in self._pairs) or 1
-        return max(_MIN_CHUNK_STEPS, _CHUNK_BYTES // per_step)
+        if self._chunk is None:  # once per set of pairs, not per scan
+            per_step = sum(p.row_bytes() for p in self._pairs) or 1
+            self._chunk = max(_MIN_CHUNK_STEPS, _CHUNK_BYTES // per_step)
+        return self._chunk
 
     def _scan_first(self) -> Optional[int]:
         """Index (into ``self.steps``) of the first divergent step, scanning lazily."""
@@ -205,7 +148,7 @@ class Comparison:
                 return None
             end = min(n, done + chunk)
             for group in self._groups:
-                batch.settle(group, end, equal_nan)
+                batch.settle(group, end, equal_nan, self._table)
             for p in self._pairs:
                 p.ensure(end, equal_nan)
 
@@ -213,8 +156,7 @@ class Comparison:
         """Compute every verdict and ratio (the matrix needs them all)."""
         n = len(self.steps)
         for group in self._groups:
-            batch.settle(group, n, self.policy.equal_nan)
-            batch.settle(group, n, self.policy.equal_nan, ratios=True)
+            batch.settle(group, n, self.policy.equal_nan, self._table)
         for p in self._pairs:
             p.ensure(n, self.policy.equal_nan)
             p.ensure_ratios(n)
@@ -283,10 +225,7 @@ class Comparison:
                 {"baseline": m.base[1], "candidate": m.cand[1], "kind": m.base[0], "how": m.how}
                 for m in alignment.matches
             ],
-            steps_only={
-                base.name: int(len(np.setdiff1d(base.steps, cand.steps))),
-                cand.name: int(len(np.setdiff1d(cand.steps, base.steps))),
-            },
+            steps_only={run.name: len(run.steps) - len(self.steps) for run in (base, cand)},  # steps are unique
             policy=self.policy,
             problems=problems,
             structure=struct.to_dict(),
@@ -326,12 +265,8 @@ class Comparison:
         """Steps x tensors matrix (baseline execution order), bucketed to ``max_steps`` rows."""
         self.fill()
         n = len(self.steps)
-        if self._pairs:
-            reason = np.stack([p.reason for p in self._pairs], axis=1)
-            ratio = np.stack([p.ratio for p in self._pairs], axis=1)
-        else:
-            reason = np.zeros((n, 0), dtype=np.uint8)
-            ratio = np.zeros((n, 0), dtype=np.float32)
+        reason, ratio = self._table.matrix(self._pairs, n)
+        matches = [p.match for p in self._pairs]
         first = None
         k = self._scan_first()
         if k is not None:
@@ -340,9 +275,9 @@ class Comparison:
         m = ParityMatrix(
             step_start=self.steps.copy(),
             step_end=self.steps.copy(),
-            tensors=[p.base.tag for p in self._pairs],
-            candidate_tensors=[p.cand.tag for p in self._pairs],
-            kinds=[p.base.kind for p in self._pairs],
+            tensors=[f"{m.base[0]}/{m.base[1]}" for m in matches],
+            candidate_tensors=[f"{m.cand[0]}/{m.cand[1]}" for m in matches],
+            kinds=[m.base[0] for m in matches],
             error_ratio=ratio,
             reason=reason,
             first_divergence=first,
@@ -378,8 +313,8 @@ class Comparison:
             rtol=p.tol.rtol,
             warmup_steps=p.tol.warmup_steps,
             steps=self.steps,
-            reason=p.reason,
-            error_ratio=p.ratio,
+            reason=p.reason.copy(),  # the pair's column of the table, which later refreshes extend
+            error_ratio=p.ratio.copy(),
             base_steps=p.base.steps,
             base_stats=p.base.stats,
             cand_steps=p.cand.steps,
@@ -422,28 +357,10 @@ class Comparison:
         return d
 
 
-def _same_kind(old: Any, new: Any) -> bool:
-    """Whether what a pair's static properties (shape, dtype, evidence) depend on is unchanged."""
-    ov, nv = old.values, new.values
-    return bool(
-        old.shape == new.shape
-        and old.dtype == new.dtype
-        and getattr(old, "layout_change", None) == getattr(new, "layout_change", None)
-        and (ov is None) == (nv is None)
-        and (ov is None or ov.shape[1:] == nv.shape[1:])
-    )
-
-
-def _align_inputs(run: Any) -> tuple[Any, ...]:
+def _align_inputs(run: Any) -> dict[Any, tuple[int, tuple[Any, ...]]]:
     """What :func:`align.align` reads of a run's tensors: names, and the execution order and shape
     of each (a run that changes layout mid-run changes them): a refresh re-aligns when they change."""
-    return tuple(sorted((key, int(s.order), tuple(s.shape)) for key, s in run.tensors.items()))
-
-
-def _equal_rows(old: np.ndarray, new: np.ndarray, rows: np.ndarray) -> bool:
-    """``old[rows] == new[rows]``, NaN equal to NaN (checked only if the plain test fails)."""
-    a, b = take_rows(old, rows), take_rows(new, rows)
-    return bool((a == b).all() or np.array_equal(a, b, equal_nan=True))
+    return {key: (int(s.order), tuple(s.shape)) for key, s in run.tensors.items()}
 
 
 def compare_runs(

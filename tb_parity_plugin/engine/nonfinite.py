@@ -5,7 +5,7 @@ Debugger V2's alert, from the recorded FULL_HEALTH counts, for one run on its ow
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
@@ -13,56 +13,80 @@ from tb_parity_plugin.engine import align, batch
 from tb_parity_plugin.engine.pair import NONFINITE_COLS, same_memory
 
 
+class _Scanned(NamedTuple):
+    """What was scanned of some stats (a layout block's ``[steps, tensors, N_STATS]``, or one
+    tensor's as ``[steps, 1, N_STATS]``) and per column the first step holding NaN/Inf."""
+
+    stats: np.ndarray
+    hit: np.ndarray  # bool per column: some step holds NaN/Inf
+    first_step: np.ndarray  # int64 per column, where ``hit``
+
+
 class FirstNonfinite:
     """One run's earliest (step, tensor in execution order) holding NaN/Inf, from the counts.
 
-    Remembers per tensor the stats array it scanned and the first hit. A refresh whose
-    stats start with the very same memory (an appending reload) scans only the new rows;
-    anything else, such as a step rewritten later (last write wins), is rescanned whole.
+    Remembers what it scanned: a layout block (all the tensors of one layout, scanned as one
+    array: a run of 200 tensors is a few array operations, not 200), or a lone tensor's stats
+    (a tensor merged from several layouts). A refresh whose arrays start with the very same
+    memory (an appending reload: the reader never changes a row it handed out) scans only the
+    new rows; anything else, such as a step rewritten later (last write wins, read into a
+    fresh array), is rescanned whole.
     """
 
     def __init__(self) -> None:
-        #: Per tensor: (stats scanned, first NaN/Inf step, the layout block they came from or None,
-        #: the tensor's column in it).
-        self._seen: dict[align.Key, tuple[np.ndarray, Optional[int], Optional[np.ndarray], int]] = {}
+        self._seen: dict[Any, _Scanned] = {}  # a layout's tensor keys (a tuple), or one tensor's key
+
+    def copy(self) -> FirstNonfinite:
+        """A scanner that knows what this one knows (and goes on on its own)."""
+        other = FirstNonfinite()
+        other._seen = dict(self._seen)
+        return other
 
     def find(self, run: Any) -> Optional[dict[str, Any]]:
-        best: Optional[tuple[tuple[int, tuple[int, int, str, str]], Any]] = None  # ((step, execution key), series)
-        flagged: dict[tuple[int, int], np.ndarray] = {}  # (layout block, first row) -> columns with NaN/Inf
-        kept: dict[tuple[int, int], bool] = {}  # (old block, new block) -> the same memory
+        layouts: dict[int, tuple[np.ndarray, np.ndarray, list[Any], list[Any]]] = {}  # id(block) ->
+        lone: list[tuple[Any, Any]] = []
         for key, series in run.tensors.items():
-            stats = series.stats
-            block = getattr(series, "block", None) if batch.ENABLED else None
-            old, hit, old_block, old_column = self._seen.get(key, (None, None, None, -1))
-            if old is None:
-                unchanged = False
-            elif block is not None and old_block is not None and old_column == series.column:  # once per layout
-                pair = (id(old_block), id(block))
-                if pair not in kept:
-                    kept[pair] = same_memory(old_block, block)
-                unchanged = kept[pair]
-            else:
-                unchanged = same_memory(old, stats)
-            if unchanged:
-                assert old is not None
-                start = len(old) if hit is None else len(stats)  # an earlier hit cannot move
-            else:
-                start, hit = 0, None
-            if block is not None and start < len(stats):  # one test for a layout's tensors, not one each
-                at = (id(block), start)
-                if at not in flagged:
-                    flagged[at] = block[start:, :, NONFINITE_COLS].any(axis=0).any(axis=1)  # axis 0 first: 3x faster
-                if not flagged[at][series.column]:
-                    start = len(stats)
-            if start < len(stats):
-                counts = stats[start:, NONFINITE_COLS]  # a view: most runs have none, found without a copy
-                if counts.any():
-                    hit = int(series.steps[start + int(np.flatnonzero(counts.any(axis=1))[0])])
-            self._seen[key] = (stats, hit, block, series.column)
-            if hit is not None:
-                rank = (hit, align.execution_key(series))
-                if best is None or rank < best[0]:
-                    best = (rank, series)
-        if best is None:
+            block = series.block if batch.ENABLED else None
+            if block is None:
+                lone.append((key, series))
+                continue
+            found = layouts.get(id(block))
+            if found is None:
+                found = layouts[id(block)] = (block, series.steps, [], [])
+            found[2].append(key)
+            found[3].append(series)
+        before, seen = self._seen, {}
+        hits: list[tuple[int, Any]] = []  # (step, series)
+        for block, steps, keys, members in layouts.values():
+            name = tuple(keys)
+            seen[name] = scanned = _scan(before.get(name), block, steps)
+            if scanned.hit.any():  # rare: look at the members
+                hits += [(int(scanned.first_step[s.column]), s) for s in members if scanned.hit[s.column]]
+        for key, series in lone:
+            seen[key] = scanned = _scan(before.get(key), series.stats[:, None], series.steps)
+            if scanned.hit[0]:
+                hits.append((int(scanned.first_step[0]), series))
+        self._seen = seen
+        if not hits:
             return None
-        return {"step": best[0][0], "tensor": best[1].name, "kind": best[1].kind}
+        step, first = min(hits, key=lambda h: (h[0], align.execution_key(h[1])))
+        return {"step": step, "tensor": first.name, "kind": first.kind}
+
+
+def _scan(old: Optional[_Scanned], stats: np.ndarray, steps: np.ndarray) -> _Scanned:
+    """Per column of ``stats`` (``[rows, columns, N_STATS]``, rows at ``steps``) the first step
+    holding NaN/Inf, scanning only the rows past ``old``'s when they are ``old``'s very memory."""
+    width = stats.shape[1]
+    hit, first_step, start = np.zeros(width, dtype=bool), np.zeros(width, dtype=np.int64), 0
+    if old is not None and len(old.hit) == width and same_memory(old.stats, stats):
+        hit, first_step, start = old.hit.copy(), old.first_step.copy(), len(old.stats)
+    if start < len(stats) and not hit.all():
+        fresh = stats[start:]
+        # One reduction over the rows as one 2-D array, then the count columns: 1.5x faster than
+        # reducing the count columns' strided view, and 3x faster than axis=(0, 2).
+        nonzero: np.ndarray = np.any(fresh.reshape(len(fresh), -1), axis=0)
+        flagged = nonzero.reshape(width, -1)[:, NONFINITE_COLS].any(axis=1) & ~hit
+        for col in np.flatnonzero(flagged).tolist():  # rare: only columns holding NaN/Inf
+            first_step[col] = steps[start + int(np.flatnonzero(np.any(fresh[:, col, NONFINITE_COLS], axis=1))[0])]
+            hit[col] = True
+    return _Scanned(stats, hit, first_step)

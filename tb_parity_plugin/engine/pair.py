@@ -263,15 +263,12 @@ class Pair:
     def grow(self, base: Any, cand: Any, ib: np.ndarray, ic: np.ndarray) -> None:
         """Switch to newer snapshots of the same two series whose compared steps only grew at
         the end, keeping the verdicts of ``[:done]`` (the caller checked those rows unchanged).
-        Ratios past ``done`` were computed from rows nobody checked: they are recomputed."""
-        n = len(ib)
+        Ratios past ``done`` were computed from rows nobody checked: they are recomputed. The
+        caller gives ``reason`` and ``ratio`` their new length (engine/verdict_table.py)."""
         self.base, self.cand, self.ib, self.ic = base, cand, ib, ic
-        reason = np.zeros(n, dtype=np.uint8)
-        reason[: self.done] = self.reason[: self.done]
-        self.ratio_done = min(self.ratio_done, self.done)
-        ratio = np.full(n, np.nan, dtype=np.float32)
-        ratio[: self.ratio_done] = self.ratio[: self.ratio_done]
-        self.reason, self.ratio = reason, ratio
+        if self.ratio_done > self.done:
+            self.ratio[self.done : self.ratio_done] = np.nan
+            self.ratio_done = self.done
 
     def ensure(self, k1: int, equal_nan: bool) -> None:
         """Compute verdicts up to compared step ``k1`` (exclusive)."""

@@ -70,7 +70,7 @@ class RunData:
     tensors: dict[tuple[str, str], TensorSeries]  # (kind, name) ->
     scalars: dict[str, tuple[np.ndarray, np.ndarray]]  # key -> (steps, values)
     info: dict[str, Any]
-    steps: np.ndarray
+    steps: np.ndarray  # sorted and unique: every step some tensor was logged at
     problems: list[ReadProblem]
     generation: int
     #: Facts the engine derives from this snapshot alone (e.g. its first NaN/Inf), kept with it

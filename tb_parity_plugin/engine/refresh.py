@@ -1,0 +1,153 @@
+"""What a refresh may keep of a comparison's pairs when newer snapshots of the runs arrive.
+
+A pair's verdicts over its first ``done`` compared steps stay true only while the compared steps
+up to there are the same and both sides still hold the very same statistics there (a later file
+may rewrite a step: last write wins). Those checks are made once per layout block, not once per
+tensor: a layout's tensors share their steps array and their block, so a refresh of 200 tensors
+costs a few array comparisons plus a dictionary lookup per pair.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tb_parity_plugin.engine import batch
+from tb_parity_plugin.engine.pair import Pair, same_memory, step_rows, take_rows
+
+
+class Reuse:
+    """The checks of one refresh, memoised by the identity of the arrays they read (every array
+    is alive while the refresh runs, so an identity cannot be reused by another one)."""
+
+    def __init__(self, steps: np.ndarray, in_place: bool) -> None:
+        """``steps``: the new compared steps; ``in_place``: the steps only grew at the end and the
+        alignment is unchanged, so pairs may be kept and grown rather than rebuilt."""
+        self.steps = steps
+        self.in_place = in_place and batch.ENABLED
+        self._rows: dict[int, np.ndarray] = {}
+        self._prefix: dict[tuple[int, int, int], bool] = {}
+        self._unchanged: dict[tuple[int, int, int, int], bool] = {}
+        self._layouts: dict[tuple[int, ...], tuple[bool, np.ndarray, np.ndarray]] = {}
+
+    def rows_of(self, series: Any) -> np.ndarray:
+        """Row of each compared step in ``series`` (-1 where absent), shared by its layout."""
+        key = id(series.steps)
+        if key not in self._rows:
+            self._rows[key] = step_rows(self.steps, series.steps)
+        return self._rows[key]
+
+    def same_prefix(self, a: np.ndarray, b: np.ndarray, n: int) -> bool:
+        key = (id(a), id(b), n)
+        if key not in self._prefix:
+            self._prefix[key] = len(b) >= n and np.array_equal(a[:n], b[:n])
+        return self._prefix[key]
+
+    def rows_unchanged(self, old: Any, new: Any, idx: np.ndarray, keep: int) -> bool:
+        """Every statistic (not one: a rewrite can keep the L2 norm, e.g. signs flipped) of the
+        rows ``idx[:keep]`` compared before is the same in the new snapshot (last write wins)."""
+        # Whole blocks only when the tensor sits in the same column of blocks of one width: a run
+        # read anew (a file gone or replaced) may hold it in another layout, where equal blocks
+        # say nothing of its own statistics (and blocks of other widths cannot be compared).
+        o, n = (old.block, new.block) if _whole_blocks(old, new) else (old.stats, new.stats)
+        key = (id(o), id(n), id(idx), keep)
+        if key not in self._unchanged:
+            rows = idx[:keep][idx[:keep] >= 0]
+            self._unchanged[key] = not len(rows) or same_memory(o, n) or _equal_rows(o, n, rows)
+        return self._unchanged[key]
+
+    def _side_kept(self, old: Any, new: Any, old_rows: np.ndarray, new_rows: np.ndarray, done: int) -> bool:
+        """One side of a pair: same kind, same compared rows and the same statistics up to ``done``."""
+        return (
+            _same_kind(old, new)
+            and self.same_prefix(old_rows, new_rows, done)
+            and self.rows_unchanged(old, new, old_rows, done)
+        )
+
+    def keep(self, old: Pair, base: Any, cand: Any) -> bool:
+        """Grow ``old`` in place onto the new series if its verdicts stay valid (the common
+        refresh: the same pair, more steps at the end); False, untouched, if it must be rebuilt."""
+        if not self.in_place:
+            return False
+        ob, oc, done = old.base, old.cand, old.done
+        obb, bb, ocb, cb = ob.block, base.block, oc.block, cand.block
+        if (
+            obb is None
+            or bb is None
+            or ocb is None
+            or cb is None
+            or ob.column != base.column
+            or oc.column != cand.column
+        ):
+            rb, rc = self.rows_of(base), self.rows_of(cand)
+            kept = self._side_kept(ob, base, old.ib, rb, done) and self._side_kept(oc, cand, old.ic, rc, done)
+        else:
+            # Both sides one column, the same as before, of layout blocks: the rows checks read only
+            # the blocks and the steps, so they are answered once for the pairs of two layouts.
+            key = (id(obb), id(bb), id(ocb), id(cb), id(old.ib), id(old.ic), id(base.steps), id(cand.steps), done)
+            layout = self._layouts.get(key)
+            if layout is None:
+                rb, rc = self.rows_of(base), self.rows_of(cand)
+                layout = self._layouts[key] = (
+                    self.same_prefix(old.ib, rb, done)
+                    and self.same_prefix(old.ic, rc, done)
+                    and self.rows_unchanged(ob, base, old.ib, done)
+                    and self.rows_unchanged(oc, cand, old.ic, done),
+                    rb,
+                    rc,
+                )
+            kept, rb, rc = layout
+            kept = kept and _same_kind(ob, base) and _same_kind(oc, cand)
+        if kept:
+            old.grow(base, cand, rb, rc)
+        return kept
+
+    def copy_verdicts(self, old: Pair, new: Pair) -> None:
+        """Copy ``old``'s verdicts into the rebuilt ``new`` if the rows they came from are unchanged."""
+        keep = old.done
+        if not (
+            old.use_values == new.use_values
+            and old.static_reason == new.static_reason
+            and self.same_prefix(old.ib, new.ib, keep)
+            and self.same_prefix(old.ic, new.ic, keep)
+            and self.rows_unchanged(old.base, new.base, old.ib, keep)
+            and self.rows_unchanged(old.cand, new.cand, old.ic, keep)
+        ):
+            return
+        new.reason[:keep] = old.reason[:keep]
+        new.done = keep
+        new.first_bad = old.first_bad
+        rkeep = min(old.ratio_done, keep)
+        new.ratio[:rkeep] = old.ratio[:rkeep]
+        new.ratio_done = rkeep
+
+
+def _whole_blocks(old: Any, new: Any) -> bool:
+    """Both series are one column, the same, of layout blocks of one width."""
+    ob, nb = getattr(old, "block", None), getattr(new, "block", None)
+    return bool(
+        batch.ENABLED
+        and ob is not None
+        and nb is not None
+        and old.column == new.column
+        and ob.shape[1:] == nb.shape[1:]
+    )
+
+
+def _same_kind(old: Any, new: Any) -> bool:
+    """Whether what a pair's static properties (shape, dtype, evidence) depend on is unchanged."""
+    ov, nv = old.values, new.values
+    return bool(
+        old.shape == new.shape
+        and old.dtype == new.dtype
+        and old.layout_change == new.layout_change
+        and (ov is None) == (nv is None)
+        and (ov is None or ov.shape[1:] == nv.shape[1:])
+    )
+
+
+def _equal_rows(old: np.ndarray, new: np.ndarray, rows: np.ndarray) -> bool:
+    """``old[rows] == new[rows]``, NaN equal to NaN (checked only if the plain test fails)."""
+    a, b = take_rows(old, rows), take_rows(new, rows)
+    return bool((a == b).all() or np.array_equal(a, b, equal_nan=True))
