@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -709,4 +710,37 @@ def test_refreshes_that_outgrow_the_verdict_table_keep_every_verdict_and_every_m
             assert not old.reason.flags.writeable and not old.error_ratio.flags.writeable
         kept.append(m)
         copies.append((m.reason.copy(), m.error_ratio.copy()))
+    reader.close()
+
+
+def test_a_rerun_whose_layout_is_wider_by_a_replica_copy_is_compared_tensor_by_tensor(tmp_path) -> None:
+    """The candidate is run again (its directory replaced) with a replica copy in its layout: the
+    compared tensors keep their names and columns but the layout block is one wider, so blocks can
+    not be compared whole. t1 now differs from step 3 on (x1.5: its min/max/L2 prove it); t0 does
+    not. A refresh that answered for the layout from t0's own rows kept t1's old AGREE."""
+    from tb_parity_plugin.records import metadata
+
+    logdir = str(tmp_path)
+    write_run(logdir, "b", range(20), _layout_run, limit=0)
+    write_run(logdir, "c", range(20), _layout_run, limit=0)
+    reader = LogdirReader(logdir)
+    reader.reload()
+    cmp = Comparison(reader.run("b"), reader.run("c"))
+    assert cmp.report().agree
+    cmp.matrix()
+
+    def rerun(step: int) -> list:
+        tensors = _layout_run(step, bad=("t1", 3))
+        return tensors + [("weight", f"t0{metadata.REPLICA_MARK}0", tensors[0][2])]
+
+    write_run(logdir, "b", range(20, 30), _layout_run, limit=0)
+    shutil.rmtree(os.path.join(logdir, "c"))
+    write_run(logdir, "c", range(30), rerun, limit=0)
+    reader.reload()
+    b, c = reader.run("b"), reader.run("c")
+    assert c.tensors[("weight", "t1")].block.shape[1] == 7 and c.tensors[("weight", "t1")].column == 1
+    cmp.update(b, c)
+    first = cmp.report().first_divergence
+    assert (first.step, first.tensor, first.reason) == (3, "t1", "value")
+    assert cmp.report().to_dict() == Comparison(b, c).report().to_dict()
     reader.close()

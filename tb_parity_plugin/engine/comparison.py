@@ -357,10 +357,10 @@ class Comparison:
         return d
 
 
-def _align_inputs(run: Any) -> dict[Any, tuple[int, tuple[Any, ...]]]:
+def _align_inputs(run: Any) -> dict[Any, tuple[Any, Any]]:
     """What :func:`align.align` reads of a run's tensors: names, and the execution order and shape
     of each (a run that changes layout mid-run changes them): a refresh re-aligns when they change."""
-    return {key: (int(s.order), tuple(s.shape)) for key, s in run.tensors.items()}
+    return {key: (s.order, s.shape) for key, s in run.tensors.items()}
 
 
 def compare_runs(

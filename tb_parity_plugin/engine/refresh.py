@@ -9,7 +9,7 @@ costs a few array comparisons plus a dictionary lookup per pair.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -72,7 +72,8 @@ class Reuse:
             return False
         ob, oc, done = old.base, old.cand, old.done
         obb, bb, ocb, cb = ob.block, base.block, oc.block, cand.block
-        if (
+        layout: Optional[tuple[bool, np.ndarray, np.ndarray]] = None
+        if not (
             obb is None
             or bb is None
             or ocb is None
@@ -80,14 +81,12 @@ class Reuse:
             or ob.column != base.column
             or oc.column != cand.column
         ):
-            rb, rc = self.rows_of(base), self.rows_of(cand)
-            kept = self._side_kept(ob, base, old.ib, rb, done) and self._side_kept(oc, cand, old.ic, rc, done)
-        else:
-            # Both sides one column, the same as before, of layout blocks: the rows checks read only
-            # the blocks and the steps, so they are answered once for the pairs of two layouts.
+            # Both sides one column, the same as before, of layout blocks: when the blocks have one
+            # width the rows checks read only the blocks and the steps, so they are answered once for
+            # all the pairs of two layouts.
             key = (id(obb), id(bb), id(ocb), id(cb), id(old.ib), id(old.ic), id(base.steps), id(cand.steps), done)
             layout = self._layouts.get(key)
-            if layout is None:
+            if layout is None and obb.shape[1:] == bb.shape[1:] and ocb.shape[1:] == cb.shape[1:]:
                 rb, rc = self.rows_of(base), self.rows_of(cand)
                 layout = self._layouts[key] = (
                     self.same_prefix(old.ib, rb, done)
@@ -97,8 +96,12 @@ class Reuse:
                     rb,
                     rc,
                 )
-            kept, rb, rc = layout
-            kept = kept and _same_kind(ob, base) and _same_kind(oc, cand)
+        if layout is not None:
+            rows_kept, rb, rc = layout
+            kept = rows_kept and _same_kind(ob, base) and _same_kind(oc, cand)
+        else:  # one tensor's own rows (several layouts, another column, or blocks of other widths)
+            rb, rc = self.rows_of(base), self.rows_of(cand)
+            kept = self._side_kept(ob, base, old.ib, rb, done) and self._side_kept(oc, cand, old.ic, rc, done)
         if kept:
             old.grow(base, cand, rb, rc)
         return kept
