@@ -30,6 +30,7 @@ import tempfile
 from typing import Any, Iterator, Optional
 from unittest import mock
 
+import engine_helpers
 import numpy as np
 import pytest
 from engine_helpers import write_run
@@ -131,6 +132,7 @@ EVENTS = (
     "permute",
 )
 DYNAMIC_EVENTS = ("same", "big", "nan_both", "shape")
+REWRITES = ("same", "big", "permute", "nan")
 
 
 @dataclasses.dataclass
@@ -155,8 +157,10 @@ class Model:
     #: (run, step) -> tensors that run did not log there (never all: the step would not be logged)
     drop_tensor: dict[tuple[str, int], frozenset[int]]
     events: dict[tuple[int, int], str]
-    #: (run, step, tensor, "same" | "big", wins, active): a file rewriting one step; ``big`` maps
-    #: that tensor x -> 3x + 10; ``wins``: its name sorts after the main file (last write wins)
+    #: (run, step, tensor, kind, wins, active): a file rewriting one step; kind ``big`` maps that
+    #: tensor x -> 3x + 10, ``permute`` reverses its elements (the same statistics), ``nan`` puts a
+    #: NaN in its first element, ``same`` changes nothing; ``wins``: its name sorts after the main
+    #: file (last write wins)
     rewrites: list[tuple[str, int, int, str, bool, bool]]
     equal_nan: bool
     warmup: int
@@ -164,6 +168,9 @@ class Model:
     #: the candidate logs the dynamic tensor transposed: static (2, None), runtime (2, 2 or 3)
     transposed: bool = False
     upto: int = 10**9  # only steps below this are written yet
+    #: the candidate also logs a replica copy ``<name>@replica0`` (the same array) of each tensor in
+    #: its layout: "end" after all of them (the others keep their columns), "inter" after each one
+    copies: str = ""
 
     def name(self, run: str, i: int) -> str:
         return f"u{i}" if run == "c" and self.mapping else f"t{i}"
@@ -195,7 +202,7 @@ class Model:
                 flat[0] = np.nan
             if ev == "inf_both":
                 flat[1] = np.inf
-            return b * 3 + 10 if self._rewritten(run, step, i, written) else b
+            return _rewrite(b, self._rewritten(run, step, i, written))
         changed = {"small": b + np.float32(1e-6), "mid": b * np.float32(1.01), "big": b * 3 + 10, "nan_big": b * 3 + 10}
         c = changed.get(ev, b)
         c = c.reshape(-1)[::-1].reshape(c.shape) if ev == "permute" else c.copy()  # the same statistics
@@ -205,18 +212,18 @@ class Model:
             c.reshape(-1)[1] = np.inf
         if ev == "inf_cand":
             c.reshape(-1)[1] = -np.inf
-        c = c * 3 + 10 if self._rewritten(run, step, i, written) else c
+        c = _rewrite(c, self._rewritten(run, step, i, written))
         if i in self.dtype64 or ev == "dtype_step":
             c = c.astype(np.float64)
         return c
 
-    def _rewritten(self, run: str, step: int, i: int, written: Optional[str]) -> bool:
-        """Whether the winning rewrite of ``step`` (the last by file name) changed tensor ``i``;
-        ``written``: what one file holds instead: "big" (changed) or "same" (not)."""
+    def _rewritten(self, run: str, step: int, i: int, written: Optional[str]) -> str:
+        """How the winning rewrite of ``step`` (the last by file name) changed tensor ``i`` ("same":
+        not at all); ``written``: what one file holds instead (see :meth:`entries`)."""
         if written is not None:
-            return written == "big"
+            return written
         won = [(t, kind) for r, s, t, kind, wins, active in self.rewrites if (r, s) == (run, step) and wins and active]
-        return bool(won) and won[-1] == (i, "big")
+        return won[-1][1] if won and won[-1][0] == i else "same"
 
     def entries(self, run: str, step: int, rewrite: Optional[tuple[int, str]] = None) -> list[Entry]:
         """What one file holds at ``step``: the main file's content, or a rewrite's (``rewrite``:
@@ -225,9 +232,13 @@ class Model:
         for i in self.perm if run == "c" else range(len(self.sizes)):
             if not self.present(run, step, i):
                 continue
-            a = self.array(run, step, i, "big" if rewrite == (i, "big") else "same")
+            a = self.array(run, step, i, rewrite[1] if rewrite is not None and rewrite[0] == i else "same")
             static = ((2, None) if run == "c" and self.transposed else (None, 2)) if i == self.dynamic else None
             out.append((self.kinds[i], self.name(run, i), a, static))
+            if run == "c" and self.copies == "inter":
+                out.append((self.kinds[i], self.name(run, i) + metadata.REPLICA_MARK + "0", a, static))
+        if run == "c" and self.copies == "end":
+            out += [(k, n + metadata.REPLICA_MARK + "0", a, static) for k, n, a, static in list(out)]
         if run in self.extra:
             out.append(("weight", "extra", np.ones(3, np.float32), None))
         return out
@@ -262,6 +273,19 @@ class Model:
         return tuple(f"t{i}=u{i}" for i in range(len(self.sizes))) if self.mapping else ()
 
 
+def _rewrite(a: np.ndarray, kind: str) -> np.ndarray:
+    """What a rewrite of ``kind`` (see :attr:`Model.rewrites`) writes instead of ``a``."""
+    if kind == "big":
+        return a * 3 + 10
+    if kind == "permute":
+        return a.reshape(-1)[::-1].reshape(a.shape).copy()
+    if kind == "nan":
+        out = a.copy()
+        out.reshape(-1)[0] = np.nan
+        return out
+    return a
+
+
 def expected(model: Model) -> tuple[np.ndarray, np.ndarray]:
     """(compared steps, reason ``[steps, tensors both runs logged]`` in baseline tensor index order)."""
     steps = np.intersect1d(model.steps("b"), model.steps("c"))
@@ -286,6 +310,8 @@ def _cell(model: Model, s: int, k: int, i: int) -> int:
     b, c = model.array("b", s, i), model.array("c", s, i)
     if b.shape != c.shape:  # the dynamic tensor transposed: the same size, another shape
         return SHAPE
+    if ev == "same":  # only rewrites can set them apart (they are drawn where no event is)
+        return _rewritten_cell(model, k, i, b, c)
     if np.array_equal(b, c, equal_nan=True) and ev not in ("nan_both", "nan_big"):
         return OK  # identical, or identical but for a rewrite of both sides
     if ev == "same":
@@ -303,6 +329,19 @@ def _cell(model: Model, s: int, k: int, i: int) -> int:
         "inf_cand": NONFINITE,
         "nan_big": VALUE if model.equal_nan else NONFINITE,
     }[ev]
+
+
+def _rewritten_cell(model: Model, k: int, i: int, b: np.ndarray, c: np.ndarray) -> int:
+    """The cell of two arrays that only rewrites (:func:`_rewrite`) may have set apart, from numpy."""
+    counts = [(np.isnan(a).sum(), (a == np.inf).sum(), (a == -np.inf).sum()) for a in (b, c)]
+    if counts[0] != counts[1] or (counts[0][0] and not model.equal_nan):
+        return NONFINITE
+    if model.values_compared(i):
+        tol = model.policy().for_tag(f"{model.kinds[i]}/t{i}")
+        ok = np.isclose(c, b, rtol=tol.rtol_at(k), atol=tol.atol, equal_nan=model.equal_nan)
+        return OK if ok.all() else VALUE
+    # statistics only: the same elements in another order prove nothing; x -> 3x + 10 is proven
+    return OK if np.array_equal(np.sort(b, axis=None), np.sort(c, axis=None), equal_nan=True) else VALUE
 
 
 def expected_nonfinite(model: Model, run: str, series: dict) -> Optional[dict[str, Any]]:
@@ -387,7 +426,7 @@ def models(draw: st.DrawFn) -> Model:
     rewrites = []
     for r, s, i in draw(st.lists(st.tuples(st.sampled_from("bc"), step_ix, tensor_ix), max_size=2)):
         if events.get((s, i), "same") == "same" and i not in dtype64 and s not in drop_steps[r]:
-            rewrites.append((r, s, i, draw(st.sampled_from(["same", "big"])), draw(st.booleans()), True))
+            rewrites.append((r, s, i, draw(st.sampled_from(REWRITES)), draw(st.booleans()), True))
     return Model(
         n_steps=n_steps,
         kinds=[draw(st.sampled_from(["weight", "grad", "activation", "slot"])) for _ in range(n)],
@@ -413,7 +452,7 @@ def models(draw: st.DrawFn) -> Model:
 
 def write_rewrite(logdir: str, model: Model, index: int) -> str:
     r, s, i, kind, wins, _ = model.rewrites[index]
-    name = (LAST if wins else FIRST) + f"rewrite{index}"
+    name = (LAST if wins else FIRST) + f"rewrite{index:03d}"  # file order is the order written
     entries = model.entries(r, s, rewrite=(i, kind))
     return file_named(os.path.join(logdir, r), name, [(s, entries)], model.limits[r], model.resolve[r])
 
@@ -445,7 +484,7 @@ def plans(draw: st.DrawFn, model: Model) -> Plan:
             draw(st.sampled_from("bc")),
             draw(st.integers(0, model.n_steps - 1)),
             draw(st.integers(0, n - 1)),
-            draw(st.sampled_from(["same", "big"])),
+            draw(st.sampled_from(REWRITES)),
         ),
         delete=draw(st.integers(0, 3)),
         perm=tuple(draw(st.permutations(range(n)))),
@@ -528,6 +567,167 @@ def test_batched_matches_per_pair_and_numpy_on_drawn_logdirs(data: st.DataObject
     model = data.draw(models(), label="model")
     with np.errstate(over="ignore", invalid="ignore"):  # huge tensors: the sums of squares overflow
         run_scenario(model, data.draw(plans(model), label="plan"))
+
+
+# -- several refreshes, several comparisons of the same snapshots ------------------------------
+
+
+@dataclasses.dataclass
+class Phase:
+    """One refresh of :func:`run_refreshes`: the runs are written up to ``upto`` (appended to the
+    same files), ``mutation`` happens (as in :class:`Plan`; ``rerun_cand`` with ``perm``, ``extra``
+    and replica ``copies``), then each comparison in ``turns`` is updated and asked ``touch``."""
+
+    upto: int
+    mutation: str
+    late: tuple[str, int, int, str]
+    perm: tuple[int, ...]
+    extra: bool
+    copies: str
+    turns: tuple[int, ...]  # the comparisons refreshed, in this order (a comparison may sit one out)
+    touch: tuple[str, ...]  # per comparison: "report" | "matrix" | "detail" | "nothing"
+    check: str  # "report": each refreshed comparison's report against a fresh one; "full": everything
+
+
+def _fresh(run: Any) -> Any:
+    """The snapshot without what a comparison cached in it: a fresh comparison derives it anew."""
+    return dataclasses.replace(run, derived={})
+
+
+def _second_policy(model: Model) -> TolerancePolicy:
+    return TolerancePolicy(warmup_steps=0, rtol=0.2, equal_nan=not model.equal_nan)
+
+
+def run_refreshes(model: Model, phases: list[Phase]) -> None:
+    """Two comparisons of one pair of runs under two policies, refreshed in turns as the runs grow
+    and change; after each refresh each is what a fresh comparison of the same snapshots says (its
+    NaN/Inf scan fresh too), and numpy's cells after the last. Matrices and details taken along the
+    way must not change afterwards."""
+    with (
+        tempfile.TemporaryDirectory() as logdir,
+        mock.patch.object(comparison, "_CHUNK_BYTES", 1),
+        mock.patch.object(comparison, "_MIN_CHUNK_STEPS", 4),
+    ):
+        writers = {r: BlockWriter(os.path.join(logdir, r)) for r in "bc"}
+        state = dataclasses.replace(model, upto=0, rewrites=[])
+        policies = (model.policy(), _second_policy(model))
+        mapping = model.mapping_items()
+        reader = LogdirReader(logdir)
+        cmps: list[Optional[Comparison]] = [None, None]
+        held: list[tuple[Any, np.ndarray, np.ndarray]] = []
+        files: list[str] = []
+        for phase in phases:
+            before = state.upto
+            state.upto = max(phase.upto, before)
+            for r, w in writers.items():
+                for s in state.steps(r):
+                    if s >= before:
+                        write_entries(w, s, state.entries(r, s), model.limits[r], model.resolve[r])
+                w.flush()
+            r, s, i, kind = phase.late
+            if phase.mutation == "late_rewrite" and state.logs(r, s) and state.present(r, s, i):
+                if state.events.get((s, i), "same") == "same" and i not in model.dtype64:
+                    state.rewrites.append((r, s, i, kind, True, True))
+                    files.append(write_rewrite(logdir, state, len(state.rewrites) - 1))
+            elif phase.mutation == "delete_rewrite" and any(os.path.exists(f) for f in files):
+                index = [j for j, f in enumerate(files) if os.path.exists(f)][0]
+                os.remove(files[index])
+                state.rewrites[index] = state.rewrites[index][:5] + (False,)
+            elif phase.mutation == "rerun_cand":
+                writers["c"].close()
+                shutil.rmtree(os.path.join(logdir, "c"))
+                state.perm = list(phase.perm)
+                state.copies = phase.copies
+                state.extra = (state.extra - {"c"}) | (frozenset("c") if phase.extra else frozenset())
+                state.rewrites = [rw[:5] + (rw[5] and rw[0] == "b",) for rw in state.rewrites]
+                writers["c"] = BlockWriter(os.path.join(logdir, "c"))
+                for s in state.steps("c"):
+                    write_entries(writers["c"], s, state.entries("c", s), model.limits["c"], model.resolve["c"])
+                writers["c"].flush()
+            reader.reload()
+            if not (state.steps("b") and state.steps("c")):
+                continue
+            b, c = reader.run("b"), reader.run("c")
+            for j in phase.turns:
+                cmp = cmps[j]
+                if cmp is None:
+                    cmp = cmps[j] = Comparison(b, c, policies[j], mapping)
+                else:
+                    cmp.update(b, c)
+                touch = phase.touch[j]
+                if touch == "report":
+                    cmp.report()
+                elif touch == "matrix":
+                    m = cmp.matrix()
+                    held.append((m, m.reason.copy(), m.error_ratio.copy()))
+                elif touch == "detail" and cmp._pairs:
+                    d = cmp.detail(cmp._pairs[-1].base.tag)
+                    held.append((d, d.reason.copy(), d.error_ratio.copy()))
+            for j in phase.turns:
+                cmp = cmps[j]
+                assert cmp is not None
+                fresh = Comparison(_fresh(b), _fresh(c), policies[j], mapping)
+                assert cmp.report().to_dict() == fresh.report().to_dict()
+                if phase.check == "full":
+                    assert_same(cmp, fresh)
+                    assert_same(cmp, unbatched(_fresh(b), _fresh(c), policies[j], mapping))
+        for obj, reason, ratio in held:  # what was handed out stays as it was
+            got = (obj.reason, obj.error_ratio)
+            np.testing.assert_array_equal(got[0], reason)
+            np.testing.assert_array_equal(got[1], ratio)
+        if cmps[0] is not None and state.steps("b") and state.steps("c"):
+            b, c = reader.run("b"), reader.run("c")
+            cmps[0].update(b, c)
+            check_reference(state, cmps[0], b, c)
+        for w in writers.values():
+            w.close()
+        reader.close()
+
+
+@st.composite
+def phase_lists(draw: st.DrawFn, model: Model) -> list[Phase]:
+    n = len(model.sizes)
+    ends = sorted(draw(st.lists(st.integers(1, model.n_steps), min_size=2, max_size=4)))
+    return [
+        Phase(
+            upto=upto,
+            mutation=draw(st.sampled_from(["none", "none", "late_rewrite", "delete_rewrite", "rerun_cand"])),
+            late=(
+                draw(st.sampled_from("bc")),
+                draw(st.integers(0, max(upto - 1, 0))),
+                draw(st.integers(0, n - 1)),
+                draw(st.sampled_from(REWRITES)),
+            ),
+            perm=tuple(draw(st.permutations(range(n)))),
+            extra=draw(st.booleans()),
+            copies=draw(st.sampled_from(["", "end", "inter"])),
+            turns=tuple(draw(st.permutations([0, 1]))[: draw(st.integers(1, 2))]),
+            touch=(
+                draw(st.sampled_from(["report", "matrix", "detail", "nothing"])),
+                draw(st.sampled_from(["report", "matrix", "detail", "nothing"])),
+            ),
+            check=draw(st.sampled_from(["report", "full"])),
+        )
+        for upto in ends
+    ]
+
+
+@settings(
+    max_examples=int(os.environ.get("TB_PARITY_BATCH_EXAMPLES", "25")),
+    deadline=None,
+    derandomize="TB_PARITY_BATCH_EXAMPLES" not in os.environ,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(data=st.data())
+def test_refreshes_in_turns_match_fresh_comparisons_on_drawn_logdirs(data: st.DataObject) -> None:
+    """Runs written in up to four refreshes (long runs too, outgrowing the verdict table's slack),
+    each possibly rewriting a step, deleting a rewrite or writing the candidate anew (other
+    columns, replica copies joining its layout), two comparisons refreshed in turns."""
+    model = data.draw(models(), label="model")
+    if data.draw(st.booleans(), label="long"):
+        model = dataclasses.replace(model, n_steps=data.draw(st.integers(20, 48), label="steps"))
+    with np.errstate(over="ignore", invalid="ignore"):
+        run_refreshes(model, data.draw(phase_lists(model), label="phases"))
 
 
 def pinned(**changes: Any) -> Model:
@@ -838,3 +1038,76 @@ def test_replica_copies_in_the_layout_of_the_one_device_tensors(tmp_path) -> Non
     found = report.replicas["c"]["disagreements"]
     assert [(d["step"], d["tensor"]) for d in found] == [(2, "w")]
     reader.close()
+
+
+def _rewrite_step(logdir: str, run: str, step: int, tensors: list) -> None:
+    """A later file (its name sorts last) that logs ``step`` of ``run`` again: last write wins."""
+    file_named(
+        os.path.join(logdir, run), LAST + "rewrite", [(step, [(k, n, a, None) for k, n, a in tensors])], 64, False
+    )
+
+
+@pytest.mark.parametrize("case", ["elements reversed: a false AGREE", "elements restored: a false divergence"])
+def test_a_rewrite_that_keeps_the_statistics_is_compared_again(tmp_path, case: str) -> None:
+    """A step rewritten by a later file with the same elements in another order has the very same
+    statistics, and the refresh checked only the statistics of the rows it had compared: it kept
+    the old verdict of a pair compared by full values. Reversed, the candidate diverges at step 2
+    (numpy: not allclose) and the refresh kept AGREE; restored, the runs are identical and the
+    refresh kept the divergence."""
+    logdir = str(tmp_path)
+
+    def tensors(s: int, reverse: bool = False) -> list:
+        a = np.array([1, 2, 4, 8], np.float32) + s
+        return [("weight", "a", a[::-1].copy() if reverse else a), ("weight", "w", np.full(4, 3.0 + s, np.float32))]
+
+    reversed_first = case.startswith("elements restored")
+    write_run(logdir, "b", range(6), tensors)
+    write_run(logdir, "c", range(6), lambda s: tensors(s, reverse=reversed_first and s == 2))
+    reader = LogdirReader(logdir)
+    reader.reload()
+    policy = TolerancePolicy()
+    cmp = Comparison(reader.run("b"), reader.run("c"), policy)
+    cmp.report()
+    _rewrite_step(logdir, "c", 2, tensors(2, reverse=not reversed_first))
+    reader.reload()
+    b2, c2 = reader.run("b"), reader.run("c")
+    rows = [a for k, n, a in tensors(2, reverse=not reversed_first)]
+    np.testing.assert_array_equal(c2.tensors[("weight", "a")].values[2], rows[0])  # the rewrite won
+    a_b, a_c = b2.tensors[("weight", "a")].values[2], c2.tensors[("weight", "a")].values[2]
+    diverges = not np.allclose(a_c, a_b, rtol=0, atol=policy.atol)  # numpy, warm-up: rtol 0
+    assert diverges == (not reversed_first)
+    cmp.update(b2, c2)
+    first = cmp.report().first_step_divergence
+    if diverges:
+        assert first is not None and (first.step, first.tensor, first.reason) == (2, "a", "value")
+    else:
+        assert first is None
+    assert_same(cmp, Comparison(_fresh(b2), _fresh(c2), policy))
+    reader.close()
+
+
+def test_a_rewrite_that_keeps_the_statistics_but_not_the_runtime_shape_is_compared_again() -> None:
+    """The candidate's step 1 is logged again with its runtime shape transposed ((3, 2) -> (2, 3), the
+    same elements in order: the same statistics). Its dimensions now differ from the baseline's, a
+    shape divergence, which the refresh missed: it compared the statistics of the rows only."""
+    arrays = [np.arange(6, dtype=np.float32) + s for s in range(4)]
+    dims = np.array([[3, 2]] * 4, dtype=np.int64)
+
+    def snapshot(name: str, dims: np.ndarray, generation: int) -> Any:
+        s = dataclasses.replace(
+            engine_helpers.series("weight", "x", arrays, keep_values=False), shape=(None, None), dims=dims
+        )
+        return dataclasses.replace(engine_helpers.run(name, [s]), generation=generation)
+
+    base = snapshot("b", dims, 1)
+    cmp = Comparison(base, snapshot("c", dims, 1), TolerancePolicy())
+    assert cmp.report().first_divergence is None
+    transposed = dims.copy()
+    transposed[1] = [2, 3]
+    cand = snapshot("c", transposed, 2)
+    cmp.update(base, cand)
+    fresh = Comparison(base, dataclasses.replace(cand, derived={}), TolerancePolicy())
+    first = fresh.report().first_step_divergence
+    assert (first.step, first.reason) == (1, "shape")
+    assert cmp.report().to_dict() == fresh.report().to_dict()
+    assert_same(cmp, fresh)
