@@ -1,8 +1,9 @@
 """What a refresh may keep of a comparison's pairs when newer snapshots of the runs arrive.
 
 A pair's verdicts over its first ``done`` compared steps stay true only while the compared steps
-up to there are the same and both sides still hold the very same statistics there (a later file
-may rewrite a step: last write wins). Those checks are made once per layout block, not once per
+up to there are the same and both sides still hold the very same statistics there, and the very
+same full values and runtime dimensions where the pair compares those (a later file may rewrite a
+step: last write wins, and the same elements in another order keep every statistic). Those checks are made once per layout block, not once per
 tensor: a layout's tensors share their steps array and their block, so a refresh of 200 tensors
 costs a few array comparisons plus a dictionary lookup per pair.
 """
@@ -57,6 +58,30 @@ class Reuse:
             self._unchanged[key] = not len(rows) or same_memory(o, n) or _equal_rows(o, n, rows)
         return self._unchanged[key]
 
+    def compared_rows_unchanged(self, old: Pair, base: Any, cand: Any, done: int) -> bool:
+        """What the pair compared beyond the statistics is the same in the new snapshots' rows
+        ``[:done]``: the full values when it compares them, the runtime dimensions when it compares
+        those. A rewrite may keep every statistic while changing both (the elements reversed, a
+        shape transposed)."""
+        sides = ((old.base, base, old.ib), (old.cand, cand, old.ic))
+        fields = (("values",) if old.use_values else ()) + (("dims",) if old.dynamic else ())
+        for field in fields:
+            for o_series, n_series, idx in sides:
+                o, n = getattr(o_series, field, None), getattr(n_series, field, None)
+                if o is None or n is None:
+                    if o is not n:
+                        return False
+                    continue
+                key = (id(o), id(n), id(idx), done)
+                if key not in self._unchanged:
+                    rows = idx[:done][idx[:done] >= 0]
+                    self._unchanged[key] = (
+                        not len(rows) or same_memory(o, n) or (o.shape[1:] == n.shape[1:] and _equal_rows(o, n, rows))
+                    )
+                if not self._unchanged[key]:
+                    return False
+        return True
+
     def _side_kept(self, old: Any, new: Any, old_rows: np.ndarray, new_rows: np.ndarray, done: int) -> bool:
         """One side of a pair: same kind, same compared rows and the same statistics up to ``done``."""
         return (
@@ -102,6 +127,7 @@ class Reuse:
         else:  # one tensor's own rows (several layouts, another column, or blocks of other widths)
             rb, rc = self.rows_of(base), self.rows_of(cand)
             kept = self._side_kept(ob, base, old.ib, rb, done) and self._side_kept(oc, cand, old.ic, rc, done)
+        kept = kept and self.compared_rows_unchanged(old, base, cand, done)
         if kept:
             old.grow(base, cand, rb, rc)
         return kept
@@ -112,10 +138,12 @@ class Reuse:
         if not (
             old.use_values == new.use_values
             and old.static_reason == new.static_reason
+            and old.dynamic == new.dynamic
             and self.same_prefix(old.ib, new.ib, keep)
             and self.same_prefix(old.ic, new.ic, keep)
             and self.rows_unchanged(old.base, new.base, old.ib, keep)
             and self.rows_unchanged(old.cand, new.cand, old.ic, keep)
+            and self.compared_rows_unchanged(old, new.base, new.cand, keep)
         ):
             return
         new.reason[:keep] = old.reason[:keep]
