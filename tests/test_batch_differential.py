@@ -1111,3 +1111,32 @@ def test_a_rewrite_that_keeps_the_statistics_but_not_the_runtime_shape_is_compar
     assert (first.step, first.reason) == (1, "shape")
     assert cmp.report().to_dict() == fresh.report().to_dict()
     assert_same(cmp, fresh)
+
+
+@pytest.mark.parametrize("special", [np.inf, -np.inf])
+def test_replica_copies_holding_the_same_inf_are_in_sync(tmp_path, special: float) -> None:
+    """A variable and its replica copy hold the very same elements, one of them inf: the copies
+    are in sync (numpy: equal, ``assert_allclose`` passes). inf - inf is NaN, which the replica
+    check read as an infinite error ratio: "replica 0's copy differs from the variable's single
+    copy", a divergence of a faithful port."""
+    logdir = str(tmp_path)
+
+    def tensors(s: int, copies: bool) -> list:
+        w = np.full(4, 1.0 + s, np.float32)
+        if s == 1:
+            w[2] = special
+        return [("weight", "w", w)] + ([("weight", "w" + metadata.REPLICA_MARK + "0", w.copy())] if copies else [])
+
+    write_run(logdir, "b", range(3), lambda s: tensors(s, False))
+    write_run(logdir, "c", range(3), lambda s: tensors(s, True))
+    reader = LogdirReader(logdir)
+    reader.reload()
+    c = reader.run("c")
+    single, copy = (c.tensors[("weight", n)] for n in ("w", "w" + metadata.REPLICA_MARK + "0"))
+    assert copy.values is not None
+    np.testing.assert_allclose(copy.values, single.values)  # numpy: the copies agree
+    policy = TolerancePolicy()
+    report = Comparison(reader.run("b"), c, policy).report()
+    assert report.replicas["c"]["disagreements"] == []
+    assert report.first_divergence is None
+    reader.close()
