@@ -111,7 +111,9 @@ def _first_difference(single: Any, copy: Any, atol: float, rtol: float) -> Optio
         b = copy.values[ib].reshape(len(steps), -1).astype(np.float64)
         with np.errstate(invalid="ignore"):
             ratio = np.abs(b - a) / (atol + rtol * np.abs(a))
-        ratio = np.where(np.isnan(a) & np.isnan(b), 0.0, np.nan_to_num(ratio, nan=np.inf))
+        # Equal elements are in sync whatever the tolerance: inf - inf (and 0 / 0 under atol 0) is
+        # NaN, which only a NaN on one side, or infs of other signs, may mean.
+        ratio = np.where((a == b) | (np.isnan(a) & np.isnan(b)), 0.0, np.nan_to_num(ratio, nan=np.inf))
         per_step = ratio.max(axis=1) if ratio.shape[1] else np.zeros(len(steps))
     else:
         per_step = stat_bounds.ratios(single.stats[ia], copy.stats[ib], atol, np.full(len(steps), rtol)).max(axis=1)
