@@ -3,9 +3,10 @@
 A pair's verdicts over its first ``done`` compared steps stay true only while the compared steps
 up to there are the same and both sides still hold the very same statistics there, and the very
 same full values and runtime dimensions where the pair compares those (a later file may rewrite a
-step: last write wins, and the same elements in another order keep every statistic). Those checks are made once per layout block, not once per
-tensor: a layout's tensors share their steps array and their block, so a refresh of 200 tensors
-costs a few array comparisons plus a dictionary lookup per pair.
+step: last write wins, and the same elements in another order keep every statistic). The checks
+on statistics are made once per layout block, not once per tensor: a layout's tensors share their
+steps array and their block, so a refresh of 200 tensors costs a few array comparisons plus a
+dictionary lookup per pair.
 """
 
 from __future__ import annotations
