@@ -12,6 +12,7 @@ order and the scan stops at the first chunk holding a divergence.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any, Optional, Sequence
 
@@ -50,6 +51,8 @@ class Comparison:
         self._table = VerdictTable()  # the pairs' verdicts, one column each (batched engine)
         self._groups: list[list[Pair]] = []  # pairs settled together (engine/batch.py)
         self._alignment: Optional[align.Alignment] = None
+        #: (the alignment it is of, what else it read, the structure): see structure()
+        self._structure: Optional[tuple[align.Alignment, tuple[Any, ...], structure.Structure]] = None
         self._keys: Optional[tuple[dict[Any, Any], dict[Any, Any]]] = None  # what align() read of both runs
         self._nonfinite_scans: dict[str, FirstNonfinite] = {}
         self._replicas: dict[str, replicas.Replicas] = {}
@@ -228,7 +231,7 @@ class Comparison:
             steps_only={run.name: len(run.steps) - len(self.steps) for run in (base, cand)},  # steps are unique
             policy=self.policy,
             problems=problems,
-            structure=struct.to_dict(),
+            structure=copy.deepcopy(struct.to_dict()),  # the structure is kept between reports
             first_step_divergence=at_step[0] if at_step else None,
             warnings=list(alignment.warnings)
             + [w for reps in self._replicas.values() for w in reps.warnings]
@@ -257,9 +260,25 @@ class Comparison:
         return {run.name for run in (self.base, self.cand) if run.problems}
 
     def structure(self) -> structure.Structure:
-        """What each run recorded, side by side (computed from the layouts, no step needed)."""
-        assert self._alignment is not None
-        return structure.structure_of(self.base, self.cand, self._alignment, self.policy.allow_unmatched)
+        """What each run recorded, side by side (computed from the layouts, no step needed); kept
+        while the alignment and what else it reads are unchanged (a refresh's usual case)."""
+        alignment = self._alignment
+        assert alignment is not None
+        reads = (
+            self.base.name,
+            self.cand.name,
+            tuple(self.policy.allow_unmatched),
+            structure.sizes_read(self.base, alignment.unmatched_base),
+            structure.sizes_read(self.cand, alignment.unmatched_cand),
+        )
+        kept = self._structure
+        if kept is None or kept[0] is not alignment or kept[1] != reads:
+            kept = self._structure = (
+                alignment,
+                reads,
+                structure.structure_of(self.base, self.cand, alignment, self.policy.allow_unmatched),
+            )
+        return kept[2]
 
     def matrix(self, max_steps: Optional[int] = None) -> ParityMatrix:
         """Steps x tensors matrix (baseline execution order), bucketed to ``max_steps`` rows."""
@@ -313,8 +332,8 @@ class Comparison:
             rtol=p.tol.rtol,
             warmup_steps=p.tol.warmup_steps,
             steps=self.steps,
-            reason=p.reason.copy(),  # the pair's column of the table, which later refreshes extend
-            error_ratio=p.ratio.copy(),
+            reason=p.reason[:n].copy(),  # the pair's column of the table, which later refreshes extend
+            error_ratio=p.ratio[:n].copy(),
             base_steps=p.base.steps,
             base_stats=p.base.stats,
             cand_steps=p.cand.steps,

@@ -99,7 +99,7 @@ class Pair:
     tol: Tolerance
     ib: np.ndarray  # row in base series per compared step, -1 if absent
     ic: np.ndarray
-    reason: np.ndarray  # uint8, valid for [:done]
+    reason: np.ndarray  # uint8, valid for [:done] (may be longer than the compared steps: a table column)
     ratio: np.ndarray  # float32, valid for [:ratio_done]
     done: int = 0
     ratio_done: int = 0

@@ -44,6 +44,9 @@ class Replicas:
 
 def split(run: Any) -> tuple[Any, Replicas]:
     """``run`` without its per-replica copies (a new RunData), and the copies."""
+    count = int(run.info.get("replicas", 1) or 1)
+    if not any(metadata.REPLICA_MARK in key[1] for key in run.tensors):  # most runs: one scan, no copy
+        return run, Replicas(count, {})
     copies: dict[Key, list[tuple[int, Any]]] = {}
     kept = {}
     for key, series in run.tensors.items():
@@ -52,7 +55,6 @@ def split(run: Any) -> tuple[Any, Replicas]:
             kept[key] = series
         else:
             copies.setdefault((series.kind, base), []).append((replica, series))
-    count = int(run.info.get("replicas", 1) or 1)
     ordered = {key: [s for _, s in sorted(found, key=lambda r: r[0])] for key, found in copies.items()}
     if not ordered:
         return run, Replicas(count, {})

@@ -63,6 +63,14 @@ class Structure:
         }
 
 
+def sizes_read(run: Any, unmatched: Sequence[tuple[str, str]]) -> tuple[int, ...]:
+    """What :func:`structure_of` reads of a run beyond its tensors' names, kinds and shapes (which
+    the alignment was made from): the sizes of its variables and of its unmatched tensors. With
+    the alignment and the run's name, a structure is unchanged while these are."""
+    free = set(unmatched)
+    return tuple(_size(s) for key, s in run.tensors.items() if s.kind in VARIABLE_KINDS or key in free)
+
+
 def structure_of(base: Any, cand: Any, alignment: align.Alignment, allow_unmatched: Sequence[str] = ()) -> Structure:
     """The structure report of two runs (reader ``RunData``) and their alignment."""
     allowed = [_matcher(p) for p in allow_unmatched]

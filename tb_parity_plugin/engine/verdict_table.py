@@ -32,8 +32,9 @@ class VerdictTable:
         self._rows = 0
 
     def bind(self, pairs: Sequence[Pair], n: int) -> None:
-        """Make each pair's ``reason`` and ``ratio`` its column over ``n`` rows, keeping the
-        verdicts each pair holds (its own arrays, or its column of the table it had)."""
+        """Make each pair's ``reason`` and ``ratio`` its column (at least ``n`` rows: read them up to
+        ``done``), keeping the verdicts each pair holds (its own arrays, or its column of the table
+        it had). A refresh that only adds rows within the slack touches no pair."""
         same = len(pairs) == len(self._pairs) and all(p is q for p, q in zip(pairs, self._pairs))
         if not same or n > len(self.reason) or n < self._rows:
             capacity = n + n // 4 + 16
@@ -48,8 +49,8 @@ class VerdictTable:
                     ratio[: p.ratio_done, j] = p.ratio[: p.ratio_done]
             self.reason, self.ratio, self._pairs = reason, ratio, list(pairs)
             self._index = {id(p): j for j, p in enumerate(self._pairs)}
-        for j, p in enumerate(pairs):
-            p.reason, p.ratio = self.reason[:n, j], self.ratio[:n, j]
+            for j, p in enumerate(pairs):  # the whole column: the slack rows are the next refresh's
+                p.reason, p.ratio = self.reason[:, j], self.ratio[:, j]
         self._rows = n
 
     def columns(self, pairs: Sequence[Pair]) -> Optional[np.ndarray]:
