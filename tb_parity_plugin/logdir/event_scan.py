@@ -34,9 +34,14 @@ Buffer = Union[mmap.mmap, bytearray, bytes]
 def new_buffer(size: int) -> mmap.mmap:
     """A read buffer: anonymous memory, paged in on first write (a bytearray zero-fills it all).
 
-    It has what framing needs: ``find``, indexing, and the buffer protocol.
+    It has what framing needs: ``find``, indexing, and the buffer protocol. Private, not
+    ``mmap``'s default shared mapping: shared anonymous memory is shmem, whose first-touch
+    faults cost about 1.6x more (11.5 against 7.3 ms per 11 MB read, measured). Not numpy
+    memory either: numpy asks for huge pages, and the kernel's copy from the page cache into
+    huge pages ran 5x slower here (350 against 70 ms per 600 MB through a 16 MiB buffer).
     """
-    return mmap.mmap(-1, max(size, 1))
+    flags = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
+    return mmap.mmap(-1, max(size, 1), flags=flags) if flags else mmap.mmap(-1, max(size, 1))
 
 
 class Framed(NamedTuple):
