@@ -589,6 +589,26 @@ def test_a_tag_learnt_mid_file_is_filed_in_later_chunks(tmp_path, monkeypatch):
     assert fast["runs"]["run"]["scalars"]["lr"][0] == list(range(21))
 
 
+def test_runs_of_one_model_share_their_parsed_layouts(tmp_path):
+    """A layout is parsed once per reader: runs writing the same layout get the same object,
+    and read exactly as each run does in a reader of its own; a different layout is its own."""
+    write_run(str(tmp_path / "a"), range(5)).close()
+    write_run(str(tmp_path / "b"), range(3)).close()
+    write_run(str(tmp_path / "c"), range(3), name="other:0").close()
+    reader = LogdirReader(str(tmp_path))
+    reader.reload()
+    (layout_a,) = reader._runs["a"].layouts.values()
+    (layout_b,) = reader._runs["b"].layouts.values()
+    (layout_c,) = reader._runs["c"].layouts.values()
+    assert layout_a is layout_b and layout_c != layout_a
+    for name in ("a", "b", "c"):
+        alone = LogdirReader(str(tmp_path), runs=[name])
+        alone.reload()
+        assert list(alone._runs[name].layouts.values()) == list(reader._runs[name].layouts.values())
+        for key, series in alone.run(name).tensors.items():
+            np.testing.assert_array_equal(reader.run(name).tensors[key].stats, series.stats)
+
+
 def test_unparsable_event_stops_the_file_at_that_record(tmp_path, monkeypatch):
     """A record with good CRCs but a broken Event stops the file there, on both paths."""
     path = write_run(str(tmp_path / "run"), range(6)).path

@@ -8,7 +8,7 @@ protobuf parses the rest. Both paths go through :func:`_make_item`, so they conv
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 from google.protobuf.message import DecodeError
@@ -24,6 +24,7 @@ from tb_parity_plugin.records.dtypes import decode_tensor, np_dtype
 FAST_PATH = True
 _MAX_TEMPLATES = 4  # per uniform run of records; what no template matches goes to protobuf
 _CACHED_LENGTHS = 64  # record lengths whose templates a run keeps between chunks
+_CACHED_LAYOUTS = 64  # parsed layouts a reader keeps for its runs
 _UNKNOWN: Any = object()
 _HEAD = event_file.HEADER_SIZE
 #: Bytes every record of ours holds (its tag prefix): framing skips records without them.
@@ -68,7 +69,7 @@ def _parse_event(
                 array = np.array([value.tensor.float_val[0]])
             else:
                 array = decode_tensor(value.tensor, limit)[None]
-            out.append(_make_item(route, steps, offsets, array))
+            out.append(_make_item(route, steps, offsets, array, routes.layout))
         except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
             problems.append(ReadProblem(rel, offset, f"bad {value.tag!r} value: {exc}"))
 
@@ -87,7 +88,8 @@ class TagRoutes:
     tag never seen with metadata is not ours, whatever its name.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, layouts: Optional[dict[bytes, metadata.Layout]] = None) -> None:
+        """``layouts``: parsed layouts by their JSON, shared by the runs of one reader."""
         self._routes: dict[str, Optional[Route]] = {}
         self._refused: set[str] = set()  # tags whose metadata named our plugin but could not be used
         #: Messages about tags that carried our plugin name but could not be used.
@@ -95,6 +97,20 @@ class TagRoutes:
         #: Record length -> templates built under the current routes, reused by later chunks
         #: (a template bakes in which tags are ours, so any change of a route drops them all).
         self.templates: dict[int, list[event_scan.Template]] = {}
+        self._layouts = {} if layouts is None else layouts
+
+    def layout(self, data: bytes) -> metadata.Layout:
+        """The layout serialized as ``data``, parsed once per reader (about 1 ms for 200 tensors).
+
+        The runs a reader compares usually come from one model, so they write the same layouts;
+        a Layout is immutable, so the runs may share one.
+        """
+        layout = self._layouts.get(data)
+        if layout is None:
+            if len(self._layouts) >= _CACHED_LAYOUTS:
+                self._layouts.clear()
+            layout = self._layouts[data] = metadata.Layout.from_json_bytes(data)
+        return layout
 
     def remember(self, length: int, template: event_scan.Template) -> None:
         """Keep ``template`` for later chunks' records of ``length`` bytes (a bounded cache)."""
@@ -170,7 +186,13 @@ def _route_of(tag: str, body: dict[str, Any]) -> Optional[Route]:
     return None
 
 
-def _make_item(route: Route, steps: np.ndarray, offsets: np.ndarray, array: np.ndarray) -> Item:
+def _make_item(
+    route: Route,
+    steps: np.ndarray,
+    offsets: np.ndarray,
+    array: np.ndarray,
+    parse_layout: Callable[[bytes], metadata.Layout] = metadata.Layout.from_json_bytes,
+) -> Item:
     """The item of ``len(steps)`` values of one tag; ``array`` is ``[n, *tensor shape]``.
 
     One function for both paths, so they convert (and fail) the same way.
@@ -184,7 +206,7 @@ def _make_item(route: Route, steps: np.ndarray, offsets: np.ndarray, array: np.n
     elif what == "scalar":
         data = array.reshape(n, -1)[:, 0].astype(np.float64)
     elif what == "layout":
-        data = metadata.Layout.from_json_bytes(array.reshape(-1)[0])
+        data = parse_layout(array.reshape(-1)[0])
     else:
         info = json.loads(array.reshape(-1)[0].decode("utf-8"))
         data = info if isinstance(info, dict) else {}

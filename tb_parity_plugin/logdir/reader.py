@@ -25,6 +25,7 @@ from typing import Any, Collection, Optional
 from tb_parity_plugin.logdir import decode, event_scan, storage
 from tb_parity_plugin.logdir.run_state import FileState, RunState
 from tb_parity_plugin.logdir.rundata import ReadProblem, RunData, TensorSeries
+from tb_parity_plugin.records import metadata
 
 __all__ = ["CHUNK_SIZE", "LogdirReader", "ReadProblem", "RunData", "TensorSeries"]
 
@@ -56,6 +57,7 @@ class LogdirReader:
         self._storage = storage.open_storage(logdir)
         self._runs: dict[str, RunState] = {}
         self._routes: dict[str, decode.TagRoutes] = {}  # per run: which tags are ours
+        self._layouts: dict[bytes, metadata.Layout] = {}  # parsed once, shared by the runs (TagRoutes.layout)
         self._retired: dict[str, int] = {}  # run name -> generation it had when dropped
         self._lock = threading.RLock()
         self._reload_lock = threading.Lock()
@@ -215,7 +217,7 @@ class LogdirReader:
             return True
         fs.identity = identity
         want = CHUNK_SIZE
-        routes = self._routes.setdefault(state.name, decode.TagRoutes())
+        routes = self._routes.setdefault(state.name, decode.TagRoutes(self._layouts))
         while fs.offset < size:
             if len(self._buffer) < want:
                 self._buffer = event_scan.new_buffer(want)
