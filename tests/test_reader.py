@@ -556,6 +556,28 @@ def test_templates_kept_between_chunks_read_what_protobuf_reads(tmp_path, monkey
     assert any(path.startswith("short/") for path, _, _ in fast["problems"]) == (damage != "none")
 
 
+def test_the_template_cache_is_bounded():
+    """At most 4 templates per length, 64 lengths, and none holding over 64 KiB of fixed bytes."""
+    from tb_parity_plugin.logdir import decode, event_scan
+
+    def template(fixed: int) -> event_scan.Template:
+        return event_scan.Template(np.zeros(fixed + 8, np.uint8), [(0, fixed)], None, [])
+
+    routes = decode.TagRoutes()
+    kept = [template(100) for _ in range(6)]
+    for t in kept:
+        routes.remember(100, t)
+    assert routes.templates[100] == kept[-4:]
+    routes.remember(200, template(64 << 10))
+    routes.remember(300, template((64 << 10) + 1))
+    assert set(routes.templates) == {100, 200}
+    for length in range(1000, 1062):
+        routes.remember(length, template(10))
+    assert len(routes.templates) == 64
+    routes.remember(5000, template(10))  # a 65th length starts the cache afresh
+    assert set(routes.templates) == {5000}
+
+
 def test_a_tag_learnt_mid_file_is_filed_in_later_chunks(tmp_path, monkeypatch):
     """A stats tag first written without metadata is not ours; once a record's metadata marks
     it, later records of the old shape must be filed: templates kept from before no longer hold."""

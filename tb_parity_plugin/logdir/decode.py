@@ -25,6 +25,7 @@ FAST_PATH = True
 _MAX_TEMPLATES = 4  # per uniform run of records; what no template matches goes to protobuf
 _CACHED_LENGTHS = 64  # record lengths whose templates a run keeps between chunks
 _CACHED_LAYOUTS = 64  # parsed layouts a reader keeps for its runs
+_CACHED_FIXED_BYTES = 64 << 10  # largest fixed part of a template kept between chunks
 _UNKNOWN: Any = object()
 _HEAD = event_file.HEADER_SIZE
 #: Bytes every record of ours holds (its tag prefix): framing skips records without them.
@@ -113,7 +114,14 @@ class TagRoutes:
         return layout
 
     def remember(self, length: int, template: event_scan.Template) -> None:
-        """Keep ``template`` for later chunks' records of ``length`` bytes (a bounded cache)."""
+        """Keep ``template`` for later chunks' records of ``length`` bytes (a bounded cache).
+
+        Not one that copies a large ignored value (another tool's image in the same event):
+        the cache stays under 64 lengths x 4 templates x 64 KiB, and rebuilding such a
+        template costs little next to matching its fixed bytes in every record.
+        """
+        if template.fixed_bytes > _CACHED_FIXED_BYTES:
+            return
         if length not in self.templates and len(self.templates) >= _CACHED_LENGTHS:
             self.templates.clear()
         kept = self.templates.setdefault(length, [])

@@ -163,6 +163,7 @@ class Template:
         self, seed: np.ndarray, fixed: list[tuple[int, int]], step: Optional[tuple[int, int]], slots: list[Slot]
     ) -> None:
         self.fixed = [(a, b, seed[a:b].copy()) for a, b in fixed if b > a]
+        self.fixed_bytes = sum(b - a for a, b, _ in self.fixed)  # what the template holds a copy of
         self.step = step  # (offset, varint bytes) or None when the step is 0 (not serialized)
         self.slots = slots
 
