@@ -578,9 +578,12 @@ def test_the_template_cache_is_bounded():
     assert set(routes.templates) == {5000}
 
 
-def test_a_tag_learnt_mid_file_is_filed_in_later_chunks(tmp_path, monkeypatch):
+def test_a_tag_learnt_mid_file_is_filed_in_later_records(tmp_path, monkeypatch):
     """A stats tag first written without metadata is not ours; once a record's metadata marks
-    it, later records of the old shape must be filed: templates kept from before no longer hold."""
+    it, later records of the old shape must be filed: templates kept from before no longer hold,
+    and in one chunk the records after it are filed with the route although their run comes first."""
+    from tb_parity_plugin.logdir.reader import CHUNK_SIZE
+
     layout = build_layout([("weight", "w", "float32", (2,))])
     h = layout.hash
     out = event_file.EventFileWriter(str(tmp_path / "run"))
@@ -603,11 +606,12 @@ def test_a_tag_learnt_mid_file_is_filed_in_later_chunks(tmp_path, monkeypatch):
     builds, scans = _count_template_builds(monkeypatch)
     fast = _digest_with(str(tmp_path), monkeypatch, True, 1)  # one record per read
     assert len(builds) < 20 <= len(scans)  # steps 2-10 and 13-20 reuse a template
-    # the reference reads record by record too: within one chunk, records are taken by length
-    # (uniform runs), so there step 11's metadata is learnt after steps 12-20 were passed over
-    assert fast == _digest_with(str(tmp_path), monkeypatch, False, 1)
     assert fast["runs"]["run"]["steps"] == list(range(11, 21))
     assert fast["runs"]["run"]["tensors"]["weight/w"][3] == stats.tolist() * 10
+    # in one chunk, runs of records go by length: steps 12-20 are filed before step 11 teaches
+    # the route, so the chunk is read again in record order; protobuf alike
+    assert _digest_with(str(tmp_path), monkeypatch, True, CHUNK_SIZE) == fast
+    assert _digest_with(str(tmp_path), monkeypatch, False, CHUNK_SIZE) == fast
     assert fast["runs"]["run"]["scalars"]["lr"][0] == list(range(21))
 
 
@@ -629,6 +633,61 @@ def test_runs_of_one_model_share_their_parsed_layouts(tmp_path):
         assert list(alone._runs[name].layouts.values()) == list(reader._runs[name].layouts.values())
         for key, series in alone.run(name).tensors.items():
             np.testing.assert_array_equal(reader.run(name).tensors[key].stats, series.stats)
+
+
+def _write_tf1_style(run_dir: str, layout_at: tuple[int, ...], steps: int = 40) -> None:
+    """Stats events as TF1's FileWriter writes them: a tag's metadata with its first value only.
+    A new layout (tensor "a", then "b", ...) begins at each step of ``layout_at``."""
+    out = event_file.EventFileWriter(run_dir)
+    stats = np.stack([health.health_numpy(np.array([1.0, 2.0], np.float32))])
+    for step in range(steps):
+        index = sum(step >= at for at in layout_at) - 1
+        layout = build_layout([("weight", "abcdefgh"[index], "float32", (2,))])
+        if step in layout_at:
+            layout_json = np.array(layout.to_json_bytes(), dtype=object)
+            out.write_summary(
+                step, summary_pb2.Summary(value=[_summary_value(metadata.layout_tag(layout.hash), layout_json)])
+            )
+            value = _summary_value(metadata.stats_tag(layout.hash), stats)
+        else:
+            proto = tensor_util.make_tensor_proto(stats)
+            value = summary_pb2.Summary.Value(tag=metadata.stats_tag(layout.hash), tensor=proto)
+        out.write_summary(step, summary_pb2.Summary(value=[value]))
+    out.close()
+
+
+def _count_redone(monkeypatch) -> list:
+    """Chunks read again in record order (decode.parse_in_order), by their file offset."""
+    from tb_parity_plugin.logdir import decode
+
+    redone: list = []
+    real = decode.parse_in_order
+    monkeypatch.setattr(decode, "parse_in_order", lambda *a: redone.append(a[2]) or real(*a))
+    return redone
+
+
+def test_a_layout_begun_mid_run_keeps_its_steps_when_its_metadata_comes_once(tmp_path, monkeypatch):
+    """TF1's pattern with a second layout from step 20: its later records are as long as the first
+    layout's, so their run of records is filed before step 20's record teaches their tag (runs
+    go by length). Reading that chunk again in record order keeps steps 21-39 (they were lost)."""
+    _write_tf1_style(str(tmp_path / "tf1"), (0, 20))
+    redone = _count_redone(monkeypatch)
+    digest = _both_paths(str(tmp_path), monkeypatch)
+    tensors = digest["runs"]["tf1"]["tensors"]
+    assert len(tensors["weight/a"][3]) == 20 and len(tensors["weight/b"][3]) == 20
+    assert digest["runs"]["tf1"]["steps"] == list(range(40)) and digest["problems"] == []
+    assert redone  # the fast pass saw it and handed the chunk over
+
+
+def test_metadata_with_first_values_is_learnt_without_reading_again(tmp_path, monkeypatch):
+    """Our writer (metadata with every value) and TF1's pattern with one layout learn their
+    routes in the fast pass: no chunk is read again."""
+    write_run(str(tmp_path / "ours"), range(50)).close()
+    _write_tf1_style(str(tmp_path / "tf1"), (0,))
+    redone = _count_redone(monkeypatch)
+    digest = _both_paths(str(tmp_path), monkeypatch)
+    assert digest["runs"]["tf1"]["steps"] == list(range(40)) and digest["runs"]["ours"]["steps"] == list(range(50))
+    assert redone == []
 
 
 def test_unparsable_event_stops_the_file_at_that_record(tmp_path, monkeypatch):

@@ -52,6 +52,7 @@ def _parse_event(
     """
     event = event_pb2.Event()
     event.ParseFromString(memoryview(buf)[start : start + length].toreadonly())
+    routes.reading_at = start
     if not event.HasField("summary"):
         return
     offset = base + start - _HEAD
@@ -99,6 +100,22 @@ class TagRoutes:
         #: (a template bakes in which tags are ours, so any change of a route drops them all).
         self.templates: dict[int, list[event_scan.Template]] = {}
         self._layouts = {} if layouts is None else layouts
+        #: Where the record being decoded starts (set by its reader), and the first such start
+        #: at which a route was decided or changed since scan_chunk last reset it to None.
+        self.reading_at = 0
+        self.changed_at: Optional[int] = None
+
+    def checkpoint(self) -> tuple[dict[str, Optional[Route]], set[str], int]:
+        """The routes as they are, for :meth:`restore` before a chunk is read again."""
+        return dict(self._routes), set(self._refused), len(self.rejected)
+
+    def restore(self, saved: tuple[dict[str, Optional[Route]], set[str], int]) -> None:
+        """Forget what was learnt since ``saved``: a chunk read again learns it again, in record order."""
+        routes, refused, rejected = saved
+        if routes != self._routes:
+            self.templates.clear()
+        self._routes, self._refused = dict(routes), set(refused)
+        del self.rejected[rejected:]
 
     def layout(self, data: bytes) -> metadata.Layout:
         """The layout serialized as ``data``, parsed once per reader (about 1 ms for 200 tensors).
@@ -159,6 +176,8 @@ class TagRoutes:
                     route = ("scalar", key, "")
         if self._routes.get(tag, _UNKNOWN) != route:
             self.templates.clear()
+            if self.changed_at is None or self.reading_at < self.changed_at:
+                self.changed_at = self.reading_at
         self._routes[tag] = route
         return route
 
@@ -221,6 +240,10 @@ def _make_item(
     return Item(what, key, dtype, steps, offsets, data)
 
 
+class LearntOutOfOrder(Exception):
+    """A record taught a tag's route after records later in the file were already filed."""
+
+
 def scan_chunk(
     buf: event_scan.Buffer,
     framed: event_scan.Framed,
@@ -231,14 +254,23 @@ def scan_chunk(
 ) -> tuple[list[Item], list[ReadProblem]]:
     """Items and problems of a chunk's marked records (event_scan first, protobuf for the rest).
 
-    Raises DecodeError for an unparsable event (callers then use :func:`parse_in_order`).
+    Raises DecodeError for an unparsable event, and LearntOutOfOrder when a record taught a
+    route after records later in the file were filed: runs go by record length, not file
+    order, so those were filed without the route (a tag's metadata may come with a later value
+    than its first). Callers then restore the routes and use :func:`parse_in_order`. Logs whose
+    tags carry metadata with their first value never raise it: that record's run comes first.
     """
     items: list[Item] = []
     problems: list[ReadProblem] = []
+    passed = -1  # start of the last record of the runs filed so far
     for run in event_scan.uniform_runs(framed.starts, framed.lengths):
+        routes.changed_at = None
         left = _scan_run(buf, run, base, items, problems, rel, routes) if FAST_PATH else range(run.count)
         for i in left:
             _parse_event(buf, run.first + i * run.stride, run.length, base, items, problems, rel, routes, limit)
+        if routes.changed_at is not None and passed > routes.changed_at:
+            raise LearntOutOfOrder(f"a route learnt at byte {base + routes.changed_at - _HEAD}")
+        passed = max(passed, run.first + (run.count - 1) * run.stride)
     items.sort(key=lambda item: item.offsets[0])  # stable: record order, then value order
     problems.sort(key=lambda problem: problem.offset)
     return items, problems
@@ -270,6 +302,7 @@ def _scan_run(
             break
         seed = int(np.argmax(todo))
         start = run.first + seed * run.stride
+        routes.reading_at = start
         template = event_scan.build_template(buf, start, run.length, routes.wanted)
         if template is not None:  # protobuf validates the seed's fixed bytes (UTF-8 of strings, ...)
             event_pb2.Event.FromString(memoryview(buf)[start : start + run.length].toreadonly())
@@ -322,8 +355,9 @@ def parse_in_order(
 ) -> tuple[list[Item], list[ReadProblem], Optional[tuple[int, str]]]:
     """Protobuf only, record by record, up to the first unparsable one: (its offset, message) or None.
 
-    Also the fallback when the fast path met something no check foresaw: each record is filed
-    whole or not at all, so every record before the bad one is kept (not the chunk lost).
+    Also the fallback when the fast path met something no check foresaw, or learnt a route out
+    of record order: each record is filed whole or not at all, so every record before the bad
+    one is kept (not the chunk lost), and routes are learnt in the order the records come.
     """
     items: list[Item] = []
     problems: list[ReadProblem] = []

@@ -225,9 +225,11 @@ class LogdirReader:
             end = self._storage.read_into(fs.path, fs.offset, memoryview(buf)[:want])
             framed = event_scan.frame(buf, end, decode.MARK)
             used, error = framed.used, framed.error
+            saved = routes.checkpoint()
             try:
                 items, problems = decode.scan_chunk(buf, framed, fs.offset, fs.rel, routes, size)
             except Exception:  # redo in record order to stop exactly at the first bad event, keeping those before
+                routes.restore(saved)  # and to learn routes in record order
                 items, problems, bad = decode.parse_in_order(buf, framed, fs.offset, fs.rel, routes, size)
                 if bad is not None:
                     used, error = bad[0] - fs.offset, bad[1]
