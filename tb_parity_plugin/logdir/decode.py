@@ -257,8 +257,9 @@ def scan_chunk(
     Raises DecodeError for an unparsable event, and LearntOutOfOrder when a record taught a
     route after records later in the file were filed: runs go by record length, not file
     order, so those were filed without the route (a tag's metadata may come with a later value
-    than its first). Callers then restore the routes and use :func:`parse_in_order`. Logs whose
-    tags carry metadata with their first value never raise it: that record's run comes first.
+    than its first). Callers then restore the routes and use :func:`parse_in_order`. Our
+    writer's logs (metadata with every value) never raise it, nor TF1-style ones (metadata
+    with a tag's first value only) whose tags all begin with the run.
     """
     items: list[Item] = []
     problems: list[ReadProblem] = []
