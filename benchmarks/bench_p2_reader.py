@@ -12,7 +12,8 @@ in each round, so load on the shared machine hits all alike), reporting medians:
   ``EventFileLoader`` on its pure-Python CRC path (on a prefix of the files,
   ``--notf-tb-mb``, since it runs at a few MB/s).
 
-Target (issue #2, P2): our reader >= 50% of raw framing throughput, with and without TF.
+Targets: our reader >= 50% of raw framing throughput, with and without TF (issue #2, P2);
+issue 13 asks >= 70% on statistics only and >= 50% on full values.
 
     .venv/bin/python benchmarks/bench_p2_reader.py            # ~1/4 scale, about 1 minute
     .venv/bin/python benchmarks/bench_p2_reader.py --full     # 2 runs x 2000 steps x 200 tensors
@@ -271,7 +272,7 @@ def main() -> None:
                 summary.append(
                     f"  {label:16} {side:13} LogdirReader / raw framing = {table['LogdirReader cold + arrays'][4]:.0%}"
                 )
-        print(f"\nP2 target >= 50% (median over {args.repeat} interleaved rounds):")
+        print(f"\nP2 targets: statistics >= 70%, full values >= 50% (median over {args.repeat} interleaved rounds):")
         print("\n".join(summary))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -456,9 +456,16 @@ def test_fast_path_matches_protobuf_big_and_small_records(tmp_path, monkeypatch)
 def test_fast_path_falls_back_on_odd_records(tmp_path, monkeypatch):
     """Equal-length records that differ in structure, other tools' varying values, typed
     fields, name scopes and a bad block all give what protobuf gives."""
+    _write_odd_records(str(tmp_path / "run"))
+    digest = _both_paths(str(tmp_path), monkeypatch)
+    assert len(digest["problems"]) >= 1 and digest["runs"]["run"]["steps"][:3] == [1, 2, 3]
+
+
+def _write_odd_records(run_dir: str) -> None:
+    """Steps 1-39 whose records differ in structure at equal length, with a bad block at step 20."""
     layout = build_layout([("weight", "w", "float32", (2,)), ("grad", "g", "float32", (2,))])
     h = layout.hash
-    out = event_file.EventFileWriter(str(tmp_path / "run"))
+    out = event_file.EventFileWriter(run_dir)
     stats = np.stack([health.health_numpy(np.array([1.0, 2.0], np.float32))] * 2)
     moments = np.zeros(metadata.N_STATS)
     moments[metadata.field_span(metadata.MOMENT_FIELDS)] = 1.0
@@ -484,8 +491,203 @@ def test_fast_path_falls_back_on_odd_records(tmp_path, monkeypatch):
             values[0] = _summary_value(metadata.stats_tag(h), stats[:1])
         out.write_summary(step, summary_pb2.Summary(value=values))
     out.close()
+
+
+def _digest_with(logdir: str, monkeypatch, fast: bool, chunk: int) -> dict:
+    """_summarise and the sorted problems, read with the fast path on or off and ``chunk``-byte reads."""
+    from tb_parity_plugin.logdir import decode
+    from tb_parity_plugin.logdir import reader as reader_module
+
+    monkeypatch.setattr(decode, "FAST_PATH", fast)
+    monkeypatch.setattr(reader_module, "CHUNK_SIZE", chunk)
+    problems = sorted(list(map(str, dataclasses.astuple(p))) for p in LogdirReader(logdir, finished=True).problems)
+    return {"runs": _summarise(logdir), "problems": problems}
+
+
+def _count_template_builds(monkeypatch) -> tuple[list, list]:
+    """(template builds, uniform runs scanned), filled as the reader reads."""
+    from tb_parity_plugin.logdir import decode, event_scan
+
+    builds: list = []
+    scans: list = []
+    build, scan = event_scan.build_template, decode._scan_run
+    monkeypatch.setattr(event_scan, "build_template", lambda *a: builds.append(a[1]) or build(*a))
+    monkeypatch.setattr(decode, "_scan_run", lambda *a: scans.append(a[1]) or scan(*a))
+    return builds, scans
+
+
+@pytest.mark.parametrize("damage", ["none", "bit_flip", "crc_valid_nonsense", "truncate"])
+def test_templates_kept_between_chunks_read_what_protobuf_reads(tmp_path, monkeypatch, damage):
+    """Read in 4 KB chunks, later chunks' records are matched against templates built in earlier
+    ones; the result (damage included) must be what protobuf reads in one 16 MiB chunk."""
+    from tb_parity_plugin.logdir import decode
+    from tb_parity_plugin.logdir.reader import CHUNK_SIZE
+
+    write_run(str(tmp_path / "long"), range(300)).close()  # the step varint grows at 128: a new template
+    _write_odd_records(str(tmp_path / "odd"))
+    alternating = BlockWriter(str(tmp_path / "alt"))  # steps of two layouts whose records are equally long:
+    for step in range(60):  # a template kept from one must not take the other's records
+        alternating.write_arrays(step, [("weight", "ab"[step % 2], np.full(3, step, np.float32))])
+    alternating.close()
+    path = write_run(str(tmp_path / "short"), range(40), name="w").path
+    data = bytearray(open(path, "rb").read())
+    bad = record_offsets(path)[30]
+    length = struct.unpack_from("<Q", data, bad)[0]
+    if damage == "bit_flip":
+        data[bad + 100] ^= 0x04
+    elif damage == "crc_valid_nonsense":  # the big tensor's size statistic made NaN, both CRCs valid again
+        body = bytes(data[bad + 12 : bad + 12 + length]).replace(struct.pack("<d", 5000), struct.pack("<d", np.nan), 1)
+        data[bad : bad + 16 + length] = event_file.frame_record(body)
+    elif damage == "truncate":
+        del data[bad + 50 :]
+    with open(path, "wb") as f:
+        f.write(bytes(data))
+    builds, _ = _count_template_builds(monkeypatch)
+    fast = _digest_with(str(tmp_path), monkeypatch, True, 4096)
+    kept = len(builds)
+    with monkeypatch.context() as m:  # the same read with no template kept between chunks
+        m.setattr(decode.TagRoutes, "remember", lambda *a: None)
+        builds.clear()
+        assert _digest_with(str(tmp_path), monkeypatch, True, 4096) == fast
+    assert 0 < kept < len(builds) // 2  # most runs of records were matched by kept templates
+    assert fast == _digest_with(str(tmp_path), monkeypatch, False, CHUNK_SIZE)
+    steps = fast["runs"]["short"]["steps"]
+    assert steps == list(range(40)) if damage == "none" else steps[:28] == list(range(28))
+    assert any(path.startswith("short/") for path, _, _ in fast["problems"]) == (damage != "none")
+
+
+def test_the_template_cache_is_bounded():
+    """At most 4 templates per length, 64 lengths, and none holding over 64 KiB of fixed bytes."""
+    from tb_parity_plugin.logdir import decode, event_scan
+
+    def template(fixed: int) -> event_scan.Template:
+        return event_scan.Template(np.zeros(fixed + 8, np.uint8), [(0, fixed)], None, [])
+
+    routes = decode.TagRoutes()
+    kept = [template(100) for _ in range(6)]
+    for t in kept:
+        routes.remember(100, t)
+    assert routes.templates[100] == kept[-4:]
+    routes.remember(200, template(64 << 10))
+    routes.remember(300, template((64 << 10) + 1))
+    assert set(routes.templates) == {100, 200}
+    for length in range(1000, 1062):
+        routes.remember(length, template(10))
+    assert len(routes.templates) == 64
+    routes.remember(5000, template(10))  # a 65th length starts the cache afresh
+    assert set(routes.templates) == {5000}
+
+
+def test_a_tag_learnt_mid_file_is_filed_in_later_records(tmp_path, monkeypatch):
+    """A stats tag first written without metadata is not ours; once a record's metadata marks
+    it, later records of the old shape must be filed: templates kept from before no longer hold,
+    and in one chunk the records after it are filed with the route although their run comes first."""
+    from tb_parity_plugin.logdir.reader import CHUNK_SIZE
+
+    layout = build_layout([("weight", "w", "float32", (2,))])
+    h = layout.hash
+    out = event_file.EventFileWriter(str(tmp_path / "run"))
+    stats = np.stack([health.health_numpy(np.array([1.0, 2.0], np.float32))])
+    bare_stats = summary_pb2.Summary.Value(tag=metadata.stats_tag(h), tensor=tensor_util.make_tensor_proto(stats))
+    out.write_summary(
+        0,
+        summary_pb2.Summary(
+            value=[_summary_value(metadata.layout_tag(h), np.array(layout.to_json_bytes(), dtype=object))]
+        ),
+    )
+    out.write_summary(
+        0, summary_pb2.Summary(value=[_summary_value(metadata.SCALAR_TAGS["lr"], np.float32(0), "scalars")])
+    )
+    for step in range(1, 21):
+        lr = summary_pb2.Summary.Value(tag=metadata.SCALAR_TAGS["lr"], simple_value=step / 100)
+        marked = _summary_value(metadata.stats_tag(h), stats)  # the first value of the tag with metadata
+        out.write_summary(step, summary_pb2.Summary(value=[lr, marked if step == 11 else bare_stats]))
+    out.close()
+    builds, scans = _count_template_builds(monkeypatch)
+    fast = _digest_with(str(tmp_path), monkeypatch, True, 1)  # one record per read
+    assert len(builds) < 20 <= len(scans)  # steps 2-10 and 13-20 reuse a template
+    assert fast["runs"]["run"]["steps"] == list(range(11, 21))
+    assert fast["runs"]["run"]["tensors"]["weight/w"][3] == stats.tolist() * 10
+    # in one chunk, runs of records go by length: steps 12-20 are filed before step 11 teaches
+    # the route, so the chunk is read again in record order; protobuf alike
+    assert _digest_with(str(tmp_path), monkeypatch, True, CHUNK_SIZE) == fast
+    assert _digest_with(str(tmp_path), monkeypatch, False, CHUNK_SIZE) == fast
+    assert fast["runs"]["run"]["scalars"]["lr"][0] == list(range(21))
+
+
+def test_runs_of_one_model_share_their_parsed_layouts(tmp_path):
+    """A layout is parsed once per reader: runs writing the same layout get the same object,
+    and read exactly as each run does in a reader of its own; a different layout is its own."""
+    write_run(str(tmp_path / "a"), range(5)).close()
+    write_run(str(tmp_path / "b"), range(3)).close()
+    write_run(str(tmp_path / "c"), range(3), name="other:0").close()
+    reader = LogdirReader(str(tmp_path))
+    reader.reload()
+    (layout_a,) = reader._runs["a"].layouts.values()
+    (layout_b,) = reader._runs["b"].layouts.values()
+    (layout_c,) = reader._runs["c"].layouts.values()
+    assert layout_a is layout_b and layout_c != layout_a
+    for name in ("a", "b", "c"):
+        alone = LogdirReader(str(tmp_path), runs=[name])
+        alone.reload()
+        assert list(alone._runs[name].layouts.values()) == list(reader._runs[name].layouts.values())
+        for key, series in alone.run(name).tensors.items():
+            np.testing.assert_array_equal(reader.run(name).tensors[key].stats, series.stats)
+
+
+def _write_tf1_style(run_dir: str, layout_at: tuple[int, ...], steps: int = 40) -> None:
+    """Stats events as TF1's FileWriter writes them: a tag's metadata with its first value only.
+    A new layout (tensor "a", then "b", ...) begins at each step of ``layout_at``."""
+    out = event_file.EventFileWriter(run_dir)
+    stats = np.stack([health.health_numpy(np.array([1.0, 2.0], np.float32))])
+    for step in range(steps):
+        index = sum(step >= at for at in layout_at) - 1
+        layout = build_layout([("weight", "abcdefgh"[index], "float32", (2,))])
+        if step in layout_at:
+            layout_json = np.array(layout.to_json_bytes(), dtype=object)
+            out.write_summary(
+                step, summary_pb2.Summary(value=[_summary_value(metadata.layout_tag(layout.hash), layout_json)])
+            )
+            value = _summary_value(metadata.stats_tag(layout.hash), stats)
+        else:
+            proto = tensor_util.make_tensor_proto(stats)
+            value = summary_pb2.Summary.Value(tag=metadata.stats_tag(layout.hash), tensor=proto)
+        out.write_summary(step, summary_pb2.Summary(value=[value]))
+    out.close()
+
+
+def _count_redone(monkeypatch) -> list:
+    """Chunks read again in record order (decode.parse_in_order), by their file offset."""
+    from tb_parity_plugin.logdir import decode
+
+    redone: list = []
+    real = decode.parse_in_order
+    monkeypatch.setattr(decode, "parse_in_order", lambda *a: redone.append(a[2]) or real(*a))
+    return redone
+
+
+def test_a_layout_begun_mid_run_keeps_its_steps_when_its_metadata_comes_once(tmp_path, monkeypatch):
+    """TF1's pattern with a second layout from step 20: its later records are as long as the first
+    layout's, so their run of records is filed before step 20's record teaches their tag (runs
+    go by length). Reading that chunk again in record order keeps steps 21-39 (they were lost)."""
+    _write_tf1_style(str(tmp_path / "tf1"), (0, 20))
+    redone = _count_redone(monkeypatch)
     digest = _both_paths(str(tmp_path), monkeypatch)
-    assert len(digest["problems"]) >= 1 and digest["runs"]["run"]["steps"][:3] == [1, 2, 3]
+    tensors = digest["runs"]["tf1"]["tensors"]
+    assert len(tensors["weight/a"][3]) == 20 and len(tensors["weight/b"][3]) == 20
+    assert digest["runs"]["tf1"]["steps"] == list(range(40)) and digest["problems"] == []
+    assert redone  # the fast pass saw it and handed the chunk over
+
+
+def test_metadata_with_first_values_is_learnt_without_reading_again(tmp_path, monkeypatch):
+    """Our writer (metadata with every value) and TF1's pattern with one layout learn their
+    routes in the fast pass: no chunk is read again."""
+    write_run(str(tmp_path / "ours"), range(50)).close()
+    _write_tf1_style(str(tmp_path / "tf1"), (0,))
+    redone = _count_redone(monkeypatch)
+    digest = _both_paths(str(tmp_path), monkeypatch)
+    assert digest["runs"]["tf1"]["steps"] == list(range(40)) and digest["runs"]["ours"]["steps"] == list(range(50))
+    assert redone == []
 
 
 def test_unparsable_event_stops_the_file_at_that_record(tmp_path, monkeypatch):

@@ -34,9 +34,14 @@ Buffer = Union[mmap.mmap, bytearray, bytes]
 def new_buffer(size: int) -> mmap.mmap:
     """A read buffer: anonymous memory, paged in on first write (a bytearray zero-fills it all).
 
-    It has what framing needs: ``find``, indexing, and the buffer protocol.
+    It has what framing needs: ``find``, indexing, and the buffer protocol. Private, not
+    ``mmap``'s default shared mapping: shared anonymous memory is shmem, whose first-touch
+    faults cost about 1.6x more (11.5 against 7.3 ms per 11 MB read, measured). Not numpy
+    memory either: numpy asks for huge pages, and the kernel's copy from the page cache into
+    huge pages ran 5x slower here (350 against 70 ms per 600 MB through a 16 MiB buffer).
     """
-    return mmap.mmap(-1, max(size, 1))
+    flags = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
+    return mmap.mmap(-1, max(size, 1), flags=flags) if flags else mmap.mmap(-1, max(size, 1))
 
 
 class Framed(NamedTuple):
@@ -158,6 +163,7 @@ class Template:
         self, seed: np.ndarray, fixed: list[tuple[int, int]], step: Optional[tuple[int, int]], slots: list[Slot]
     ) -> None:
         self.fixed = [(a, b, seed[a:b].copy()) for a, b in fixed if b > a]
+        self.fixed_bytes = sum(b - a for a, b, _ in self.fixed)  # what the template holds a copy of
         self.step = step  # (offset, varint bytes) or None when the step is 0 (not serialized)
         self.slots = slots
 

@@ -25,6 +25,7 @@ from typing import Any, Collection, Optional
 from tb_parity_plugin.logdir import decode, event_scan, storage
 from tb_parity_plugin.logdir.run_state import FileState, RunState
 from tb_parity_plugin.logdir.rundata import ReadProblem, RunData, TensorSeries
+from tb_parity_plugin.records import metadata
 
 __all__ = ["CHUNK_SIZE", "LogdirReader", "ReadProblem", "RunData", "TensorSeries"]
 
@@ -56,6 +57,7 @@ class LogdirReader:
         self._storage = storage.open_storage(logdir)
         self._runs: dict[str, RunState] = {}
         self._routes: dict[str, decode.TagRoutes] = {}  # per run: which tags are ours
+        self._layouts: dict[bytes, metadata.Layout] = {}  # parsed once, shared by the runs (TagRoutes.layout)
         self._retired: dict[str, int] = {}  # run name -> generation it had when dropped
         self._lock = threading.RLock()
         self._reload_lock = threading.Lock()
@@ -215,7 +217,7 @@ class LogdirReader:
             return True
         fs.identity = identity
         want = CHUNK_SIZE
-        routes = self._routes.setdefault(state.name, decode.TagRoutes())
+        routes = self._routes.setdefault(state.name, decode.TagRoutes(self._layouts))
         while fs.offset < size:
             if len(self._buffer) < want:
                 self._buffer = event_scan.new_buffer(want)
@@ -223,9 +225,11 @@ class LogdirReader:
             end = self._storage.read_into(fs.path, fs.offset, memoryview(buf)[:want])
             framed = event_scan.frame(buf, end, decode.MARK)
             used, error = framed.used, framed.error
+            saved = routes.checkpoint()
             try:
                 items, problems = decode.scan_chunk(buf, framed, fs.offset, fs.rel, routes, size)
             except Exception:  # redo in record order to stop exactly at the first bad event, keeping those before
+                routes.restore(saved)  # and to learn routes in record order
                 items, problems, bad = decode.parse_in_order(buf, framed, fs.offset, fs.rel, routes, size)
                 if bad is not None:
                     used, error = bad[0] - fs.offset, bad[1]
