@@ -49,6 +49,7 @@ class Comparison:
         self.mapping = tuple(mapping)
         self._pairs: list[Pair] = []
         self._table = VerdictTable()  # the pairs' verdicts, one column each (batched engine)
+        self._chunk: Optional[int] = None  # steps per scan chunk, once per set of pairs
         self._groups: list[list[Pair]] = []  # pairs settled together (engine/batch.py)
         self._alignment: Optional[align.Alignment] = None
         #: (the alignment it is of, what else it read, the structure): see structure()
@@ -104,7 +105,7 @@ class Comparison:
                 reuse.copy_verdicts(old, pair)
             pairs.append(pair)
         self._pairs = pairs
-        self._chunk: Optional[int] = None
+        self._chunk = None
         if batch.ENABLED:
             self._table.bind(pairs, len(steps))
         self._groups = batch.groups(pairs)
