@@ -10,7 +10,8 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 
 from tb_parity_plugin.engine import align, batch
-from tb_parity_plugin.engine.pair import NONFINITE_COLS, same_memory
+from tb_parity_plugin.engine.pair import NONFINITE_COLS
+from tb_parity_plugin.logdir.rundata import same_rows
 
 
 class _Scanned(NamedTuple):
@@ -78,7 +79,7 @@ def _scan(old: Optional[_Scanned], stats: np.ndarray, steps: np.ndarray) -> _Sca
     holding NaN/Inf, scanning only the rows past ``old``'s when they are ``old``'s very memory."""
     width = stats.shape[1]
     hit, first_step, start = np.zeros(width, dtype=bool), np.zeros(width, dtype=np.int64), 0
-    if old is not None and len(old.hit) == width and same_memory(old.stats, stats):
+    if old is not None and len(old.hit) == width and same_rows(old.stats, stats):
         hit, first_step, start = old.hit.copy(), old.first_step.copy(), len(old.stats)
     if start < len(stats) and not hit.all():
         fresh = stats[start:]

@@ -32,23 +32,6 @@ def take_rows(array: np.ndarray, index: np.ndarray) -> np.ndarray:
     return rows
 
 
-def same_memory(old: np.ndarray, new: np.ndarray) -> bool:
-    """True if ``new`` starts with the very rows of ``old`` (same buffer, same layout).
-
-    Reader snapshots never change after they are taken, so when an appending reload
-    hands out views of the same buffer, the old rows are unchanged without reading them.
-    """
-    if old is new:
-        return True
-    ia, ib = old.__array_interface__, new.__array_interface__
-    return (
-        ia["data"][0] == ib["data"][0]
-        and old.strides == new.strides
-        and old.dtype == new.dtype
-        and len(new) >= len(old)
-    )
-
-
 def step_rows(steps: np.ndarray, series_steps: np.ndarray) -> np.ndarray:
     """Row of each of ``steps`` in ``series_steps`` (both sorted), -1 where absent."""
     pos = np.searchsorted(series_steps, steps)

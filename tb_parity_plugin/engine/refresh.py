@@ -16,7 +16,8 @@ from typing import Any, Optional
 import numpy as np
 
 from tb_parity_plugin.engine import batch
-from tb_parity_plugin.engine.pair import Pair, same_memory, step_rows, take_rows
+from tb_parity_plugin.engine.pair import Pair, step_rows, take_rows
+from tb_parity_plugin.logdir.rundata import same_rows
 
 
 class Reuse:
@@ -56,7 +57,7 @@ class Reuse:
         key = (id(o), id(n), id(idx), keep)
         if key not in self._unchanged:
             rows = idx[:keep][idx[:keep] >= 0]
-            self._unchanged[key] = not len(rows) or same_memory(o, n) or _equal_rows(o, n, rows)
+            self._unchanged[key] = not len(rows) or same_rows(o, n) or _equal_rows(o, n, rows)
         return self._unchanged[key]
 
     def compared_rows_unchanged(self, old: Pair, base: Any, cand: Any, done: int) -> bool:
@@ -77,7 +78,7 @@ class Reuse:
                 if key not in self._unchanged:
                     rows = idx[:done][idx[:done] >= 0]
                     self._unchanged[key] = (
-                        not len(rows) or same_memory(o, n) or (o.shape[1:] == n.shape[1:] and _equal_rows(o, n, rows))
+                        not len(rows) or same_rows(o, n) or (o.shape[1:] == n.shape[1:] and _equal_rows(o, n, rows))
                     )
                 if not self._unchanged[key]:
                     return False

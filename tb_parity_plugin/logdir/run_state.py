@@ -12,7 +12,7 @@ from typing import Any, Hashable, Iterator, NamedTuple, Optional, Union
 
 import numpy as np
 
-from tb_parity_plugin.logdir.rundata import ReadProblem, RunData, TensorSeries
+from tb_parity_plugin.logdir.rundata import ReadProblem, RunData, TensorSeries, note_grown
 from tb_parity_plugin.records import metadata
 from tb_parity_plugin.records.dtypes import np_dtype
 
@@ -126,9 +126,11 @@ def impossible_stats(blocks: np.ndarray) -> np.ndarray:
 
 
 def _grown(array: np.ndarray, used: int, capacity: int) -> np.ndarray:
-    """A ``capacity``-row copy of ``array``'s first ``used`` rows (the rest uninitialised)."""
+    """A ``capacity``-row copy of ``array``'s first ``used`` rows (the rest uninitialised), noted
+    as such (``rundata.note_grown``) so the engine knows them unchanged without reading them."""
     grown = np.empty((capacity, *array.shape[1:]), array.dtype)
     grown[:used] = array[:used]
+    note_grown(grown, array, used)
     return grown
 
 

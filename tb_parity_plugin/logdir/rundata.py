@@ -7,6 +7,7 @@ ends depend on them, never on how the files were read.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from typing import Any, Optional
 
 import numpy as np
@@ -76,3 +77,68 @@ class RunData:
     #: Facts the engine derives from this snapshot alone (e.g. its first NaN/Inf), kept with it
     #: so that comparing it again under another tolerance does not recompute them.
     derived: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+
+#: Memory the reader grew out of older memory (a column that outgrew its capacity, whose rows in use
+#: it copied): id(new owner array) -> (weak ref to it, weak ref to the older owner, rows copied).
+_GROWN: dict[int, tuple[weakref.ref[np.ndarray], weakref.ref[np.ndarray], int]] = {}
+
+
+def note_grown(new: np.ndarray, old: np.ndarray, rows: int) -> None:
+    """The reader copied ``old[:rows]`` into ``new[:rows]``; noted only when both arrays own their
+    memory (what :func:`same_rows` walks back)."""
+    if new.base is not None or old.base is not None:
+        return
+    key = id(new)
+    _GROWN[key] = (weakref.ref(new), weakref.ref(old), rows)
+    weakref.finalize(new, _GROWN.pop, key, None)
+
+
+def same_rows(old: np.ndarray, new: np.ndarray) -> bool:
+    """True if ``new`` starts with the very rows of ``old`` without reading them: the same memory
+    with the same layout, or memory the reader grew out of ``old``'s by copying those rows.
+
+    Snapshots never change after they are taken (rows handed out are never written again), so an
+    appending reload's views show the old rows unchanged; when a column outgrew its memory the
+    reader copied them (:func:`note_grown`), which a refresh would otherwise have to read back
+    whole, costing what recomputing costs.
+    """
+    if old is new:
+        return True
+    if old.dtype != new.dtype or old.strides != new.strides or len(new) < len(old):
+        return False
+    if _address(old) == _address(new):
+        return True
+    o_own, n_own = _owner(old), _owner(new)
+    offset = _address(old) - _address(o_own)
+    if (
+        o_own.ndim == 0
+        or old.ndim == 0
+        or offset != _address(new) - _address(n_own)
+        or not 0 <= offset < o_own.strides[0]  # the view starts in the owner's first row
+        or old.strides[0] != o_own.strides[0]  # and maps its rows one to one
+        or o_own.strides != n_own.strides
+        or o_own.shape[1:] != n_own.shape[1:]
+    ):
+        return False
+    owner = n_own
+    while owner is not o_own:  # walk back the copies, each of which must hold old's rows
+        entry = _GROWN.get(id(owner))
+        if entry is None or entry[0]() is not owner:
+            return False
+        older = entry[1]()
+        if older is None or entry[2] < len(old) or older.strides != owner.strides:
+            return False
+        owner = older
+    return True
+
+
+def _owner(array: np.ndarray) -> np.ndarray:
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array
+
+
+def _address(array: np.ndarray) -> int:
+    address: int = array.__array_interface__["data"][0]
+    return address
