@@ -12,7 +12,7 @@ Every other pair is left to its own, unchanged, per-pair path.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -62,11 +62,11 @@ def _identical(group: list[Pair], k0: int, k1: int, equal_nan: bool) -> tuple[np
     return same, both
 
 
-def settle(group: list[Pair], k1: int, equal_nan: bool, table: Optional[VerdictTable] = None) -> None:
+def settle(group: list[Pair], k1: int, equal_nan: bool, table: VerdictTable) -> None:
     """Verdicts of compared steps up to ``k1`` for the pairs of ``group`` whose statistics are
     identical there, and their error ratios where those had reached the same step; the rest are
     left as they were (to their own path). ``table``: where the pairs' verdicts are held, written
-    as one array operation rather than one per pair."""
+    as one array operation rather than one per pair (pair by pair for pairs it does not hold)."""
     k0 = group[0].done
     todo = [p for p in group if p.done == k0]
     if k0 >= k1 or len(todo) < 2:
@@ -79,8 +79,8 @@ def settle(group: list[Pair], k1: int, equal_nan: bool, table: Optional[VerdictT
     first_bad = k0 + int(missing[0]) if len(missing) else -1
     settled = [p for p, s in zip(todo, same) if s]
     with_ratios = [p for p in settled if p.ratio_done == k0]
-    cols, rcols = (table.columns(settled), table.columns(with_ratios)) if table is not None else (None, None)
-    if cols is not None and rcols is not None and table is not None:
+    cols, rcols = table.columns(settled), table.columns(with_ratios)
+    if cols is not None and rcols is not None:
         table.reason[k0:k1, cols] = codes[:, None]
         table.ratio[k0:k1, rcols] = ratio[:, None]
     else:

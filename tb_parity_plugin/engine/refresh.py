@@ -53,12 +53,9 @@ class Reuse:
         # Whole blocks only when the tensor sits in the same column of blocks of one width: a run
         # read anew (a file gone or replaced) may hold it in another layout, where equal blocks
         # say nothing of its own statistics (and blocks of other widths cannot be compared).
-        o, n = (old.block, new.block) if _whole_blocks(old, new) else (old.stats, new.stats)
-        key = (id(o), id(n), id(idx), keep)
-        if key not in self._unchanged:
-            rows = idx[:keep][idx[:keep] >= 0]
-            self._unchanged[key] = not len(rows) or same_rows(o, n) or _equal_rows(o, n, rows)
-        return self._unchanged[key]
+        if _whole_blocks(old, new):
+            return self._same_at(old.block, new.block, idx, keep)
+        return self._same_at(old.stats, new.stats, idx, keep)
 
     def compared_rows_unchanged(self, old: Pair, base: Any, cand: Any, done: int) -> bool:
         """What the pair compared beyond the statistics is the same in the new snapshots' rows
@@ -73,16 +70,20 @@ class Reuse:
                 if o is None or n is None:
                     if o is not n:
                         return False
-                    continue
-                key = (id(o), id(n), id(idx), done)
-                if key not in self._unchanged:
-                    rows = idx[:done][idx[:done] >= 0]
-                    self._unchanged[key] = (
-                        not len(rows) or same_rows(o, n) or (o.shape[1:] == n.shape[1:] and _equal_rows(o, n, rows))
-                    )
-                if not self._unchanged[key]:
+                elif not self._same_at(o, n, idx, done):
                     return False
         return True
+
+    def _same_at(self, old: np.ndarray, new: np.ndarray, idx: np.ndarray, keep: int) -> bool:
+        """``old`` and ``new`` hold the same rows ``idx[:keep]`` (-1: none): known without reading
+        them when they are the same memory or the reader's copy of it, else compared."""
+        key = (id(old), id(new), id(idx), keep)
+        if key not in self._unchanged:
+            rows = idx[:keep][idx[:keep] >= 0]
+            self._unchanged[key] = (
+                not len(rows) or same_rows(old, new) or (old.shape[1:] == new.shape[1:] and _equal_rows(old, new, rows))
+            )
+        return self._unchanged[key]
 
     def _side_kept(self, old: Any, new: Any, old_rows: np.ndarray, new_rows: np.ndarray, done: int) -> bool:
         """One side of a pair: same kind, same compared rows and the same statistics up to ``done``."""
