@@ -341,7 +341,7 @@ def _file_matches(
         route = routes.route(slot.tag)
         assert route is not None  # templates only hold slots of routed tags (wanted())
         try:
-            items.append(_make_item(route, steps, offsets, array if every else array[ok]))
+            items.append(_make_item(route, steps, offsets, array if every else array[ok], routes.layout))
         except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
             problems.extend(ReadProblem(rel, int(o), f"bad {slot.tag!r} value: {exc}") for o in offsets)
 
