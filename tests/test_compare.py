@@ -629,11 +629,8 @@ def _refresh_matches_fresh(cmp: Comparison, reader: LogdirReader) -> None:
     np.testing.assert_array_equal(cmp.matrix().error_ratio, fresh.matrix().error_ratio)
 
 
-def test_a_refresh_keeps_pairs_only_while_their_inputs_are_unchanged(tmp_path) -> None:
-    """Pairs grown in place on a refresh (engine/comparison.py) give what a fresh comparison
-    gives after: plain appends, an old step rewritten by a later file (last write wins), a
-    tensor whose shape changes mid-run (a second layout), and full values appearing."""
-    logdir = str(tmp_path)
+def _agreeing_pair(logdir: str) -> tuple[LogdirReader, Comparison]:
+    """Runs b and c, 20 identical steps of one layout, read and compared whole (report and matrix)."""
     write_run(logdir, "b", range(20), _layout_run, limit=0)
     write_run(logdir, "c", range(20), _layout_run, limit=0)
     reader = LogdirReader(logdir)
@@ -641,6 +638,15 @@ def test_a_refresh_keeps_pairs_only_while_their_inputs_are_unchanged(tmp_path) -
     cmp = Comparison(reader.run("b"), reader.run("c"))
     assert cmp.report().agree
     cmp.matrix()
+    return reader, cmp
+
+
+def test_a_refresh_keeps_pairs_only_while_their_inputs_are_unchanged(tmp_path) -> None:
+    """Pairs grown in place on a refresh (engine/comparison.py) give what a fresh comparison
+    gives after: plain appends, an old step rewritten by a later file (last write wins), a
+    tensor whose shape changes mid-run (a second layout), and full values appearing."""
+    logdir = str(tmp_path)
+    reader, cmp = _agreeing_pair(logdir)
     write_run(logdir, "b", range(20, 30), _layout_run, limit=0)
     write_run(logdir, "c", range(20, 30), _layout_run, limit=0)
     _refresh_matches_fresh(cmp, reader)
@@ -721,13 +727,7 @@ def test_a_rerun_whose_layout_is_wider_by_a_replica_copy_is_compared_tensor_by_t
     from tb_parity_plugin.records import metadata
 
     logdir = str(tmp_path)
-    write_run(logdir, "b", range(20), _layout_run, limit=0)
-    write_run(logdir, "c", range(20), _layout_run, limit=0)
-    reader = LogdirReader(logdir)
-    reader.reload()
-    cmp = Comparison(reader.run("b"), reader.run("c"))
-    assert cmp.report().agree
-    cmp.matrix()
+    reader, cmp = _agreeing_pair(logdir)
 
     def rerun(step: int) -> list:
         tensors = _layout_run(step, bad=("t1", 3))
