@@ -11,13 +11,15 @@ test_state_slots.py, test_forward_pass.py and test_fit.py.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from tb_parity_plugin import compare, summary_v1, summary_v2
+from tb_parity_plugin.engine import Comparison
+from tb_parity_plugin.logdir.reader import LogdirReader
 
 STEPS = 3
 RNG = np.random.default_rng(3)
@@ -36,7 +38,7 @@ def lr_at(step: int) -> float:
     return (LR0 - LR_END) * (1 - min(step, DECAY) / DECAY) + LR_END
 
 
-def train_tf1(run_dir: str) -> None:
+def train_tf1(run_dir: str, steps: int = STEPS) -> None:
     with tf.Graph().as_default():
         rec = summary_v1.Recorder(run_dir)
         gs = tf.compat.v1.train.get_or_create_global_step()
@@ -65,26 +67,36 @@ def train_tf1(run_dir: str) -> None:
         rec.variables(optimizer=opt)
         with tf.compat.v1.Session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
-            for step in range(STEPS):
-                _, parity = sess.run([train_op, rec.fetches], {x: X[step], y: Y[step]})
+            for step in range(steps):
+                _, parity = sess.run([train_op, rec.fetches], {x: X[step % STEPS], y: Y[step % STEPS]})
                 rec.write(parity)
         rec.close()
 
 
 class Shifted(tf.keras.optimizers.schedules.LearningRateSchedule):
-    """A schedule counting steps from ``shift`` (the guides' off-by-one when 1)."""
+    """A schedule counting steps from ``shift`` (the guides' off-by-one when 1), from step ``start`` on."""
 
-    def __init__(self, schedule: tf.keras.optimizers.schedules.LearningRateSchedule, shift: int) -> None:
-        self.schedule, self.shift = schedule, shift
+    def __init__(
+        self, schedule: tf.keras.optimizers.schedules.LearningRateSchedule, shift: int, start: int = 0
+    ) -> None:
+        self.schedule, self.shift, self.start = schedule, shift, start
 
     def __call__(self, step: tf.Tensor) -> tf.Tensor:
-        return self.schedule(step + self.shift)
+        return self.schedule(step + self.shift * tf.cast(step >= self.start, step.dtype))
 
     def get_config(self) -> dict:
-        return {"shift": self.shift}
+        return {"shift": self.shift, "start": self.start}
 
 
-def train_tf2(run_dir: str, plant: Optional[str] = None) -> None:
+def train_tf2(
+    run_dir: str,
+    plant: Optional[str] = None,
+    phases: Sequence[range] = (range(STEPS),),
+    after_phase: Callable[[], None] = lambda: None,
+    plant_from: int = 0,
+) -> None:
+    """The port. ``phases``: training sessions into one run (a job resumed: one event file each),
+    ``after_phase`` called after each; ``plant_from``: the first step an lr plant affects."""
     init = [(k.copy(), b) for k, b in INIT]
     if plant == "initializer":
         init[1] = (tf.keras.initializers.GlorotUniform(seed=1)((2, 2)).numpy(), init[1][1])
@@ -103,10 +115,19 @@ def train_tf2(run_dir: str, plant: Optional[str] = None) -> None:
         layers[i](tf.zeros((1, (3, 2, 2)[i])))
     model = tf.keras.Model(h_in, layers[2](layers[1](layers[0](h_in))), name="simple_model")
     shift = 1 if plant == "lr_offbyone" else 0
-    schedule = Shifted(tf.keras.optimizers.schedules.PolynomialDecay(LR0, DECAY, LR_END), shift)
+    schedule = Shifted(tf.keras.optimizers.schedules.PolynomialDecay(LR0, DECAY, LR_END), shift, plant_from)
     opt = tf.keras.optimizers.SGD(schedule)
-    rec = summary_v2.Recorder(run_dir)
     ce = tf.keras.losses.CategoricalCrossentropy(from_logits=True)
+    for phase in phases:
+        _train_phase(run_dir, plant, phase, layers, model, schedule, opt, ce)
+        after_phase()
+
+
+def _train_phase(
+    run_dir: str, plant: Optional[str], steps: range, layers: list, model: Any, schedule: Any, opt: Any, ce: Any
+) -> None:
+    """One training session of the port, recorded into ``run_dir`` (a new event file)."""
+    rec = summary_v2.Recorder(run_dir)
 
     @tf.function
     def step(x: tf.Tensor, y: tf.Tensor) -> None:
@@ -124,8 +145,8 @@ def train_tf2(run_dir: str, plant: Optional[str] = None) -> None:
                 grads, _ = tf.clip_by_global_norm(grads, CLIP)
             opt.apply_gradients(zip(grads, model.trainable_variables))
 
-    for s in range(STEPS):
-        step(tf.constant(X[s]), tf.constant(Y[s]))
+    for s in steps:
+        step(tf.constant(X[s % STEPS]), tf.constant(Y[s % STEPS]))
     rec.close()
 
 
@@ -177,6 +198,40 @@ def test_planted_difference_is_found_where_numpy_says(tmp_path, plant, step, kin
     assert (first.step, first.kind, first.tensor) == (step, kind, tensor)
     if plant == "no_regularization":
         np.testing.assert_allclose(first.max_abs_diff, reg, rtol=1e-4)
+
+
+def test_a_port_watched_while_it_trains_is_judged_anew_at_each_refresh(tmp_path) -> None:
+    """The dashboard's workflow: the TF1 run is done, the port is still training (two sessions into
+    one run, as a resumed job writes them), and one comparison is refreshed after each. Each refresh
+    says what a fresh comparison says, and what numpy says: the faithful first session agrees; the
+    schedule counting one step ahead from step 3 on diverges at step 3, on the learning rate first,
+    by lr_at(4) - lr_at(3)."""
+    steps = 2 * STEPS
+    assert abs(lr_at(STEPS + 1) - lr_at(STEPS)) > 1e-3 * lr_at(STEPS)  # beyond any default tolerance
+    train_tf1(str(tmp_path / "tf1"), steps)
+    reader = LogdirReader(str(tmp_path))
+    comparisons: list[Comparison] = []
+    reports = []
+
+    def refresh() -> None:
+        reader.reload()
+        b, c = reader.run("tf1"), reader.run("tf2")
+        if comparisons:
+            comparisons[0].update(b, c)
+        else:
+            comparisons.append(Comparison(b, c))
+        reports.append(comparisons[0].report())
+        comparisons[0].matrix()
+        assert reports[-1].to_dict() == Comparison(b, c).report().to_dict()
+
+    phases = (range(STEPS), range(STEPS, steps))
+    train_tf2(str(tmp_path / "tf2"), "lr_offbyone", phases=phases, after_phase=refresh, plant_from=STEPS)
+    reader.close()
+    first, second = reports
+    assert first.agree and first.steps_compared == STEPS, first.first_divergence
+    found = second.first_divergence
+    assert second.steps_compared == steps and (found.step, found.kind, found.tensor) == (STEPS, "lr", "lr")
+    np.testing.assert_allclose(found.max_abs_diff, abs(lr_at(STEPS + 1) - lr_at(STEPS)), rtol=1e-5)
 
 
 def test_batch_norm_without_scale_is_a_structure_divergence_naming_gamma(tmp_path) -> None:
