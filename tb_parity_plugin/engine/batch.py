@@ -77,9 +77,10 @@ def settle(group: list[Pair], k1: int, equal_nan: bool, table: VerdictTable) -> 
     ratio = np.where(both, 0.0, np.nan).astype(np.float32)
     missing = np.flatnonzero(codes == MISSING)
     first_bad = k0 + int(missing[0]) if len(missing) else -1
-    settled = [p for p, s in zip(todo, same) if s]
+    settled = todo if same.all() else [p for p, s in zip(todo, same.tolist()) if s]  # usually all
     with_ratios = [p for p in settled if p.ratio_done == k0]
-    cols, rcols = table.columns(settled), table.columns(with_ratios)
+    cols = table.columns(settled)
+    rcols = cols if len(with_ratios) == len(settled) else table.columns(with_ratios)  # a subset of it
     if cols is not None and rcols is not None:
         table.reason[k0:k1, cols] = codes[:, None]
         table.ratio[k0:k1, rcols] = ratio[:, None]

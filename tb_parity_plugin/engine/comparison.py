@@ -144,10 +144,14 @@ class Comparison:
         chunk = self._chunk_steps()
         equal_nan = self.policy.equal_nan
         while True:
-            done = min((p.done for p in self._pairs), default=n)
-            bad = [p.first_bad for p in self._pairs if 0 <= p.first_bad]
-            if bad and min(bad) < done:
-                return min(bad)
+            done, first = n, n  # every pair's verdicts are known up to done; the earliest divergence
+            for p in self._pairs:
+                if p.done < done:
+                    done = p.done
+                if 0 <= p.first_bad < first:
+                    first = p.first_bad
+            if first < done:
+                return first
             if done >= n:
                 return None
             end = min(n, done + chunk)

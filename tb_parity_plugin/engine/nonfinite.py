@@ -46,8 +46,9 @@ class FirstNonfinite:
     def find(self, run: Any) -> Optional[dict[str, Any]]:
         layouts: dict[int, tuple[np.ndarray, np.ndarray, list[Any], list[Any]]] = {}  # id(block) ->
         lone: list[tuple[Any, Any]] = []
+        enabled = batch.ENABLED
         for key, series in run.tensors.items():
-            block = series.block if batch.ENABLED else None
+            block = series.block if enabled else None
             if block is None:
                 lone.append((key, series))
                 continue

@@ -101,39 +101,50 @@ class Reuse:
         ob, oc, done = old.base, old.cand, old.done
         obb, bb, ocb, cb = ob.block, base.block, oc.block, cand.block
         layout: Optional[tuple[bool, np.ndarray, np.ndarray]] = None
-        if not (
-            obb is None
-            or bb is None
-            or ocb is None
-            or cb is None
-            or ob.column != base.column
-            or oc.column != cand.column
+        if (
+            obb is not None
+            and bb is not None
+            and ocb is not None
+            and cb is not None
+            and ob.column == base.column
+            and oc.column == cand.column
         ):
             # Both sides one column, the same as before, of layout blocks: when the blocks have one
             # width the rows checks read only the blocks and the steps, so they are answered once for
-            # all the pairs of two layouts.
+            # all the pairs of two layouts (None: blocks of other widths, checked per tensor).
             key = (id(obb), id(bb), id(ocb), id(cb), id(old.ib), id(old.ic), id(base.steps), id(cand.steps), done)
-            layout = self._layouts.get(key)
-            if layout is None and obb.shape[1:] == bb.shape[1:] and ocb.shape[1:] == cb.shape[1:]:
-                rb, rc = self.rows_of(base), self.rows_of(cand)
-                layout = self._layouts[key] = (
-                    self.same_prefix(old.ib, rb, done)
-                    and self.same_prefix(old.ic, rc, done)
-                    and self.rows_unchanged(ob, base, old.ib, done)
-                    and self.rows_unchanged(oc, cand, old.ic, done),
-                    rb,
-                    rc,
-                )
+            if key in self._layouts:
+                layout = self._layouts[key]
+            else:
+                layout = self._layouts[key] = self._layout_kept(old, base, cand)
         if layout is not None:
             rows_kept, rb, rc = layout
             kept = rows_kept and _same_kind(ob, base) and _same_kind(oc, cand)
         else:  # one tensor's own rows (several layouts, another column, or blocks of other widths)
             rb, rc = self.rows_of(base), self.rows_of(cand)
             kept = self._side_kept(ob, base, old.ib, rb, done) and self._side_kept(oc, cand, old.ic, rc, done)
-        kept = kept and self.compared_rows_unchanged(old, base, cand, done)
+        if kept and (old.use_values or old.dynamic):  # else the pair compares nothing but statistics
+            kept = self.compared_rows_unchanged(old, base, cand, done)
         if kept:
             old.grow(base, cand, rb, rc)
         return kept
+
+    def _layout_kept(self, old: Pair, base: Any, cand: Any) -> Optional[tuple[bool, np.ndarray, np.ndarray]]:
+        """For every pair of the same two old and two new layout blocks (``keep``'s memo key): whether
+        the compared rows and their statistics are unchanged, and the new rows; None when a side's
+        blocks changed width (then each tensor's own statistics are checked)."""
+        ob, oc, done = old.base, old.cand, old.done
+        if ob.block.shape[1:] != base.block.shape[1:] or oc.block.shape[1:] != cand.block.shape[1:]:
+            return None
+        rb, rc = self.rows_of(base), self.rows_of(cand)
+        return (
+            self.same_prefix(old.ib, rb, done)
+            and self.same_prefix(old.ic, rc, done)
+            and self.rows_unchanged(ob, base, old.ib, done)
+            and self.rows_unchanged(oc, cand, old.ic, done),
+            rb,
+            rc,
+        )
 
     def copy_verdicts(self, old: Pair, new: Pair) -> None:
         """Copy ``old``'s verdicts into the rebuilt ``new`` if the rows they came from are unchanged."""
@@ -171,14 +182,12 @@ def _whole_blocks(old: Any, new: Any) -> bool:
 
 def _same_kind(old: Any, new: Any) -> bool:
     """Whether what a pair's static properties (shape, dtype, evidence) depend on is unchanged."""
+    if old.shape != new.shape or old.dtype != new.dtype or old.layout_change != new.layout_change:
+        return False
     ov, nv = old.values, new.values
-    return bool(
-        old.shape == new.shape
-        and old.dtype == new.dtype
-        and old.layout_change == new.layout_change
-        and (ov is None) == (nv is None)
-        and (ov is None or ov.shape[1:] == nv.shape[1:])
-    )
+    if ov is None or nv is None:
+        return ov is nv
+    return bool(ov.shape[1:] == nv.shape[1:])
 
 
 def _equal_rows(old: np.ndarray, new: np.ndarray, rows: np.ndarray) -> bool:

@@ -55,10 +55,13 @@ class VerdictTable:
 
     def columns(self, pairs: Sequence[Pair]) -> Optional[np.ndarray]:
         """The columns of ``pairs`` when each of them is bound to this table, else None."""
-        cols = np.fromiter((self._index.get(id(p), -1) for p in pairs), np.intp, len(pairs))
-        if (cols < 0).any() or any(self._pairs[j] is not p for j, p in zip(cols.tolist(), pairs)):
-            return None
-        return cols
+        index, mine, cols = self._index, self._pairs, []
+        for p in pairs:
+            j = index.get(id(p), -1)
+            if j < 0 or mine[j] is not p:
+                return None
+            cols.append(j)
+        return np.array(cols, dtype=np.intp)
 
     def matrix(self, pairs: Sequence[Pair], n: int) -> tuple[np.ndarray, np.ndarray]:
         """``([n, pairs] reasons, [n, pairs] ratios)``: read-only views when the table holds
