@@ -32,7 +32,7 @@ class Reuse:
         self._rows: dict[int, np.ndarray] = {}
         self._prefix: dict[tuple[int, int, int], bool] = {}
         self._unchanged: dict[tuple[int, int, int, int], bool] = {}
-        self._layouts: dict[tuple[int, ...], tuple[bool, np.ndarray, np.ndarray]] = {}
+        self._layouts: dict[tuple[int, ...], Optional[tuple[bool, np.ndarray, np.ndarray]]] = {}
 
     def rows_of(self, series: Any) -> np.ndarray:
         """Row of each compared step in ``series`` (-1 where absent), shared by its layout."""
