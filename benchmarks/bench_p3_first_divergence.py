@@ -8,7 +8,7 @@ late (step = 3/4 of the run) and with runs that agree everywhere (byte-identical
 * cold: LogdirReader + reload + Comparison(...).report()
 * warm: Comparison(...).report() on runs already read
 * incremental: append 100 steps, reader.reload() + Comparison.update() + report()/matrix()
-  vs the same from scratch
+  vs the same from scratch, ``--increments`` times (5), summarised by the medians
 * each engine figure twice, side by side in one run: the per-pair method (``engine.batch``
   off: every tensor pair settled by its own numpy calls, the method before issue 13) and the
   current one (a layout's identical pairs settled as one array)
@@ -167,7 +167,21 @@ def naive_seconds(logdir: str, steps_subset: int, total_steps: int) -> float:
     return (time.perf_counter() - t0) * total_steps / steps_subset
 
 
-def scenario(root: str, label: str, steps: int, full_values: bool, kind: str, naive: bool) -> None:
+def refresh_summary(times: list[tuple[float, float, float, float]]) -> str:
+    """Over the increments: the median of each increment's ratio (recompute / refresh, each pair
+    timed side by side on the same snapshots), for both engines, and the median times."""
+    engine, scratch, engine_old, scratch_old = (float(np.median(column)) for column in zip(*times))
+    ratio = float(np.median([s / max(e, 1e-9) for e, s, _, _ in times]))
+    ratio_old = float(np.median([s / max(e, 1e-9) for _, _, e, s in times]))
+    return (
+        f"median of {len(times)}: refresh x{ratio:.1f} cheaper than recomputing ({1e3 * engine:.1f} ms vs"
+        f" {1e3 * scratch:.1f} ms) | per-pair (old): x{ratio_old:.1f} ({1e3 * engine_old:.1f} ms vs"
+        f" {1e3 * scratch_old:.1f} ms); new refresh x{engine_old / max(engine, 1e-9):.1f} cheaper than the old"
+        f" refresh, x{scratch_old / max(engine, 1e-9):.1f} than the old recompute"
+    )
+
+
+def scenario(root: str, label: str, steps: int, full_values: bool, kind: str, naive: bool, increments: int = 5) -> None:
     logdir = os.path.join(root, label)
     bad_from = (steps * 3) // 4 if kind == "diverge" else -1
     noise = 1e-7 if kind == "agree-noisy" else 0.0
@@ -207,9 +221,11 @@ def scenario(root: str, label: str, steps: int, full_values: bool, kind: str, na
     if bad_from >= 0:  # the scan stopped at the divergence; the matrix filled the rest
         assert cmp.matrix().first_divergence[0] == bad_from
     t_naive = naive_seconds(logdir, steps_subset=min(steps, 50), total_steps=steps) if naive else None
-    # incremental: append 100 steps twice (the first may also grow the reader's buffers)
-    increments = []
-    for extra in range(2):
+    # incremental: append 100 steps ``increments`` times (the first may also grow the reader's
+    # buffers); each is timed once (a refresh cannot be repeated on the same state), so the summary
+    # is the median of them, with every increment's ratio printed beside it.
+    lines, times = [], []
+    for extra in range(increments):
         lo = steps + 100 * extra
         base.write(os.path.join(logdir, "tf1"), range(lo, lo + 100), "tf1")
         cand.write(os.path.join(logdir, "tf2"), range(lo, lo + 100), "tf2")
@@ -224,7 +240,8 @@ def scenario(root: str, label: str, steps: int, full_values: bool, kind: str, na
         t_scratch_old, _ = timed(
             per_pair(lambda b2=b2, c2=c2: (lambda x: (x.report(), x.matrix()))(Comparison(*as_new(b2, c2))))
         )
-        increments.append(
+        times.append((t_engine, t_scratch, t_engine_old, t_scratch_old))
+        lines.append(
             f"read {t_read:.3f}s + engine {t_engine:.3f}s vs from scratch {t_scratch:.3f}s (x{t_scratch / max(t_engine, 1e-9):.1f})"
             f" | per-pair (old): engine {t_engine_old:.3f}s vs from scratch {t_scratch_old:.3f}s"
             f" (x{t_scratch_old / max(t_engine_old, 1e-9):.1f}); refresh new/old x{t_engine_old / max(t_engine, 1e-9):.1f} faster"
@@ -239,7 +256,8 @@ def scenario(root: str, label: str, steps: int, full_values: bool, kind: str, na
         f"{label:<18} {size / 1e6:6.0f} MB gen {t_gen:5.1f}s | cold {t_cold:6.3f}s  warm {t_warm:6.3f}s "
         f"(per-pair, old: {t_warm_old:6.3f}s, x{t_warm_old / max(t_warm, 1e-9):.1f})  "
         f"matrix {t_matrix:6.3f}s | {found}\n{'':<18} +100 steps: "
-        + f"\n{'':<18} +100 more:  ".join(increments)
+        + f"\n{'':<18} +100 more:  ".join(lines)
+        + f"\n{'':<18} {refresh_summary(times)}"
         + naive_text
     )
     shutil.rmtree(logdir)
@@ -251,6 +269,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, help="override the number of steps")
     parser.add_argument("--dir", default=None, help="where to build the logdirs (default: a temp dir)")
     parser.add_argument("--only", choices=["stats", "values"], help="run one variant")
+    parser.add_argument("--increments", type=int, default=5, help="refreshes of +100 steps to time (default 5)")
     args = parser.parse_args()
     steps = args.steps or (2000 if args.full else 400)
     root = tempfile.mkdtemp(prefix="tbp_p3_", dir=args.dir)
@@ -270,7 +289,7 @@ def main() -> int:
                 if kind == "agree-noisy" and not full_values:
                     continue
                 label = f"{'values' if full_values else 'stats'}/{kind}"
-                scenario(root, label, steps, full_values, kind, naive=(kind == "diverge"))
+                scenario(root, label, steps, full_values, kind, naive=(kind == "diverge"), increments=args.increments)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0
