@@ -34,7 +34,7 @@ import engine_helpers
 import numpy as np
 import pytest
 from engine_helpers import write_run
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tb_parity_plugin.engine import Comparison, TolerancePolicy, align, batch, comparison, stat_bounds
@@ -355,6 +355,23 @@ def expected_nonfinite(model: Model, run: str, series: dict) -> Optional[dict[st
     return None
 
 
+def fallback_pairs(model: Model) -> int:
+    """Tensors that one run alone logged, paired across the runs by the alignment's fallback
+    (engine/align.py: per kind and static shape, the k-th with the k-th when both sides have as
+    many); two runs that each drop a whole tensor of one kind and shape leave two such tensors.
+    The reference here does not model that pairing (engine/align.py's own tests do): such draws
+    are skipped."""
+    groups: dict[tuple[str, tuple[int, ...]], list[int]] = {}
+    for side, (run, other) in enumerate(("bc", "cb")):
+        for i in range(len(model.sizes)):
+            if i != model.dynamic and model.known(run, i) and not model.known(other, i):
+                first = next(s for s in model.steps(run) if model.present(run, s, i))
+                groups.setdefault((model.kinds[i], tuple(model.shape(run, first, i))), [0, 0])[side] += 1
+        if run in model.extra and model.steps(run) and not (other in model.extra and model.steps(other)):
+            groups.setdefault(("weight", (3,)), [0, 0])[side] += 1
+    return sum(b for b, c in groups.values() if b == c)
+
+
 def check_reference(model: Model, cmp: Comparison, base: Any, cand: Any) -> None:
     """The engine against :func:`expected`: cells, error ratios, first divergence, first NaN/Inf."""
     steps, want = expected(model)
@@ -565,6 +582,7 @@ def run_scenario(model: Model, plan: Plan) -> None:
 @given(data=st.data())
 def test_batched_matches_per_pair_and_numpy_on_drawn_logdirs(data: st.DataObject) -> None:
     model = data.draw(models(), label="model")
+    assume(not fallback_pairs(model))
     with np.errstate(over="ignore", invalid="ignore"):  # huge tensors: the sums of squares overflow
         run_scenario(model, data.draw(plans(model), label="plan"))
 
@@ -726,6 +744,7 @@ def test_refreshes_in_turns_match_fresh_comparisons_on_drawn_logdirs(data: st.Da
     model = data.draw(models(), label="model")
     if data.draw(st.booleans(), label="long"):
         model = dataclasses.replace(model, n_steps=data.draw(st.integers(20, 48), label="steps"))
+    assume(not fallback_pairs(model))
     with np.errstate(over="ignore", invalid="ignore"):
         run_refreshes(model, data.draw(phase_lists(model), label="phases"))
 

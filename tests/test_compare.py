@@ -574,6 +574,67 @@ def _batching(on: bool):
         batch.ENABLED = before
 
 
+def _drifting_run(step: int, scale: dict[str, float]) -> list:
+    """Statistics-only weights and grads of one layout, each multiplied by its ``scale`` (1 if absent)."""
+    rng = np.random.default_rng(step)
+    out = []
+    for i in range(8):
+        kind, name = ("weight" if i < 4 else "grad"), f"t{i}"
+        a = rng.standard_normal(60).astype(np.float32)
+        out.append((kind, name, (a * np.float32(scale.get(name, 1.0))).astype(np.float32)))
+    return out
+
+
+def test_a_layout_whose_statistics_all_differ_is_bounded_together_as_the_per_pair_path_bounds_it(tmp_path) -> None:
+    """After a divergence nearly every tensor differs: such pairs of one layout are bounded as one
+    array (engine/batch.py), each with its own tolerance (grads by an override, warm-up included),
+    and get every verdict and ratio of the per-pair path, refreshed too. Checked against numpy:
+    a cell whose elements all pass ``isclose`` is OK (no divergence is made up), and t5 scaled by
+    1.5 from step 12 is a VALUE divergence from there (its max moved by half its size)."""
+    logdir = str(tmp_path)
+    # Every candidate tensor off by a little (t1 beyond the warm-up's rtol 0, within rtol after),
+    # t5 (a grad) off by half from step 12 on, t6 off by 8% (within the grads' override, 0.1).
+    drift = {"t0": 1 + 1e-6, "t1": 1 + 2e-3, "t2": 1 - 1e-5, "t3": 1 + 3e-7, "t4": 1 + 1e-3, "t6": 1.08, "t7": 1 - 2e-3}
+
+    def cand_at(s: int) -> list:
+        return _drifting_run(s, {**drift, **({"t5": 1.5} if s >= 12 else {})})
+
+    write_run(logdir, "b", range(16), lambda s: _drifting_run(s, {}), limit=0)
+    write_run(logdir, "c", range(16), cand_at, limit=0)
+    policy = TolerancePolicy(warmup_steps=3, overrides=(ToleranceOverride("grad/*", rtol=0.1, warmup_steps=0),))
+    reader = LogdirReader(logdir)
+    reader.reload()
+    b, c = reader.run("b"), reader.run("c")
+    batched, plain = Comparison(b, c, policy), _PerPair(b, c, policy)
+    assert [len(g) for g in batched._groups] == [8]
+    assert batched.report().to_dict() == plain.report().to_dict()
+    mb, mp = batched.matrix(), plain.matrix()
+    np.testing.assert_array_equal(mb.reason, mp.reason)
+    np.testing.assert_array_equal(mb.error_ratio, mp.error_ratio)
+    for k, step in enumerate(mb.steps.tolist()):
+        base, cand = _drifting_run(step, {}), cand_at(step)
+        for (kind, name, bv), (_, _, cv) in zip(base, cand):
+            tol = policy.for_tag(f"{kind}/{name}")
+            col = mb.tensors.index(f"{kind}/{name}")
+            if np.isclose(cv, bv, rtol=tol.rtol_at(k), atol=tol.atol).all():
+                assert mb.reason[k, col] == OK, (step, name)
+    col5 = mb.tensors.index("grad/t5")
+    assert (mb.reason[12:, col5] == VALUE).all() and (mb.reason[:12, col5] == OK).all()
+    assert (mb.reason[:3, mb.tensors.index("weight/t1")] == VALUE).all()  # 2e-3 with rtol 0: proven
+    assert (mb.error_ratio[:, mb.tensors.index("weight/t1")] > 0).all()  # bounded, not identical
+    assert batched.report().first_divergence.step == 0  # the warm-up's rtol 0 proves t1 off
+    # a refresh: 4 more steps, both ways
+    write_run(logdir, "b", range(16, 20), lambda s: _drifting_run(s, {}), limit=0)
+    write_run(logdir, "c", range(16, 20), cand_at, limit=0)
+    reader.reload()
+    b2, c2 = reader.run("b"), reader.run("c")
+    batched.update(b2, c2)
+    fresh = _PerPair(b2, c2, policy)
+    assert batched.report().to_dict() == fresh.report().to_dict()
+    np.testing.assert_array_equal(batched.matrix().reason, fresh.matrix().reason)
+    np.testing.assert_array_equal(batched.matrix().error_ratio, fresh.matrix().error_ratio)
+
+
 @pytest.mark.parametrize("equal_nan", [False, True])
 def test_a_layout_settled_together_matches_the_per_pair_path(tmp_path, equal_nan: bool) -> None:
     """Steps one side lacks, a NaN in both runs, a tensor diverging at step 30, a step rewritten

@@ -103,3 +103,32 @@ def test_one_element_planted_far_out_is_found(dtype: type) -> None:
             bound_sees_it = bool((np.abs(sc[:, COLS] - sb[:, COLS]) > allowed(sb, sc, ATOL, np.zeros(1))).any())
             assert (stats_only.first_divergence is not None) == bound_sees_it, (size, planted)
         assert planted == 1e3 and outside  # the largest planted error always leaves b's range
+
+
+def test_proven_is_ratios_above_one_with_a_tolerance_per_row() -> None:
+    """What engine/batch.py rests on when it bounds a layout's differing pairs as one array: the
+    divergence ``proven`` decides (with its shortcuts) is exactly some ratio above 1, and a
+    tolerance given per row bounds each row as that tolerance given alone would. Rows: pairs at
+    the edge of the tolerance, pairs with one element planted out, equal pairs and NaN pairs."""
+    from tb_parity_plugin.engine.stat_bounds import proven, ratios
+
+    rng = np.random.default_rng(11)
+    base, cand, atols, rtols = [], [], [], []
+    for size in (1, 7, 4096, 70_000):
+        for rtol in (0.0, RTOL):
+            b, c = _edge_pair(rng, size, np.float32, 1.0, rtol)
+            planted = c.copy()
+            planted[int(rng.integers(size))] += np.float32(0.5)
+            nan = b.copy()
+            nan[0] = np.nan
+            for x, y in ((b, c), (b, planted), (b, b), (nan, nan)):
+                base.append(_stats(x)[0])
+                cand.append(_stats(y)[0])
+                atols.append(ATOL if len(atols) % 3 else 1e-3)
+                rtols.append(rtol)
+    sb, sc, at, rt = np.array(base), np.array(cand), np.array(atols), np.array(rtols)
+    found = proven(sb, sc, at, rt)
+    np.testing.assert_array_equal(found, (ratios(sb, sc, at, rt) > 1).any(axis=1))
+    alone = [proven(sb[i : i + 1], sc[i : i + 1], float(at[i]), rt[i : i + 1])[0] for i in range(len(sb))]
+    np.testing.assert_array_equal(found, alone)
+    assert found.any() and not found.all()  # planted rows proven, edge and equal rows not

@@ -1,27 +1,32 @@
 """Pairs of one layout settled together: one array operation for many tensors.
 
-Why: a run logs its tensors of one step as one statistics block (``[steps, tensors, 14]``),
-and in an agreeing run nearly every pair's statistics are identical. Settling each pair on
-its own costs a handful of numpy calls per pair, so a refresh of 100 new steps over 200
-tensors was Python overhead, not arithmetic. Here the pairs whose two sides each come from
-one block (``TensorSeries.block``) and share their step rows are compared as one array; a pair
-whose statistics are identical over the new rows gets exactly what :meth:`Pair.verdicts` and
-:meth:`Pair.ratios` give such rows (OK where both logged, MISSING/ABSENT elsewhere, ratio 0).
-Every other pair is left to its own, unchanged, per-pair path.
-"""
+Why: a run logs its tensors of one step as one statistics block (``[steps, tensors, 14]``).
+In an agreeing run nearly every pair's statistics are identical; after a divergence nearly
+every pair's differ. Settling each pair on its own costs a handful of numpy calls per pair, so
+a refresh of 100 new steps over 200 tensors was Python overhead, not arithmetic. Here the pairs
+whose two sides each come from one block (``TensorSeries.block``) and share their step rows are
+compared as one array, and get exactly what :meth:`Pair.verdicts` and :meth:`Pair.ratios` give:
+- identical statistics over the new rows: OK where both logged, MISSING/ABSENT elsewhere, ratio 0;
+- statistics that differ, with the same shape, dtype and NaN/Inf counts at every row (no NaN
+  unless ``equal_nan``): the bounds of engine/stat_bounds.py over all their rows at once.
+Every other pair is left to its own, unchanged, per-pair path."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-from tb_parity_plugin.engine.matrix import ABSENT, MISSING, OK
-from tb_parity_plugin.engine.pair import Pair, take_rows
+from tb_parity_plugin.engine import stat_bounds
+from tb_parity_plugin.engine.matrix import ABSENT, MISSING, OK, VALUE
+from tb_parity_plugin.engine.pair import CHECK_COLS, Pair, take_rows
 from tb_parity_plugin.engine.verdict_table import VerdictTable
 from tb_parity_plugin.records import metadata
 
 _NAN = metadata.STAT_INDEX["nan"]
+#: Statistics rows bounded per array operation: one refresh of 100 steps x 150 tensors is one
+#: operation, a whole run of 2000 steps is sliced so the temporaries stay in the cache.
+_BOUNDED_ROWS = 1 << 14
 #: Off: the engine as it was before layouts were settled together — every pair on its own path,
 #: rebuilt on each refresh, its rows checked and scanned for NaN/Inf one tensor at a time.
 #: Benchmarks print both side by side; nothing else turns it off.
@@ -63,10 +68,13 @@ def _identical(group: list[Pair], k0: int, k1: int, equal_nan: bool) -> tuple[np
 
 
 def settle(group: list[Pair], k1: int, equal_nan: bool, table: VerdictTable) -> None:
-    """Verdicts of compared steps up to ``k1`` for the pairs of ``group`` whose statistics are
-    identical there, and their error ratios where those had reached the same step; the rest are
-    left as they were (to their own path). ``table``: where the pairs' verdicts are held, written
-    as one array operation rather than one per pair (pair by pair for pairs it does not hold)."""
+    """Verdicts of compared steps up to ``k1`` for the pairs of ``group`` that can be settled as
+    one array: those whose statistics are identical there, and those whose statistics differ only
+    where the bounds of engine/stat_bounds.py decide (same shape, dtype and NaN/Inf counts at every
+    row, no NaN unless ``equal_nan``); the rest are left as they were (to their own path). Their
+    error ratios too, where those had reached the same step. ``table``: where the pairs' verdicts
+    are held, written as one array operation rather than one per pair (pair by pair for pairs it
+    does not hold)."""
     k0 = group[0].done
     todo = [p for p in group if p.done == k0]
     if k0 >= k1 or len(todo) < 2:
@@ -77,7 +85,12 @@ def settle(group: list[Pair], k1: int, equal_nan: bool, table: VerdictTable) -> 
     ratio = np.where(both, 0.0, np.nan).astype(np.float32)
     missing = np.flatnonzero(codes == MISSING)
     first_bad = k0 + int(missing[0]) if len(missing) else -1
-    settled = todo if same.all() else [p for p, s in zip(todo, same.tolist()) if s]  # usually all
+    if same.all():  # the usual agreeing run
+        settled, differ = todo, []
+    else:
+        flags = same.tolist()
+        settled = [p for p, s in zip(todo, flags) if s]
+        differ = [p for p, s in zip(todo, flags) if not s]
     with_ratios = [p for p in settled if p.ratio_done == k0]
     cols = table.columns(settled)
     rcols = cols if len(with_ratios) == len(settled) else table.columns(with_ratios)  # a subset of it
@@ -93,5 +106,80 @@ def settle(group: list[Pair], k1: int, equal_nan: bool, table: VerdictTable) -> 
         if p.first_bad < 0:
             p.first_bad = first_bad
         p.done = k1
+    for p in with_ratios:
+        p.ratio_done = k1
+    if differ and both.any():
+        _settle_bounded(differ, k0, k1, both, codes, equal_nan, table)
+
+
+def _settle_bounded(
+    pairs: list[Pair],
+    k0: int,
+    k1: int,
+    both: np.ndarray,
+    codes: np.ndarray,
+    equal_nan: bool,
+    table: VerdictTable,
+) -> None:
+    """The pairs of one group whose statistics differ somewhere in ``[k0, k1)``, bounded as one
+    array of ``rows x pairs`` statistics rows (each with its own tensor's tolerance): what
+    :meth:`Pair.verdicts` and :meth:`Pair.ratios` give them, one tensor at a time, when the counts
+    agree at every row. Why: after a divergence nearly every tensor differs, and 150 tensors on
+    their own path cost 150 times a handful of numpy calls on a refresh of 100 rows."""
+    p0 = pairs[0]
+    rows = np.flatnonzero(both)
+    cols_b = np.fromiter((p.base.column for p in pairs), np.intp, len(pairs))
+    cols_c = np.fromiter((p.cand.column for p in pairs), np.intp, len(pairs))
+    blk_b = take_rows(p0.base.block, p0.ib[k0:k1][rows])  # [rows, the layout's tensors, N_STATS]
+    blk_c = take_rows(p0.cand.block, p0.ic[k0:k1][rows])
+    easy = ~(blk_b[:, cols_b, CHECK_COLS] != blk_c[:, cols_c, CHECK_COLS]).any(axis=(0, 2))
+    if not equal_nan:  # assert_allclose(equal_nan=False): a NaN is a divergence even against NaN
+        easy &= ~(blk_b[:, cols_b, _NAN] > 0).any(axis=0)
+    if not easy.any():
+        return
+    pick = np.flatnonzero(easy)
+    pairs, cols_b, cols_c = [pairs[j] for j in pick.tolist()], cols_b[pick], cols_c[pick]
+    ks = k0 + rows  # compared-step indices: the warm-up rule reads them
+    by_tol: dict[Any, np.ndarray] = {}
+    rtol = np.stack([by_tol.setdefault(p.tol, p.tol.rtols(ks)) for p in pairs], axis=1)  # [rows, pairs]
+    atol = np.broadcast_to(np.array([p.tol.atol for p in pairs], dtype=np.float64), rtol.shape)
+    # The bounds of each statistic: a pair diverges where one exceeds 1 (what stat_bounds.proven
+    # decides, reading the same ratios), in slices of pairs small enough for the cache: as one
+    # array of a whole run's rows they cost more than pair by pair.
+    reason = np.repeat(codes[:, None], len(pairs), axis=1)
+    ratio = np.full((k1 - k0, len(pairs)), np.nan, dtype=np.float32)
+    width = max(1, _BOUNDED_ROWS // len(rows))
+    for j0 in range(0, len(pairs), width):
+        j1 = min(len(pairs), j0 + width)
+        found = stat_bounds.ratios(
+            blk_b[:, cols_b[j0:j1]].reshape(-1, metadata.N_STATS),
+            blk_c[:, cols_c[j0:j1]].reshape(-1, metadata.N_STATS),
+            atol[:, j0:j1].ravel(),
+            rtol[:, j0:j1].ravel(),
+        )
+        reason[rows, j0:j1] = np.where((found > 1).any(axis=1), VALUE, OK).reshape(len(rows), j1 - j0)
+        ratio[rows, j0:j1] = found.max(axis=1).reshape(len(rows), j1 - j0)
+    bad = (reason != OK) & (reason != ABSENT)
+    first = np.where(bad.any(axis=0), k0 + bad.argmax(axis=0), -1).tolist()
+    cols = table.columns(pairs)
+    if cols is not None:
+        table.reason[k0:k1, cols] = reason
+    else:
+        for j, p in enumerate(pairs):
+            p.reason[k0:k1] = reason[:, j]
+    for p, f in zip(pairs, first):
+        if p.first_bad < 0:
+            p.first_bad = f
+        p.done = k1
+    due = [j for j, p in enumerate(pairs) if p.ratio_done == k0]
+    if not due:
+        return
+    with_ratios = [pairs[j] for j in due]
+    rcols = table.columns(with_ratios)
+    if rcols is not None:
+        table.ratio[k0:k1, rcols] = ratio[:, due]
+    else:
+        for j, p in zip(due, with_ratios):
+            p.ratio[k0:k1] = ratio[:, j]
     for p in with_ratios:
         p.ratio_done = k1

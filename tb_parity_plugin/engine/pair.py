@@ -21,7 +21,7 @@ from tb_parity_plugin.records import metadata
 
 _IDX = metadata.STAT_INDEX
 NONFINITE_COLS = metadata.field_span(metadata.NONFINITE_FIELDS)
-_CHECK_COLS = metadata.field_span(("dtype", "rank", "size", *metadata.NONFINITE_FIELDS))
+CHECK_COLS = metadata.field_span(("dtype", "rank", "size", *metadata.NONFINITE_FIELDS))
 
 
 def take_rows(array: np.ndarray, index: np.ndarray) -> np.ndarray:
@@ -146,7 +146,7 @@ class Pair:
             return out
         if (
             static == OK
-            and not (sb[:, _CHECK_COLS] != sc[:, _CHECK_COLS]).any()
+            and not (sb[:, CHECK_COLS] != sc[:, CHECK_COLS]).any()
             and (equal_nan or not sb[:, _IDX["nan"]].any())
         ):  # the common case: only the values (or moments) can differ
             out[both] = self._value_verdicts(rb, rc, ks, sb, sc, equal_nan)

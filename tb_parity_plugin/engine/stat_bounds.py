@@ -39,6 +39,12 @@ _U32, _U64 = 2.0**-24, 2.0**-53
 _F64 = dtypes.TF_DTYPE_ENUM["float64"]
 
 
+def _per_row(x: float | np.ndarray, rows: int) -> np.ndarray:
+    """A tolerance given once or per row, as one float64 per row (a layout's pairs are bounded
+    together as one array of rows, each with its own tensor's tolerance: engine/batch.py)."""
+    return np.broadcast_to(np.asarray(x, dtype=np.float64), (rows,))
+
+
 def _gamma(n: np.ndarray, u: np.ndarray) -> np.ndarray:
     """``n*u / (1 - n*u)``, infinite once ``n*u >= 1/2`` (no useful bound left)."""
     nu = n * u
@@ -82,13 +88,14 @@ def _diff(base: np.ndarray, cand: np.ndarray) -> np.ndarray:
     return out
 
 
-def allowed(base: np.ndarray, cand: np.ndarray, atol: float, rtol: np.ndarray) -> np.ndarray:
+def allowed(base: np.ndarray, cand: np.ndarray, atol: float | np.ndarray, rtol: np.ndarray) -> np.ndarray:
     """How far each statistic may move between two tensors within the policy, rounding included.
 
     ``base``/``cand``: stats rows ``[rows, N_STATS]`` with equal NaN/Inf counts; ``rtol``
-    per row. Returns ``[rows, 5]`` (columns :data:`COMPARED`).
+    per row, ``atol`` once or per row. Returns ``[rows, 5]`` (columns :data:`COMPARED`).
     """
     rtol = np.asarray(rtol, dtype=np.float64).reshape(-1, 1)[:, 0]
+    atol = _per_row(atol, len(base))
     err_b, err_c = rounding(base), rounding(cand)
     n = _finite_count(base)
     root_n = np.sqrt(np.maximum(n, 1.0))
@@ -103,7 +110,7 @@ def allowed(base: np.ndarray, cand: np.ndarray, atol: float, rtol: np.ndarray) -
     return out
 
 
-def ratios(base: np.ndarray, cand: np.ndarray, atol: float, rtol: np.ndarray) -> np.ndarray:
+def ratios(base: np.ndarray, cand: np.ndarray, atol: float | np.ndarray, rtol: np.ndarray) -> np.ndarray:
     """``|stat_c - stat_b| / allowed`` per statistic, ``[rows, 5]``; above 1 proves a divergence.
 
     0 where the statistics are equal (also NaN == NaN: no finite element on either side).
@@ -116,14 +123,14 @@ def ratios(base: np.ndarray, cand: np.ndarray, atol: float, rtol: np.ndarray) ->
         rt = np.broadcast_to(np.asarray(rtol, dtype=np.float64), (len(base),))[todo]
         d = diff[todo]
         with np.errstate(divide="ignore", invalid="ignore"):
-            sub: np.ndarray = d / allowed(base[todo], cand[todo], atol, rt)
+            sub: np.ndarray = d / allowed(base[todo], cand[todo], _per_row(atol, len(base))[todo], rt)
         sub[(d == 0) | both_nan[todo]] = 0.0
         sub[np.isnan(sub)] = np.inf  # a statistic present on one side only (counts differ: caught earlier)
         out[todo] = sub
     return out
 
 
-def proven(base: np.ndarray, cand: np.ndarray, atol: float, rtol: np.ndarray) -> np.ndarray:
+def proven(base: np.ndarray, cand: np.ndarray, atol: float | np.ndarray, rtol: np.ndarray) -> np.ndarray:
     """bool per row: the statistics prove a divergence (``ratios(...) > 1`` for some statistic).
 
     Most rows settle without the bounds: equal statistics prove nothing, and neither does a
@@ -134,13 +141,14 @@ def proven(base: np.ndarray, cand: np.ndarray, atol: float, rtol: np.ndarray) ->
     if np.array_equal(b, c):  # the common case, NaN aside (NaN == NaN is settled below)
         return np.zeros(len(base), dtype=bool)
     diff = _diff(b, c)
+    atol = _per_row(atol, len(base))
     with np.errstate(invalid="ignore"):
-        floor = np.full(diff.shape, atol)
+        floor = np.repeat(atol[:, None], diff.shape[1], axis=1)
         floor[:, 4] = atol * np.sqrt(np.maximum(_finite_count(base), 1.0))
         settled = ((diff <= floor) | (np.isnan(b) & np.isnan(c))).all(axis=1)
     out = np.zeros(len(base), dtype=bool)
     todo = np.flatnonzero(~settled)
     if len(todo):
         rt = np.broadcast_to(np.asarray(rtol, dtype=np.float64), (len(base),))[todo]
-        out[todo] = (ratios(base[todo], cand[todo], atol, rt) > 1).any(axis=1)
+        out[todo] = (ratios(base[todo], cand[todo], atol[todo], rt) > 1).any(axis=1)
     return out
