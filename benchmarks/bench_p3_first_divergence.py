@@ -286,8 +286,6 @@ def main() -> int:
             if args.only and args.only != ("values" if full_values else "stats"):
                 continue
             for kind in ("diverge", "agree", "agree-noisy"):
-                if kind == "agree-noisy" and not full_values:
-                    continue
                 label = f"{'values' if full_values else 'stats'}/{kind}"
                 scenario(root, label, steps, full_values, kind, naive=(kind == "diverge"), increments=args.increments)
     finally:

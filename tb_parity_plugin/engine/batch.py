@@ -71,8 +71,8 @@ def settle(group: list[Pair], k1: int, equal_nan: bool, table: VerdictTable) -> 
     """Verdicts of compared steps up to ``k1`` for the pairs of ``group`` that can be settled as
     one array: those whose statistics are identical there, and those whose statistics differ only
     where the bounds of engine/stat_bounds.py decide (same shape, dtype and NaN/Inf counts at every
-    row, no NaN unless ``equal_nan``); the rest are left as they were (to their own path). Their
-    error ratios too, where those had reached the same step. ``table``: where the pairs' verdicts
+    row, no NaN unless ``equal_nan``); the rest are left as they were (to their own path). The
+    ratios of identical pairs too (0), where those had reached the same step. ``table``: where the pairs' verdicts
     are held, written as one array operation rather than one per pair (pair by pair for pairs it
     does not hold)."""
     k0 = group[0].done
@@ -123,7 +123,7 @@ def _settle_bounded(
 ) -> None:
     """The pairs of one group whose statistics differ somewhere in ``[k0, k1)``, bounded as one
     array of ``rows x pairs`` statistics rows (each with its own tensor's tolerance): what
-    :meth:`Pair.verdicts` and :meth:`Pair.ratios` give them, one tensor at a time, when the counts
+    :meth:`Pair.verdicts` gives them, one tensor at a time, when the counts
     agree at every row. Why: after a divergence nearly every tensor differs, and 150 tensors on
     their own path cost 150 times a handful of numpy calls on a refresh of 100 rows."""
     p0 = pairs[0]
@@ -139,26 +139,20 @@ def _settle_bounded(
         return
     pick = np.flatnonzero(easy)
     pairs, cols_b, cols_c = [pairs[j] for j in pick.tolist()], cols_b[pick], cols_c[pick]
-    ks = k0 + rows  # compared-step indices: the warm-up rule reads them
-    by_tol: dict[Any, np.ndarray] = {}
-    rtol = np.stack([by_tol.setdefault(p.tol, p.tol.rtols(ks)) for p in pairs], axis=1)  # [rows, pairs]
-    atol = np.broadcast_to(np.array([p.tol.atol for p in pairs], dtype=np.float64), rtol.shape)
-    # The bounds of each statistic: a pair diverges where one exceeds 1 (what stat_bounds.proven
-    # decides, reading the same ratios), in slices of pairs small enough for the cache: as one
-    # array of a whole run's rows they cost more than pair by pair.
+    rtol, atol = _tolerances(pairs, k0 + rows)
+    # Proven divergences, in slices of pairs small enough for the cache (as one array of a whole
+    # run's rows the temporaries cost more than pair by pair); ratios are left to settle_ratios.
     reason = np.repeat(codes[:, None], len(pairs), axis=1)
-    ratio = np.full((k1 - k0, len(pairs)), np.nan, dtype=np.float32)
     width = max(1, _BOUNDED_ROWS // len(rows))
     for j0 in range(0, len(pairs), width):
         j1 = min(len(pairs), j0 + width)
-        found = stat_bounds.ratios(
+        found = stat_bounds.proven(
             blk_b[:, cols_b[j0:j1]].reshape(-1, metadata.N_STATS),
             blk_c[:, cols_c[j0:j1]].reshape(-1, metadata.N_STATS),
             atol[:, j0:j1].ravel(),
             rtol[:, j0:j1].ravel(),
         )
-        reason[rows, j0:j1] = np.where((found > 1).any(axis=1), VALUE, OK).reshape(len(rows), j1 - j0)
-        ratio[rows, j0:j1] = found.max(axis=1).reshape(len(rows), j1 - j0)
+        reason[rows, j0:j1] = np.where(found, VALUE, OK).reshape(len(rows), j1 - j0)
     bad = (reason != OK) & (reason != ABSENT)
     first = np.where(bad.any(axis=0), k0 + bad.argmax(axis=0), -1).tolist()
     cols = table.columns(pairs)
@@ -171,15 +165,49 @@ def _settle_bounded(
         if p.first_bad < 0:
             p.first_bad = f
         p.done = k1
-    due = [j for j, p in enumerate(pairs) if p.ratio_done == k0]
-    if not due:
+
+
+def settle_ratios(group: list[Pair], k1: int, table: VerdictTable) -> None:
+    """Error ratios of compared steps up to ``k1`` for the pairs of ``group`` whose ratios reached
+    the same step, as one array (:meth:`Pair.ratios`: the bounds' largest ratio where both logged,
+    NaN elsewhere; row by row, whatever the verdicts). Only the matrix and the details need them,
+    so the scan for the first divergence does not pay for them."""
+    r0 = min(p.ratio_done for p in group)
+    pairs = [p for p in group if p.ratio_done == r0]
+    if r0 >= k1 or len(pairs) < 2:
         return
-    with_ratios = [pairs[j] for j in due]
-    rcols = table.columns(with_ratios)
-    if rcols is not None:
-        table.ratio[k0:k1, rcols] = ratio[:, due]
+    p0 = pairs[0]
+    ib, ic = p0.ib[r0:k1], p0.ic[r0:k1]
+    rows = np.flatnonzero((ib >= 0) & (ic >= 0))
+    ratio = np.full((k1 - r0, len(pairs)), np.nan, dtype=np.float32)
+    if len(rows):
+        cols_b = np.fromiter((p.base.column for p in pairs), np.intp, len(pairs))
+        cols_c = np.fromiter((p.cand.column for p in pairs), np.intp, len(pairs))
+        blk_b, blk_c = take_rows(p0.base.block, ib[rows]), take_rows(p0.cand.block, ic[rows])
+        rtol, atol = _tolerances(pairs, r0 + rows)
+        width = max(1, _BOUNDED_ROWS // len(rows))
+        for j0 in range(0, len(pairs), width):
+            j1 = min(len(pairs), j0 + width)
+            found = stat_bounds.ratios(
+                blk_b[:, cols_b[j0:j1]].reshape(-1, metadata.N_STATS),
+                blk_c[:, cols_c[j0:j1]].reshape(-1, metadata.N_STATS),
+                atol[:, j0:j1].ravel(),
+                rtol[:, j0:j1].ravel(),
+            )
+            ratio[rows, j0:j1] = found.max(axis=1).reshape(len(rows), j1 - j0)
+    cols = table.columns(pairs)
+    if cols is not None:
+        table.ratio[r0:k1, cols] = ratio
     else:
-        for j, p in zip(due, with_ratios):
-            p.ratio[k0:k1] = ratio[:, j]
-    for p in with_ratios:
+        for j, p in enumerate(pairs):
+            p.ratio[r0:k1] = ratio[:, j]
+    for p in pairs:
         p.ratio_done = k1
+
+
+def _tolerances(pairs: list[Pair], ks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rtol, atol) per compared step ``ks`` and pair, ``[steps, pairs]`` (the warm-up rule reads ``ks``)."""
+    by_tol: dict[Any, np.ndarray] = {}
+    rtol = np.stack([by_tol.setdefault(p.tol, p.tol.rtols(ks)) for p in pairs], axis=1)
+    atol = np.broadcast_to(np.array([p.tol.atol for p in pairs], dtype=np.float64), rtol.shape)
+    return rtol, atol

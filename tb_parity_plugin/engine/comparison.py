@@ -165,6 +165,7 @@ class Comparison:
         n = len(self.steps)
         for group in self._groups:
             batch.settle(group, n, self.policy.equal_nan, self._table)
+            batch.settle_ratios(group, n, self._table)
         for p in self._pairs:
             p.ensure(n, self.policy.equal_nan)
             p.ensure_ratios(n)
