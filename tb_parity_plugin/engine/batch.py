@@ -71,10 +71,10 @@ def settle(group: list[Pair], k1: int, equal_nan: bool, table: VerdictTable) -> 
     """Verdicts of compared steps up to ``k1`` for the pairs of ``group`` that can be settled as
     one array: those whose statistics are identical there, and those whose statistics differ only
     where the bounds of engine/stat_bounds.py decide (same shape, dtype and NaN/Inf counts at every
-    row, no NaN unless ``equal_nan``); the rest are left as they were (to their own path). The
-    ratios of identical pairs too (0), where those had reached the same step. ``table``: where the pairs' verdicts
-    are held, written as one array operation rather than one per pair (pair by pair for pairs it
-    does not hold)."""
+    row, no NaN unless ``equal_nan``); the rest are left as they were (to their own path). Also
+    the ratios of the identical pairs (0) whose ratios had reached the same step. ``table``: where
+    the pairs' verdicts are held, written as one array operation rather than one per pair (pair by
+    pair for pairs it does not hold)."""
     k0 = group[0].done
     todo = [p for p in group if p.done == k0]
     if k0 >= k1 or len(todo) < 2:
@@ -123,9 +123,9 @@ def _settle_bounded(
 ) -> None:
     """The pairs of one group whose statistics differ somewhere in ``[k0, k1)``, bounded as one
     array of ``rows x pairs`` statistics rows (each with its own tensor's tolerance): what
-    :meth:`Pair.verdicts` gives them, one tensor at a time, when the counts
-    agree at every row. Why: after a divergence nearly every tensor differs, and 150 tensors on
-    their own path cost 150 times a handful of numpy calls on a refresh of 100 rows."""
+    :meth:`Pair.verdicts` gives them one tensor at a time when the counts agree at every row.
+    Why: after a divergence nearly every tensor differs, and 150 tensors on their own path cost
+    150 times a handful of numpy calls on a refresh of 100 rows."""
     p0 = pairs[0]
     rows = np.flatnonzero(both)
     cols_b = np.fromiter((p.base.column for p in pairs), np.intp, len(pairs))
