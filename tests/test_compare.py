@@ -565,6 +565,18 @@ class _PerPair:
             return self._cmp.matrix()
 
 
+def _refresh_matches_per_pair(reader: LogdirReader, batched: Comparison, policy: TolerancePolicy) -> None:
+    """Reload runs b and c, refresh ``batched``: its report, verdicts and ratios are those of the
+    per-pair path comparing the new snapshots from scratch."""
+    reader.reload()
+    b2, c2 = reader.run("b"), reader.run("c")
+    batched.update(b2, c2)
+    fresh = _PerPair(b2, c2, policy)
+    assert batched.report().to_dict() == fresh.report().to_dict()
+    np.testing.assert_array_equal(batched.matrix().reason, fresh.matrix().reason)
+    np.testing.assert_array_equal(batched.matrix().error_ratio, fresh.matrix().error_ratio)
+
+
 @contextlib.contextmanager
 def _batching(on: bool):
     before, batch.ENABLED = batch.ENABLED, on
@@ -626,13 +638,7 @@ def test_a_layout_whose_statistics_all_differ_is_bounded_together_as_the_per_pai
     # a refresh: 4 more steps, both ways
     write_run(logdir, "b", range(16, 20), lambda s: _drifting_run(s, {}), limit=0)
     write_run(logdir, "c", range(16, 20), cand_at, limit=0)
-    reader.reload()
-    b2, c2 = reader.run("b"), reader.run("c")
-    batched.update(b2, c2)
-    fresh = _PerPair(b2, c2, policy)
-    assert batched.report().to_dict() == fresh.report().to_dict()
-    np.testing.assert_array_equal(batched.matrix().reason, fresh.matrix().reason)
-    np.testing.assert_array_equal(batched.matrix().error_ratio, fresh.matrix().error_ratio)
+    _refresh_matches_per_pair(reader, batched, policy)
 
 
 @pytest.mark.parametrize("equal_nan", [False, True])
@@ -670,13 +676,7 @@ def test_a_layout_settled_together_matches_the_per_pair_path(tmp_path, equal_nan
     # a refresh appending steps settles the new rows alike
     write_run(logdir, "b", range(40, 60), _layout_run, limit=0)
     write_run(logdir, "c", range(40, 60), lambda s: _layout_run(s, bad=("t4", 30)), limit=0)
-    reader.reload()
-    b2, c2 = reader.run("b"), reader.run("c")
-    batched.update(b2, c2)
-    fresh = _PerPair(b2, c2, policy)
-    assert batched.report().to_dict() == fresh.report().to_dict()
-    np.testing.assert_array_equal(batched.matrix().reason, fresh.matrix().reason)
-    np.testing.assert_array_equal(batched.matrix().error_ratio, fresh.matrix().error_ratio)
+    _refresh_matches_per_pair(reader, batched, policy)
     reader.close()
 
 

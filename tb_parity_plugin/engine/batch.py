@@ -13,7 +13,7 @@ Every other pair is left to its own, unchanged, per-pair path."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -140,19 +140,9 @@ def _settle_bounded(
     pick = np.flatnonzero(easy)
     pairs, cols_b, cols_c = [pairs[j] for j in pick.tolist()], cols_b[pick], cols_c[pick]
     rtol, atol = _tolerances(pairs, k0 + rows)
-    # Proven divergences, in slices of pairs small enough for the cache (as one array of a whole
-    # run's rows the temporaries cost more than pair by pair); ratios are left to settle_ratios.
+    # Proven divergences only: the ratios are left to settle_ratios (the scan does not need them).
     reason = np.repeat(codes[:, None], len(pairs), axis=1)
-    width = max(1, _BOUNDED_ROWS // len(rows))
-    for j0 in range(0, len(pairs), width):
-        j1 = min(len(pairs), j0 + width)
-        found = stat_bounds.proven(
-            blk_b[:, cols_b[j0:j1]].reshape(-1, metadata.N_STATS),
-            blk_c[:, cols_c[j0:j1]].reshape(-1, metadata.N_STATS),
-            atol[:, j0:j1].ravel(),
-            rtol[:, j0:j1].ravel(),
-        )
-        reason[rows, j0:j1] = np.where(found, VALUE, OK).reshape(len(rows), j1 - j0)
+    reason[rows] = np.where(_by_slices(stat_bounds.proven, blk_b, blk_c, cols_b, cols_c, atol, rtol), VALUE, OK)
     bad = (reason != OK) & (reason != ABSENT)
     first = np.where(bad.any(axis=0), k0 + bad.argmax(axis=0), -1).tolist()
     cols = table.columns(pairs)
@@ -185,16 +175,7 @@ def settle_ratios(group: list[Pair], k1: int, table: VerdictTable) -> None:
         cols_c = np.fromiter((p.cand.column for p in pairs), np.intp, len(pairs))
         blk_b, blk_c = take_rows(p0.base.block, ib[rows]), take_rows(p0.cand.block, ic[rows])
         rtol, atol = _tolerances(pairs, r0 + rows)
-        width = max(1, _BOUNDED_ROWS // len(rows))
-        for j0 in range(0, len(pairs), width):
-            j1 = min(len(pairs), j0 + width)
-            found = stat_bounds.ratios(
-                blk_b[:, cols_b[j0:j1]].reshape(-1, metadata.N_STATS),
-                blk_c[:, cols_c[j0:j1]].reshape(-1, metadata.N_STATS),
-                atol[:, j0:j1].ravel(),
-                rtol[:, j0:j1].ravel(),
-            )
-            ratio[rows, j0:j1] = found.max(axis=1).reshape(len(rows), j1 - j0)
+        ratio[rows] = _by_slices(_largest_ratio, blk_b, blk_c, cols_b, cols_c, atol, rtol)
     cols = table.columns(pairs)
     if cols is not None:
         table.ratio[r0:k1, cols] = ratio
@@ -203,6 +184,38 @@ def settle_ratios(group: list[Pair], k1: int, table: VerdictTable) -> None:
             p.ratio[r0:k1] = ratio[:, j]
     for p in pairs:
         p.ratio_done = k1
+
+
+def _largest_ratio(base: np.ndarray, cand: np.ndarray, atol: np.ndarray, rtol: np.ndarray) -> np.ndarray:
+    """What :meth:`Pair.ratios` keeps of a statistics row: its largest ratio."""
+    found: np.ndarray = stat_bounds.ratios(base, cand, atol, rtol).max(axis=1)
+    return found
+
+
+def _by_slices(
+    bound: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray],
+    blk_b: np.ndarray,
+    blk_c: np.ndarray,
+    cols_b: np.ndarray,
+    cols_c: np.ndarray,
+    atol: np.ndarray,
+    rtol: np.ndarray,
+) -> np.ndarray:
+    """``bound`` (one value per statistics row) of the rows of ``blk_b``/``blk_c`` at the columns of
+    each pair, ``[rows, pairs]``, in slices of pairs small enough for the cache: as one array of a
+    whole run's rows the temporaries cost more than pair by pair."""
+    rows, out = len(blk_b), []
+    width = max(1, _BOUNDED_ROWS // rows)
+    for j0 in range(0, len(cols_b), width):
+        j1 = min(len(cols_b), j0 + width)
+        found = bound(
+            blk_b[:, cols_b[j0:j1]].reshape(-1, metadata.N_STATS),
+            blk_c[:, cols_c[j0:j1]].reshape(-1, metadata.N_STATS),
+            atol[:, j0:j1].ravel(),
+            rtol[:, j0:j1].ravel(),
+        )
+        out.append(found.reshape(rows, j1 - j0))
+    return np.concatenate(out, axis=1)
 
 
 def _tolerances(pairs: list[Pair], ks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
