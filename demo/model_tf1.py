@@ -37,10 +37,11 @@ def train(run_dir: str, cfg: PairConfig) -> None:
         )
         optimizer = tf.compat.v1.train.GradientDescentOptimizer(lr)
         train_op = rec.minimize(optimizer, loss, global_step=global_step)
+        fetches = rec.fetches  # before the session runs anything: it orders every update after the reads
         with tf.compat.v1.Session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
             for step in range(cfg.steps):
                 xb, yb = batch(cfg, x_np, y_np, step)
-                _, parity = sess.run([train_op, rec.fetches], {x: xb, y: yb})
+                _, parity = sess.run([train_op, fetches], {x: xb, y: yb})
                 rec.write(parity)
         rec.close()

@@ -24,7 +24,8 @@ makes every op of the graph that writes one of them (the train op, ``UPDATE_OPS`
 control-depend on that read, when the variable is recorded and again when ``fetches`` is
 first read (for writes built later). (Only the reads: the statistics still run in parallel
 with the update.) Record, or read ``fetches``, before a session first runs the graph:
-TensorFlow ignores control edges added to ops a session has already run.
+TensorFlow ignores control edges added to ops a session has already run, so a write that would
+need one then raises rather than logging values that may come after the update.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class Recorder(BaseRecorder):
         self._layouts = StepLayouts(self.full_values_limit)  # runtime shapes -> this step's layout
         #: global_step as read before the update (set by apply_gradients/minimize/before_update).
         self.step: Optional[tf.Tensor] = None
+        ordering.watch_session_runs(tf.compat.v1.get_default_graph())
 
     # -- BaseRecorder hooks -------------------------------------------------------
     def _check_open(self) -> None:
@@ -136,6 +138,17 @@ class Recorder(BaseRecorder):
                 )
             if ordering.restores(op):
                 continue
+            if ordering.ran(op):  # an edge would be ignored now: fine only if it is ordered already
+                if read.read.op in ordering.ancestors([op]):
+                    ordered += 1
+                    continue
+                raise ValueError(
+                    f"tb_parity: {op.name!r} writes {read.tag} and a session has already run the graph: "
+                    "TensorFlow would ignore the edge that orders it after the recorder's read, and the "
+                    f"values logged could be read after the update. Read `rec.fetches` once after building "
+                    "the train op and before the session first runs anything (`fetches = rec.fetches`), "
+                    "and fetch that; or build the update with rec.minimize/rec.apply_gradients/rec.before_update"
+                )
             op._add_control_inputs([read.read.op])
             ordered += 1
         return ordered

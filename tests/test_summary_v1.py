@@ -67,6 +67,54 @@ def test_session_loop_logs_weights_before_update(tmp_path, use_resource: bool) -
     check_with_reader(str(tmp_path), "tf1", got)
 
 
+@pytest.mark.parametrize("use_resource", [True, False])
+def test_an_update_built_after_recording_is_ordered_only_if_fetches_is_read_before_the_session(
+    tmp_path, use_resource: bool
+) -> None:
+    """A user who records the weights, then builds the update with the optimizer's own
+    ``minimize`` (not the recorder's), and reads ``rec.fetches`` first inside the loop after
+    ``sess.run(init)``: the edge ordering the update after the read would be added to an op the
+    session has already run, which TensorFlow ignores (weights were then logged after the update
+    in about one step in six, a false divergence). That now raises, naming the fix; reading
+    ``fetches`` before the session logs the weights before each update (checked with numpy:
+    ``w[s+1] == w[s] - lr * g[s]``)."""
+
+    def build(rec: summary_v1.Recorder):
+        w = tf.compat.v1.get_variable("w", initializer=W0, use_resource=use_resource)
+        logits = tf.matmul(tf.constant(X), w)
+        loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(tf.constant(Y), logits))
+        rec.weights([w])
+        rec.grads(tf.gradients(loss, [w]), [w])
+        return tf.compat.v1.train.GradientDescentOptimizer(LR).minimize(loss), w
+
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(str(tmp_path / "late"))
+        train_op, _ = build(rec)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            with pytest.raises(ValueError, match="a session has already run the graph.*fetches = rec.fetches"):
+                sess.run([train_op, rec.fetches])
+        rec.close()
+
+    run = tmp_path / "early"
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(str(run))
+        train_op, w = build(rec)
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for step in range(6):
+                _, parity = sess.run([train_op, fetches])
+                rec.write(parity, step=step)
+            final_w = sess.run(w)
+        rec.close()
+    got = tensors_by_step(str(run))
+    for k in range(6):
+        wk, gk = got[k][("weight", w.name)][2], got[k][("grad", w.name)][2]
+        nxt = got[k + 1][("weight", w.name)][2] if k < 5 else final_w
+        np.testing.assert_allclose(nxt, wk - LR * gk, rtol=1e-6, atol=1e-7)
+
+
 def test_monitored_session_hook(tmp_path) -> None:
     run = tmp_path / "hook"
     with tf.Graph().as_default():

@@ -95,3 +95,31 @@ def restores(op: tf.Operation, depth: int = 4) -> bool:
             return True
         frontier = [t.op for o in frontier for t in o.inputs]
     return False
+
+
+def watch_session_runs(graph: Any) -> None:
+    """Note, each time a ``Session`` runs ``graph``, how many ops it holds (see :func:`ran`).
+
+    Why: TensorFlow ignores a control edge added to an op a session has already run (it only
+    logs that the mutation "will have no effect"). A recorder that ordered an update after its
+    read that way would log weights read after the update, silently; knowing which ops a
+    session has seen lets it refuse instead. Sessions take ``graph._session_run_lock()`` before
+    they extend their copy of the graph, so this graph's lock is wrapped (this graph only).
+    """
+    if getattr(graph, "_tb_parity_ran_ops", None) is not None:
+        return
+    graph._tb_parity_ran_ops = 0  # no op run by a session since the watch began
+    lock = graph._session_run_lock
+
+    def session_run_lock() -> Any:
+        graph._tb_parity_ran_ops = graph.version  # the number of ops: all of them are the session's
+        return lock()
+
+    graph._session_run_lock = session_run_lock
+
+
+def ran(op: tf.Operation) -> bool:
+    """Whether a session has run ``op``'s graph since ``op`` was built (as far as
+    :func:`watch_session_runs` saw): a control edge added to it now would be ignored."""
+    seen = getattr(op.graph, "_tb_parity_ran_ops", 0)
+    return bool(seen) and op._id <= op.graph.get_operations()[seen - 1]._id  # ops in creation order
