@@ -296,3 +296,96 @@ def test_random_initial_weights_not_shared_diverge_on_the_weight_at_step_0(tmp_p
         assert not np.allclose(w1, w2.values[0], atol=1e-5)  # the independent check: other initial kernels
     first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
     assert first is not None and (first.step, first.kind) == (0, "weight"), first
+
+
+def _same_shape_layers(root, tf2_order: Sequence[int], wrong_init: Optional[int] = None) -> dict[int, str]:
+    """TF1: three unnamed dense layers 4 -> 4 -> 4 -> 3 (``dense``, ``dense_1``, ``dense_2``);
+    the port: Keras layers created in ``tf2_order`` (so auto-named in that order), the initial
+    weights copied by role (role ``wrong_init`` from another initializer). Returns each role's
+    Keras kernel name. Plain SGD, 3 steps, ``None`` batch dimension on both sides."""
+    rng = np.random.default_rng(5)
+    xs = rng.standard_normal((STEPS, 8, 4)).astype(np.float32)
+    ys = np.eye(3, dtype=np.float32)[rng.integers(0, 3, (STEPS, 8))]
+    init = [(rng.uniform(-1, 1, (4, o)).astype(np.float32), np.full(o, 0.1, np.float32)) for o in (4, 4, 3)]
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(str(root / "tf1"))
+        x = tf.compat.v1.placeholder(tf.float32, (None, 4))
+        y = tf.compat.v1.placeholder(tf.float32, (None, 3))
+        h = x
+        for role, (k, b) in enumerate(init):
+            h = tf.compat.v1.layers.dense(
+                h,
+                k.shape[1],
+                activation=tf.nn.relu if role < 2 else None,
+                kernel_initializer=tf.constant_initializer(k),
+                bias_initializer=tf.constant_initializer(b),
+            )
+            rec.activation(f"h{role}", h)
+        loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(y, h))
+        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(rec.lr(tf.constant(0.1))), loss)
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for step in range(STEPS):
+                _, parity = sess.run([train_op, fetches], {x: xs[step], y: ys[step]})
+                rec.write(parity, step=step)
+        rec.close()
+    layers: dict[int, Any] = {}
+    for role in tf2_order:
+        k, b = init[role]
+        if role == wrong_init:
+            k = tf.keras.initializers.GlorotUniform(seed=1)(k.shape).numpy()
+        layers[role] = tf.keras.layers.Dense(
+            k.shape[1],
+            activation="relu" if role < 2 else None,
+            kernel_initializer=tf.constant_initializer(k),
+            bias_initializer=tf.constant_initializer(b),
+        )
+        layers[role](tf.zeros((1, 4)))  # built (and so named) in this order
+    rec2 = summary_v2.Recorder(str(root / "tf2"))
+    opt = tf.keras.optimizers.SGD(0.1)
+    ce = tf.keras.losses.CategoricalCrossentropy(from_logits=True)
+    variables = [v for role in range(3) for v in layers[role].trainable_variables]
+
+    @tf.function
+    def step_fn(x: tf.Tensor, y: tf.Tensor) -> None:
+        with rec2.step(opt.iterations, variables=variables, optimizer=opt):
+            rec2.lr(opt.learning_rate)
+            with tf.GradientTape() as tape:
+                h = x
+                for role in range(3):
+                    h = rec2.activation(f"h{role}", layers[role](h))
+                loss = rec2.loss(ce(y, h))
+            grads = tape.gradient(loss, variables)
+            rec2.grads(grads, variables)
+            opt.apply_gradients(zip(grads, variables))
+
+    for step in range(STEPS):
+        step_fn(tf.constant(xs[step]), tf.constant(ys[step]))
+    rec2.close()
+    return {role: layers[role].kernel.name for role in range(3)}
+
+
+def test_same_shaped_layers_created_in_another_order_are_paired_by_their_initial_weights(tmp_path) -> None:
+    """The two 4x4 layers of the port are created in the other order, so Keras names them the other
+    way round: pairing by name compared each with the other's weights, a false divergence at step 0.
+    Their initial weights (copied by role, as ports do) pair them; numpy's reason it agrees: every
+    role computes the same function from the same weights on both sides."""
+    names = _same_shape_layers(tmp_path, tf2_order=(1, 0, 2))
+    assert names[0].startswith("dense_1/") and names[1].startswith("dense/")  # the names did swap
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert report.agree, report.first_divergence
+    paired = {(m["kind"], m["baseline"]): (m["candidate"], m["how"]) for m in report.to_dict()["mapping"]}
+    assert paired[("weight", "dense/kernel:0")] == (names[0], "first values")
+    assert paired[("grad", "dense_1/bias:0")] == (names[1].replace("kernel", "bias"), "first values")
+    assert any("by their first-step values" in w for w in report.warnings)
+
+
+def test_same_shaped_layers_in_another_order_with_one_wrong_initializer_diverge_on_that_layer(tmp_path) -> None:
+    """As above, but the port initialises role 1 otherwise: numpy says its kernel differs at step 0
+    (another initializer), and the other layers start equal: the divergence is role 1's kernel,
+    TF1's ``dense_1``, not a layer paired with the wrong one."""
+    names = _same_shape_layers(tmp_path, tf2_order=(1, 0, 2), wrong_init=1)
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    first = report.first_divergence
+    assert (first.step, first.kind, first.tensor, first.candidate_tensor) == (0, "weight", "dense_1/kernel:0", names[1])

@@ -28,6 +28,8 @@ import dataclasses
 import re
 from typing import Any, Callable, Hashable, Iterable, Optional, Protocol, Sequence
 
+import numpy as np
+
 from tb_parity_plugin.engine import patterns
 from tb_parity_plugin.records import metadata
 
@@ -45,7 +47,7 @@ class SeriesLike(Protocol):
 class Match:
     base: Key
     cand: Key
-    how: str  # exact | canonical | map | fallback
+    how: str  # exact | canonical | map | fallback | first values
 
 
 @dataclasses.dataclass
@@ -72,6 +74,8 @@ def execution_key(series: SeriesLike) -> tuple[int, int, str, str]:
 
 
 _SUFFIX = re.compile(r"^(.*?)_(\d+)$")
+#: Stages that pair by name alone: what :meth:`_Pairing.by_first_values` may correct.
+_BY_NAME = frozenset({"exact", "canonical"})
 
 
 def _strip_output_index(name: str) -> str:
@@ -299,6 +303,100 @@ class _Pairing:
             if c is not None and (c.kind, c.name) in self.free_cand and shapes_compatible(b.shape, c.shape):
                 self.pair(key, (c.kind, c.name), "fallback")
 
+    def by_first_values(self) -> list[str]:
+        """Re-pair layers whose names were paired wrongly because they were created in another order.
+
+        Keras names layers by creation order (``dense``, ``dense_1``): a port that creates two
+        layers of the same shapes in another order than the baseline gets the names swapped, and
+        the exact or canonical stage pairs them by name. When the paired weights' first-step statistics
+        differ and another one-to-one pairing of those scopes makes every weight's first-step
+        statistics identical (the initial weights a port copies from its baseline; one scope
+        left over may start differently, as a wrong initializer would), the scopes are paired
+        that way, every kind under them with them (weights, gradients, slots). Anything less
+        clear-cut is left as the names paired it. Returns a warning per re-paired scope.
+        """
+        base_of = {(s.kind, s.name): s for s in self.base}  # one dict per side: names may be equal
+        cand_of = {(s.kind, s.name): s for s in self.cand}
+        current = {m.base: m for m in self.matches}
+        # Scope pairs of the canonically paired weights, and their weights by leaf.
+        scopes: dict[tuple[str, str], dict[str, tuple[Key, Key]]] = {}
+        for m in self.matches:
+            if m.base[0] == "weight" and m.how in _BY_NAME:
+                b_scope, c_scope = _scope_name(m.base[1]), _scope_name(m.cand[1])
+                if b_scope and c_scope:
+                    scopes.setdefault((b_scope, c_scope), {})[m.base[1][len(b_scope) + 1 :]] = (m.base, m.cand)
+        # A base scope paired with one candidate scope only (and the reverse), grouped by what
+        # the scope holds: leaves and shapes.
+        b_count: dict[str, int] = {}
+        c_count: dict[str, int] = {}
+        for b_scope, c_scope in scopes:
+            b_count[b_scope] = b_count.get(b_scope, 0) + 1
+            c_count[c_scope] = c_count.get(c_scope, 0) + 1
+        groups: dict[tuple[Any, ...], list[tuple[str, str]]] = {}
+        for (b_scope, c_scope), leaves in scopes.items():
+            if b_count[b_scope] == 1 and c_count[c_scope] == 1:
+                sig = tuple(sorted((leaf, tuple(base_of[b].shape)) for leaf, (b, _) in leaves.items()))
+                groups.setdefault(sig, []).append((b_scope, c_scope))
+        warnings: list[str] = []
+        for pairs in groups.values():
+            if len(pairs) < 2:
+                continue
+            c_of = {b: c for b, c in pairs}
+            b_of = {c: b for b, c in pairs}
+
+            def fits(b_scope: str, c_scope: str, c_of: dict[str, str] = c_of, b_of: dict[str, str] = b_of) -> bool:
+                """Every weight of ``b_scope`` starts as the same-named weight of ``c_scope``."""
+                leaves_b, leaves_c = scopes[(b_scope, c_of[b_scope])], scopes[(b_of[c_scope], c_scope)]
+                return all(_same_first(base_of[leaves_b[leaf][0]], cand_of[leaves_c[leaf][1]]) for leaf in leaves_b)
+
+            if all(fits(b, c) for b, c in pairs):
+                continue  # the names paired them as their first values do
+            choice = {b: [c for _, c in pairs if fits(b, c)] for b, _ in pairs}
+            chosen = {b: cs[0] for b, cs in choice.items() if len(cs) == 1}
+            left_b = [b for b, _ in pairs if b not in chosen]
+            left_c = [c for _, c in pairs if c not in chosen.values()]
+            if any(len(cs) > 1 for cs in choice.values()) or len(set(chosen.values())) != len(chosen):
+                continue  # not one clear one-to-one pairing: leave the names' pairing
+            if len(left_b) > 1 or len(left_c) != len(left_b):
+                continue
+            if left_b:  # one layer starts differently (a port's wrong initializer): it pairs with the one left
+                chosen[left_b[0]] = left_c[0]
+            moves = self._repair_scopes(chosen, c_of, b_of, current)
+            if moves is None:
+                continue
+            for b, new_c in moves:
+                warnings.append(
+                    f"paired {b}/* with {new_c}/* by their first-step values, not by name: Keras numbers "
+                    "layers of one type by creation order, and these have the same shapes"
+                )
+        return warnings
+
+    def _repair_scopes(
+        self, new_c: dict[str, str], c_of: dict[str, str], b_of: dict[str, str], current: dict[Key, Match]
+    ) -> Optional[list[tuple[str, str]]]:
+        """Move every match under the base scopes of ``new_c`` to the partner that the same relative
+        name has under the new candidate scope; None (nothing moved) if one has no such partner."""
+        plan: list[tuple[Match, Key]] = []
+        for b_scope, c_scope in new_c.items():
+            if c_scope == c_of[b_scope]:
+                continue
+            donor = b_of[c_scope]  # the base scope the names paired with c_scope
+            for key, m in current.items():
+                if not key[1].startswith(b_scope + "/"):
+                    continue
+                if m.how not in _BY_NAME:
+                    return None
+                rel = key[1][len(b_scope) + 1 :]
+                other = current.get((key[0], f"{donor}/{rel}"))
+                if other is None or other.how not in _BY_NAME:
+                    return None
+                plan.append((m, other.cand))
+        if not plan:
+            return None
+        for m, cand in plan:
+            self.matches[self.matches.index(m)] = Match(m.base, cand, "first values")
+        return [(b, c) for b, c in new_c.items() if c != c_of[b]]
+
     def by_kind_shape_order(self) -> dict[Key, list[Key]]:
         """Per kind and shape, pair the k-th free tensors in execution order when the counts agree.
 
@@ -315,6 +413,24 @@ class _Pairing:
                     for b in bs:
                         candidates[(b.kind, b.name)] = [(c.kind, c.name) for c in cs]
         return candidates
+
+
+def _first_row(series: Any) -> Optional[tuple[int, np.ndarray]]:
+    """(first step, its statistics row) of a series, None when it has none."""
+    steps, stats = getattr(series, "steps", None), getattr(series, "stats", None)
+    if steps is None or stats is None or not len(steps):
+        return None
+    return int(steps[0]), stats[0]
+
+
+def _same_first(b: Any, c: Any) -> bool:
+    """Both series start at the same step with identical statistics (NaN equal to NaN)."""
+    fb, fc = _first_row(b), _first_row(c)
+    return fb is not None and fc is not None and fb[0] == fc[0] and np.array_equal(fb[1], fc[1], equal_nan=True)
+
+
+def _scope_name(name: str) -> str:
+    return name.rpartition("/")[0]
 
 
 def _scope_of(key: Hashable) -> Hashable:
@@ -337,6 +453,7 @@ def align(
     state.by_unique_shape()
     state.by_inferred_scope()
     candidates = state.by_kind_shape_order()
+    warnings += state.by_first_values()
     shapes = {(s.kind, s.name): tuple(s.shape) for s in [*state.base, *state.cand]}
     for m in state.matches:
         if m.how in ("map", "exact") and not shapes_compatible(shapes[m.base], shapes[m.cand]):
