@@ -69,6 +69,12 @@ def test_elementwise_rule_matches_numpy(case: tuple) -> None:
         rows = allclose.rows_allclose(cand, base, rtol, atol, equal_nan)
         expected = [numpy_passes(c, b, rtol, atol, equal_nan) for c, b in zip(cand, base)]
         assert rows.tolist() == expected
+        # one atol per row (optimizer slots): each row as numpy judges it with its own atol alone
+        per_row = np.array([atol * (i % 3) for i in range(len(cand))], dtype=np.float64)
+        rows = allclose.rows_allclose(cand, base, rtol, per_row, equal_nan)
+        assert rows.tolist() == [numpy_passes(c, b, rtol, float(a), equal_nan) for c, b, a in zip(cand, base, per_row)]
+        same = allclose.rows_error_ratio(cand, base, np.full(len(cand), rtol), np.full(len(cand), atol))
+        np.testing.assert_array_equal(same, allclose.rows_error_ratio(cand, base, np.full(len(cand), rtol), atol))
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -319,7 +319,7 @@ def _cell(model: Model, s: int, k: int, i: int) -> int:
     tol = model.policy().for_tag(f"{model.kinds[i]}/t{i}")
     rtol = tol.rtol_at(k)  # 0 in warm-up, 1e-4 for slots
     if ev == "permute":  # the statistics cannot tell: only full values can
-        return VALUE if model.values_compared(i) and not np.allclose(c, b, rtol, tol.atol) else OK
+        return VALUE if model.values_compared(i) and not np.allclose(c, b, rtol, _atol(tol, b)) else OK
     return {
         "small": OK,
         "mid": VALUE if rtol < 0.005 else OK,  # 1 % apart
@@ -331,6 +331,12 @@ def _cell(model: Model, s: int, k: int, i: int) -> int:
     }[ev]
 
 
+def _atol(tol: Any, b: np.ndarray) -> float:
+    """The documented atol at a step: a slot's adds ``atol_of_max`` of the baseline's largest finite |element|."""
+    finite = np.abs(b[np.isfinite(b)].astype(np.float64))
+    return float(tol.atol + tol.atol_of_max * (finite.max() if finite.size else 0.0))
+
+
 def _rewritten_cell(model: Model, k: int, i: int, b: np.ndarray, c: np.ndarray) -> int:
     """The cell of two arrays that only rewrites (:func:`_rewrite`) may have set apart, from numpy."""
     counts = [(np.isnan(a).sum(), (a == np.inf).sum(), (a == -np.inf).sum()) for a in (b, c)]
@@ -338,7 +344,7 @@ def _rewritten_cell(model: Model, k: int, i: int, b: np.ndarray, c: np.ndarray) 
         return NONFINITE
     if model.values_compared(i):
         tol = model.policy().for_tag(f"{model.kinds[i]}/t{i}")
-        ok = np.isclose(c, b, rtol=tol.rtol_at(k), atol=tol.atol, equal_nan=model.equal_nan)
+        ok = np.isclose(c, b, rtol=tol.rtol_at(k), atol=_atol(tol, b), equal_nan=model.equal_nan)
         return OK if ok.all() else VALUE
     # statistics only: the same elements in another order prove nothing; x -> 3x + 10 is proven
     return OK if np.array_equal(np.sort(b, axis=None), np.sort(c, axis=None), equal_nan=True) else VALUE

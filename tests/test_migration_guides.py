@@ -330,6 +330,7 @@ def _same_shape_layers(root, tf2_order: Sequence[int], wrong_init: Optional[int]
                 _, parity = sess.run([train_op, fetches], {x: xs[step], y: ys[step]})
                 rec.write(parity, step=step)
         rec.close()
+    tf.keras.backend.clear_session()  # Keras numbers layers per process: start from `dense` as a fresh port would
     layers: dict[int, Any] = {}
     for role in tf2_order:
         k, b = init[role]

@@ -57,7 +57,9 @@ def isclose(x: np.ndarray, y: np.ndarray, rtol: float, atol: float, equal_nan: b
     return ok
 
 
-def rows_allclose(cand: np.ndarray, base: np.ndarray, rtol: float, atol: float, equal_nan: bool) -> np.ndarray:
+def rows_allclose(
+    cand: np.ndarray, base: np.ndarray, rtol: float, atol: float | np.ndarray, equal_nan: bool
+) -> np.ndarray:
     """Per row of 2-D ``cand``/``base``: would ``assert_allclose(cand[i], base[i], ...)`` pass?
 
     Exact, but proves most rows with two passes: ``isclose``'s tolerance for element i is
@@ -71,6 +73,9 @@ def rows_allclose(cand: np.ndarray, base: np.ndarray, rtol: float, atol: float, 
     out = np.ones(n, dtype=bool)
     if size == 0 or n == 0:
         return out
+    if np.ndim(atol):  # one atol per row (optimizer slots): numpy's isclose, each row with its own
+        return np.asarray(_isclose_rows(cand, base, rtol, np.asarray(atol), equal_nan).all(axis=1))
+    atol = float(atol)
     if not _fast_ok(cand, base, rtol, atol):
         close = np.asarray(np.isclose(cand, base, rtol=rtol, atol=atol, equal_nan=equal_nan))
         return np.asarray(close.all(axis=1))
@@ -104,6 +109,14 @@ def rows_allclose(cand: np.ndarray, base: np.ndarray, rtol: float, atol: float, 
                 ok[todo] = isclose(c[todo], b[todo], rtol, atol, equal_nan).all(axis=1)
             out[r0:r1] = ok
     return out
+
+
+def _isclose_rows(x: np.ndarray, y: np.ndarray, rtol: float, atol_rows: np.ndarray, equal_nan: bool) -> np.ndarray:
+    """``numpy.isclose`` of 2-D rows, row ``i`` with ``atol_rows[i]``, computed in the arrays'
+    float dtype as a float ``atol`` would be (float32 stays float32), so each row is what
+    :func:`isclose` gives it alone."""
+    dtype = y.dtype if y.dtype.kind == "f" else np.float64
+    return np.asarray(np.isclose(x, y, rtol=rtol, atol=atol_rows.astype(dtype)[:, None], equal_nan=equal_nan))
 
 
 def _finite_or_none(value: float) -> Optional[float]:
@@ -156,12 +169,13 @@ def figures(
     return result
 
 
-def rows_error_ratio(cand: np.ndarray, base: np.ndarray, rtol: np.ndarray, atol: float) -> np.ndarray:
+def rows_error_ratio(cand: np.ndarray, base: np.ndarray, rtol: np.ndarray, atol: float | np.ndarray) -> np.ndarray:
     """Per row: max over elements finite on both sides of ``|c-b| / (atol + rtol_row*|b|)``.
 
     float32 result for the heat map: 0 where equal, inf where a difference meets a zero
-    tolerance, NaN for rows without a finite pair. ``rtol`` is one value per row.
-    Display only, so it is computed in float32 (float64 for float64 data).
+    tolerance, NaN for rows without a finite pair. ``rtol`` is one value per row, ``atol``
+    one for all rows or one per row. Display only, so it is computed in float32 (float64 for
+    float64 data).
     """
     n = cand.shape[0]
     out = np.full(n, np.nan, dtype=np.float32)
@@ -179,7 +193,15 @@ def rows_error_ratio(cand: np.ndarray, base: np.ndarray, rtol: np.ndarray, atol:
             diff = np.subtract(c, b, out=diff_buf[: r1 - r0], dtype=work)
             np.abs(diff, out=diff)
             r = rtol[r0:r1]
-            if np.all(r == 0):
+            no_atol = np.ndim(atol) == 0 and atol == 0
+            if np.ndim(atol):  # one atol per row (optimizer slots); 0 where equal, inf past a zero tolerance
+                den = np.abs(b, out=den_buf[: r1 - r0], dtype=work)
+                np.multiply(den, r[:, None].astype(work), out=den)
+                np.add(den, np.asarray(atol)[r0:r1, None].astype(work), out=den)
+                ratio = np.where(diff == 0, work(0), diff / den)
+                zero_atol = (np.asarray(atol)[r0:r1] == 0)[:, None]  # as below: equal infinities are 0 apart
+                ratio[np.isnan(ratio) & (np.abs(c) == np.abs(b)) & zero_atol] = 0
+            elif np.all(r == 0):
                 ratio = diff if atol == 0 else np.divide(diff, work(atol), out=diff)
             else:
                 den = np.abs(b, out=den_buf[: r1 - r0], dtype=work)
@@ -195,7 +217,7 @@ def rows_error_ratio(cand: np.ndarray, base: np.ndarray, rtol: np.ndarray, atol:
                 finite = np.isfinite(c[bad]) & np.isfinite(b[bad])
                 sub[~finite] = np.nan
                 best[bad] = np.fmax.reduce(sub, axis=1)
-            if atol == 0 and np.all(r == 0):
+            if no_atol and np.all(r == 0):
                 best = np.where(best > 0, np.inf, best)  # any difference at zero tolerance
             out[r0:r1] = best
     return out

@@ -139,7 +139,7 @@ def _settle_bounded(
         return
     pick = np.flatnonzero(easy)
     pairs, cols_b, cols_c = [pairs[j] for j in pick.tolist()], cols_b[pick], cols_c[pick]
-    rtol, atol = _tolerances(pairs, k0 + rows)
+    rtol, atol = _tolerances(pairs, k0 + rows, blk_b, cols_b)
     # Proven divergences only: the ratios are left to settle_ratios (the scan does not need them).
     reason = np.repeat(codes[:, None], len(pairs), axis=1)
     reason[rows] = np.where(_by_slices(stat_bounds.proven, blk_b, blk_c, cols_b, cols_c, atol, rtol), VALUE, OK)
@@ -174,7 +174,7 @@ def settle_ratios(group: list[Pair], k1: int, table: VerdictTable) -> None:
         cols_b = np.fromiter((p.base.column for p in pairs), np.intp, len(pairs))
         cols_c = np.fromiter((p.cand.column for p in pairs), np.intp, len(pairs))
         blk_b, blk_c = take_rows(p0.base.block, ib[rows]), take_rows(p0.cand.block, ic[rows])
-        rtol, atol = _tolerances(pairs, r0 + rows)
+        rtol, atol = _tolerances(pairs, r0 + rows, blk_b, cols_b)
         ratio[rows] = _by_slices(_largest_ratio, blk_b, blk_c, cols_b, cols_c, atol, rtol)
     cols = table.columns(pairs)
     if cols is not None:
@@ -218,9 +218,16 @@ def _by_slices(
     return np.concatenate(out, axis=1)
 
 
-def _tolerances(pairs: list[Pair], ks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(rtol, atol) per compared step ``ks`` and pair, ``[steps, pairs]`` (the warm-up rule reads ``ks``)."""
+def _tolerances(
+    pairs: list[Pair], ks: np.ndarray, blk_b: np.ndarray, cols_b: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(rtol, atol) per compared step ``ks`` and pair, ``[steps, pairs]``: the warm-up rule reads
+    ``ks``, a slot's atol its baseline rows (``blk_b``'s columns ``cols_b``: Tolerance.atols)."""
     by_tol: dict[Any, np.ndarray] = {}
     rtol = np.stack([by_tol.setdefault(p.tol, p.tol.rtols(ks)) for p in pairs], axis=1)
-    atol = np.broadcast_to(np.array([p.tol.atol for p in pairs], dtype=np.float64), rtol.shape)
+    atol = np.empty(rtol.shape, dtype=np.float64)
+    atol[:] = [p.tol.atol for p in pairs]
+    for j, p in enumerate(pairs):
+        if p.tol.atol_of_max:
+            atol[:, j] = p.tol.atols(blk_b[:, cols_b[j]])
     return rtol, atol

@@ -32,6 +32,11 @@ def take_rows(array: np.ndarray, index: np.ndarray) -> np.ndarray:
     return rows
 
 
+def _row(atol: float | np.ndarray, i: int) -> float:
+    """Row ``i``'s atol from :meth:`Tolerance.atols` (one float for every row, or one per row)."""
+    return float(atol if np.ndim(atol) == 0 else np.asarray(atol)[i])
+
+
 def step_rows(steps: np.ndarray, series_steps: np.ndarray) -> np.ndarray:
     """Row of each of ``steps`` in ``series_steps`` (both sorted), -1 where absent."""
     pos = np.searchsorted(series_steps, steps)
@@ -214,16 +219,17 @@ class Pair:
         """VALUE/NONFINITE/OK for rows whose shape, dtype and NaN/Inf counts agree."""
         r = np.zeros(len(rb), dtype=np.uint8)
         for sel, rtol in self.tol.phases(ks):  # ks ascending
+            atol = self.tol.atols(sb[sel])  # one float, or one per row (slots)
             if self.use_values:
                 cv, bv = take_rows(self.cand.values, rc[sel]), take_rows(self.base.values, rb[sel])
-                ok = allclose.rows_allclose(cv, bv, rtol, self.tol.atol, equal_nan)
+                ok = allclose.rows_allclose(cv, bv, rtol, atol, equal_nan)
                 for i in np.flatnonzero(~ok):  # rare: classify the failing row
                     c, b = cv[i], bv[i]
-                    fail = ~allclose.isclose(c, b, rtol, self.tol.atol, equal_nan)
+                    fail = ~allclose.isclose(c, b, rtol, _row(atol, int(i)), equal_nan)
                     finite = np.isfinite(c) & np.isfinite(b) if c.dtype.kind == "f" else True
                     r[sel.start + i] = NONFINITE if np.any(fail & ~finite) else VALUE
             else:  # statistics only: a divergence must be proven (engine/stat_bounds.py)
-                r[sel][stat_bounds.proven(sb[sel], sc[sel], self.tol.atol, np.full(len(sb[sel]), rtol))] = VALUE
+                r[sel][stat_bounds.proven(sb[sel], sc[sel], atol, np.full(len(sb[sel]), rtol))] = VALUE
         return r
 
     def ratios(self, k0: int, k1: int) -> np.ndarray:
@@ -234,13 +240,14 @@ class Pair:
             return out
         rb, rc = ib[both], ic[both]
         rtol = self.tol.rtols(ks)
+        sb = take_rows(self.base.stats, rb)
+        atol = self.tol.atols(sb)
         if self.use_values:
             out[both] = allclose.rows_error_ratio(
-                take_rows(self.cand.values, rc), take_rows(self.base.values, rb), rtol, self.tol.atol
+                take_rows(self.cand.values, rc), take_rows(self.base.values, rb), rtol, atol
             )
         else:
-            sb, sc = take_rows(self.base.stats, rb), take_rows(self.cand.stats, rc)
-            out[both] = stat_bounds.ratios(sb, sc, self.tol.atol, rtol).max(axis=1)
+            out[both] = stat_bounds.ratios(sb, take_rows(self.cand.stats, rc), atol, rtol).max(axis=1)
         return out
 
     def grow(self, base: Any, cand: Any, ib: np.ndarray, ic: np.ndarray) -> None:
@@ -317,8 +324,9 @@ class Pair:
         if rb < 0 or rc < 0:
             return dict.fromkeys(FIGURES)
         rtol = self.tol.rtol_at(k)
+        atol = _row(self.tol.atols(self.base.stats[rb : rb + 1]), 0)
         if self.use_values:
             n = int(self.base.stats[rb, _IDX["size"]])  # rows of a resized tensor are zero-padded past it
-            out = allclose.figures(self.cand.values[rc][:n], self.base.values[rb][:n], rtol, self.tol.atol, equal_nan)
+            out = allclose.figures(self.cand.values[rc][:n], self.base.values[rb][:n], rtol, atol, equal_nan)
             return {**out, "evidence": "values"}
-        return statistics_figures(self.base.stats[rb : rb + 1], self.cand.stats[rc : rc + 1], self.tol.atol, rtol)
+        return statistics_figures(self.base.stats[rb : rb + 1], self.cand.stats[rc : rc + 1], atol, rtol)

@@ -13,6 +13,9 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from tb_parity_plugin.engine import patterns
+from tb_parity_plugin.records import metadata
+
+_MIN, _MAX = metadata.STAT_INDEX["min"], metadata.STAT_INDEX["max"]
 
 
 def check_settings(atol: Optional[float], rtol: Optional[float], warmup_steps: Optional[int], where: str = "") -> None:
@@ -76,6 +79,21 @@ class Tolerance:
     atol: float
     rtol: float
     warmup_steps: int
+    #: Added to ``atol`` at each step: this fraction of the baseline's largest finite |element| at
+    #: that step (0 for all but optimizer slots: see :data:`SLOT_ATOL_OF_MAX`).
+    atol_of_max: float = 0.0
+
+    def atols(self, base_stats: np.ndarray) -> float | np.ndarray:
+        """atol per baseline statistics row (``[rows, N_STATS]``): ``atol`` itself when it does not
+        scale (every kind but slots: the same float as before, so nothing else changes), else
+        ``atol + atol_of_max * max(|min|, |max|)`` of each row (0 where those are not finite)."""
+        if not self.atol_of_max:
+            return self.atol
+        stats = np.asarray(base_stats, dtype=np.float64).reshape(-1, metadata.N_STATS)
+        largest = np.maximum(np.abs(stats[:, _MIN]), np.abs(stats[:, _MAX]))
+        largest = np.where(np.isfinite(largest), largest, 0.0)
+        out: np.ndarray = self.atol + self.atol_of_max * largest
+        return out
 
     # The warm-up rule lives here only: rtol is 0 for the first ``warmup_steps`` compared
     # steps (0-based index into the steps both runs logged), then ``rtol``.
@@ -108,6 +126,12 @@ HPARAM_RTOL = 2.0**-22
 SLOT_KINDS = frozenset({"slot"})
 SLOT_ATOL_SCALE = 1e-3
 SLOT_RTOL = 1e-4
+#: ...plus this fraction of the slot's largest |element| at the step: a momentum element that
+#: cancels (2e-4 fed by gradients of 0.3) carries the float32 rounding of what it summed, about
+#: 1e-8 per step, far above 1e-4 of its own value (a faithful Keras port of MomentumOptimizer was
+#: reported DIVERGE at step 13 by 3.5e-8). 1e-4 of the tensor's scale still finds another momentum,
+#: beta or decay, which moves every element by percents.
+SLOT_ATOL_OF_MAX = 1e-4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,7 +144,8 @@ class TolerancePolicy:
     step is another schedule, found at the step it starts, not steps later in the logits.
     Overrides apply on top (``--override 'lr/*:atol=1e-5,rtol=0.05'`` loosens it).
     Optimizer slots (:data:`SLOT_KINDS`) are compared relatively from the first step
-    (rtol :data:`SLOT_RTOL`, atol scaled down by :data:`SLOT_ATOL_SCALE`), overrides on top.
+    (rtol :data:`SLOT_RTOL`, atol scaled down by :data:`SLOT_ATOL_SCALE` plus
+    :data:`SLOT_ATOL_OF_MAX` of the slot's largest element at the step), overrides on top.
     """
 
     atol: float = 1e-5
@@ -145,18 +170,19 @@ class TolerancePolicy:
 
     def for_tag(self, tag: str) -> Tolerance:
         """The tolerance for tensor ``tag`` after applying every matching override in order."""
-        atol, rtol, warmup = self.atol, self.rtol, self.warmup_steps
+        atol, rtol, warmup, of_max = self.atol, self.rtol, self.warmup_steps, 0.0
         kind = tag.partition("/")[0]
         if kind in HPARAM_KINDS:
             atol, rtol, warmup = 0.0, self.hparam_rtol, 0
         elif kind in SLOT_KINDS:
-            atol, rtol, warmup = self.atol * SLOT_ATOL_SCALE, SLOT_RTOL, 0
+            atol, rtol, warmup, of_max = self.atol * SLOT_ATOL_SCALE, SLOT_RTOL, 0, SLOT_ATOL_OF_MAX
         for override in self.overrides:
             if override.matches(tag):
-                atol = override.atol if override.atol is not None else atol
+                if override.atol is not None:  # an atol you set is the whole atol
+                    atol, of_max = override.atol, 0.0
                 rtol = override.rtol if override.rtol is not None else rtol
                 warmup = override.warmup_steps if override.warmup_steps is not None else warmup
-        return Tolerance(float(atol), float(rtol), int(warmup))
+        return Tolerance(float(atol), float(rtol), int(warmup), float(of_max))
 
     def to_dict(self) -> dict[str, Any]:
         return {
