@@ -108,6 +108,7 @@ class Recorder(BaseRecorder):
                 raise ValueError("nothing recorded: record tensors before reading fetches")
             self._blocks = build_blocks(entries, self.full_values_limit, dynamic_values=True)
             self._order_writes(reads)
+            self._order_alias_readers([e.tensor for e in entries])
         return self._blocks
 
     def _after_read(self, read: VariableRead) -> None:
@@ -164,6 +165,24 @@ class Recorder(BaseRecorder):
                 "UPDATE_OPS) before reading fetches, or the values logged may be read after the update",
                 stacklevel=3,
             )
+
+    def _order_alias_readers(self, recorded: list) -> None:
+        """Make each in-place write of a legacy ref variable wait for the ops that read its buffer
+        through an aliasing ``read`` and feed a recorded tensor without being ordered by the graph
+        (see :func:`ordering.unordered_alias_readers`): a gradient recorded from its own
+        ``tf.gradients`` call, apart from the train op's, was computed after the update of the
+        next layer's kernel in about one step in six, a false divergence."""
+        for write, readers in ordering.unordered_alias_readers(recorded).items():
+            missing = [r for r in readers if r not in write.control_inputs]
+            if not missing:
+                continue
+            if ordering.ran(write):
+                raise ValueError(
+                    f"tb_parity: {write.name!r} updates a variable in place that {missing[0].name!r} reads for a "
+                    "recorded tensor, and a session has already run the graph, so it cannot be ordered after "
+                    "that read: read `rec.fetches` once before the session first runs anything"
+                )
+            write._add_control_inputs(missing)
 
     def set_step(self, global_step: Any) -> tf.Tensor:
         """Read ``global_step`` at the step's start (its increment is ordered after the read):

@@ -115,6 +115,42 @@ def test_an_update_built_after_recording_is_ordered_only_if_fetches_is_read_befo
         np.testing.assert_allclose(nxt, wk - LR * gk, rtol=1e-6, atol=1e-7)
 
 
+def test_a_gradient_recorded_apart_from_the_train_op_reads_ref_weights_before_their_update(tmp_path) -> None:
+    """Legacy ref variables (``disable_v2_behavior``'s default) are read through an Identity that
+    aliases the buffer the update writes in place. A gradient recorded from its own
+    ``tf.gradients`` call, apart from the train op's, is not an input of the update, so its
+    backward pass could read the second layer's kernel after that kernel's update: about one
+    step in six logged a gradient the update never used. The recorder orders each in-place update
+    after such reads; checked in the graph, and with numpy: ``w[s+1] == w[s] - lr * g[s]``."""
+    run = tmp_path / "tf1"
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(str(run))
+        w1 = tf.compat.v1.get_variable("w1", initializer=W0, use_resource=False)
+        w2 = tf.compat.v1.get_variable("w2", initializer=W0.T.copy(), use_resource=False)
+        logits = tf.matmul(tf.nn.relu(tf.matmul(tf.constant(X), w1)), w2)
+        loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(tf.constant(Y), logits))
+        rec.weights([w1, w2])
+        grads = tf.gradients(loss, [w1, w2])  # a backward pass of its own, not the train op's
+        rec.grads(grads, [w1, w2])
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(LR).minimize(loss)
+        fetches = rec.fetches
+        update_w2 = next(op for op in train_op.control_inputs if "w2" in op.name)
+        w2_read = w2.value().op
+        readers = [c for c in w2_read.outputs[0].consumers() if c.name.startswith("gradients/")]
+        assert readers and all(r in update_w2.control_inputs for r in readers)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for step in range(8):
+                _, parity = sess.run([train_op, fetches])
+                rec.write(parity, step=step)
+        rec.close()
+    got = tensors_by_step(str(run))
+    for k in range(7):
+        for name in (w1.name, w2.name):
+            wk, gk = got[k][("weight", name)][2], got[k][("grad", name)][2]
+            np.testing.assert_allclose(got[k + 1][("weight", name)][2], wk - LR * gk, rtol=1e-5, atol=1e-6)
+
+
 def test_monitored_session_hook(tmp_path) -> None:
     run = tmp_path / "hook"
     with tf.Graph().as_default():

@@ -87,6 +87,47 @@ def ancestors(ops: Iterable[tf.Operation]) -> set[tf.Operation]:
     return seen
 
 
+def descendants(ops: Iterable[tf.Operation]) -> set[tf.Operation]:
+    """Every op that depends on ``ops``, through data and control edges (``ops`` included)."""
+    seen: set[tf.Operation] = set()
+    stack = list(ops)
+    while stack:
+        op = stack.pop()
+        if op in seen:
+            continue
+        seen.add(op)
+        stack.extend(c for t in op.outputs for c in t.consumers())
+        stack.extend(op._control_outputs)
+    return seen
+
+
+def unordered_alias_readers(recorded: Iterable[tf.Tensor]) -> dict[tf.Operation, list[tf.Operation]]:
+    """Writer -> the ops feeding a recorded tensor that read, through the aliasing ``read``
+    Identity of a legacy ref variable, the very buffer that writer updates in place, and that
+    are ordered neither before nor after any write (a gradient computed apart from the train
+    op's own, a norm of the weights): they may run after the update and see its result."""
+    feeding = ancestors([t.op for t in recorded])
+    inits = {v.initializer for v in [*tf.compat.v1.global_variables(), *tf.compat.v1.local_variables()]}
+    found: list[tuple[list[tf.Operation], list[tf.Operation]]] = []
+    for op in feeding:
+        if op.type != "Identity" or not op.inputs or not op.inputs[0].dtype._is_ref_dtype:
+            continue
+        writes = [c for c in op.inputs[0].consumers() if is_write(c) and c not in inits and not restores(c)]
+        readers = [c for c in op.outputs[0].consumers() if c in feeding]
+        if writes and readers:
+            found.append((writes, readers))
+    if not found:
+        return {}
+    writes_all = {w for writes, _ in found for w in writes}
+    settled = ancestors(writes_all) | descendants(writes_all)  # ordered already, one way or the other
+    out: dict[tf.Operation, list[tf.Operation]] = {}
+    for writes, readers in found:
+        late = [r for r in readers if r not in settled]
+        for w in writes if late else ():
+            out.setdefault(w, []).extend(r for r in late if r not in out.get(w, []))
+    return out
+
+
 def restores(op: tf.Operation, depth: int = 4) -> bool:
     """Whether ``op`` assigns a value restored from a checkpoint (a ``Saver``'s restore op)."""
     frontier = [t.op for t in op.inputs]
