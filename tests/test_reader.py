@@ -738,6 +738,28 @@ def test_layout_change_mid_run_merges_series(tmp_path):
     np.testing.assert_array_equal(run.steps, [0, 1, 2, 3])
 
 
+def test_a_partial_last_batch_is_named_as_such_not_as_a_layout_change(tmp_path):
+    """A tf.function traced again for a partial last batch writes a second layout that differs in
+    the leading dimension only: said as several batch sizes, each step compared at the shape it
+    ran with; any other difference (here the dtype) stays a layout change."""
+    writer = BlockWriter(str(tmp_path / "run"))
+    for step in range(3):
+        rows = 16 if step < 2 else 4
+        writer.write_arrays(
+            step,
+            [
+                ("activation", "h", np.full((rows, 3), step, np.float32)),
+                ("weight", "w", np.zeros(2, np.float32 if step < 2 else np.float64)),
+            ],
+        )
+    writer.close()
+    run = LogdirReader(str(tmp_path)).run("run")
+    h, w = run.tensors[("activation", "h")], run.tensors[("weight", "w")]
+    assert h.layout_change.startswith("was traced for several batch sizes (float32 [16, 3]; float32 [4, 3])")
+    assert w.layout_change.startswith("changed layout mid-run")
+    np.testing.assert_array_equal(h.steps, [0, 1, 2])
+
+
 def test_values_event_not_yet_written_holds_back_the_tail_step(tmp_path):
     """TF's writer may flush a step's stats event before its values event."""
     layout = build_layout([("weight", "w", "float32", (2,))])

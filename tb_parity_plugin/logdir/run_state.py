@@ -425,7 +425,18 @@ def _merge(parts: list[Part]) -> TensorSeries:
             values = _readonly(np.concatenate(padded)[pick])
         kinds = {(p[0].dtype, tuple(p[0].static if p[0].static is not None else p[0].shape)) for p in parts}
         if len(kinds) > 1:
-            change = "changed layout mid-run: " + "; ".join(f"{d} {list(sh)}" for d, sh in sorted(kinds, key=str))
+            listed = "; ".join(f"{d} {list(sh)}" for d, sh in sorted(kinds, key=str))
+            if (
+                len({d for d, _ in kinds}) == 1
+                and len({sh[1:] for _, sh in kinds}) == 1
+                and all(len(sh) for _, sh in kinds)
+            ):
+                # Only the leading dimension: a function traced again for a partial last batch.
+                change = (
+                    f"was traced for several batch sizes ({listed}): each step is compared at the shape it ran with"
+                )
+            else:
+                change = "changed layout mid-run: " + listed
         each = [_dims(p[0], p[2]) for p in parts]
         ranks = {d.shape[1] for d in each if d is not None}
         dims = None
