@@ -156,6 +156,8 @@ def test_a_port_batching_otherwise_diverges_on_shape_naming_both_shapes(logdir: 
     assert first is not None and first.step == 2 and first.reason == "shape", first
     assert first.kind == "activation" and first.tensor == "hidden"
     assert "[16, 16]" in (first.note or "") and "[14, 16]" in (first.note or "")
+    # elements of a [16, 16] and a [14, 16] batch do not correspond: no figure is given
+    assert (first.max_abs_diff, first.max_rel_diff, first.cosine, first.mismatch_fraction) == (None,) * 4
 
 
 def test_a_layout_change_mid_run_and_a_missing_layout_are_named(tmp_path: Any) -> None:

@@ -292,6 +292,8 @@ class Pair:
             out["evidence"] = "presence"
             out["note"] = f"logged by the {'baseline' if rb >= 0 else 'candidate'} only at this step"
         elif reason in (SHAPE, DTYPE):
+            if reason == SHAPE:  # elements of different shapes do not correspond: no figure means anything
+                out.update(dict.fromkeys(FIGURES))
             out["evidence"] = "shape" if reason == SHAPE else "dtype"
             b, c = self.base, self.cand
             shapes = (self.runtime_shape("base", rb), self.runtime_shape("cand", rc)) if rb >= 0 and rc >= 0 else None
