@@ -165,3 +165,20 @@ def test_a_verdict_from_damaged_files_carries_its_problems(tmp_path, capsys, div
     assert box < problems < page.index('class="meta"', box) and "CRC" in page[problems : problems + 600]
     if diverge_at is None:
         assert 'class="verdict incomplete"' in page and "INCOMPLETE" in page[box : box + 300]
+
+
+def test_the_report_lists_the_engines_warnings_as_text(tmp_path) -> None:
+    """The CLI prints the engine's warnings; the report showed none of them. A mapping that pairs
+    nothing warns, and its text (holding HTML) shows as text."""
+    import numpy as np
+    from engine_helpers import write_run
+
+    from tb_parity_plugin.report import page
+
+    for side in ("tf1", "tf2"):
+        write_run(str(tmp_path), side, range(2), lambda s: [("weight", "w", np.ones(3, np.float32))], side=side)
+    report = api.compare(str(tmp_path), mapping=["<b>nope</b>=w"])
+    assert report.warnings and "<b>nope</b>" in report.warnings[0]
+    doc = page.report_document(report)
+    assert 'data-testid="warnings"' in doc
+    assert html.escape("<b>nope</b>") in doc and "<b>nope</b>" not in doc

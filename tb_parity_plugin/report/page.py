@@ -291,6 +291,16 @@ def _unmatched_and_mapping(summary: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
+def _warnings(summary: Mapping[str, Any]) -> str:
+    """The engine's warnings, as the CLI prints them (layers paired by their first values, a
+    mapping that matched nothing, a tensor traced for several batch sizes, ...)."""
+    warnings = summary.get("warnings") or []
+    if not warnings:
+        return ""
+    items = "".join(f"<li>{_e(w)}</li>" for w in warnings)
+    return f'<div class="warnings" data-testid="warnings"><b>{len(warnings)} warning(s)</b><ul>{items}</ul></div>'
+
+
 def _footer(summary: Mapping[str, Any]) -> str:
     out = []
     only = {run: n for run, n in (summary.get("steps_only") or {}).items() if n}
@@ -328,6 +338,7 @@ def render_fragment(
             _charts(summary, scalars),
             _heat_map(matrix),
             _unmatched_and_mapping(summary),
+            _warnings(summary),
             _footer(summary),
             "</div>",
         ]
