@@ -843,3 +843,37 @@ def test_a_slot_is_compared_at_its_own_scale(tmp_path, limit: int) -> None:
     matrix = report.comparison.matrix()
     col = matrix.tensors.index("slot/w/Momentum")
     assert (matrix.reason[:2, col] == OK).all() and (matrix.reason[2:, col] == VALUE).all()
+
+
+def test_layers_told_apart_by_initial_weights_are_paired_anew_when_the_first_step_arrives(tmp_path) -> None:
+    """Two 4x4 layers whose Keras names the port swapped (created in another order): they are paired
+    by their first-step weights only when both runs start at the same step. The port's step 0
+    arrives late (its own file): the refresh aligns anew and equals a fresh comparison, AGREE
+    (numpy: each role holds the same weights on both sides), where pairing by name diverged."""
+    rng = np.random.default_rng(9)
+    roles = [rng.standard_normal((4, 4)).astype(np.float32) for _ in range(2)]
+
+    def base_at(step: int) -> list:
+        return [("weight", "dense/kernel:0", roles[0] + step), ("weight", "dense_1/kernel:0", roles[1] + step)]
+
+    def cand_at(step: int) -> list:  # the names swapped: `dense` is role 1
+        return [("weight", "m/dense/kernel:0", roles[1] + step), ("weight", "m/dense_1/kernel:0", roles[0] + step)]
+
+    write_run(str(tmp_path), "b", range(4), base_at)
+    write_run(str(tmp_path), "c", range(1, 4), cand_at)
+    reader = LogdirReader(str(tmp_path))
+    reader.reload()
+    cmp = Comparison(reader.run("b"), reader.run("c"))
+    assert not cmp.report().agree  # no common first step: paired by name, the roles crossed
+    late = write_run(str(tmp_path), "c", [0], cand_at)
+    os.rename(late, os.path.join(tmp_path, "c", "events.out.tfevents.9999999999.late"))
+    reader.reload()
+    b2, c2 = reader.run("b"), reader.run("c")
+    cmp.update(b2, c2)
+    report, fresh = cmp.report(), Comparison(b2, c2).report()
+    assert report.agree, report.first_divergence
+    assert report.to_dict() == fresh.to_dict()
+    assert {m["baseline"]: m["candidate"] for m in report.mapping} == {
+        "dense/kernel:0": "m/dense_1/kernel:0",
+        "dense_1/kernel:0": "m/dense/kernel:0",
+    }

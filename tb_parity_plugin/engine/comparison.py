@@ -382,10 +382,19 @@ class Comparison:
         return d
 
 
-def _align_inputs(run: Any) -> dict[Any, tuple[Any, Any]]:
+def _align_inputs(run: Any) -> dict[Any, tuple[Any, ...]]:
     """What :func:`align.align` reads of a run's tensors: names, and the execution order and shape
-    of each (a run that changes layout mid-run changes them): a refresh re-aligns when they change."""
-    return {key: (s.order, s.shape) for key, s in run.tensors.items()}
+    of each (a run that changes layout mid-run changes them), and each weight's first logged step
+    and statistics there (layers of one shape are told apart by their initial weights: a run that
+    logs its first step later, or rewrites it, is aligned anew): a refresh re-aligns when they change."""
+    return {
+        key: (
+            s.order,
+            s.shape,
+            (int(s.steps[0]), s.stats[0].tobytes()) if s.kind == "weight" and len(s.steps) else None,
+        )
+        for key, s in run.tensors.items()
+    }
 
 
 def compare_runs(
