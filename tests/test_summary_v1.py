@@ -121,13 +121,16 @@ def test_a_gradient_recorded_apart_from_the_train_op_reads_ref_weights_before_th
     ``tf.gradients`` call, apart from the train op's, is not an input of the update, so its
     backward pass could read the second layer's kernel after that kernel's update: about one
     step in six logged a gradient the update never used. The recorder orders each in-place update
-    after such reads; checked in the graph, and with numpy: ``w[s+1] == w[s] - lr * g[s]``."""
+    after such reads; checked in the graph, and with numpy: ``w[s+1] == w[s] - lr * g[s]``. A
+    write the user runs on its own (a reset) is left alone: it must not come to need the feed."""
     run = tmp_path / "tf1"
     with tf.Graph().as_default():
         rec = summary_v1.Recorder(str(run))
+        x = tf.compat.v1.placeholder(tf.float32, (None, 3))
         w1 = tf.compat.v1.get_variable("w1", initializer=W0, use_resource=False)
         w2 = tf.compat.v1.get_variable("w2", initializer=W0.T.copy(), use_resource=False)
-        logits = tf.matmul(tf.nn.relu(tf.matmul(tf.constant(X), w1)), w2)
+        reset = w2.assign(W0.T.copy())
+        logits = tf.matmul(tf.nn.relu(tf.matmul(x, w1)), w2)
         loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(tf.constant(Y), logits))
         rec.weights([w1, w2])
         grads = tf.gradients(loss, [w1, w2])  # a backward pass of its own, not the train op's
@@ -138,12 +141,17 @@ def test_a_gradient_recorded_apart_from_the_train_op_reads_ref_weights_before_th
         w2_read = w2.value().op
         readers = [c for c in w2_read.outputs[0].consumers() if c.name.startswith("gradients/")]
         assert readers and all(r in update_w2.control_inputs for r in readers)
+        assert not any(r in reset.op.control_inputs for r in readers)
         with tf.compat.v1.Session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
             for step in range(8):
-                _, parity = sess.run([train_op, fetches])
+                _, parity = sess.run([train_op, fetches], {x: X})
                 rec.write(parity, step=step)
+            final = sess.run(w2)
+            sess.run(reset)  # on its own, no feed
+            np.testing.assert_array_equal(sess.run(w2), W0.T)
         rec.close()
+    assert not np.array_equal(final, W0.T)
     got = tensors_by_step(str(run))
     for k in range(7):
         for name in (w1.name, w2.name):

@@ -87,6 +87,20 @@ def ancestors(ops: Iterable[tf.Operation]) -> set[tf.Operation]:
     return seen
 
 
+#: Ops that take a step's input (a feed, a batch from a dataset or a queue).
+_STEP_INPUTS = frozenset(
+    {
+        "Placeholder",
+        "IteratorGetNext",
+        "IteratorGetNextSync",
+        "QueueDequeueV2",
+        "QueueDequeueManyV2",
+        "QueueDequeueUpToV2",
+        "ReaderReadV2",
+    }
+)
+
+
 def descendants(ops: Iterable[tf.Operation]) -> set[tf.Operation]:
     """Every op that depends on ``ops``, through data and control edges (``ops`` included)."""
     seen: set[tf.Operation] = set()
@@ -106,8 +120,13 @@ def unordered_alias_readers(recorded: Iterable[tf.Tensor]) -> dict[tf.Operation,
     Identity of a legacy ref variable, the very buffer that writer updates in place, and that
     are ordered neither before nor after any write (a gradient computed apart from the train
     op's own, a norm of the weights): they may run after the update and see its result."""
-    feeding = ancestors([t.op for t in recorded])
-    inits = {v.initializer for v in [*tf.compat.v1.global_variables(), *tf.compat.v1.local_variables()]}
+    ops = [t.op for t in recorded]
+    if not ops:
+        return {}
+    graph = ops[0].graph
+    feeding = ancestors(ops)
+    keys = (tf.compat.v1.GraphKeys.GLOBAL_VARIABLES, tf.compat.v1.GraphKeys.LOCAL_VARIABLES)
+    inits = {v.initializer for key in keys for v in graph.get_collection(key) if hasattr(v, "initializer")}
     found: list[tuple[list[tf.Operation], list[tf.Operation]]] = []
     for op in feeding:
         if op.type != "Identity" or not op.inputs or not op.inputs[0].dtype._is_ref_dtype:
@@ -124,8 +143,12 @@ def unordered_alias_readers(recorded: Iterable[tf.Tensor]) -> dict[tf.Operation,
     for writes, readers in found:
         late = [r for r in readers if r not in settled]
         for w in writes if late else ():
-            out.setdefault(w, []).extend(r for r in late if r not in out.get(w, []))
-    return out
+            # Only where the write already takes the step's inputs: an edge must not make a write
+            # the user runs on its own (a reset, a copy) need a feed or pull a batch.
+            inputs = {a for a in ancestors([w]) if a.type in _STEP_INPUTS}
+            fit = [r for r in late if {a for a in ancestors([r]) if a.type in _STEP_INPUTS} <= inputs]
+            out.setdefault(w, []).extend(r for r in fit if r not in out.get(w, []))
+    return {w: rs for w, rs in out.items() if rs}
 
 
 def restores(op: tf.Operation, depth: int = 4) -> bool:
