@@ -126,12 +126,8 @@ def _settle_bounded(
     :meth:`Pair.verdicts` gives them one tensor at a time when the counts agree at every row.
     Why: after a divergence nearly every tensor differs, and 150 tensors on their own path cost
     150 times a handful of numpy calls on a refresh of 100 rows."""
-    p0 = pairs[0]
     rows = np.flatnonzero(both)
-    cols_b = np.fromiter((p.base.column for p in pairs), np.intp, len(pairs))
-    cols_c = np.fromiter((p.cand.column for p in pairs), np.intp, len(pairs))
-    blk_b = take_rows(p0.base.block, p0.ib[k0:k1][rows])  # [rows, the layout's tensors, N_STATS]
-    blk_c = take_rows(p0.cand.block, p0.ic[k0:k1][rows])
+    blk_b, blk_c, cols_b, cols_c = _blocks(pairs, k0, rows)
     easy = ~(blk_b[:, cols_b, CHECK_COLS] != blk_c[:, cols_c, CHECK_COLS]).any(axis=(0, 2))
     if not equal_nan:  # assert_allclose(equal_nan=False): a NaN is a divergence even against NaN
         easy &= ~(blk_b[:, cols_b, _NAN] > 0).any(axis=0)
@@ -145,12 +141,7 @@ def _settle_bounded(
     reason[rows] = np.where(_by_slices(stat_bounds.proven, blk_b, blk_c, cols_b, cols_c, atol, rtol), VALUE, OK)
     bad = (reason != OK) & (reason != ABSENT)
     first = np.where(bad.any(axis=0), k0 + bad.argmax(axis=0), -1).tolist()
-    cols = table.columns(pairs)
-    if cols is not None:
-        table.reason[k0:k1, cols] = reason
-    else:
-        for j, p in enumerate(pairs):
-            p.reason[k0:k1] = reason[:, j]
+    _write(table, pairs, "reason", k0, k1, reason)
     for p, f in zip(pairs, first):
         if p.first_bad < 0:
             p.first_bad = f
@@ -166,24 +157,38 @@ def settle_ratios(group: list[Pair], k1: int, table: VerdictTable) -> None:
     pairs = [p for p in group if p.ratio_done == r0]
     if r0 >= k1 or len(pairs) < 2:
         return
-    p0 = pairs[0]
-    ib, ic = p0.ib[r0:k1], p0.ic[r0:k1]
+    ib, ic = pairs[0].ib[r0:k1], pairs[0].ic[r0:k1]
     rows = np.flatnonzero((ib >= 0) & (ic >= 0))
     ratio = np.full((k1 - r0, len(pairs)), np.nan, dtype=np.float32)
     if len(rows):
-        cols_b = np.fromiter((p.base.column for p in pairs), np.intp, len(pairs))
-        cols_c = np.fromiter((p.cand.column for p in pairs), np.intp, len(pairs))
-        blk_b, blk_c = take_rows(p0.base.block, ib[rows]), take_rows(p0.cand.block, ic[rows])
+        blk_b, blk_c, cols_b, cols_c = _blocks(pairs, r0, rows)
         rtol, atol = _tolerances(pairs, r0 + rows, blk_b, cols_b)
         ratio[rows] = _by_slices(_largest_ratio, blk_b, blk_c, cols_b, cols_c, atol, rtol)
-    cols = table.columns(pairs)
-    if cols is not None:
-        table.ratio[r0:k1, cols] = ratio
-    else:
-        for j, p in enumerate(pairs):
-            p.ratio[r0:k1] = ratio[:, j]
+    _write(table, pairs, "ratio", r0, k1, ratio)
     for p in pairs:
         p.ratio_done = k1
+
+
+def _write(table: VerdictTable, pairs: list[Pair], field: str, k0: int, k1: int, values: np.ndarray) -> None:
+    """Rows ``[k0, k1)`` of the pairs' ``reason`` or ``ratio`` (``values``: ``[rows, pairs]``): one
+    array operation when the table holds them, else pair by pair."""
+    cols = table.columns(pairs)
+    if cols is not None:
+        getattr(table, field)[k0:k1, cols] = values
+    else:
+        for j, p in enumerate(pairs):
+            getattr(p, field)[k0:k1] = values[:, j]
+
+
+def _blocks(pairs: list[Pair], k0: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Both sides' layout blocks at compared steps ``k0 + rows`` (``[rows, the layout's tensors,
+    N_STATS]``: the pairs of a group share their blocks and step rows) and each pair's columns."""
+    p0 = pairs[0]
+    cols_b = np.fromiter((p.base.column for p in pairs), np.intp, len(pairs))
+    cols_c = np.fromiter((p.cand.column for p in pairs), np.intp, len(pairs))
+    blk_b = take_rows(p0.base.block, p0.ib[k0:][rows])
+    blk_c = take_rows(p0.cand.block, p0.ic[k0:][rows])
+    return blk_b, blk_c, cols_b, cols_c
 
 
 def _largest_ratio(base: np.ndarray, cand: np.ndarray, atol: np.ndarray, rtol: np.ndarray) -> np.ndarray:

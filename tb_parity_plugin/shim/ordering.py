@@ -9,7 +9,7 @@ candidates; this module tells writes from reads by op type.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import tensorflow as tf
 
@@ -75,6 +75,18 @@ def writers(var: Any, calls: bool = True) -> list[tf.Operation]:
 
 def ancestors(ops: Iterable[tf.Operation]) -> set[tf.Operation]:
     """Every op ``ops`` depend on, through data and control inputs (``ops`` included)."""
+    return _closure(ops, lambda op: [*(t.op for t in op.inputs), *op.control_inputs])
+
+
+def descendants(ops: Iterable[tf.Operation]) -> set[tf.Operation]:
+    """Every op that depends on ``ops``, through data and control edges (``ops`` included)."""
+    return _closure(ops, lambda op: [*(c for t in op.outputs for c in t.consumers()), *op._control_outputs])
+
+
+def _closure(
+    ops: Iterable[tf.Operation], neighbours: Callable[[tf.Operation], list[tf.Operation]]
+) -> set[tf.Operation]:
+    """``ops`` and everything reached from them through ``neighbours``."""
     seen: set[tf.Operation] = set()
     stack = list(ops)
     while stack:
@@ -82,8 +94,7 @@ def ancestors(ops: Iterable[tf.Operation]) -> set[tf.Operation]:
         if op in seen:
             continue
         seen.add(op)
-        stack.extend(t.op for t in op.inputs)
-        stack.extend(op.control_inputs)
+        stack.extend(neighbours(op))
     return seen
 
 
@@ -99,20 +110,6 @@ _STEP_INPUTS = frozenset(
         "ReaderReadV2",
     }
 )
-
-
-def descendants(ops: Iterable[tf.Operation]) -> set[tf.Operation]:
-    """Every op that depends on ``ops``, through data and control edges (``ops`` included)."""
-    seen: set[tf.Operation] = set()
-    stack = list(ops)
-    while stack:
-        op = stack.pop()
-        if op in seen:
-            continue
-        seen.add(op)
-        stack.extend(c for t in op.outputs for c in t.consumers())
-        stack.extend(op._control_outputs)
-    return seen
 
 
 def unordered_alias_readers(recorded: Iterable[tf.Tensor]) -> dict[tf.Operation, list[tf.Operation]]:
