@@ -163,9 +163,15 @@ def assert_parity(
     logdir: str,
     baseline: Optional[str] = None,
     candidate: Optional[str] = None,
+    *,
+    require_values: bool = False,
     **kwargs: Any,
 ) -> ParityReport:
-    """Like :func:`compare`, but raise ``AssertionError`` naming the step, tensor and figures."""
+    """Like :func:`compare`, but raise ``AssertionError`` naming the step, tensor and figures.
+
+    ``require_values``: an agreement resting partly on statistics (``agree within
+    statistics``: statistics cannot prove every difference, e.g. a wrong learning rate on a
+    large embedding) fails too, naming the tensors to record with full values."""
     report = compare(logdir, baseline, candidate, **kwargs)
     first = report.first_divergence
     if first is not None:
@@ -180,7 +186,19 @@ def assert_parity(
         raise AssertionError("\n".join(lines + problem_lines(report)))
     if report.incomplete:  # what was not read may diverge: not a pass
         raise AssertionError("\n".join([report.verdict_text, *problem_lines(report)]))
+    if require_values and report.statistics_only:
+        raise AssertionError(f"{report.verdict_text}\n{statistics_only_line(report)}")
     return report
+
+
+def statistics_only_line(report: ParityReport) -> str:
+    """The tensors compared by statistics only, and what to do for an element-wise verdict."""
+    tags = report.statistics_only
+    shown = ", ".join(tags[:10]) + (f" and {len(tags) - 10} more" if len(tags) > 10 else "")
+    return (
+        f"compared by statistics only: {shown}; record them with full values "
+        "(full_values_limit above their size) for an element-wise verdict"
+    )
 
 
 def problem_lines(report: ParityReport) -> list[str]:

@@ -16,7 +16,7 @@ from tb_parity_plugin import api
 from tb_parity_plugin.engine import ParityReport, replicas
 
 #: 3: no divergence in what was read, but read problems in the compared runs (not accepted).
-EXIT_AGREE, EXIT_DIVERGE, EXIT_ERROR, EXIT_INCOMPLETE = 0, 1, 2, 3
+EXIT_AGREE, EXIT_DIVERGE, EXIT_ERROR, EXIT_INCOMPLETE, EXIT_STATISTICS = 0, 1, 2, 3, 4
 
 
 class _UsageError(Exception):
@@ -69,6 +69,13 @@ def comparison_options() -> _Parser:
         action="store_true",
         help="agree even when the compared runs have read problems (corrupt or truncated records); "
         "without it such a run exits 3",
+    )
+    p.add_argument(
+        "--require-values",
+        dest="require_values",
+        action="store_true",
+        help="an agreement resting partly on statistics (agree within statistics) exits 4, naming the tensors "
+        "compared by statistics only",
     )
     return p
 
@@ -135,6 +142,8 @@ def format_report(report: ParityReport) -> str:
         if count:
             lines.append(f"{count} steps logged only by {run!r} (not compared)")
     lines += api.problem_lines(report)
+    if report.first_divergence is None and report.statistics_only:
+        lines.append(api.statistics_only_line(report))
     lines += [f"warning: {w}" for w in report.warnings]
     return "\n".join(lines)
 
@@ -217,7 +226,11 @@ def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None, 
         return EXIT_ERROR
     if report.first_divergence is not None:
         return EXIT_DIVERGE
-    return EXIT_INCOMPLETE if report.incomplete else EXIT_AGREE
+    if report.incomplete:
+        return EXIT_INCOMPLETE
+    if getattr(args, "require_values", False) and report.statistics_only:
+        return EXIT_STATISTICS
+    return EXIT_AGREE
 
 
 if __name__ == "__main__":

@@ -332,3 +332,32 @@ def test_structure_divergence_in_text_and_json_and_allow_unmatched(tmp_path) -> 
     )
     code, report = run_json(logdir, "--allow-unmatched", "*/gamma*")
     assert code == 0 and report["structure"]["only_in"]["tf1"][0]["expected"] is True
+
+
+def test_require_values_fails_an_agreement_resting_on_statistics(tmp_path) -> None:
+    """A 1M-element embedding trained at a wrong lr can stay inside what its statistics allow (a
+    new user's port agreed "within statistics", exit 0). ``--require-values`` (and
+    ``assert_parity(require_values=True)``) make such an agreement fail, naming the tensors
+    compared by statistics only; an element-wise agreement still passes."""
+    big = np.linspace(-1, 1, 5000, dtype=np.float32)  # above full_values_limit (4096): statistics only
+    nudged = big.copy()
+    nudged[2500] += np.float32(1e-3)  # out of atol element-wise, inside min/max: nothing provable
+    assert not np.allclose(nudged, big, rtol=0, atol=1e-5)  # numpy: it does diverge
+    logdir = make_pair(
+        str(tmp_path / "stats"),
+        steps=range(3),
+        base=lambda s: [*tensors(s), ("weight", "embedding", big)],
+        cand=lambda s: [*tensors(s), ("weight", "embedding", nudged)],
+    )
+    code, out, _ = run_cli("diff", logdir)
+    assert code == 0 and "AGREE within statistics" in out
+    assert "compared by statistics only: weight/embedding" in out
+    code, out, _ = run_cli("diff", logdir, "--require-values")
+    assert code == cli.EXIT_STATISTICS == 4
+    assert run_json(logdir)[1]["statistics_only"] == ["weight/embedding"]
+    with pytest.raises(AssertionError, match="compared by statistics only: weight/embedding"):
+        api.assert_parity(logdir, require_values=True)
+    api.assert_parity(logdir)  # the default keeps the weaker agreement a pass
+    clean = make_pair(str(tmp_path / "values"), steps=range(3))
+    assert run_cli("diff", clean, "--require-values")[0] == 0
+    api.assert_parity(clean, require_values=True)

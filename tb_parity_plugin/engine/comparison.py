@@ -247,6 +247,7 @@ class Comparison:
                 for s in run.tensors.values()
                 if getattr(s, "layout_change", None)
             ],
+            statistics_only=[f"{p.base.kind}/{p.base.name}" for p in self._pairs if not p.use_values],
             evidence={
                 "values": sum(1 for p in self._pairs if p.use_values),
                 "statistics": sum(1 for p in self._pairs if not p.use_values),

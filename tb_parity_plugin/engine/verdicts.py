@@ -78,6 +78,9 @@ class ParityReport:
     #: Pairs compared by full values and by statistics only: an agreement resting on
     #: statistics is weaker evidence ("agree within statistics") than an element-wise one.
     evidence: dict[str, int] = dataclasses.field(default_factory=lambda: {"values": 0, "statistics": 0})
+    #: Tags of the pairs compared by statistics only (in the baseline's execution order): what
+    #: to record with full values (``full_values_limit``) for an element-wise verdict.
+    statistics_only: list[str] = dataclasses.field(default_factory=list)
     #: Runs recorded under a distribution strategy: run -> {count, tensors (with per-replica
     #: copies), disagreements (variables whose replica copies are out of sync)}.
     replicas: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
@@ -135,6 +138,7 @@ class ParityReport:
             "verdict": self.verdict,
             "verdict_text": self.verdict_text,
             "evidence": dict(self.evidence),
+            "statistics_only": list(self.statistics_only),
             "steps_compared": self.steps_compared,
             "tensors_compared": self.tensors_compared,
             "first_divergence": self.first_divergence.to_dict() if self.first_divergence else None,
