@@ -199,8 +199,9 @@ def rows_error_ratio(cand: np.ndarray, base: np.ndarray, rtol: np.ndarray, atol:
                 np.multiply(den, r[:, None].astype(work), out=den)
                 np.add(den, np.asarray(atol)[r0:r1, None].astype(work), out=den)
                 ratio = np.where(diff == 0, work(0), diff / den)
-                zero_atol = (np.asarray(atol)[r0:r1] == 0)[:, None]  # as below: equal infinities are 0 apart
-                ratio[np.isnan(ratio) & (np.abs(c) == np.abs(b)) & zero_atol] = 0
+                if not np.all(r == 0):  # as the float atol's branch below: equal infinities are 0 apart
+                    zero_atol = (np.asarray(atol)[r0:r1] == 0)[:, None]
+                    ratio[np.isnan(ratio) & (np.abs(c) == np.abs(b)) & zero_atol] = 0
             elif np.all(r == 0):
                 ratio = diff if atol == 0 else np.divide(diff, work(atol), out=diff)
             else:
