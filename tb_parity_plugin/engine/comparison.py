@@ -83,12 +83,14 @@ class Comparison:
         old_pairs = {} if same_tensors else {(p.match.base, p.match.cand): p for p in self._pairs}
         reuse = refresh.Reuse(steps, in_place=prefix and same_tensors)
         pairs = []
+        kept = 0
         assert self._alignment is not None
         for i, match in enumerate(self._alignment.matches):
             b, c = base.tensors[match.base], cand.tensors[match.cand]
             old = self._pairs[i] if same_tensors else old_pairs.get((match.base, match.cand))
             if old is not None and reuse.keep(old, b, c):  # the common refresh: grown, not rebuilt
                 pairs.append(old)
+                kept += 1
                 continue
             n = len(steps)
             pair = Pair(
@@ -104,8 +106,9 @@ class Comparison:
             if prefix and old is not None:
                 reuse.copy_verdicts(old, pair)
             pairs.append(pair)
+        if not (same_tensors and kept == len(pairs) == len(self._pairs)):
+            self._chunk = None  # the chunk depends on each pair's evidence: kept pairs keep theirs
         self._pairs = pairs
-        self._chunk = None
         if batch.ENABLED:
             self._table.bind(pairs, len(steps))
         self._groups = batch.groups(pairs)
