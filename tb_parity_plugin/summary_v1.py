@@ -49,6 +49,8 @@ from tb_parity_plugin.shim.recorder import (
 )
 from tb_parity_plugin.shim.variables import is_variable
 
+ordering.watch_session_runs()  # before any session of the user's runs: see ordering.ran
+
 
 def _read_copy(value: Any) -> tf.Tensor:
     """The current value of a variable (or tensor), never aliasing a later update.
@@ -82,7 +84,6 @@ class Recorder(BaseRecorder):
         self._layouts = StepLayouts(self.full_values_limit)  # runtime shapes -> this step's layout
         #: global_step as read before the update (set by apply_gradients/minimize/before_update).
         self.step: Optional[tf.Tensor] = None
-        ordering.watch_session_runs(tf.compat.v1.get_default_graph())
 
     # -- BaseRecorder hooks -------------------------------------------------------
     def _check_open(self) -> None:
@@ -146,9 +147,10 @@ class Recorder(BaseRecorder):
                 raise ValueError(
                     f"tb_parity: {op.name!r} writes {read.tag} and a session has already run the graph: "
                     "TensorFlow would ignore the edge that orders it after the recorder's read, and the "
-                    f"values logged could be read after the update. Read `rec.fetches` once after building "
-                    "the train op and before the session first runs anything (`fetches = rec.fetches`), "
-                    "and fetch that; or build the update with rec.minimize/rec.apply_gradients/rec.before_update"
+                    f"values logged could be read after the update. Create the recorder and record before the "
+                    "session first runs anything, read `rec.fetches` once after building the train op "
+                    "(`fetches = rec.fetches`) and fetch that; or build the update with "
+                    "rec.minimize/rec.apply_gradients/rec.before_update"
                 )
             op._add_control_inputs([read.read.op])
             ordered += 1

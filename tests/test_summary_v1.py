@@ -159,6 +159,26 @@ def test_a_gradient_recorded_apart_from_the_train_op_reads_ref_weights_before_th
             np.testing.assert_allclose(got[k + 1][("weight", name)][2], wk - LR * gk, rtol=1e-5, atol=1e-6)
 
 
+def test_a_recorder_created_after_the_session_ran_refuses_to_log_weights_it_cannot_order(tmp_path) -> None:
+    """Adding the recorder to a script whose session already ran (init, a first evaluation): the
+    edges ordering the existing train op after the recorder's reads would be ignored, and a
+    reviewer's run logged 59 of 236 weights after their update. It raises, naming the fix."""
+    with tf.Graph().as_default():
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        w = tf.compat.v1.get_variable("w", initializer=W0)
+        loss = tf.compat.v1.losses.softmax_cross_entropy(tf.constant(Y), tf.matmul(tf.constant(X), w))
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(LR).minimize(loss, global_step=gs)
+        sess = tf.compat.v1.Session()  # not the default session: nothing but the graph knows it ran
+        sess.run(tf.compat.v1.global_variables_initializer())
+        rec = summary_v1.Recorder(str(tmp_path / "late"))
+        with pytest.raises(ValueError, match="a session has already run the graph.*Create the recorder"):
+            rec.set_step(gs)
+            rec.weights([w])
+        sess.close()
+        rec.close()
+    del train_op
+
+
 def test_monitored_session_hook(tmp_path) -> None:
     run = tmp_path / "hook"
     with tf.Graph().as_default():

@@ -158,25 +158,26 @@ def restores(op: tf.Operation, depth: int = 4) -> bool:
     return False
 
 
-def watch_session_runs(graph: Any) -> None:
-    """Note, each time a ``Session`` runs ``graph``, how many ops it holds (see :func:`ran`).
+def watch_session_runs() -> None:
+    """Note, each time a ``Session`` runs a graph, how many ops that graph holds (see :func:`ran`).
 
     Why: TensorFlow ignores a control edge added to an op a session has already run (it only
     logs that the mutation "will have no effect"). A recorder that ordered an update after its
     read that way would log weights read after the update, silently; knowing which ops a
     session has seen lets it refuse instead. Sessions take ``graph._session_run_lock()`` before
-    they extend their copy of the graph, so this graph's lock is wrapped (this graph only).
-    """
-    if getattr(graph, "_tb_parity_ran_ops", None) is not None:
+    they extend their copy of the graph; the method is wrapped once, for every graph, when the
+    TF1 shim is imported (a recorder created after its session ran must still know)."""
+    graph_class: Any = tf.Graph
+    if getattr(graph_class, "_tb_parity_watched", False):
         return
-    graph._tb_parity_ran_ops = 0  # no op run by a session since the watch began
-    lock = graph._session_run_lock
+    lock = graph_class._session_run_lock
 
-    def session_run_lock() -> Any:
+    def session_run_lock(graph: Any) -> Any:
         graph._tb_parity_ran_ops = graph.version  # the number of ops: all of them are the session's
-        return lock()
+        return lock(graph)
 
-    graph._session_run_lock = session_run_lock
+    graph_class._session_run_lock = session_run_lock
+    graph_class._tb_parity_watched = True
 
 
 def ran(op: tf.Operation) -> bool:
