@@ -298,11 +298,14 @@ def test_random_initial_weights_not_shared_diverge_on_the_weight_at_step_0(tmp_p
     assert first is not None and (first.step, first.kind) == (0, "weight"), first
 
 
-def _same_shape_layers(root, tf2_order: Sequence[int], wrong_init: Optional[int] = None) -> dict[int, str]:
+def _same_shape_layers(
+    root, tf2_order: Sequence[int], wrong_init: Optional[int] = None, by_layer_name: bool = False
+) -> dict[int, str]:
     """TF1: three unnamed dense layers 4 -> 4 -> 4 -> 3 (``dense``, ``dense_1``, ``dense_2``);
     the port: Keras layers created in ``tf2_order`` (so auto-named in that order), the initial
     weights copied by role (role ``wrong_init`` from another initializer). Returns each role's
-    Keras kernel name. Plain SGD, 3 steps, ``None`` batch dimension on both sides."""
+    Keras kernel name. Plain SGD, 3 steps, ``None`` batch dimension on both sides. Activations
+    are named by role, or ``by_layer_name`` (each side's own layer name, as instrument_layer does)."""
     rng = np.random.default_rng(5)
     xs = rng.standard_normal((STEPS, 8, 4)).astype(np.float32)
     ys = np.eye(3, dtype=np.float32)[rng.integers(0, 3, (STEPS, 8))]
@@ -320,7 +323,7 @@ def _same_shape_layers(root, tf2_order: Sequence[int], wrong_init: Optional[int]
                 kernel_initializer=tf.constant_initializer(k),
                 bias_initializer=tf.constant_initializer(b),
             )
-            rec.activation(f"h{role}", h)
+            rec.activation(h.name.split("/")[0] if by_layer_name else f"h{role}", h)
         loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(y, h))
         train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(rec.lr(tf.constant(0.1))), loss)
         fetches = rec.fetches
@@ -355,7 +358,7 @@ def _same_shape_layers(root, tf2_order: Sequence[int], wrong_init: Optional[int]
             with tf.GradientTape() as tape:
                 h = x
                 for role in range(3):
-                    h = rec2.activation(f"h{role}", layers[role](h))
+                    h = rec2.activation(layers[role].name if by_layer_name else f"h{role}", layers[role](h))
                 loss = rec2.loss(ce(y, h))
             grads = tape.gradient(loss, variables)
             rec2.grads(grads, variables)
@@ -367,12 +370,17 @@ def _same_shape_layers(root, tf2_order: Sequence[int], wrong_init: Optional[int]
     return {role: layers[role].kernel.name for role in range(3)}
 
 
-def test_same_shaped_layers_created_in_another_order_are_paired_by_their_initial_weights(tmp_path) -> None:
+@pytest.mark.parametrize("by_layer_name", [False, True], ids=["activations_by_role", "activations_by_layer_name"])
+def test_same_shaped_layers_created_in_another_order_are_paired_by_their_initial_weights(
+    tmp_path, by_layer_name: bool
+) -> None:
     """The two 4x4 layers of the port are created in the other order, so Keras names them the other
     way round: pairing by name compared each with the other's weights, a false divergence at step 0.
-    Their initial weights (copied by role, as ports do) pair them; numpy's reason it agrees: every
-    role computes the same function from the same weights on both sides."""
-    names = _same_shape_layers(tmp_path, tf2_order=(1, 0, 2))
+    Their initial weights (copied by role, as ports do) pair them, and the outputs named after the
+    layers follow them (a reviewer's port named activations as instrument_layer does: DIVERGE on
+    activation/dense before). numpy's reason it agrees: every role computes the same function from
+    the same weights on both sides."""
+    names = _same_shape_layers(tmp_path, tf2_order=(1, 0, 2), by_layer_name=by_layer_name)
     assert names[0].startswith("dense_1/") and names[1].startswith("dense/")  # the names did swap
     report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
     assert report.agree, report.first_divergence

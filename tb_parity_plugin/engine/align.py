@@ -312,8 +312,9 @@ class _Pairing:
         differ and another one-to-one pairing of those scopes makes every weight's first-step
         statistics identical (the initial weights a port copies from its baseline; one scope
         left over may start differently, as a wrong initializer would), the scopes are paired
-        that way, every kind under them with them (weights, gradients, slots). Anything less
-        clear-cut is left as the names paired it. Returns a warning per re-paired scope.
+        that way, every kind under them with them (weights, gradients, slots), and a tensor named
+        after the layer itself (its output). Anything less clear-cut is left as the names paired
+        it. Returns a warning per re-paired scope.
         """
         base_of = {(s.kind, s.name): s for s in self.base}  # one dict per side: names may be equal
         cand_of = {(s.kind, s.name): s for s in self.cand}
@@ -382,6 +383,11 @@ class _Pairing:
                 continue
             donor = b_of[c_scope]  # the base scope the names paired with c_scope
             for key, m in current.items():
+                if key[1] == b_scope:  # named after the layer itself (its output, as instrument_layer names it)
+                    other = current.get((key[0], donor))
+                    if m.how in _BY_NAME and other is not None and other.how in _BY_NAME:
+                        plan.append((m, other.cand))
+                    continue
                 if not key[1].startswith(b_scope + "/"):
                     continue
                 if m.how not in _BY_NAME:
