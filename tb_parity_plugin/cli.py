@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any, NoReturn, Optional, Sequence, TextIO
 
@@ -184,9 +185,9 @@ def _one_line(text: str) -> str:
 def _run_diff(args: argparse.Namespace, out: TextIO) -> ParityReport:
     report = api.compare(args.logdir, args.baseline, args.candidate, **_policy_kwargs(args))
     if args.json:
-        print(json.dumps(report.to_dict(), allow_nan=False), file=out)
+        _say(json.dumps(report.to_dict(), allow_nan=False), out)
     else:
-        print(format_report(report), file=out)
+        _say(format_report(report), out)
     return report
 
 
@@ -202,8 +203,19 @@ def _run_report(args: argparse.Namespace, out: TextIO) -> ParityReport:
     verdict = report.verdict if first is None else f"diverge at step {first.step}"
     if report.problems:  # the one line must not read as a clean verdict
         verdict += f", {len(report.problems)} read problem(s) (listed in the report)"
-    print(f"wrote {args.output}: {report.baseline} vs {report.candidate}, {verdict}", file=out)
+    _say(f"wrote {args.output}: {report.baseline} vs {report.candidate}, {verdict}", out)
     return report
+
+
+def _say(text: str, out: TextIO) -> None:
+    """Print ``text``; a reader that stopped reading (``| head``) ends the output, not the verdict:
+    the exit status still says it, and the rest of the output goes nowhere (Python's own advice)."""
+    try:
+        print(text, file=out)
+        out.flush()
+    except BrokenPipeError:
+        if out is sys.stdout:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None) -> int:

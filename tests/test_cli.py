@@ -361,3 +361,13 @@ def test_require_values_fails_an_agreement_resting_on_statistics(tmp_path) -> No
     clean = make_pair(str(tmp_path / "values"), steps=range(3))
     assert run_cli("diff", clean, "--require-values")[0] == 0
     api.assert_parity(clean, require_values=True)
+
+
+def test_a_reader_that_stops_reading_keeps_the_exit_status(tmp_path) -> None:
+    """``tb-parity diff LOGDIR | head`` printed "Broken pipe" and exited 2 (an input error): the
+    verdict's exit status stands and nothing is printed to stderr."""
+    logdir = make_pair(str(tmp_path), cand=lambda s: tensors(s, shift=1.0, from_step=3))
+    script = f"{sys.executable} -m tb_parity_plugin.cli diff {logdir} | head -c 0; echo ${{PIPESTATUS[0]}}"
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.stdout.strip() == "1", done
+    assert done.stderr == "", done.stderr
