@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import shutil
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -565,18 +566,6 @@ class _PerPair:
             return self._cmp.matrix()
 
 
-def _refresh_matches_per_pair(reader: LogdirReader, batched: Comparison, policy: TolerancePolicy) -> None:
-    """Reload runs b and c, refresh ``batched``: its report, verdicts and ratios are those of the
-    per-pair path comparing the new snapshots from scratch."""
-    reader.reload()
-    b2, c2 = reader.run("b"), reader.run("c")
-    batched.update(b2, c2)
-    fresh = _PerPair(b2, c2, policy)
-    assert batched.report().to_dict() == fresh.report().to_dict()
-    np.testing.assert_array_equal(batched.matrix().reason, fresh.matrix().reason)
-    np.testing.assert_array_equal(batched.matrix().error_ratio, fresh.matrix().error_ratio)
-
-
 @contextlib.contextmanager
 def _batching(on: bool):
     before, batch.ENABLED = batch.ENABLED, on
@@ -638,7 +627,7 @@ def test_a_layout_whose_statistics_all_differ_is_bounded_together_as_the_per_pai
     # a refresh: 4 more steps, both ways
     write_run(logdir, "b", range(16, 20), lambda s: _drifting_run(s, {}), limit=0)
     write_run(logdir, "c", range(16, 20), cand_at, limit=0)
-    _refresh_matches_per_pair(reader, batched, policy)
+    _refresh_matches_fresh(batched, reader, lambda b, c: _PerPair(b, c, policy))
 
 
 @pytest.mark.parametrize("equal_nan", [False, True])
@@ -676,29 +665,35 @@ def test_a_layout_settled_together_matches_the_per_pair_path(tmp_path, equal_nan
     # a refresh appending steps settles the new rows alike
     write_run(logdir, "b", range(40, 60), _layout_run, limit=0)
     write_run(logdir, "c", range(40, 60), lambda s: _layout_run(s, bad=("t4", 30)), limit=0)
-    _refresh_matches_per_pair(reader, batched, policy)
+    _refresh_matches_fresh(batched, reader, lambda b, c: _PerPair(b, c, policy))
     reader.close()
 
 
-def _refresh_matches_fresh(cmp: Comparison, reader: LogdirReader) -> None:
+def _refresh_matches_fresh(cmp: Comparison, reader: LogdirReader, fresh_of: Callable[..., Any] = Comparison) -> None:
+    """Reload runs b and c and refresh ``cmp``: its report, verdicts and ratios are those of
+    ``fresh_of(b, c)`` (a fresh comparison, or the per-pair path) on the new snapshots."""
     reader.reload()
     b, c = reader.run("b"), reader.run("c")
     cmp.update(b, c)
-    fresh = Comparison(b, c)
+    fresh = fresh_of(b, c)
     assert cmp.report().to_dict() == fresh.report().to_dict()
     np.testing.assert_array_equal(cmp.matrix().reason, fresh.matrix().reason)
     np.testing.assert_array_equal(cmp.matrix().error_ratio, fresh.matrix().error_ratio)
 
 
-def _agreeing_pair(logdir: str) -> tuple[LogdirReader, Comparison]:
-    """Runs b and c, 20 identical steps of one layout, read and compared whole (report and matrix)."""
-    write_run(logdir, "b", range(20), _layout_run, limit=0)
-    write_run(logdir, "c", range(20), _layout_run, limit=0)
+def _agreeing_pair(
+    logdir: str,
+    steps: range = range(20),
+    base: Callable[[int], list] = _layout_run,
+    cand: Callable[[int], list] = _layout_run,
+) -> tuple[LogdirReader, Comparison]:
+    """Runs b and c (statistics only, one layout), read and compared: they agree over ``steps``."""
+    write_run(logdir, "b", steps, base, limit=0)
+    write_run(logdir, "c", steps, cand, limit=0)
     reader = LogdirReader(logdir)
     reader.reload()
     cmp = Comparison(reader.run("b"), reader.run("c"))
     assert cmp.report().agree
-    cmp.matrix()
     return reader, cmp
 
 
@@ -708,6 +703,7 @@ def test_a_refresh_keeps_pairs_only_while_their_inputs_are_unchanged(tmp_path) -
     tensor whose shape changes mid-run (a second layout), and full values appearing."""
     logdir = str(tmp_path)
     reader, cmp = _agreeing_pair(logdir)
+    cmp.matrix()
     write_run(logdir, "b", range(20, 30), _layout_run, limit=0)
     write_run(logdir, "c", range(20, 30), _layout_run, limit=0)
     _refresh_matches_fresh(cmp, reader)
@@ -744,12 +740,7 @@ def test_refreshes_that_outgrow_the_verdict_table_keep_every_verdict_and_every_m
     def cand_at(step: int) -> list:
         return _layout_run(step, nan_at=70, bad=("t4", 50))
 
-    write_run(logdir, "b", range(10), base_at, limit=0)
-    write_run(logdir, "c", range(10), cand_at, limit=0)
-    reader = LogdirReader(logdir)
-    reader.reload()
-    cmp = Comparison(reader.run("b"), reader.run("c"))
-    assert cmp.report().agree
+    reader, cmp = _agreeing_pair(logdir, range(10), base_at, cand_at)
     other = Comparison(reader.run("b"), reader.run("c"))  # reads the NaN/Inf answer cmp cached in the snapshots
     assert other.report().first_nonfinite == {"b": None, "c": None}
     kept = [cmp.matrix()]
@@ -789,6 +780,7 @@ def test_a_rerun_whose_layout_is_wider_by_a_replica_copy_is_compared_tensor_by_t
 
     logdir = str(tmp_path)
     reader, cmp = _agreeing_pair(logdir)
+    cmp.matrix()
 
     def rerun(step: int) -> list:
         tensors = _layout_run(step, bad=("t1", 3))
