@@ -136,14 +136,20 @@ def unordered_alias_readers(recorded: Iterable[tf.Tensor]) -> dict[tf.Operation,
         return {}
     writes_all = {w for writes, _ in found for w in writes}
     settled = ancestors(writes_all) | descendants(writes_all)  # ordered already, one way or the other
+    inputs: dict[tf.Operation, set[tf.Operation]] = {}  # op -> the step inputs it takes, each walked once
+
+    def inputs_of(op: tf.Operation) -> set[tf.Operation]:
+        if op not in inputs:
+            inputs[op] = {a for a in ancestors([op]) if a.type in _STEP_INPUTS}
+        return inputs[op]
+
     out: dict[tf.Operation, list[tf.Operation]] = {}
     for writes, readers in found:
         late = [r for r in readers if r not in settled]
         for w in writes if late else ():
             # Only where the write already takes the step's inputs: an edge must not make a write
             # the user runs on its own (a reset, a copy) need a feed or pull a batch.
-            inputs = {a for a in ancestors([w]) if a.type in _STEP_INPUTS}
-            fit = [r for r in late if {a for a in ancestors([r]) if a.type in _STEP_INPUTS} <= inputs]
+            fit = [r for r in late if inputs_of(r) <= inputs_of(w)]
             out.setdefault(w, []).extend(r for r in fit if r not in out.get(w, []))
     return {w: rs for w, rs in out.items() if rs}
 
