@@ -13,7 +13,7 @@ Every other pair is left to its own, unchanged, per-pair path."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -93,15 +93,9 @@ def settle(group: list[Pair], k1: int, equal_nan: bool, table: VerdictTable) -> 
         differ = [p for p, s in zip(todo, flags) if not s]
     with_ratios = [p for p in settled if p.ratio_done == k0]
     cols = table.columns(settled)
+    _write(table, settled, "reason", k0, k1, np.broadcast_to(codes[:, None], (k1 - k0, len(settled))), cols)
     rcols = cols if len(with_ratios) == len(settled) else table.columns(with_ratios)  # a subset of it
-    if cols is not None and rcols is not None:
-        table.reason[k0:k1, cols] = codes[:, None]
-        table.ratio[k0:k1, rcols] = ratio[:, None]
-    else:
-        for p in settled:
-            p.reason[k0:k1] = codes
-        for p in with_ratios:
-            p.ratio[k0:k1] = ratio
+    _write(table, with_ratios, "ratio", k0, k1, np.broadcast_to(ratio[:, None], (k1 - k0, len(with_ratios))), rcols)
     for p in settled:
         if p.first_bad < 0:
             p.first_bad = first_bad
@@ -169,10 +163,20 @@ def settle_ratios(group: list[Pair], k1: int, table: VerdictTable) -> None:
         p.ratio_done = k1
 
 
-def _write(table: VerdictTable, pairs: list[Pair], field: str, k0: int, k1: int, values: np.ndarray) -> None:
+def _write(
+    table: VerdictTable,
+    pairs: list[Pair],
+    field: str,
+    k0: int,
+    k1: int,
+    values: np.ndarray,
+    cols: Optional[np.ndarray] = None,
+) -> None:
     """Rows ``[k0, k1)`` of the pairs' ``reason`` or ``ratio`` (``values``: ``[rows, pairs]``): one
-    array operation when the table holds them, else pair by pair."""
-    cols = table.columns(pairs)
+    array operation when the table holds them (``cols``: their columns, if already looked up),
+    else pair by pair."""
+    if cols is None:
+        cols = table.columns(pairs)
     if cols is not None:
         getattr(table, field)[k0:k1, cols] = values
     else:
