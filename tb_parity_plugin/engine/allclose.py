@@ -193,24 +193,22 @@ def rows_error_ratio(cand: np.ndarray, base: np.ndarray, rtol: np.ndarray, atol:
             diff = np.subtract(c, b, out=diff_buf[: r1 - r0], dtype=work)
             np.abs(diff, out=diff)
             r = rtol[r0:r1]
-            no_atol = np.ndim(atol) == 0 and atol == 0
-            if np.ndim(atol):  # one atol per row (optimizer slots); 0 where equal, inf past a zero tolerance
-                den = np.abs(b, out=den_buf[: r1 - r0], dtype=work)
-                np.multiply(den, r[:, None].astype(work), out=den)
-                np.add(den, np.asarray(atol)[r0:r1, None].astype(work), out=den)
-                ratio = np.where(diff == 0, work(0), diff / den)
-                if not np.all(r == 0):  # as the float atol's branch below: equal infinities are 0 apart
-                    zero_atol = (np.asarray(atol)[r0:r1] == 0)[:, None]
-                    ratio[np.isnan(ratio) & (np.abs(c) == np.abs(b)) & zero_atol] = 0
-            elif np.all(r == 0):
-                ratio = diff if atol == 0 else np.divide(diff, work(atol), out=diff)
+            per_row = np.ndim(atol) > 0  # one atol per row (optimizer slots)
+            a = np.asarray(atol)[r0:r1, None].astype(work) if per_row else work(atol)
+            zero = (np.asarray(atol)[r0:r1] == 0)[:, None] if per_row else atol == 0  # as given, not as cast
+            no_atol = not per_row and atol == 0
+            if not per_row and np.all(r == 0):
+                ratio = diff if atol == 0 else np.divide(diff, a, out=diff)
             else:
-                den = np.abs(b, out=den_buf[: r1 - r0], dtype=work)
+                den = np.abs(b, out=den_buf[: r1 - r0], dtype=work)  # atol + rtol*|b|
                 np.multiply(den, r[:, None].astype(work), out=den)
-                np.add(den, work(atol), out=den)
-                ratio = np.divide(diff, den, out=diff)
-                if atol == 0:
-                    ratio[np.isnan(ratio) & (np.abs(c) == np.abs(b))] = 0  # 0/0: equal zeros
+                np.add(den, a, out=den)
+                if per_row:  # 0 where equal, inf past a zero tolerance
+                    ratio = np.where(diff == 0, work(0), diff / den)
+                else:
+                    ratio = np.divide(diff, den, out=diff)
+                if not np.all(r == 0):  # 0/0: equal zeros (and infinities) where atol is 0
+                    ratio[np.isnan(ratio) & (np.abs(c) == np.abs(b)) & zero] = 0
             best = ratio.max(axis=1)
             bad = ~np.isfinite(best)
             if bad.any():  # NaN/Inf inputs: ignore pairs that are not both finite
