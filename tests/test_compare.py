@@ -869,3 +869,66 @@ def test_layers_told_apart_by_initial_weights_are_paired_anew_when_the_first_ste
         "dense/kernel:0": "m/dense_1/kernel:0",
         "dense_1/kernel:0": "m/dense/kernel:0",
     }
+
+
+@pytest.mark.parametrize("case", ["never_differ", "evidence_conflicts"])
+def test_layers_that_start_identical_stay_paired_by_name_without_clear_evidence(tmp_path, case: str) -> None:
+    """Two batch-norm-like layers start identical (gamma 1). ``never_differ``: they stay identical,
+    so nothing can tell them apart: the names' pairing stays and nothing is re-paired. And
+    ``evidence_conflicts``: at step 0 the gradients say the names crossed the layers, at step 1 the
+    moving means say they did not: no pairing is clearly the right one, so the names' stays and the
+    gradients diverge, as numpy says (each gradient differs from the one it is paired with)."""
+    ones = np.ones(4, np.float32)
+    grads = [np.full(4, 0.5, np.float32), np.full(4, -2.0, np.float32)]
+    means = [np.full(4, 0.3, np.float32), np.full(4, 0.7, np.float32)]
+
+    def at(step: int, roles: tuple[int, int], grad_roles: tuple[int, int]) -> list:
+        out = []
+        for name, role, g_role in zip(("bn", "bn_1"), roles, grad_roles):
+            out.append(("weight", f"{name}/gamma:0", ones))
+            if case == "evidence_conflicts":
+                out.append(("state", f"{name}/moving_mean:0", means[role] * min(step, 1)))
+                out.append(("grad", f"{name}/gamma:0", grads[g_role] if step == 0 else ones))
+        return out
+
+    write_run(str(tmp_path), "b", range(3), lambda s: at(s, (0, 1), (0, 1)))
+    write_run(str(tmp_path), "c", range(3), lambda s: at(s, (0, 1), (1, 0)))
+    reader = LogdirReader(str(tmp_path))
+    reader.reload()
+    report = compare_runs(reader.run("b"), reader.run("c"))
+    assert {m["how"] for m in report.mapping} == {"exact"} and report.warnings == []
+    if case == "never_differ":
+        assert report.agree
+    else:
+        first = report.first_divergence
+        assert (first.step, first.kind, first.tensor) == (0, "grad", "bn/gamma:0")
+        np.testing.assert_allclose(first.max_abs_diff, abs(grads[0] - grads[1]).max())
+
+
+def test_layers_that_start_identical_and_one_that_starts_otherwise_are_all_paired(tmp_path) -> None:
+    """Three layers of one shape: the port swapped the names of the first two (which start identical)
+    and starts the third wrongly (at 1 where TF1 starts it at 2). Step 0's gradients tell the first
+    two apart; the third pairs with the one left, and its weight diverges at step 0, as numpy says
+    (|2 - 1|)."""
+    grads = [np.full(4, g, np.float32) for g in (0.5, -2.0, 3.0)]
+
+    def at(names: tuple[str, ...], start: tuple[float, ...]) -> Callable[[int], list]:
+        def tensors(step: int) -> list:
+            out = []
+            for role, name in enumerate(names):
+                out.append(("weight", f"{name}/gamma:0", np.full(4, start[role], np.float32)))
+                out.append(("grad", f"{name}/gamma:0", grads[role]))
+            return out
+
+        return tensors
+
+    write_run(str(tmp_path), "b", range(2), at(("bn", "bn_1", "bn_2"), (1, 1, 2)))
+    write_run(str(tmp_path), "c", range(2), at(("bn_1", "bn", "bn_2"), (1, 1, 1)))
+    reader = LogdirReader(str(tmp_path))
+    reader.reload()
+    report = compare_runs(reader.run("b"), reader.run("c"))
+    paired = {(m["kind"], m["baseline"]): m["candidate"] for m in report.mapping}
+    assert paired[("grad", "bn/gamma:0")] == "bn_1/gamma:0" and paired[("weight", "bn_1/gamma:0")] == "bn/gamma:0"
+    assert paired[("weight", "bn_2/gamma:0")] == "bn_2/gamma:0"
+    first = report.first_divergence
+    assert (first.step, first.kind, first.tensor, first.max_abs_diff) == (0, "weight", "bn_2/gamma:0", 1.0)

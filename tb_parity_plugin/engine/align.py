@@ -58,6 +58,9 @@ class Alignment:
     warnings: list[str]  # e.g. a mapping that matched nothing
     #: unmatched baseline key -> free candidate keys of the same kind and shape (ambiguous matches)
     candidates: dict[Key, list[Key]] = dataclasses.field(default_factory=dict)
+    #: (side 0 base / 1 candidate, key) -> how many first rows of its statistics the pairing read:
+    #: with the names, orders and shapes, all the alignment depends on (:func:`evidence`)
+    read: dict[tuple[int, Key], int] = dataclasses.field(default_factory=dict)
 
 
 def shapes_compatible(a: tuple[Optional[int], ...], b: tuple[Optional[int], ...]) -> bool:
@@ -76,6 +79,12 @@ def execution_key(series: SeriesLike) -> tuple[int, int, str, str]:
 _SUFFIX = re.compile(r"^(.*?)_(\d+)$")
 #: Stages that pair by name alone: what :meth:`_Pairing.by_first_values` may correct.
 _BY_NAME = frozenset({"exact", "canonical"})
+#: Layers that start identical (batch norm) are told apart at the first of this many logged steps
+#: where they differ (a gradient at step 0, a weight after its first update).
+TELL_APART_STEPS = 3
+#: ... by a pairing at least this many times closer there than any other: a faithful port differs
+#: from its baseline by rounding (1e-7 of the values), two layers by their own data (1e-3 and up).
+TELL_APART_MARGIN = 100.0
 
 
 def _strip_output_index(name: str) -> str:
@@ -181,6 +190,28 @@ class _Pairing:
         self.free_base = {(s.kind, s.name) for s in self.base}
         self.free_cand = {(s.kind, s.name) for s in self.cand}
         self.matches: list[Match] = []
+        self.read: dict[tuple[int, Key], int] = {}
+
+    def rows(self, side: int, series: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """The first ``n`` logged steps of ``series`` and their statistics, noted as read (a refresh
+        aligns anew when they change)."""
+        key = (side, (series.kind, series.name))
+        self.read[key] = max(self.read.get(key, 0), n)
+        steps, stats = getattr(series, "steps", None), getattr(series, "stats", None)
+        if steps is None or stats is None:
+            return np.zeros(0, np.int64), np.zeros((0, metadata.N_STATS))
+        return steps[:n], stats[:n]
+
+    def same_first(self, b: Any, c: Any) -> bool:
+        """Both series start at the same step with identical statistics (NaN equal to NaN)."""
+        (sb, rb), (sc, rc) = self.rows(0, b, 1), self.rows(1, c, 1)
+        return bool(len(sb) and len(sc) and sb[0] == sc[0] and np.array_equal(rb[0], rc[0], equal_nan=True))
+
+    def row_at(self, side: int, series: Any, step: int) -> Optional[np.ndarray]:
+        """The statistics of ``series`` at ``step`` if it is one of its first :data:`TELL_APART_STEPS`."""
+        steps, stats = self.rows(side, series, TELL_APART_STEPS)
+        at = np.flatnonzero(steps == step)
+        return stats[at[0]] if len(at) else None
 
     def pair(self, b: Key, c: Key, how: str) -> None:
         self.free_base.discard(b)
@@ -313,8 +344,10 @@ class _Pairing:
         statistics identical (the initial weights a port copies from its baseline; one scope
         left over may start differently, as a wrong initializer would), the scopes are paired
         that way, every kind under them with them (weights, gradients, slots), and a tensor named
-        after the layer itself (its output). Anything less clear-cut is left as the names paired
-        it. Returns a warning per re-paired scope.
+        after the layer itself (its output). Layers that start identical (batch norm's gamma 1,
+        beta 0) are paired where they first differ instead (:meth:`_by_first_difference`).
+        Anything less clear-cut is left as the names paired it. Returns a warning per re-paired
+        scope.
         """
         base_of = {(s.kind, s.name): s for s in self.base}  # one dict per side: names may be equal
         cand_of = {(s.kind, s.name): s for s in self.cand}
@@ -348,29 +381,94 @@ class _Pairing:
             def fits(b_scope: str, c_scope: str, c_of: dict[str, str] = c_of, b_of: dict[str, str] = b_of) -> bool:
                 """Every weight of ``b_scope`` starts as the same-named weight of ``c_scope``."""
                 leaves_b, leaves_c = scopes[(b_scope, c_of[b_scope])], scopes[(b_of[c_scope], c_scope)]
-                return all(_same_first(base_of[leaves_b[leaf][0]], cand_of[leaves_c[leaf][1]]) for leaf in leaves_b)
+                return all(self.same_first(base_of[leaves_b[leaf][0]], cand_of[leaves_c[leaf][1]]) for leaf in leaves_b)
 
-            if all(fits(b, c) for b, c in pairs):
-                continue  # the names paired them as their first values do
             choice = {b: [c for _, c in pairs if fits(b, c)] for b, _ in pairs}
-            chosen = {b: cs[0] for b, cs in choice.items() if len(cs) == 1}
+            if all(choice[b] == [c] for b, c in pairs):
+                continue  # the names paired them as their first values do, and only so
+            step: Optional[int] = None
+            if any(len(cs) > 1 for cs in choice.values()):  # layers that start identical (batch norm)
+                found = self._by_first_difference(pairs, choice, b_of, current, base_of, cand_of)
+                if found is None:
+                    continue  # never told apart clearly: leave the names' pairing
+                chosen, step = found
+            else:
+                chosen = {b: cs[0] for b, cs in choice.items() if len(cs) == 1}
             left_b = [b for b, _ in pairs if b not in chosen]
             left_c = [c for _, c in pairs if c not in chosen.values()]
-            if any(len(cs) > 1 for cs in choice.values()) or len(set(chosen.values())) != len(chosen):
+            if len(set(chosen.values())) != len(chosen):
                 continue  # not one clear one-to-one pairing: leave the names' pairing
             if len(left_b) > 1 or len(left_c) != len(left_b):
-                continue
+                continue  # every layer of the group is paired, each with another: else two would share one
             if left_b:  # one layer starts differently (a port's wrong initializer): it pairs with the one left
                 chosen[left_b[0]] = left_c[0]
             moves = self._repair_scopes(chosen, c_of, b_of, current)
             if moves is None:
                 continue
             for b, new_c in moves:
+                how = (
+                    "by their first-step values"
+                    if step is None
+                    else f"by their values at step {step}, the first where such layers differ (they start identical)"
+                )
                 warnings.append(
-                    f"paired {b}/* with {new_c}/* by their first-step values, not by name: Keras numbers "
+                    f"paired {b}/* with {new_c}/* {how}, not by name: Keras numbers "
                     "layers of one type by creation order, and these have the same shapes"
                 )
         return warnings
+
+    def _by_first_difference(
+        self,
+        pairs: list[tuple[str, str]],
+        choice: dict[str, list[str]],
+        b_of: dict[str, str],
+        current: dict[Key, Match],
+        base_of: dict[Key, Any],
+        cand_of: dict[Key, Any],
+    ) -> Optional[tuple[dict[str, str], int]]:
+        """Layers that start identical, paired where they first differ. Each tensor under a base
+        scope (weights, gradients, state, slots, as the names paired them) is set against the
+        same-named one under each candidate scope it may pair with (``choice``), at each of the
+        first :data:`TELL_APART_STEPS` logged steps. A tensor and step whose one-to-one pairing is
+        :data:`TELL_APART_MARGIN` times closer than any other for every layer is evidence; one
+        that is not (a port's bug there spreads to every layer, e.g. through the gradients) is
+        none. Returns (base scope -> candidate scope, first step of evidence) when there is
+        evidence and all of it agrees, else None."""
+        under: dict[str, list[tuple[Key, str]]] = {b: [] for b, _ in pairs}
+        for key, m in current.items():
+            b_scope = _scope_name(key[1])
+            if b_scope in under and m.how in _BY_NAME:
+                under[b_scope].append((key, key[1][len(b_scope) :]))
+        # (kind, name under the scope) -> (base scope, candidate scope) -> the two series
+        compared: dict[tuple[str, str], dict[tuple[str, str], tuple[Any, Any]]] = {}
+        for b_scope, cands in choice.items():
+            for c_scope in cands:
+                donor = b_of[c_scope]  # the base scope the names paired with c_scope
+                for key, rel in under[b_scope]:
+                    other = current.get((key[0], donor + rel))
+                    if other is not None and other.how in _BY_NAME:
+                        compared.setdefault((key[0], rel), {})[(b_scope, c_scope)] = (base_of[key], cand_of[other.cand])
+        hypotheses = len([c for cands in choice.values() for c in cands])
+        steps = sorted(
+            {int(t) for by in compared.values() for b, _ in by.values() for t in self.rows(0, b, TELL_APART_STEPS)[0]}
+        )
+        found: list[tuple[dict[str, str], int]] = []
+        for step in steps[:TELL_APART_STEPS]:
+            for _, by in sorted(compared.items()):
+                if len(by) != hypotheses:
+                    continue  # not under every candidate scope: no fair comparison
+                dist = _distances(
+                    {scopes: (self.row_at(0, b, step), self.row_at(1, c, step)) for scopes, (b, c) in by.items()}
+                )
+                known = [d for d in dist.values() if d is not None]
+                if not known or max(known) == 0:
+                    continue  # not logged here, or still identical in every layer
+                chosen = _clear_assignment(dist)
+                if chosen is not None:
+                    found.append((chosen, step))
+        if not found or any(chosen != found[0][0] for chosen, _ in found):
+            return None
+        return found[0]
 
     def _repair_scopes(
         self, new_c: dict[str, str], c_of: dict[str, str], b_of: dict[str, str], current: dict[Key, Match]
@@ -421,18 +519,64 @@ class _Pairing:
         return candidates
 
 
-def _first_row(series: Any) -> Optional[tuple[int, np.ndarray]]:
-    """(first step, its statistics row) of a series, None when it has none."""
-    steps, stats = getattr(series, "steps", None), getattr(series, "stats", None)
-    if steps is None or stats is None or not len(steps):
+def _distances(rows: dict[Any, tuple[Optional[np.ndarray], Optional[np.ndarray]]]) -> dict[Any, Optional[float]]:
+    """How far apart each pair of statistics rows is (None where one is missing), in units of the
+    tensor's scale: counts as a fraction of the size, moments (min, max, mean, std, l2 per element)
+    as a fraction of the largest |element| of either. 0 when identical; inf when dtype, rank or size
+    differ, or NaN sits on one side only. One array computation for all the pairs."""
+    keys = [k for k, (a, b) in rows.items() if a is not None and b is not None]
+    found: dict[Any, Optional[float]] = {k: None for k in rows}
+    if not keys:
+        return found
+    a = np.stack([rows[k][0] for k in keys])  # type: ignore[misc]
+    b = np.stack([rows[k][1] for k in keys])  # type: ignore[misc]
+    i = metadata.STAT_INDEX
+    size = np.maximum(a[:, i["size"]], 1.0)
+    far = np.abs(a[:, _COUNTS] - b[:, _COUNTS]).max(axis=1) / size
+    ma, mb = a[:, _MOMENTS].copy(), b[:, _MOMENTS].copy()
+    ma[:, -1] /= np.sqrt(size)  # l2 per element: on the scale of the elements
+    mb[:, -1] /= np.sqrt(size)
+    nan_a, nan_b = np.isnan(ma), np.isnan(mb)
+    diff = np.where(nan_a & nan_b, 0.0, np.abs(ma - mb)).max(axis=1)
+    scale = np.fmax(np.abs(ma[:, :2]), np.abs(mb[:, :2])).max(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        moments = np.where(diff == 0, 0.0, diff / scale)
+    dist = np.maximum(far, moments)
+    # dtype, rank or size differ, or NaN on one side only
+    other = (a[:, _KIND] != b[:, _KIND]).any(axis=1) | (nan_a != nan_b).any(axis=1)
+    dist[other | np.isnan(dist)] = np.inf
+    for k, d in zip(keys, dist):
+        found[k] = float(d)
+    return found
+
+
+_KIND = metadata.field_span(("dtype", "rank", "size"))
+_COUNTS = metadata.field_span(("neg_inf", "pos_inf", "nan", "neg_finite", "zero", "pos_finite"))
+_MOMENTS = metadata.field_span(("min", "max", "mean", "std", "l2"))
+
+
+def _clear_assignment(dist: dict[tuple[str, str], Optional[float]]) -> Optional[dict[str, str]]:
+    """The one-to-one pairing where each base scope's partner is :data:`TELL_APART_MARGIN` times
+    closer than any other candidate scope it may pair with, and than any other base scope is to that
+    partner (a candidate scope no base scope chose is left over); None when there is no such pairing."""
+    known = {scopes: d for scopes, d in dist.items() if d is not None}
+    if len(known) != len(dist):
         return None
-    return int(steps[0]), stats[0]
-
-
-def _same_first(b: Any, c: Any) -> bool:
-    """Both series start at the same step with identical statistics (NaN equal to NaN)."""
-    fb, fc = _first_row(b), _first_row(c)
-    return fb is not None and fc is not None and fb[0] == fc[0] and np.array_equal(fb[1], fc[1], equal_nan=True)
+    rows: dict[str, list[tuple[float, str]]] = {}
+    for (b, c), d in known.items():
+        rows.setdefault(b, []).append((d, c))
+    chosen: dict[str, str] = {}
+    for b, found in rows.items():
+        found.sort()
+        if len(found) > 1 and not found[0][0] * TELL_APART_MARGIN < found[1][0]:
+            return None
+        chosen[b] = found[0][1]
+    if len(set(chosen.values())) != len(chosen):
+        return None
+    for b, c in chosen.items():
+        if any(d <= known[(b, c)] * TELL_APART_MARGIN for (other, c2), d in known.items() if c2 == c and other != b):
+            return None
+    return chosen
 
 
 def _scope_name(name: str) -> str:
@@ -443,6 +587,18 @@ def _scope_of(key: Hashable) -> Hashable:
     """(kind, scope) of a (kind, canonical name) key: the name without its last component."""
     assert isinstance(key, tuple)  # by_key's keys are (kind, key_of(series)) pairs
     return (key[0], str(key[1]).rpartition("/")[0])
+
+
+def evidence(alignment: Alignment, base: Any, cand: Any) -> tuple[Any, ...]:
+    """The statistics rows ``alignment`` read (``Alignment.read``), as the runs ``base`` and ``cand``
+    (``RunData``) hold them now: while they and the names, orders and shapes are unchanged, so is the
+    alignment (a run that logs its first step later, rewrites it, or logs one more of the first
+    steps that tell layers apart, is aligned anew)."""
+    found = []
+    for (side, key), n in alignment.read.items():
+        series = (base, cand)[side].tensors.get(key)
+        found.append(None if series is None else (series.steps[:n].tobytes(), series.stats[:n].tobytes()))
+    return tuple(found)
 
 
 def align(
@@ -475,4 +631,5 @@ def align(
         unmatched_cand=[(s.kind, s.name) for s in state.cand if (s.kind, s.name) in state.free_cand],
         warnings=warnings,
         candidates={k: v for k, v in candidates.items() if k in state.free_base and v},
+        read=state.read,
     )

@@ -54,7 +54,7 @@ class Comparison:
         self._alignment: Optional[align.Alignment] = None
         #: (the alignment it is of, what else it read, the structure): see structure()
         self._structure: Optional[tuple[align.Alignment, tuple[Any, ...], structure.Structure]] = None
-        self._keys: Optional[tuple[dict[Any, Any], dict[Any, Any]]] = None  # what align() read of both runs
+        self._keys: Optional[tuple[Any, ...]] = None  # what align() read of both runs
         self._nonfinite_scans: dict[str, FirstNonfinite] = {}
         self._replicas: dict[str, replicas.Replicas] = {}
         self.steps = np.zeros(0, dtype=np.int64)
@@ -71,11 +71,12 @@ class Comparison:
         """
         (base, reps_b), (cand, reps_c) = replicas.split(base), replicas.split(cand)
         self._replicas = {base.name: reps_b, cand.name: reps_c}
-        keys = (_align_inputs(base), _align_inputs(cand))
-        same_tensors = keys == self._keys
+        tensors = (_align_inputs(base), _align_inputs(cand))
+        read = None if self._alignment is None else align.evidence(self._alignment, base, cand)
+        same_tensors = (tensors, read) == self._keys
         if not same_tensors:
             self._alignment = align.align(list(base.tensors.values()), list(cand.tensors.values()), self.mapping)
-            self._keys = keys
+            self._keys = (tensors, align.evidence(self._alignment, base, cand))
         old_steps = self.steps
         steps = np.intersect1d(base.steps, cand.steps, assume_unique=True).astype(np.int64)
         prefix = len(old_steps) <= len(steps) and np.array_equal(steps[: len(old_steps)], old_steps)
@@ -387,18 +388,10 @@ class Comparison:
 
 
 def _align_inputs(run: Any) -> dict[Any, tuple[Any, ...]]:
-    """What :func:`align.align` reads of a run's tensors: names, and the execution order and shape
-    of each (a run that changes layout mid-run changes them), and each weight's first logged step
-    and statistics there (layers of one shape are told apart by their initial weights: a run that
-    logs its first step later, or rewrites it, is aligned anew): a refresh re-aligns when they change."""
-    return {
-        key: (
-            s.order,
-            s.shape,
-            (int(s.steps[0]), s.stats[0].tobytes()) if s.kind == "weight" and len(s.steps) else None,
-        )
-        for key, s in run.tensors.items()
-    }
+    """What :func:`align.align` reads of a run's tensors besides their statistics (those are in
+    ``Alignment.read``): names, and the execution order and shape of each (a run that changes
+    layout mid-run changes them)."""
+    return {key: (s.order, s.shape) for key, s in run.tensors.items()}
 
 
 def compare_runs(
