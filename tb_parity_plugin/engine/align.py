@@ -202,10 +202,18 @@ class _Pairing:
             return np.zeros(0, np.int64), np.zeros((0, metadata.N_STATS))
         return steps[:n], stats[:n]
 
-    def same_first(self, b: Any, c: Any) -> bool:
-        """Both series start at the same step with identical statistics (NaN equal to NaN)."""
-        (sb, rb), (sc, rc) = self.rows(0, b, 1), self.rows(1, c, 1)
-        return bool(len(sb) and len(sc) and sb[0] == sc[0] and np.array_equal(rb[0], rc[0], equal_nan=True))
+    def start(self, side: int, leaves: dict[str, Any]) -> Optional[tuple[Any, ...]]:
+        """How the series ``leaves`` (a layer's weights by leaf name) start: a hashable (leaf, first
+        step, statistics there) per leaf, equal exactly when every statistic is (-0.0 as 0.0, NaN as
+        NaN); None when one has logged nothing."""
+        found = []
+        for leaf, series in sorted(leaves.items()):
+            steps, stats = self.rows(side, series, 1)
+            if not len(steps):
+                return None
+            row = np.where(np.isnan(stats[0]), np.nan, stats[0] + 0.0)
+            found.append((leaf, int(steps[0]), row.tobytes()))
+        return tuple(found)
 
     def row_at(self, side: int, series: Any, step: int) -> Optional[np.ndarray]:
         """The statistics of ``series`` at ``step`` if it is one of its first :data:`TELL_APART_STEPS`."""
@@ -378,12 +386,15 @@ class _Pairing:
             c_of = {b: c for b, c in pairs}
             b_of = {c: b for b, c in pairs}
 
-            def fits(b_scope: str, c_scope: str, c_of: dict[str, str] = c_of, b_of: dict[str, str] = b_of) -> bool:
-                """Every weight of ``b_scope`` starts as the same-named weight of ``c_scope``."""
-                leaves_b, leaves_c = scopes[(b_scope, c_of[b_scope])], scopes[(b_of[c_scope], c_scope)]
-                return all(self.same_first(base_of[leaves_b[leaf][0]], cand_of[leaves_c[leaf][1]]) for leaf in leaves_b)
-
-            choice = {b: [c for _, c in pairs if fits(b, c)] for b, _ in pairs}
+            # Each scope's weights as they start (leaf, first step, statistics there): scopes whose
+            # starts are equal start identically (hashed: a group may hold hundreds of layers).
+            start_b = {b: self.start(0, {leaf: base_of[k[0]] for leaf, k in scopes[(b, c)].items()}) for b, c in pairs}
+            start_c = {c: self.start(1, {leaf: cand_of[k[1]] for leaf, k in scopes[(b, c)].items()}) for b, c in pairs}
+            c_by_start: dict[Any, list[str]] = {}
+            for _, c in pairs:
+                if start_c[c] is not None:
+                    c_by_start.setdefault(start_c[c], []).append(c)
+            choice = {b: c_by_start.get(start_b[b], []) if start_b[b] is not None else [] for b, _ in pairs}
             if all(choice[b] == [c] for b, c in pairs):
                 continue  # the names paired them as their first values do, and only so
             step: Optional[int] = None
