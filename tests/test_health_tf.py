@@ -122,3 +122,20 @@ _FLOAT_ARRAYS = hnp.arrays(
 @given(st.lists(_FLOAT_ARRAYS, min_size=1, max_size=4))
 def test_random_small_arrays_match_numpy(arrays) -> None:
     _check(health_tf.stats_block([tf.constant(a) for a in arrays]).numpy(), arrays)
+
+
+@pytest.mark.parametrize("rows", [0, 1, 3, 4000])
+def test_sample_holds_the_elements_at_the_stated_positions_of_the_runtime_size(rows: int) -> None:
+    """``health_tf.sample`` in a ``tf.function`` traced for ``[None, 7]`` (the size known only at run
+    time), and eagerly on a tensor of known size: the elements at ``metadata.sample_positions`` of the
+    runtime size, as numpy indexes them; zeros for an empty batch (nothing to index)."""
+    x = RNG.standard_normal((rows, 7)).astype(np.float32)
+    want = x.ravel()[metadata.sample_positions(x.size)] if x.size else np.zeros(metadata.SAMPLE_SIZE, np.float32)
+    traced = tf.function(health_tf.sample, input_signature=[tf.TensorSpec((None, 7), tf.float32)])
+    np.testing.assert_array_equal(traced(tf.constant(x)).numpy(), want)
+    if x.size:
+        np.testing.assert_array_equal(health_tf.sample(tf.constant(x)).numpy(), want)
+    positions = metadata.sample_positions(x.size)
+    assert (positions >= 0).all() and (positions <= max(x.size - 1, 0)).all()
+    if x.size >= metadata.SAMPLE_SIZE:  # one element per stratum: all distinct, in order
+        assert (np.diff(positions) > 0).all()

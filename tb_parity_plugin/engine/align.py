@@ -617,8 +617,14 @@ def align(
     cand: Sequence[SeriesLike],
     mapping: Sequence[str] = (),
 ) -> Alignment:
-    """Pair ``base`` and ``cand`` tensors; see the module docstring for the stages."""
-    state = _Pairing(base, cand)
+    """Pair ``base`` and ``cand`` tensors; see the module docstring for the stages. Element samples
+    (``<name>#sample``) are not aligned on their own: each follows its tensor's pair."""
+    samples = [
+        {(s.kind, s.name): s for s in side if metadata.sample_parent(s.name) is not None} for side in (base, cand)
+    ]
+    state = _Pairing(
+        *([s for s in side if (s.kind, s.name) not in found] for side, found in zip((base, cand), samples))
+    )
     warnings = state.by_mapping(mapping)
     state.by_key(lambda series: [s.name for s in series], "exact", scoped=False, same_shape=False)
     state.by_key(lambda series: _canonical_names(series, renumber=False), "canonical", scoped=True)
@@ -627,14 +633,15 @@ def align(
     state.by_inferred_scope()
     candidates = state.by_kind_shape_order()
     warnings += state.by_first_values()
+    warnings += _pair_samples(state.matches, *samples)
     shapes = {(s.kind, s.name): tuple(s.shape) for s in [*state.base, *state.cand]}
     for m in state.matches:
-        if m.how in ("map", "exact") and not shapes_compatible(shapes[m.base], shapes[m.cand]):
+        if m.how in ("map", "exact") and m.base in shapes and not shapes_compatible(shapes[m.base], shapes[m.cand]):
             warnings.append(
                 f"{m.how} pairing of {m.base[0]}/{m.base[1]} {list(shapes[m.base])} with "
                 f"{m.cand[1]} {list(shapes[m.cand])}: different shapes (a shape divergence)"
             )
-    base_rank = {(s.kind, s.name): i for i, s in enumerate(state.base)}
+    base_rank = {(s.kind, s.name): i for i, s in enumerate(sorted(base, key=execution_key))}
     matches = sorted(state.matches, key=lambda m: base_rank[m.base])
     return Alignment(
         matches=matches,
@@ -644,3 +651,24 @@ def align(
         candidates={k: v for k, v in candidates.items() if k in state.free_base and v},
         read=state.read,
     )
+
+
+def _pair_samples(matches: list[Match], base: dict[Key, Any], cand: dict[Key, Any]) -> list[str]:
+    """Add to ``matches`` the pair of element samples of each matched pair that both runs sampled
+    (the samples of unmatched tensors go with them: unmatched tensors are reported already).
+    Returns a warning when some matched tensors are sampled by one run only (another
+    ``full_values_limit``, or a shim from before samples): those are compared by statistics only."""
+    one_side: list[str] = []
+    for m in list(matches):
+        bs = (m.base[0], metadata.sample_name(m.base[1]))
+        cs = (m.cand[0], metadata.sample_name(m.cand[1]))
+        if bs in base and cs in cand:
+            matches.append(Match(bs, cs, m.how))
+        elif bs in base or cs in cand:
+            one_side.append(f"{m.base[0]}/{m.base[1]}")
+    if not one_side:
+        return []
+    return [
+        f"{len(one_side)} tensor(s) have an element sample in one run only, so they are compared by "
+        f"statistics alone: {', '.join(one_side[:5])}{' ...' if len(one_side) > 5 else ''}"
+    ]

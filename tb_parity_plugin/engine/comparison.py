@@ -25,6 +25,7 @@ from tb_parity_plugin.engine.pair import Pair
 from tb_parity_plugin.engine.tolerance import TolerancePolicy
 from tb_parity_plugin.engine.verdict_table import VerdictTable
 from tb_parity_plugin.engine.verdicts import Divergence, ParityReport, TensorDetail
+from tb_parity_plugin.records import metadata
 
 __all__ = ["Comparison", "compare_runs"]
 
@@ -177,6 +178,14 @@ class Comparison:
     # -- results -----------------------------------------------------------------
     def _divergence(self, pair: Pair, k: int) -> Divergence:
         b, c = pair.base, pair.cand
+        found = pair.finding(k, self.policy.equal_nan)
+        parent = metadata.sample_parent(b.name)
+        if parent is not None and found.get("evidence") == "values":  # element-wise, on a few elements
+            found["evidence"] = "sample"
+            found["note"] = found.get("note") or (
+                f"{metadata.SAMPLE_SIZE} elements at fixed positions of {parent}, which is compared by statistics "
+                "(too large for full values): these elements differ beyond tolerance"
+            )
         return Divergence(
             step=int(self.steps[k]),
             tensor=b.name,
@@ -184,7 +193,7 @@ class Comparison:
             candidate_tensor=c.name,
             order=int(b.order),
             reason=REASONS[int(pair.reason[k])],
-            **pair.finding(k, self.policy.equal_nan),
+            **found,
         )
 
     def report(self) -> ParityReport:
@@ -217,6 +226,9 @@ class Comparison:
         alignment = self._alignment
         assert alignment is not None
         base, cand = self.base, self.cand
+        tensors = [p for p in self._pairs if metadata.sample_parent(p.match.base[1]) is None]  # not samples
+        parents = ((p.match.base[0], metadata.sample_parent(p.match.base[1])) for p in self._pairs)
+        sampled = {key for key in parents if key[1] is not None}  # tensors whose element samples are compared
         problems = [
             {"run": run.name, "path": p.path, "offset": int(p.offset), "message": p.message}
             for run in (base, cand)
@@ -226,7 +238,7 @@ class Comparison:
             baseline=base.name,
             candidate=cand.name,
             steps_compared=len(self.steps),
-            tensors_compared=len(self._pairs),
+            tensors_compared=len(tensors),
             first_divergence=at_first[0] if at_first else None,
             divergences_at_first_step=at_first,
             first_nonfinite=dict(self._nonfinite),
@@ -251,10 +263,11 @@ class Comparison:
                 for s in run.tensors.values()
                 if getattr(s, "layout_change", None)
             ],
-            statistics_only=[f"{p.base.kind}/{p.base.name}" for p in self._pairs if not p.use_values],
+            statistics_only=[f"{p.base.kind}/{p.base.name}" for p in tensors if not p.use_values],
             evidence={
-                "values": sum(1 for p in self._pairs if p.use_values),
-                "statistics": sum(1 for p in self._pairs if not p.use_values),
+                "values": sum(1 for p in tensors if p.use_values),
+                "statistics": sum(1 for p in tensors if not p.use_values),
+                "sampled": sum(1 for p in tensors if not p.use_values and p.match.base in sampled),
             },
             replicas={
                 name: {**reps.to_dict(), "disagreements": [d.to_dict() for d in out_of_sync[name]]}

@@ -68,7 +68,11 @@ def sizes_read(run: Any, unmatched: Sequence[tuple[str, str]]) -> tuple[int, ...
     the alignment was made from): the sizes of its variables and of its unmatched tensors. With
     the alignment and the run's name, a structure is unchanged while these are."""
     free = set(unmatched)
-    return tuple(_size(s) for key, s in run.tensors.items() if s.kind in VARIABLE_KINDS or key in free)
+    return tuple(
+        _size(s)
+        for key, s in run.tensors.items()
+        if (s.kind in VARIABLE_KINDS and metadata.sample_parent(s.name) is None) or key in free
+    )
 
 
 def structure_of(base: Any, cand: Any, alignment: align.Alignment, allow_unmatched: Sequence[str] = ()) -> Structure:
@@ -94,7 +98,7 @@ def structure_of(base: Any, cand: Any, alignment: align.Alignment, allow_unmatch
         only_in[run.name] = entries
     variables = {}
     for run, _ in sides:
-        vs = [s for s in run.tensors.values() if s.kind in VARIABLE_KINDS]
+        vs = [s for s in run.tensors.values() if s.kind in VARIABLE_KINDS and metadata.sample_parent(s.name) is None]
         variables[run.name] = {"count": len(vs), "size": int(sum(_size(s) for s in vs))}
     mismatches = []
     for m in alignment.matches:

@@ -169,9 +169,13 @@ class TolerancePolicy:
         object.__setattr__(self, "allow_unmatched", tuple(str(p) for p in self.allow_unmatched))
 
     def for_tag(self, tag: str) -> Tolerance:
-        """The tolerance for tensor ``tag`` after applying every matching override in order."""
+        """The tolerance for tensor ``tag`` after applying every matching override in order (an
+        element sample's is its tensor's: the same elements, fewer of them)."""
         atol, rtol, warmup, of_max = self.atol, self.rtol, self.warmup_steps, 0.0
-        kind = tag.partition("/")[0]
+        kind, _, name = tag.partition("/")
+        parent = metadata.sample_parent(name)
+        if parent is not None:
+            tag = f"{kind}/{parent}"
         if kind in HPARAM_KINDS:
             atol, rtol, warmup = 0.0, self.hparam_rtol, 0
         elif kind in SLOT_KINDS:

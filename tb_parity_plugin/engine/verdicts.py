@@ -45,7 +45,8 @@ class Divergence:
     cosine: Optional[float] = None
     mismatch_fraction: Optional[float] = None
     error_ratio: Optional[float] = None
-    #: What the verdict rests on: values | statistics | counts | shape | dtype | presence.
+    #: What the verdict rests on: values | sample (values of an element sample) | statistics | counts |
+    #: shape | dtype | presence.
     evidence: Optional[str] = None
     #: One line saying what was found and from what evidence (e.g. both runtime shapes).
     note: Optional[str] = None
@@ -77,7 +78,7 @@ class ParityReport:
     first_step_divergence: Optional[Divergence] = None
     #: Pairs compared by full values and by statistics only: an agreement resting on
     #: statistics is weaker evidence ("agree within statistics") than an element-wise one.
-    evidence: dict[str, int] = dataclasses.field(default_factory=lambda: {"values": 0, "statistics": 0})
+    evidence: dict[str, int] = dataclasses.field(default_factory=lambda: {"values": 0, "statistics": 0, "sampled": 0})
     #: Tags of the pairs compared by statistics only (in the baseline's execution order): what
     #: to record with full values (``full_values_limit``) for an element-wise verdict.
     statistics_only: list[str] = dataclasses.field(default_factory=list)
@@ -124,9 +125,15 @@ class ParityReport:
         by_stats, by_values = self.evidence.get("statistics", 0), self.evidence.get("values", 0)
         if not by_stats:
             return "AGREE: no divergence within tolerance (every tensor compared element-wise)"
+        sampled = self.evidence.get("sampled", 0)
+        samples = (
+            f", {sampled} of them with a sample of {metadata.SAMPLE_SIZE} elements that agrees element-wise"
+            if sampled
+            else ""
+        )
         return (
             f"AGREE within statistics: {by_stats} of {by_stats + by_values} tensors were recorded as statistics "
-            "only; their min/max/mean/std/L2 stay within what the tolerance allows, which is weaker evidence "
+            f"only{samples}; their min/max/mean/std/L2 stay within what the tolerance allows, which is weaker evidence "
             f"than element-wise agreement (the other {by_values} agree element-wise)"
         )
 

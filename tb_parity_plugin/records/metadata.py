@@ -21,6 +21,7 @@ import hashlib
 import json
 from typing import Any, Mapping, Optional, Sequence
 
+import numpy as np
 from tensorboard.compat.proto import summary_pb2
 
 PLUGIN_NAME = "tb_parity"
@@ -116,6 +117,37 @@ def split_replica(name: str) -> tuple[str, Optional[int]]:
     if mark and k.isdigit():
         return base, int(k)
     return name, None
+
+
+#: A tensor too large for full values is recorded with a fixed sample of its elements beside it,
+#: as ``<name>#sample`` (``SAMPLE_SIZE`` elements at :func:`sample_positions`): an element of it out
+#: of tolerance proves a divergence that the statistics alone cannot (they bound differences by
+#: the rounding of a sum over every element, which a small difference of a large tensor hides in).
+#: One convention for the shims (writing) and the engine (pairing a sample with its tensor).
+SAMPLE_MARK = "#sample"
+SAMPLE_SIZE = 256
+#: Where sample position ``j`` falls within its stratum ``[j, j + 1) * size / SAMPLE_SIZE``: the
+#: fractional part of ``j`` times this (the golden ratio's), so the positions do not line up with a
+#: row length the way evenly spaced ones would (a 1024 x 1024 kernel would show its first column only).
+SAMPLE_JITTER = 0.6180339887498949
+
+
+def sample_name(name: str) -> str:
+    return f"{name}{SAMPLE_MARK}"
+
+
+def sample_parent(name: str) -> Optional[str]:
+    """The tensor whose sample ``name`` is (``dense/kernel:0`` for ``dense/kernel:0#sample``), else None."""
+    return name[: -len(SAMPLE_MARK)] if name.endswith(SAMPLE_MARK) else None
+
+
+def sample_positions(size: int, count: int = SAMPLE_SIZE) -> np.ndarray:
+    """Flat element positions of the sample of a tensor of ``size`` elements (the shims compute the
+    same with TensorFlow ops): one per stratum, ``floor((j + frac(j * SAMPLE_JITTER)) * size / count)``,
+    at most ``size - 1`` (an empty tensor's sample is zeros)."""
+    j = np.arange(count, dtype=np.float64)
+    pos = np.floor((j + np.mod(j * SAMPLE_JITTER, 1.0)) * float(size) / count).astype(np.int64)
+    return np.minimum(pos, max(size - 1, 0))
 
 
 def kind_phase(kind: str) -> int:

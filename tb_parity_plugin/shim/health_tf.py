@@ -181,3 +181,18 @@ def stats_block(tensors: Sequence[tf.Tensor]) -> tf.Tensor:
 def stats_row(tensor: tf.Tensor) -> tf.Tensor:
     """Stats row ``[N_STATS]`` float64 of one tensor."""
     return stats_block([tensor])[0]
+
+
+def sample(tensor: tf.Tensor, count: int = metadata.SAMPLE_SIZE) -> tf.Tensor:
+    """``count`` elements of ``tensor`` at :func:`metadata.sample_positions` of its runtime size
+    (one gather: no pass over the tensor, no copy of it), in its dtype; an empty tensor gives zeros."""
+    flat = tf.reshape(tensor, [-1])
+    size = tf.size(flat, out_type=tf.int64)
+    j = tf.range(count, dtype=tf.float64)
+    pos = tf.cast(
+        tf.floor((j + tf.math.floormod(j * metadata.SAMPLE_JITTER, 1.0)) * tf.cast(size, tf.float64) / count), tf.int64
+    )
+    pos = tf.minimum(pos, tf.maximum(size - 1, 0))
+    if flat.shape.num_elements():  # a known, non-zero size
+        return tf.gather(flat, pos)
+    return tf.cond(size > 0, lambda: tf.gather(flat, pos), lambda: tf.zeros([count], flat.dtype))

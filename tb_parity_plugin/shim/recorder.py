@@ -62,14 +62,43 @@ def _static_shape(t: tf.Tensor) -> tuple:
     return tuple(t.shape.as_list()) if t.shape.rank is not None else (None,)
 
 
+#: Kinds recorded without an element sample: a slot's tolerance scales with its largest element
+#: (``Tolerance.atol_of_max``), which a sample does not hold, and weights expose a wrong slot.
+UNSAMPLED_KINDS = frozenset({"slot"})
+
+
+def with_samples(entries: Sequence[Entry], full_values_limit: int) -> Sequence[Entry]:
+    """``entries`` with, after each tensor that may be too large for full values (more than
+    ``full_values_limit`` elements, or a size the graph does not know), a fixed sample of its
+    elements (``<name>#sample``, :func:`health_tf.sample`): values of a few elements, compared
+    element by element, where the tensor itself is compared by statistics. None below a
+    ``full_values_limit`` of ``SAMPLE_SIZE``: a sample could not keep its values either."""
+    if full_values_limit < metadata.SAMPLE_SIZE:  # statistics only, as asked
+        return entries
+    out = []
+    for e in entries:
+        out.append(e)
+        size = e.tensor.shape.num_elements()
+        if (
+            (size is None or size > full_values_limit)
+            and e.kind not in UNSAMPLED_KINDS
+            and metadata.REPLICA_MARK not in e.name
+            and _values_dtype(e.tensor.dtype)
+        ):
+            out.append(Entry(e.kind, metadata.sample_name(e.name), health_tf.sample(e.tensor)))
+    return out
+
+
 def build_blocks(entries: Sequence[Entry], full_values_limit: int, dynamic_values: bool = False) -> Blocks:
-    """Layout and block ops for ``entries`` (layout row i = entry i).
+    """Layout and block ops for ``entries`` with their samples (:func:`with_samples`; layout row i
+    = entry i of those).
 
     With ``dynamic_values``, a tensor of unknown static size goes into its dtype's values block
     at run time when its runtime size is within ``full_values_limit`` (else it adds nothing),
     and ``shapes`` gives every such tensor's runtime shape, so the writer can resolve the layout
     of each step (``writer.resolve_layout``): a ``[None, n]`` placeholder keeps full values.
     """
+    entries = with_samples(entries, full_values_limit)
     specs = [(e.kind, e.name, health_tf.dtype_name(e.tensor.dtype), _static_shape(e.tensor)) for e in entries]
     layout = writer.build_layout(specs, full_values_limit)
     # Offsets are per dtype, so dropping a whole dtype's values leaves the others valid.
