@@ -16,6 +16,9 @@ each stage pairing only what earlier stages left:
    k-th free tensor of a kind and shape with the k-th of the other side in execution order,
    only when both sides have as many of that kind and shape.
 
+Element samples (``<name>#sample``) take no part in the stages: each is paired after them with
+its tensor's partner's sample.
+
 No stage but ``exact`` and ``map`` pairs tensors whose shapes differ: a canonical scope (``dense#0`` on both sides) is accepted only when every tensor under it has the same shape on both sides,
 so layers created in another order do not pair a (3, 2) kernel with a (2, 2) one, nor
 their biases with each other. What stays unmatched is listed with its candidates (free
@@ -619,12 +622,8 @@ def align(
 ) -> Alignment:
     """Pair ``base`` and ``cand`` tensors; see the module docstring for the stages. Element samples
     (``<name>#sample``) are not aligned on their own: each follows its tensor's pair."""
-    samples = [
-        {(s.kind, s.name): s for s in side if metadata.sample_parent(s.name) is not None} for side in (base, cand)
-    ]
-    state = _Pairing(
-        *([s for s in side if (s.kind, s.name) not in found] for side, found in zip((base, cand), samples))
-    )
+    samples = [{(s.kind, s.name): s for s in side if _is_sample(s)} for side in (base, cand)]
+    state = _Pairing([s for s in base if not _is_sample(s)], [s for s in cand if not _is_sample(s)])
     warnings = state.by_mapping(mapping)
     state.by_key(lambda series: [s.name for s in series], "exact", scoped=False, same_shape=False)
     state.by_key(lambda series: _canonical_names(series, renumber=False), "canonical", scoped=True)
@@ -651,6 +650,10 @@ def align(
         candidates={k: v for k, v in candidates.items() if k in state.free_base and v},
         read=state.read,
     )
+
+
+def _is_sample(series: SeriesLike) -> bool:
+    return metadata.sample_parent(series.name) is not None
 
 
 def _pair_samples(matches: list[Match], base: dict[Key, Any], cand: dict[Key, Any]) -> list[str]:
