@@ -41,8 +41,11 @@ def _train_tf1(run_dir: str) -> None:
         rec = summary_v1.Recorder(run_dir)
         x = tf.compat.v1.placeholder(tf.float32, (None, 128))
         y = tf.compat.v1.placeholder(tf.float32, (None, 512))
-        h = tf.nn.relu(
-            tf.compat.v1.layers.dense(x, 128, use_bias=False, kernel_initializer=tf.constant_initializer(W1))
+        h = rec.activation(
+            "hidden",
+            tf.nn.relu(
+                tf.compat.v1.layers.dense(x, 128, use_bias=False, kernel_initializer=tf.constant_initializer(W1))
+            ),
         )
         logits = rec.activation(
             "logits", tf.compat.v1.layers.dense(h, 512, use_bias=False, kernel_initializer=tf.constant_initializer(W2))
@@ -76,7 +79,8 @@ def _train_tf2(run_dir: str, first_kernel: np.ndarray) -> None:
         with rec.step(opt.iterations, variables=model, optimizer=opt):
             rec.lr(opt.learning_rate)
             with tf.GradientTape() as tape:
-                loss = rec.loss(ce(y, rec.activation("logits", model(x))))
+                hidden = rec.activation("hidden", layers[0](x))
+                loss = rec.loss(ce(y, rec.activation("logits", layers[1](hidden))))
             grads = tape.gradient(loss, model.trainable_variables)
             rec.grads(grads, model.trainable_variables)
             opt.apply_gradients(zip(grads, model.trainable_variables))
@@ -113,6 +117,11 @@ def test_a_faithful_port_agrees_and_its_samples_hold_the_elements_numpy_computes
     for run, key, want in checks:
         got = run.tensors[key].values[0]
         np.testing.assert_allclose(got, want.ravel()[positions(want.size)], rtol=1e-4, atol=1e-6, err_msg=str(key))
+    # [None, 128] at batch 16 is 2048 elements: full values at every step, so its sample (recorded in
+    # case the batch runs large) is not compared: only the large tensors' samples are.
+    assert ("activation", "hidden#sample") in tf1.tensors and tf1.tensors[("activation", "hidden")].values is not None
+    compared = {m["baseline"] for m in report.to_dict()["mapping"] if m["baseline"].endswith("#sample")}
+    assert compared == {"dense/kernel:0#sample", "dense_1/kernel:0#sample", "logits#sample"}
 
 
 def test_a_square_kernel_loaded_transposed_diverges_on_its_sample_at_step_0(tmp_path) -> None:

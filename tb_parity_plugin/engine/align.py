@@ -17,7 +17,7 @@ each stage pairing only what earlier stages left:
    only when both sides have as many of that kind and shape.
 
 Element samples (``<name>#sample``) take no part in the stages: each is paired after them with
-its tensor's partner's sample.
+its tensor's partner's sample, unless both tensors have full values at every step.
 
 No stage but ``exact`` and ``map`` pairs tensors whose shapes differ: a canonical scope (``dense#0`` on both sides) is accepted only when every tensor under it has the same shape on both sides,
 so layers created in another order do not pair a (3, 2) kernel with a (2, 2) one, nor
@@ -632,7 +632,7 @@ def align(
     state.by_inferred_scope()
     candidates = state.by_kind_shape_order()
     warnings += state.by_first_values()
-    warnings += _pair_samples(state.matches, *samples)
+    warnings += _pair_samples(state.matches, samples, (state.base, state.cand))
     shapes = {(s.kind, s.name): tuple(s.shape) for s in [*state.base, *state.cand]}
     for m in state.matches:
         if m.how in ("map", "exact") and m.base in shapes and not shapes_compatible(shapes[m.base], shapes[m.cand]):
@@ -656,18 +656,25 @@ def _is_sample(series: SeriesLike) -> bool:
     return metadata.sample_parent(series.name) is not None
 
 
-def _pair_samples(matches: list[Match], base: dict[Key, Any], cand: dict[Key, Any]) -> list[str]:
-    """Add to ``matches`` the pair of element samples of each matched pair that both runs sampled
-    (the samples of unmatched tensors go with them: unmatched tensors are reported already).
-    Returns a warning when some matched tensors are sampled by one run only (another
-    ``full_values_limit``, or a shim from before samples): those are compared by statistics only."""
+def _pair_samples(
+    matches: list[Match], samples: list[dict[Key, Any]], tensors: tuple[Sequence[Any], Sequence[Any]]
+) -> list[str]:
+    """Add to ``matches`` the pair of element samples of each matched pair of ``tensors`` (base,
+    candidate) that both runs sampled and that is not compared by full values at every step already
+    (a size unknown to the graph is sampled in case it runs large). The samples of unmatched
+    tensors go with them: unmatched tensors are reported already. Returns a warning when some
+    matched tensors are sampled by one run only (another ``full_values_limit``, or a shim from
+    before samples): those are compared by statistics alone."""
+    whole = [{(s.kind, s.name) for s in side if getattr(s, "values", None) is not None} for side in tensors]
     one_side: list[str] = []
     for m in list(matches):
+        if m.base in whole[0] and m.cand in whole[1]:
+            continue
         bs = (m.base[0], metadata.sample_name(m.base[1]))
         cs = (m.cand[0], metadata.sample_name(m.cand[1]))
-        if bs in base and cs in cand:
+        if bs in samples[0] and cs in samples[1]:
             matches.append(Match(bs, cs, m.how))
-        elif bs in base or cs in cand:
+        elif bs in samples[0] or cs in samples[1]:
             one_side.append(f"{m.base[0]}/{m.base[1]}")
     if not one_side:
         return []

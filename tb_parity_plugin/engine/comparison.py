@@ -403,8 +403,9 @@ class Comparison:
 def _align_inputs(run: Any) -> dict[Any, tuple[Any, ...]]:
     """What :func:`align.align` reads of a run's tensors besides their statistics (those are in
     ``Alignment.read``): names, and the execution order and shape of each (a run that changes
-    layout mid-run changes them)."""
-    return {key: (s.order, s.shape) for key, s in run.tensors.items()}
+    layout mid-run changes them), and whether each has full values at every step (its element
+    sample is compared only if not)."""
+    return {key: (s.order, s.shape, s.values is None) for key, s in run.tensors.items()}
 
 
 def compare_runs(
