@@ -139,3 +139,46 @@ def test_a_square_kernel_loaded_transposed_diverges_on_its_sample_at_step_0(tmp_
     first = report.first_divergence
     assert (first.step, first.kind, first.tensor, first.evidence) == (0, "weight", "dense/kernel:0#sample", "sample")
     np.testing.assert_allclose(first.max_abs_diff, np.abs(flat_t[pos] - flat[pos]).max(), rtol=1e-6)
+
+
+def test_a_size_crossing_the_limit_is_no_divergence_where_one_run_sampled_it_only(tmp_path) -> None:
+    """A reviewer's faithful port diverged on ``activation/h#sample`` (missing): TF1 feeds
+    ``placeholder([None, 64])``, so its ``h`` is sampled at every step; the port's ``tf.function``
+    is traced per batch shape, so [64, 64] (4096 elements, full values) is not sampled and only
+    [65, 64] is. numpy: the two runs hold identical values at every step, so they agree; and the
+    last step's sample is compared (a planted difference there diverges, as numpy says)."""
+    rng = np.random.default_rng(0)
+    batches = [rng.standard_normal((rows, 64)).astype(np.float32) for rows in (64, 64, 65)]
+
+    def record(root: str, cand: list[np.ndarray]) -> None:
+        with tf.Graph().as_default():
+            rec = summary_v1.Recorder(f"{root}/tf1")
+            x = tf.compat.v1.placeholder(tf.float32, [None, 64])
+            rec.activation("h", tf.identity(x))
+            fetches = rec.fetches
+            with tf.compat.v1.Session() as sess:
+                for s, b in enumerate(batches):
+                    rec.write(sess.run(fetches, {x: b}), step=s)
+            rec.close()
+        rec2 = summary_v2.Recorder(f"{root}/tf2")
+
+        @tf.function
+        def step(s: tf.Tensor, x: tf.Tensor) -> None:
+            with rec2.step(s):
+                rec2.activation("h", tf.identity(x))
+
+        for s, c in enumerate(cand):
+            step(tf.constant(s, tf.int64), tf.constant(c))
+        rec2.close()
+
+    record(str(tmp_path / "same"), batches)
+    report = compare(str(tmp_path / "same"), baseline="tf1", candidate="tf2")
+    assert report.agree, report.first_divergence
+    assert report.evidence["sampled"] == 1
+    planted = [b.copy() for b in batches]
+    pos = positions(planted[2].size)
+    planted[2].ravel()[pos[100]] += np.float32(1e-3)  # a sampled element of the large step
+    assert np.abs(planted[2] - batches[2]).max() > 1e-5  # out of atol (rtol 0 in the warm-up)
+    record(str(tmp_path / "planted"), planted)
+    first = compare(str(tmp_path / "planted"), baseline="tf1", candidate="tf2").first_divergence
+    assert (first.step, first.tensor, first.reason, first.evidence) == (2, "h#sample", "value", "sample")

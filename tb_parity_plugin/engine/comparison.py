@@ -56,6 +56,7 @@ class Comparison:
         #: (the alignment it is of, what else it read, the structure): see structure()
         self._structure: Optional[tuple[align.Alignment, tuple[Any, ...], structure.Structure]] = None
         self._keys: Optional[tuple[Any, ...]] = None  # what align() read of both runs
+        self._samples: set[int] = set()  # the alignment's matches that pair element samples
         self._nonfinite_scans: dict[str, FirstNonfinite] = {}
         self._replicas: dict[str, replicas.Replicas] = {}
         self.steps = np.zeros(0, dtype=np.int64)
@@ -78,6 +79,9 @@ class Comparison:
         if not same_tensors:
             self._alignment = align.align(list(base.tensors.values()), list(cand.tensors.values()), self.mapping)
             self._keys = (tensors, align.evidence(self._alignment, base, cand))
+            self._samples = {
+                i for i, m in enumerate(self._alignment.matches) if metadata.sample_parent(m.base[1]) is not None
+            }
         old_steps = self.steps
         steps = np.intersect1d(base.steps, cand.steps, assume_unique=True).astype(np.int64)
         prefix = len(old_steps) <= len(steps) and np.array_equal(steps[: len(old_steps)], old_steps)
@@ -90,7 +94,13 @@ class Comparison:
         for i, match in enumerate(self._alignment.matches):
             b, c = base.tensors[match.base], cand.tensors[match.cand]
             old = self._pairs[i] if same_tensors else old_pairs.get((match.base, match.cand))
-            if old is not None and reuse.keep(old, b, c):  # the common refresh: grown, not rebuilt
+            ib, ic = reuse.rows_of(b), reuse.rows_of(c)
+            if i in self._samples:
+                ib, ic, one_sided = _where_both_sampled(ib, ic)
+                keep = not one_sided
+            else:
+                keep = True
+            if keep and old is not None and reuse.keep(old, b, c):  # the common refresh: grown, not rebuilt
                 pairs.append(old)
                 kept += 1
                 continue
@@ -100,8 +110,8 @@ class Comparison:
                 base=b,
                 cand=c,
                 tol=self.policy.for_tag(f"{b.kind}/{b.name}"),
-                ib=reuse.rows_of(b),
-                ic=reuse.rows_of(c),
+                ib=ib,
+                ic=ic,
                 reason=np.zeros(n, dtype=np.uint8),
                 ratio=np.full(n, np.nan, dtype=np.float32),
             )
@@ -398,6 +408,18 @@ class Comparison:
             shape = tuple(copy.shape) if None not in tuple(copy.shape) else (-1,)
             d.cand_values = np.asarray(copy.values[int(rows[0])]).reshape(shape)
         return d
+
+
+def _where_both_sampled(ib: np.ndarray, ic: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+    """The rows of a pair of element samples at the compared steps both runs sampled (-1 elsewhere on
+    both sides), and whether some step was sampled by one run only. A tensor's size can cross
+    ``full_values_limit`` between steps: a run whose graph knew the size (a ``tf.function`` traced
+    per batch shape) samples only its large steps, one fed ``placeholder([None, n])`` samples every
+    step. A step sampled by one run is no difference of the tensor (its own pair compares it)."""
+    one = (ib >= 0) != (ic >= 0)
+    if not one.any():
+        return ib, ic, False
+    return np.where(one, -1, ib), np.where(one, -1, ic), True
 
 
 def _align_inputs(run: Any) -> dict[Any, tuple[Any, ...]]:
