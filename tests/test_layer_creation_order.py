@@ -198,3 +198,143 @@ def test_a_refresh_pairs_them_anew_when_the_step_that_tells_them_apart_arrives(t
     reader.close()
     gamma = ("weight", "batch_normalization/gamma:0")
     assert [m[gamma] for m in mappings] == ["batch_normalization/gamma:0", "batch_normalization_1/gamma:0"]
+
+
+def _bn_stack(
+    root: str,
+    widths: tuple[int, ...],
+    bn_order: tuple[int, ...],
+    bn_kw: Optional[dict] = None,
+    grads: bool = True,
+    port_every: int = 1,
+    nested: bool = False,
+) -> dict[int, str]:
+    """TF1: per width, dense (no bias) -> batch norm (``bn_kw``) -> relu, then dense 3; Momentum,
+    ``UPDATE_OPS``; every step logged. The port: the same in Keras, its batch-norm layers created in
+    ``bn_order``, logging every ``port_every``-th step; ``nested``: each pair of roles inside a custom
+    ``Layer`` (names ``block/batch_normalization...``), as a ResNet block is written. Gradients logged
+    on both sides when ``grads``. Returns the port's batch-norm layer name (its variables' scope) by
+    role: what each TF1 ``batch_normalization[_r]`` must be paired with."""
+    rng = np.random.default_rng(len(widths) + sum(widths))
+    xs = (rng.standard_normal((6, 16, 5)) * 2 + 0.5).astype(np.float32)
+    ys = np.eye(3, dtype=np.float32)[rng.integers(0, 3, (6, 16))]
+    dims = [5, *widths, 3]
+    ks = [(rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32) for a, b in zip(dims, dims[1:])]
+    bn_kw = bn_kw or {}
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(f"{root}/tf1")
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, (None, 5))
+        y = tf.compat.v1.placeholder(tf.float32, (None, 3))
+        h = x
+        for k in ks[:-1]:
+            h = tf.compat.v1.layers.dense(h, k.shape[1], use_bias=False, kernel_initializer=tf.constant_initializer(k))
+            h = tf.nn.relu(tf.compat.v1.layers.batch_normalization(h, training=True, **bn_kw))
+        logits = tf.compat.v1.layers.dense(h, 3, kernel_initializer=tf.constant_initializer(ks[-1]))
+        loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(y, logits))
+        opt = tf.compat.v1.train.MomentumOptimizer(LR, MOMENTUM)
+        grads_and_vars = opt.compute_gradients(loss)
+        if grads:
+            rec.grads(*zip(*grads_and_vars))
+        with tf.control_dependencies(tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)):
+            train_op = opt.apply_gradients(grads_and_vars, global_step=gs)
+        rec.set_step(gs)
+        rec.variables(optimizer=opt)
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for step in range(len(xs)):
+                _, parity = sess.run([train_op, fetches], {x: xs[step], y: ys[step]})
+                rec.write(parity)
+        rec.close()
+    tf.keras.backend.clear_session()
+
+    class Block(tf.keras.layers.Layer):
+        def __init__(self, roles: tuple[int, ...]) -> None:
+            super().__init__()
+            self.roles = roles
+            self.dense = {
+                r: tf.keras.layers.Dense(
+                    ks[r].shape[1], use_bias=False, kernel_initializer=tf.constant_initializer(ks[r])
+                )
+                for r in roles
+            }
+            self.bn = {r: tf.keras.layers.BatchNormalization(**bn_kw) for r in bn_order if r in roles}
+
+        def call(self, h: tf.Tensor, training: Any = None) -> tf.Tensor:
+            for r in self.roles:
+                h = tf.nn.relu(self.bn[r](self.dense[r](h), training=training))
+            return h
+
+    roles = tuple(range(len(widths)))
+    head = tf.keras.layers.Dense(3, kernel_initializer=tf.constant_initializer(ks[-1]))
+    inputs = tf.keras.Input((5,))
+    h = inputs
+    if nested:
+        blocks = [Block(roles[i : i + 2]) for i in range(0, len(roles), 2)]
+        for block in blocks:
+            h = block(h)
+        found = {r: b.bn[r] for b in blocks for r in b.bn}
+    else:  # a Functional model of plain layers: names without any scope
+        dense = {
+            r: tf.keras.layers.Dense(ks[r].shape[1], use_bias=False, kernel_initializer=tf.constant_initializer(ks[r]))
+            for r in roles
+        }
+        found = {r: tf.keras.layers.BatchNormalization(**bn_kw) for r in bn_order}
+        for r in roles:
+            h = tf.keras.layers.ReLU()(found[r](dense[r](h)))
+    model = tf.keras.Model(inputs, head(h))
+    opt2 = tf.keras.optimizers.SGD(LR, momentum=MOMENTUM)
+    ce = tf.keras.losses.CategoricalCrossentropy(from_logits=True)
+    rec2 = summary_v2.Recorder(f"{root}/tf2")
+
+    @tf.function
+    def logged(x: tf.Tensor, y: tf.Tensor) -> None:
+        with rec2.step(opt2.iterations, variables=model, optimizer=opt2):
+            with tf.GradientTape() as tape:
+                loss = rec2.loss(ce(y, model(x, training=True)))
+            g = tape.gradient(loss, model.trainable_variables)
+            if grads:
+                rec2.grads(g, model.trainable_variables)
+            opt2.apply_gradients(zip(g, model.trainable_variables))
+
+    @tf.function
+    def silent(x: tf.Tensor, y: tf.Tensor) -> None:
+        with tf.GradientTape() as tape:
+            loss = ce(y, model(x, training=True))
+        g = tape.gradient(loss, model.trainable_variables)
+        opt2.apply_gradients(zip(g, model.trainable_variables))
+
+    for step in range(len(xs)):
+        (logged if step % port_every == 0 else silent)(tf.constant(xs[step]), tf.constant(ys[step]))
+    rec2.close()
+    return {r: layer.moving_mean.name.rsplit("/", 1)[0] for r, layer in found.items()}
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["port_logs_every_3rd_step", "batch_norm_without_gamma_and_beta", "layers_inside_a_custom_layer", "other_widths"],
+)
+def test_a_faithful_port_of_batch_norm_blocks_created_in_another_order_agrees(tmp_path, case: str) -> None:
+    """A reviewer's faithful ports that still got a false DIVERGE: the port logs every 3rd step and
+    records no gradients (the steps that tell the layers apart must be steps both runs logged);
+    batch norm with ``center=False, scale=False`` (only moving statistics tell them apart); the
+    port's layers inside a custom ``Layer`` (paired by creation order, not by name); batch-norm
+    layers of widths 4 and 6 created in reverse order (the names pair a [4] with a [6]). Each role
+    computes the same function from the same start on both sides, so the port agrees, and each TF1
+    layer is paired with the port's layer of its role."""
+    kwargs: dict[str, Any] = {
+        "port_logs_every_3rd_step": dict(widths=(4, 4), bn_order=(1, 0), grads=False, port_every=3),
+        "batch_norm_without_gamma_and_beta": dict(
+            widths=(4, 4, 4), bn_order=(2, 1, 0), bn_kw={"center": False, "scale": False}
+        ),
+        "layers_inside_a_custom_layer": dict(widths=(4, 4, 4, 4), bn_order=(1, 0, 3, 2), nested=True),
+        "other_widths": dict(widths=(4, 6), bn_order=(1, 0)),
+    }[case]
+    port = _bn_stack(str(tmp_path), **kwargs)
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert report.agree, (report.first_divergence, report.warnings)
+    paired = {m["baseline"]: m["candidate"] for m in report.to_dict()["mapping"] if m["kind"] == "state"}
+    for role, scope in port.items():
+        tf1_scope = "batch_normalization" + (f"_{role}" if role else "")
+        assert paired[f"{tf1_scope}/moving_mean:0"] == f"{scope}/moving_mean:0"

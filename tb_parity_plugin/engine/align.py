@@ -7,7 +7,9 @@ each stage pairing only what earlier stages left:
 1. ``map``: the user's mappings, ``OLD=NEW`` (exact) or ``re:PATTERN=REPL`` (regex
    substitution on baseline names); ``OLD`` may be a name or a ``kind/name`` tag. A mapping
    that pairs tensors of different shapes is kept (the user asked for it) with a warning;
-2. ``exact``: identical names;
+2. ``exact``: identical names (of compatible shapes; identical names of other shapes are paired
+   after every other stage, as a shape divergence: Keras names layers of other widths created
+   in another order alike);
 3. ``canonical``: names with ``:0`` and the run-wide shared scope prefix stripped (optimizer
    slots first spelled ``<variable>/<role>`` whatever the optimizer family, :func:`slot_canonical`),
    then additionally with Keras ``_N`` suffixes renumbered by first appearance;
@@ -80,11 +82,16 @@ def execution_key(series: SeriesLike) -> tuple[int, int, str, str]:
 
 
 _SUFFIX = re.compile(r"^(.*?)_(\d+)$")
-#: Stages that pair by name alone: what :meth:`_Pairing.by_first_values` may correct.
-_BY_NAME = frozenset({"exact", "canonical"})
-#: Layers that start identical (batch norm) are told apart at the first of this many logged steps
-#: where they differ (a gradient at step 0, a weight after its first update).
+#: Stages that pair by name, or by kind, shape and execution order (creation order, for weights):
+#: what :meth:`_Pairing.by_first_values` may correct. Not the user's ``map``.
+_GUESSED = frozenset({"exact", "canonical", "fallback"})
+#: Kinds that hold a layer's own variables: how layers are told apart.
+_LAYER_KINDS = frozenset({"weight", "state"})
+#: Layers that start identical (batch norm) are told apart at the first of this many steps both
+#: runs logged where they differ (a gradient at step 0, a weight after its first update) ...
 TELL_APART_STEPS = 3
+#: ... among the first this many steps each run logged (a run may log every k-th step).
+TELL_APART_SCAN = 64
 #: ... by a pairing at least this many times closer there than any other: a faithful port differs
 #: from its baseline by rounding (1e-7 of the values), two layers by their own data (1e-3 and up).
 TELL_APART_MARGIN = 100.0
@@ -205,8 +212,8 @@ class _Pairing:
             return np.zeros(0, np.int64), np.zeros((0, metadata.N_STATS))
         return steps[:n], stats[:n]
 
-    def start(self, side: int, leaves: dict[str, Any]) -> Optional[tuple[Any, ...]]:
-        """How the series ``leaves`` (a layer's weights by leaf name) start: a hashable (leaf, first
+    def start(self, side: int, leaves: dict[tuple[str, str], Any]) -> Optional[tuple[Any, ...]]:
+        """How the series ``leaves`` (a layer's variables by kind and leaf) start: a hashable (leaf, first
         step, statistics there) per leaf, equal exactly when every statistic is (-0.0 as 0.0, NaN as
         NaN); None when one has logged nothing."""
         found = []
@@ -219,10 +226,34 @@ class _Pairing:
         return tuple(found)
 
     def row_at(self, side: int, series: Any, step: int) -> Optional[np.ndarray]:
-        """The statistics of ``series`` at ``step`` if it is one of its first :data:`TELL_APART_STEPS`."""
-        steps, stats = self.rows(side, series, TELL_APART_STEPS)
-        at = np.flatnonzero(steps == step)
-        return stats[at[0]] if len(at) else None
+        """The statistics of ``series`` at ``step`` if it is one of its first :data:`TELL_APART_SCAN`
+        steps (noted as read up to there)."""
+        steps = getattr(series, "steps", None)
+        if steps is None:
+            return None
+        at = np.flatnonzero(steps[:TELL_APART_SCAN] == step)
+        if not len(at):
+            return None
+        row: np.ndarray = self.rows(side, series, int(at[0]) + 1)[1][at[0]]
+        return row
+
+    def _first_common_steps(self, pairs: list[tuple[Any, Any]]) -> list[int]:
+        """The first :data:`TELL_APART_STEPS` steps that both runs logged for ``pairs`` (base,
+        candidate series), among the first :data:`TELL_APART_SCAN` each logged (a run may log every
+        k-th step). While there are fewer, every series' scan window is noted as read: a refresh
+        aligns anew when a step arrives."""
+        logged: list[set[int]] = [set(), set()]
+        for b, c in pairs:
+            for side, series in ((0, b), (1, c)):
+                steps = getattr(series, "steps", None)
+                if steps is not None:
+                    logged[side].update(steps[:TELL_APART_SCAN].tolist())
+        common = sorted(logged[0] & logged[1])[:TELL_APART_STEPS]
+        if len(common) < TELL_APART_STEPS:
+            for b, c in pairs:
+                self.rows(0, b, TELL_APART_SCAN)
+                self.rows(1, c, TELL_APART_SCAN)
+        return common
 
     def pair(self, b: Key, c: Key, how: str) -> None:
         self.free_base.discard(b)
@@ -241,8 +272,8 @@ class _Pairing:
         With ``same_shape``, pairs of different shapes are refused; with ``scoped``, a key's
         scope (all but its last component) is one unit: if any pair under a scope pair has
         different shapes, none of that scope's pairs is made (renumbered scopes guessed
-        wrong). Identical names pair whatever their shapes: that is a shape mismatch between
-        aligned tensors, which the structure report names.
+        wrong). Without ``same_shape`` (identical names, last), pairs of other shapes are made: a
+        shape mismatch between aligned tensors, which the structure report names.
         """
 
         def index(series: list[SeriesLike]) -> dict[Hashable, Optional[SeriesLike]]:
@@ -350,9 +381,10 @@ class _Pairing:
 
         Keras names layers by creation order (``dense``, ``dense_1``): a port that creates two
         layers of the same shapes in another order than the baseline gets the names swapped, and
-        the exact or canonical stage pairs them by name. When the paired weights' first-step statistics
-        differ and another one-to-one pairing of those scopes makes every weight's first-step
-        statistics identical (the initial weights a port copies from its baseline; one scope
+        the exact or canonical stage pairs them by name (or the fallback by creation order, when
+        the names differ, as under a custom layer's scope). When the paired variables' (weights',
+        and state's such as moving statistics) first-step statistics differ and another one-to-one
+        pairing of those scopes makes every variable's first-step statistics identical (the initial weights a port copies from its baseline; one scope
         left over may start differently, as a wrong initializer would), the scopes are paired
         that way, every kind under them with them (weights, gradients, slots), and a tensor named
         after the layer itself (its output). Layers that start identical (batch norm's gamma 1,
@@ -363,13 +395,14 @@ class _Pairing:
         base_of = {(s.kind, s.name): s for s in self.base}  # one dict per side: names may be equal
         cand_of = {(s.kind, s.name): s for s in self.cand}
         current = {m.base: m for m in self.matches}
-        # Scope pairs of the canonically paired weights, and their weights by leaf.
-        scopes: dict[tuple[str, str], dict[str, tuple[Key, Key]]] = {}
+        # Scope pairs of the guessed pairs of layer variables, and their variables by (kind, leaf).
+        scopes: dict[tuple[str, str], dict[tuple[str, str], tuple[Key, Key]]] = {}
         for m in self.matches:
-            if m.base[0] == "weight" and m.how in _BY_NAME:
+            if m.base[0] in _LAYER_KINDS and m.how in _GUESSED:
                 b_scope, c_scope = _scope_name(m.base[1]), _scope_name(m.cand[1])
                 if b_scope and c_scope:
-                    scopes.setdefault((b_scope, c_scope), {})[m.base[1][len(b_scope) + 1 :]] = (m.base, m.cand)
+                    leaf = (m.base[0], m.base[1][len(b_scope) + 1 :])
+                    scopes.setdefault((b_scope, c_scope), {})[leaf] = (m.base, m.cand)
         # A base scope paired with one candidate scope only (and the reverse), grouped by what
         # the scope holds: leaves and shapes.
         b_count: dict[str, int] = {}
@@ -403,8 +436,13 @@ class _Pairing:
             step: Optional[int] = None
             if any(len(cs) > 1 for cs in choice.values()):  # layers that start identical (batch norm)
                 found = self._by_first_difference(pairs, choice, b_of, current, base_of, cand_of)
-                if found is None:
-                    continue  # never told apart clearly: leave the names' pairing
+                if found is None:  # never told apart clearly: leave the names' pairing, and say so
+                    warnings.append(
+                        f"layers {', '.join(sorted(b for b, _ in pairs))} start identical and nothing in their first "
+                        f"{TELL_APART_STEPS} common steps tells them apart clearly: they are paired by name (or "
+                        "creation order); if the port created them in another order, pair them with --map"
+                    )
+                    continue
                 chosen, step = found
             else:
                 chosen = {b: cs[0] for b, cs in choice.items() if len(cs) == 1}
@@ -451,7 +489,7 @@ class _Pairing:
         under: dict[str, list[tuple[Key, str]]] = {b: [] for b, _ in pairs}
         for key, m in current.items():
             b_scope = _scope_name(key[1])
-            if b_scope in under and m.how in _BY_NAME:
+            if b_scope in under and m.how in _GUESSED:
                 under[b_scope].append((key, key[1][len(b_scope) :]))
         # (kind, name under the scope) -> (base scope, candidate scope) -> the two series
         compared: dict[tuple[str, str], dict[tuple[str, str], tuple[Any, Any]]] = {}
@@ -460,14 +498,11 @@ class _Pairing:
                 donor = b_of[c_scope]  # the base scope the names paired with c_scope
                 for key, rel in under[b_scope]:
                     other = current.get((key[0], donor + rel))
-                    if other is not None and other.how in _BY_NAME:
+                    if other is not None and other.how in _GUESSED:
                         compared.setdefault((key[0], rel), {})[(b_scope, c_scope)] = (base_of[key], cand_of[other.cand])
         hypotheses = len([c for cands in choice.values() for c in cands])
-        steps = sorted(
-            {int(t) for by in compared.values() for b, _ in by.values() for t in self.rows(0, b, TELL_APART_STEPS)[0]}
-        )
         found: list[tuple[dict[str, str], int]] = []
-        for step in steps[:TELL_APART_STEPS]:
+        for step in self._first_common_steps([bc for by in compared.values() for bc in by.values()]):
             for _, by in sorted(compared.items()):
                 if len(by) != hypotheses:
                     continue  # not under every candidate scope: no fair comparison
@@ -497,16 +532,16 @@ class _Pairing:
             for key, m in current.items():
                 if key[1] == b_scope:  # named after the layer itself (its output, as instrument_layer names it)
                     other = current.get((key[0], donor))
-                    if m.how in _BY_NAME and other is not None and other.how in _BY_NAME:
+                    if m.how in _GUESSED and other is not None and other.how in _GUESSED:
                         plan.append((m, other.cand))
                     continue
                 if not key[1].startswith(b_scope + "/"):
                     continue
-                if m.how not in _BY_NAME:
+                if m.how not in _GUESSED:
                     return None
                 rel = key[1][len(b_scope) + 1 :]
                 other = current.get((key[0], f"{donor}/{rel}"))
-                if other is None or other.how not in _BY_NAME:
+                if other is None or other.how not in _GUESSED:
                     return None
                 plan.append((m, other.cand))
         if not plan:
@@ -625,12 +660,15 @@ def align(
     samples = [{(s.kind, s.name): s for s in side if _is_sample(s)} for side in (base, cand)]
     state = _Pairing([s for s in base if not _is_sample(s)], [s for s in cand if not _is_sample(s)])
     warnings = state.by_mapping(mapping)
-    state.by_key(lambda series: [s.name for s in series], "exact", scoped=False, same_shape=False)
+    state.by_key(_names, "exact", scoped=False)
     state.by_key(lambda series: _canonical_names(series, renumber=False), "canonical", scoped=True)
     state.by_key(lambda series: _canonical_names(series, renumber=True), "canonical", scoped=True)
     state.by_unique_shape()
     state.by_inferred_scope()
     candidates = state.by_kind_shape_order()
+    # Identical names of other shapes last: Keras names layers of other widths created in another
+    # order alike (the stages above pair them by shape); what is left is a shape divergence.
+    state.by_key(_names, "exact", scoped=False, same_shape=False)
     warnings += state.by_first_values()
     warnings += _pair_samples(state.matches, samples, (state.base, state.cand))
     shapes = {(s.kind, s.name): tuple(s.shape) for s in [*state.base, *state.cand]}
@@ -650,6 +688,10 @@ def align(
         candidates={k: v for k, v in candidates.items() if k in state.free_base and v},
         read=state.read,
     )
+
+
+def _names(series: Sequence[SeriesLike]) -> list[str]:
+    return [s.name for s in series]
 
 
 def _is_sample(series: SeriesLike) -> bool:
