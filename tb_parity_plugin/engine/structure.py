@@ -27,6 +27,11 @@ def _matcher(pattern: str) -> Any:
     return patterns.matcher(pattern, f"allow_unmatched pattern {pattern!r}")
 
 
+def _is_variable(series: Any) -> bool:
+    """A variable of the model or the optimizer (its element sample is not another one)."""
+    return series.kind in VARIABLE_KINDS and metadata.sample_parent(series.name) is None
+
+
 def _size(series: Any) -> int:
     """Elements of one tensor: the runtime size recorded at its first step, else its static shape."""
     if len(series.stats):
@@ -68,11 +73,7 @@ def sizes_read(run: Any, unmatched: Sequence[tuple[str, str]]) -> tuple[int, ...
     the alignment was made from): the sizes of its variables and of its unmatched tensors. With
     the alignment and the run's name, a structure is unchanged while these are."""
     free = set(unmatched)
-    return tuple(
-        _size(s)
-        for key, s in run.tensors.items()
-        if (s.kind in VARIABLE_KINDS and metadata.sample_parent(s.name) is None) or key in free
-    )
+    return tuple(_size(s) for key, s in run.tensors.items() if _is_variable(s) or key in free)
 
 
 def structure_of(base: Any, cand: Any, alignment: align.Alignment, allow_unmatched: Sequence[str] = ()) -> Structure:
@@ -98,7 +99,7 @@ def structure_of(base: Any, cand: Any, alignment: align.Alignment, allow_unmatch
         only_in[run.name] = entries
     variables = {}
     for run, _ in sides:
-        vs = [s for s in run.tensors.values() if s.kind in VARIABLE_KINDS and metadata.sample_parent(s.name) is None]
+        vs = [s for s in run.tensors.values() if _is_variable(s)]
         variables[run.name] = {"count": len(vs), "size": int(sum(_size(s) for s in vs))}
     mismatches = []
     for m in alignment.matches:

@@ -76,8 +76,9 @@ class ParityReport:
     structure: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: The first divergence among the compared steps (``first_divergence`` may be a structure one).
     first_step_divergence: Optional[Divergence] = None
-    #: Pairs compared by full values and by statistics only: an agreement resting on
-    #: statistics is weaker evidence ("agree within statistics") than an element-wise one.
+    #: Pairs compared by full values and by statistics only (``sampled``: of those, how many had an
+    #: element sample compared too): an agreement resting on statistics is weaker evidence ("agree
+    #: within statistics") than an element-wise one.
     evidence: dict[str, int] = dataclasses.field(default_factory=lambda: {"values": 0, "statistics": 0, "sampled": 0})
     #: Tags of the pairs compared by statistics only (in the baseline's execution order): what
     #: to record with full values (``full_values_limit``) for an element-wise verdict.
