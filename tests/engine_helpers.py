@@ -7,7 +7,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from tb_parity_plugin.logdir.reader import RunData, TensorSeries
+from tb_parity_plugin.engine import Comparison
+from tb_parity_plugin.engine.verdicts import ParityReport
+from tb_parity_plugin.logdir.reader import LogdirReader, RunData, TensorSeries
 from tb_parity_plugin.records import health, metadata
 from tb_parity_plugin.records.writer import BlockWriter
 
@@ -50,3 +52,30 @@ def write_run(logdir: str, run_name: str, steps: Sequence[int], tensors_at, side
         writer.write_arrays(step, tensors_at(step), full_values_limit=limit)
     writer.close()
     return writer.path
+
+
+class Watch:
+    """One comparison of a logdir's two runs, refreshed each time it is called (after each phase of
+    a training that is still writing), as the dashboard refreshes: each refresh must say what a
+    fresh comparison of the same snapshots says (asserted); the reports are kept in order."""
+
+    def __init__(self, logdir: str, baseline: str = "tf1", candidate: str = "tf2") -> None:
+        self.reader = LogdirReader(logdir)
+        self.runs = (baseline, candidate)
+        self.comparison: Optional[Comparison] = None
+        self.reports: list[ParityReport] = []
+
+    def __call__(self) -> None:
+        self.reader.reload()
+        b, c = (self.reader.run(name) for name in self.runs)
+        if self.comparison is None:
+            self.comparison = Comparison(b, c)
+        else:
+            self.comparison.update(b, c)
+        report = self.comparison.report()
+        self.comparison.matrix()
+        assert report.to_dict() == Comparison(b, c).report().to_dict()
+        self.reports.append(report)
+
+    def close(self) -> None:
+        self.reader.close()

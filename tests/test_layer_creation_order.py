@@ -16,10 +16,9 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import pytest
 import tensorflow as tf
+from engine_helpers import Watch
 
 from tb_parity_plugin import compare, summary_v1, summary_v2
-from tb_parity_plugin.engine import Comparison
-from tb_parity_plugin.logdir.reader import LogdirReader
 
 STEPS = 3
 LR, MOMENTUM = 0.1, 0.9
@@ -48,20 +47,28 @@ def _train_tf1(run_dir: str) -> None:
         logits = tf.compat.v1.layers.dense(h, 3, kernel_initializer=tf.constant_initializer(KERNELS[2]))
         loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(y, logits))
         rec.lr(tf.constant(LR))
-        opt = tf.compat.v1.train.MomentumOptimizer(LR, MOMENTUM)
-        grads_and_vars = opt.compute_gradients(loss)
+        _train_with_momentum(rec, gs, loss, {x: XS, y: YS}, grads=True)
+
+
+def _train_with_momentum(rec: Any, gs: Any, loss: Any, feeds: dict, grads: bool) -> None:
+    """The TF1 training tail both originals share: Momentum, the train op waiting for ``UPDATE_OPS``,
+    every variable and slot recorded (gradients when ``grads``), one ``sess.run`` per batch of
+    ``feeds`` (placeholder -> batches), then the recorder closed."""
+    opt = tf.compat.v1.train.MomentumOptimizer(LR, MOMENTUM)
+    grads_and_vars = opt.compute_gradients(loss)
+    if grads:
         rec.grads(*zip(*grads_and_vars))
-        with tf.control_dependencies(tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)):
-            train_op = opt.apply_gradients(grads_and_vars, global_step=gs)
-        rec.set_step(gs)
-        rec.variables(optimizer=opt)
-        fetches = rec.fetches
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for step in range(STEPS):
-                _, parity = sess.run([train_op, fetches], {x: XS[step], y: YS[step]})
-                rec.write(parity)
-        rec.close()
+    with tf.control_dependencies(tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)):
+        train_op = opt.apply_gradients(grads_and_vars, global_step=gs)
+    rec.set_step(gs)
+    rec.variables(optimizer=opt)
+    fetches = rec.fetches
+    with tf.compat.v1.Session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        for step in range(len(next(iter(feeds.values())))):
+            _, parity = sess.run([train_op, fetches], {p: batches[step] for p, batches in feeds.items()})
+            rec.write(parity)
+    rec.close()
 
 
 def _train_tf2(
@@ -172,30 +179,12 @@ def test_a_refresh_pairs_them_anew_when_the_step_that_tells_them_apart_arrives(t
     _train_tf1(str(tmp_path / "tf1"))
     z0 = XS[1].astype(np.float64) @ KERNELS[0]  # role 0's batch input at step 1, before any update
     assert np.abs(z0.mean(0)).max() > 1e-2  # so step 1's moving mean of role 0 is not its start
-    reader = LogdirReader(str(tmp_path))
-    comparisons: list[Comparison] = []
-    mappings = []
-
-    def refresh() -> None:
-        reader.reload()
-        b, c = reader.run("tf1"), reader.run("tf2")
-        if comparisons:
-            comparisons[0].update(b, c)
-        else:
-            comparisons.append(Comparison(b, c))
-        report = comparisons[0].report()
-        comparisons[0].matrix()
-        assert report.to_dict() == Comparison(b, c).report().to_dict()
-        mappings.append({(m["kind"], m["baseline"]): m["candidate"] for m in report.to_dict()["mapping"]})
-
+    watch = Watch(str(tmp_path))
     _train_tf2(
-        str(tmp_path / "tf2"),
-        bn_order=(1, 0),
-        epsilon={1: 0.1},
-        phases=(range(1), range(1, STEPS)),
-        after_phase=refresh,
+        str(tmp_path / "tf2"), bn_order=(1, 0), epsilon={1: 0.1}, phases=(range(1), range(1, STEPS)), after_phase=watch
     )
-    reader.close()
+    watch.close()
+    mappings = [{(m["kind"], m["baseline"]): m["candidate"] for m in r.to_dict()["mapping"]} for r in watch.reports]
     gamma = ("weight", "batch_normalization/gamma:0")
     assert [m[gamma] for m in mappings] == ["batch_normalization/gamma:0", "batch_normalization_1/gamma:0"]
 
@@ -232,21 +221,7 @@ def _bn_stack(
             h = tf.nn.relu(tf.compat.v1.layers.batch_normalization(h, training=True, **bn_kw))
         logits = tf.compat.v1.layers.dense(h, 3, kernel_initializer=tf.constant_initializer(ks[-1]))
         loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(y, logits))
-        opt = tf.compat.v1.train.MomentumOptimizer(LR, MOMENTUM)
-        grads_and_vars = opt.compute_gradients(loss)
-        if grads:
-            rec.grads(*zip(*grads_and_vars))
-        with tf.control_dependencies(tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)):
-            train_op = opt.apply_gradients(grads_and_vars, global_step=gs)
-        rec.set_step(gs)
-        rec.variables(optimizer=opt)
-        fetches = rec.fetches
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for step in range(len(xs)):
-                _, parity = sess.run([train_op, fetches], {x: xs[step], y: ys[step]})
-                rec.write(parity)
-        rec.close()
+        _train_with_momentum(rec, gs, loss, {x: xs, y: ys}, grads=grads)
     tf.keras.backend.clear_session()
 
     class Block(tf.keras.layers.Layer):

@@ -16,10 +16,9 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import pytest
 import tensorflow as tf
+from engine_helpers import Watch
 
 from tb_parity_plugin import compare, summary_v1, summary_v2
-from tb_parity_plugin.engine import Comparison
-from tb_parity_plugin.logdir.reader import LogdirReader
 
 STEPS = 3
 RNG = np.random.default_rng(3)
@@ -209,25 +208,11 @@ def test_a_port_watched_while_it_trains_is_judged_anew_at_each_refresh(tmp_path)
     steps = 2 * STEPS
     assert abs(lr_at(STEPS + 1) - lr_at(STEPS)) > 1e-3 * lr_at(STEPS)  # beyond any default tolerance
     train_tf1(str(tmp_path / "tf1"), steps)
-    reader = LogdirReader(str(tmp_path))
-    comparisons: list[Comparison] = []
-    reports = []
-
-    def refresh() -> None:
-        reader.reload()
-        b, c = reader.run("tf1"), reader.run("tf2")
-        if comparisons:
-            comparisons[0].update(b, c)
-        else:
-            comparisons.append(Comparison(b, c))
-        reports.append(comparisons[0].report())
-        comparisons[0].matrix()
-        assert reports[-1].to_dict() == Comparison(b, c).report().to_dict()
-
+    watch = Watch(str(tmp_path))
     phases = (range(STEPS), range(STEPS, steps))
-    train_tf2(str(tmp_path / "tf2"), "lr_offbyone", phases=phases, after_phase=refresh, plant_from=STEPS)
-    reader.close()
-    first, second = reports
+    train_tf2(str(tmp_path / "tf2"), "lr_offbyone", phases=phases, after_phase=watch, plant_from=STEPS)
+    watch.close()
+    first, second = watch.reports
     assert first.agree and first.steps_compared == STEPS, first.first_divergence
     found = second.first_divergence
     assert second.steps_compared == steps and (found.step, found.kind, found.tensor) == (STEPS, "lr", "lr")
