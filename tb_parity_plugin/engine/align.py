@@ -384,13 +384,14 @@ class _Pairing:
         the exact or canonical stage pairs them by name (or the fallback by creation order, when
         the names differ, as under a custom layer's scope). When the paired variables' (weights',
         and state's such as moving statistics) first-step statistics differ and another one-to-one
-        pairing of those scopes makes every variable's first-step statistics identical (the initial weights a port copies from its baseline; one scope
-        left over may start differently, as a wrong initializer would), the scopes are paired
-        that way, every kind under them with them (weights, gradients, slots), and a tensor named
-        after the layer itself (its output). Layers that start identical (batch norm's gamma 1,
-        beta 0) are paired where they first differ instead (:meth:`_by_first_difference`).
-        Anything less clear-cut is left as the names paired it. Returns a warning per re-paired
-        scope.
+        pairing of those scopes makes every variable's first-step statistics identical (the
+        initial weights a port copies from its baseline; one scope left over may start
+        differently, as a wrong initializer would), the scopes are paired that way, every kind
+        under them with them (weights, gradients, slots), and a tensor named after the layer
+        itself (its output). Layers that start identical (batch norm's gamma 1, beta 0) are paired
+        where they first differ instead (:meth:`_by_first_difference`). Anything less clear-cut is
+        left as it was guessed. Returns a warning per re-paired scope, and per group of layers
+        that start identical and could not be told apart.
         """
         base_of = {(s.kind, s.name): s for s in self.base}  # one dict per side: names may be equal
         cand_of = {(s.kind, s.name): s for s in self.cand}
@@ -422,7 +423,7 @@ class _Pairing:
             c_of = {b: c for b, c in pairs}
             b_of = {c: b for b, c in pairs}
 
-            # Each scope's weights as they start (leaf, first step, statistics there): scopes whose
+            # Each scope's variables as they start (leaf, first step, statistics there): scopes whose
             # starts are equal start identically (hashed: a group may hold hundreds of layers).
             start_b = {b: self.start(0, {leaf: base_of[k[0]] for leaf, k in scopes[(b, c)].items()}) for b, c in pairs}
             start_c = {c: self.start(1, {leaf: cand_of[k[1]] for leaf, k in scopes[(b, c)].items()}) for b, c in pairs}
@@ -464,7 +465,7 @@ class _Pairing:
                     else f"by their values at step {step}, the first where such layers differ (they start identical)"
                 )
                 warnings.append(
-                    f"paired {b}/* with {new_c}/* {how}, not by name: Keras numbers "
+                    f"paired {b}/* with {new_c}/* {how}, not by name or creation order: Keras numbers "
                     "layers of one type by creation order, and these have the same shapes"
                 )
         return warnings
