@@ -236,9 +236,11 @@ class Comparison:
         alignment = self._alignment
         assert alignment is not None
         base, cand = self.base, self.cand
-        tensors = [p for p in self._pairs if metadata.sample_parent(p.match.base[1]) is None]  # not samples
-        parents = ((p.match.base[0], metadata.sample_parent(p.match.base[1])) for p in self._pairs)
-        sampled = {key for key in parents if key[1] is not None}  # tensors whose element samples are compared
+        samples = self._samples
+        tensors = [p for i, p in enumerate(self._pairs) if i not in samples] if samples else self._pairs
+        sampled = {  # tensors whose element samples are compared
+            (m.base[0], metadata.sample_parent(m.base[1])) for i, m in enumerate(alignment.matches) if i in samples
+        }
         problems = [
             {"run": run.name, "path": p.path, "offset": int(p.offset), "message": p.message}
             for run in (base, cand)
