@@ -313,3 +313,85 @@ def test_a_faithful_port_of_batch_norm_blocks_created_in_another_order_agrees(tm
     for role, scope in port.items():
         tf1_scope = "batch_normalization" + (f"_{role}" if role else "")
         assert paired[f"{tf1_scope}/moving_mean:0"] == f"{scope}/moving_mean:0"
+
+
+def test_dense_layers_of_other_widths_created_in_another_order_pair_their_biases_with_their_kernels(tmp_path) -> None:
+    """A reviewer's faithful Functional-model port (no model prefix) created its three Dense layers
+    in another order: h1 (4->16), h2 (16->8) and out (8->8) are TF1's ``dense``, ``dense_1`` and
+    ``dense_2`` but the port's ``dense_1``, ``dense_2`` and ``dense``. The exact-name stage paired
+    TF1 ``dense_2/bias`` (out's) with the port's ``dense_2/bias`` (h2's, the same shape [8]) while the
+    kernels went by shape: a false DIVERGE on a bias. Each layer's bias must follow its kernel; the
+    port computes what TF1 does (each role starts from the same kernel and bias, drawn here with
+    numpy, and sees the same batches)."""
+    rng = np.random.default_rng(0)
+    xs = rng.standard_normal((3, 16, 4)).astype(np.float32)
+    ys = np.eye(8, dtype=np.float32)[rng.integers(0, 8, (3, 16))]
+    roles = {"h1": (4, 16), "h2": (16, 8), "out": (8, 8)}
+    kernels = {r: (rng.standard_normal(shape) * 0.3).astype(np.float32) for r, shape in roles.items()}
+    biases = {r: (rng.standard_normal(shape[1]) * 0.2).astype(np.float32) for r, shape in roles.items()}
+
+    def dense(r: str, tf1: bool) -> Any:
+        init = dict(
+            kernel_initializer=tf.constant_initializer(kernels[r]), bias_initializer=tf.constant_initializer(biases[r])
+        )
+        return (
+            (lambda h: tf.compat.v1.layers.dense(h, roles[r][1], **init))
+            if tf1
+            else tf.keras.layers.Dense(roles[r][1], **init)
+        )
+
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(str(tmp_path / "tf1"))
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, (None, 4))
+        y = tf.compat.v1.placeholder(tf.float32, (None, 8))
+        h = x
+        for r in roles:
+            h = rec.activation(r, dense(r, tf1=True)(h))
+            h = tf.nn.relu(h) if r != "out" else h
+        loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(y, h))
+        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(LR), loss, global_step=gs)
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for step in range(3):
+                _, parity = sess.run([train_op, fetches], {x: xs[step], y: ys[step]})
+                rec.write(parity)
+        rec.close()
+    tf.keras.backend.clear_session()
+    layers = {r: dense(r, tf1=False) for r in ("out", "h1", "h2")}  # created in another order
+    inputs = tf.keras.Input((4,))
+    h = inputs
+    for r in roles:
+        h = layers[r](h)
+        h = tf.nn.relu(h) if r != "out" else h
+    model = tf.keras.Model(inputs, h)
+    opt = tf.keras.optimizers.SGD(LR)
+    ce = tf.keras.losses.CategoricalCrossentropy(from_logits=True)
+    rec2 = summary_v2.Recorder(str(tmp_path / "tf2"))
+
+    @tf.function
+    def train_step(x: tf.Tensor, y: tf.Tensor) -> None:
+        with rec2.step(opt.iterations, variables=model, optimizer=opt):
+            with tf.GradientTape() as tape:
+                h = x
+                for r in roles:
+                    h = rec2.activation(r, layers[r](h))
+                    h = tf.nn.relu(h) if r != "out" else h
+                loss = rec2.loss(ce(y, h))
+            grads = tape.gradient(loss, model.trainable_variables)
+            rec2.grads(grads, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+
+    for step in range(3):
+        train_step(tf.constant(xs[step]), tf.constant(ys[step]))
+    rec2.close()
+    port = {r: layers[r].bias.name for r in roles}
+    assert port == {"h1": "dense_1/bias:0", "h2": "dense_2/bias:0", "out": "dense/bias:0"}  # the names did move
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert report.agree, (report.first_divergence, report.warnings)
+    paired = {(m["kind"], m["baseline"]): m["candidate"] for m in report.to_dict()["mapping"]}
+    for r, tf1_name in zip(roles, ("dense", "dense_1", "dense_2")):
+        for kind in ("weight", "grad"):
+            assert paired[(kind, f"{tf1_name}/bias:0")] == port[r]
+            assert paired[(kind, f"{tf1_name}/kernel:0")] == port[r].replace("bias", "kernel")

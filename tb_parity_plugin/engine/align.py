@@ -7,9 +7,11 @@ each stage pairing only what earlier stages left:
 1. ``map``: the user's mappings, ``OLD=NEW`` (exact) or ``re:PATTERN=REPL`` (regex
    substitution on baseline names); ``OLD`` may be a name or a ``kind/name`` tag. A mapping
    that pairs tensors of different shapes is kept (the user asked for it) with a warning;
-2. ``exact``: identical names (of compatible shapes; identical names of other shapes are paired
-   after every other stage, as a shape divergence: Keras names layers of other widths created
-   in another order alike);
+2. ``exact``: identical names, a scope at a time: when a tensor under a scope has another shape
+   on the other side, none of that scope's tensors is paired by name (Keras names layers of
+   other widths created in another order alike: ``dense_2/bias`` may be another layer's bias of
+   the same shape); identical names of other shapes are paired after every other stage, as a
+   shape divergence;
 3. ``canonical``: names with ``:0`` and the run-wide shared scope prefix stripped (optimizer
    slots first spelled ``<variable>/<role>`` whatever the optimizer family, :func:`slot_canonical`),
    then additionally with Keras ``_N`` suffixes renumbered by first appearance;
@@ -661,7 +663,7 @@ def align(
     samples = [{(s.kind, s.name): s for s in side if _is_sample(s)} for side in (base, cand)]
     state = _Pairing([s for s in base if not _is_sample(s)], [s for s in cand if not _is_sample(s)])
     warnings = state.by_mapping(mapping)
-    state.by_key(_names, "exact", scoped=False)
+    state.by_key(_names, "exact", scoped=True)
     state.by_key(lambda series: _canonical_names(series, renumber=False), "canonical", scoped=True)
     state.by_key(lambda series: _canonical_names(series, renumber=True), "canonical", scoped=True)
     state.by_unique_shape()
