@@ -899,8 +899,9 @@ def test_layers_that_start_identical_stay_paired_by_name_without_clear_evidence(
     report = compare_runs(reader.run("b"), reader.run("c"))
     assert {m["how"] for m in report.mapping} == {"exact"}
     assert report.warnings == [
-        "layers bn, bn_1 start identical and nothing in their first 3 common steps tells them apart clearly: "
-        "they are paired by name (or creation order); if the port created them in another order, pair them with --map"
+        "layers bn, bn_1 cannot be told apart by how they start (identically), nor clearly where they first differ "
+        "(their first 3 common steps): they are paired by name (or creation order); if the port created them in "
+        "another order, pair them with --map"
     ]
     if case == "never_differ":
         assert report.agree
@@ -937,3 +938,45 @@ def test_layers_that_start_identical_and_one_that_starts_otherwise_are_all_paire
     assert paired[("weight", "bn_2/gamma:0")] == "bn_2/gamma:0"
     first = report.first_divergence
     assert (first.step, first.kind, first.tensor, first.max_abs_diff) == (0, "weight", "bn_2/gamma:0", 1.0)
+
+
+@pytest.mark.parametrize("clear", [True, False], ids=["told_apart_by_gradients", "not_told_apart"])
+def test_two_identical_layers_swapped_with_a_bug_in_one(tmp_path, clear: bool) -> None:
+    """A reviewer's port created two identical layers (ones) in the other order and started one of
+    them with a wrong bias: that layer starts like no baseline layer, the other like both. When the
+    step-0 gradients tell the layers apart (``clear``: each close to its own, far from the other's)
+    they are paired by role, and the divergence is the buggy layer's bias, |0.5 - 0| as numpy says;
+    else the names' pairing stays and a warning says the layers could not be told apart (the reviewer
+    got the blame on the other layer, silently)."""
+    ones, zeros, half = np.ones(4, np.float32), np.zeros(4, np.float32), np.full(4, 0.5, np.float32)
+    grads = [np.full(4, 0.3, np.float32), np.full(4, -2.0, np.float32)]
+    port_grads = [grads[0] * np.float32(1.01), grads[1]] if clear else [grads[1], grads[0] * np.float32(-5)]
+
+    def at(names: tuple[str, str], bias: tuple[np.ndarray, np.ndarray], g: list) -> Callable[[int], list]:
+        def tensors(step: int) -> list:
+            out = []
+            for role, name in enumerate(names):
+                out += [("weight", f"{name}/kernel:0", ones), ("weight", f"{name}/bias:0", bias[role])]
+                out.append(("grad", f"{name}/kernel:0", g[role]))
+            return out
+
+        return tensors
+
+    write_run(str(tmp_path), "b", range(2), at(("dense", "dense_1"), (zeros, zeros), grads))
+    write_run(
+        str(tmp_path), "c", range(2), at(("dense_1", "dense"), (half, zeros), port_grads)
+    )  # role 0 is the port's dense_1
+    reader = LogdirReader(str(tmp_path))
+    reader.reload()
+    report = compare_runs(reader.run("b"), reader.run("c"))
+    paired = {(m["kind"], m["baseline"]): m["candidate"] for m in report.mapping}
+    first = report.first_divergence
+    if clear:
+        assert (
+            paired[("weight", "dense/bias:0")] == "dense_1/bias:0"
+            and paired[("grad", "dense_1/kernel:0")] == "dense/kernel:0"
+        )
+        assert (first.step, first.kind, first.tensor, first.max_abs_diff) == (0, "weight", "dense/bias:0", 0.5)
+    else:
+        assert paired[("weight", "dense/bias:0")] == "dense/bias:0"
+        assert any("cannot be told apart" in w for w in report.warnings)

@@ -437,13 +437,20 @@ class _Pairing:
             if all(choice[b] == [c] for b, c in pairs):
                 continue  # the names paired them as their first values do, and only so
             step: Optional[int] = None
-            if any(len(cs) > 1 for cs in choice.values()):  # layers that start identical (batch norm)
-                found = self._by_first_difference(pairs, choice, b_of, current, base_of, cand_of)
+            singles = [cs[0] for cs in choice.values() if len(cs) == 1]
+            if any(len(cs) > 1 for cs in choice.values()) or len(set(singles)) != len(singles):
+                # Layers that start identical (batch norm), or that start like one port layer while
+                # another port layer starts like none (a bug in one of two identical layers): told
+                # apart where they first differ, any candidate allowed.
+                everyone = [c for _, c in pairs]
+                allowed = {b: everyone for b, _ in pairs}
+                found = self._by_first_difference(pairs, allowed, b_of, current, base_of, cand_of)
                 if found is None:  # never told apart clearly: leave the names' pairing, and say so
                     warnings.append(
-                        f"layers {', '.join(sorted(b for b, _ in pairs))} start identical and nothing in their first "
-                        f"{TELL_APART_STEPS} common steps tells them apart clearly: they are paired by name (or "
-                        "creation order); if the port created them in another order, pair them with --map"
+                        f"layers {', '.join(sorted(b for b, _ in pairs))} cannot be told apart by how they start "
+                        f"(identically), nor clearly where they first differ (their first {TELL_APART_STEPS} common "
+                        "steps): they are paired by name (or creation order); if the port created them in another "
+                        "order, pair them with --map"
                     )
                     continue
                 chosen, step = found
