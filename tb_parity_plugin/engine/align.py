@@ -488,10 +488,10 @@ class _Pairing:
         base_of: dict[Key, Any],
         cand_of: dict[Key, Any],
     ) -> Optional[tuple[dict[str, str], int]]:
-        """Layers that start identical, paired where they first differ. Each tensor under a base
-        scope (weights, gradients, state, slots, as the names paired them) is set against the
-        same-named one under each candidate scope it may pair with (``choice``), at each of the
-        first :data:`TELL_APART_STEPS` logged steps. A tensor and step whose one-to-one pairing is
+        """Layers that first values cannot pair, paired where they first differ. Each tensor under a
+        base scope (weights, gradients, state, slots, as guessed) is set against the same-named one
+        under each candidate scope it may pair with (``choice``), at each of the first
+        :data:`TELL_APART_STEPS` steps both runs logged. A tensor and step whose one-to-one pairing is
         :data:`TELL_APART_MARGIN` times closer than any other for every layer is evidence; one
         that is not (a port's bug there spreads to every layer, e.g. through the gradients) is
         none. Returns (base scope -> candidate scope, first step of evidence) when there is
