@@ -189,5 +189,13 @@ def watch_session_runs() -> None:
 def ran(op: tf.Operation) -> bool:
     """Whether a session has run ``op``'s graph since ``op`` was built (as far as
     :func:`watch_session_runs` saw): a control edge added to it now would be ignored."""
-    seen = getattr(op.graph, "_tb_parity_ran_ops", 0)
-    return bool(seen) and op._id <= op.graph.get_operations()[seen - 1]._id  # ops in creation order
+    graph = op.graph
+    seen = getattr(graph, "_tb_parity_ran_ops", 0)
+    if not seen:
+        return False
+    # The id of the last op the session saw (ops in creation order), looked up once per session
+    # run: a recorder asks once per writer of every variable, and listing the ops is O(graph).
+    last = getattr(graph, "_tb_parity_ran_last", None)
+    if last is None or last[0] != seen:
+        last = graph._tb_parity_ran_last = (seen, graph.get_operations()[seen - 1]._id)
+    return bool(op._id <= last[1])
