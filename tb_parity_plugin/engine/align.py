@@ -705,7 +705,7 @@ def _names(series: Sequence[SeriesLike]) -> list[str]:
 
 
 def _is_sample(series: SeriesLike) -> bool:
-    return metadata.sample_parent(series.name) is not None
+    return metadata.is_sample(series.name)
 
 
 def _pair_samples(

@@ -79,9 +79,7 @@ class Comparison:
         if not same_tensors:
             self._alignment = align.align(list(base.tensors.values()), list(cand.tensors.values()), self.mapping)
             self._keys = (tensors, align.evidence(self._alignment, base, cand))
-            self._samples = {
-                i for i, m in enumerate(self._alignment.matches) if metadata.sample_parent(m.base[1]) is not None
-            }
+            self._samples = {i for i, m in enumerate(self._alignment.matches) if metadata.is_sample(m.base[1])}
         old_steps = self.steps
         steps = np.intersect1d(base.steps, cand.steps, assume_unique=True).astype(np.int64)
         prefix = len(old_steps) <= len(steps) and np.array_equal(steps[: len(old_steps)], old_steps)

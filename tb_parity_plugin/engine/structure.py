@@ -29,7 +29,7 @@ def _matcher(pattern: str) -> Any:
 
 def _is_variable(series: Any) -> bool:
     """A variable of the model or the optimizer (its element sample is not another one)."""
-    return series.kind in VARIABLE_KINDS and not series.name.endswith(metadata.SAMPLE_MARK)
+    return series.kind in VARIABLE_KINDS and not metadata.is_sample(series.name)
 
 
 def _size(series: Any) -> int:

@@ -136,9 +136,13 @@ def sample_name(name: str) -> str:
     return f"{name}{SAMPLE_MARK}"
 
 
+def is_sample(name: str) -> bool:
+    return name.endswith(SAMPLE_MARK)
+
+
 def sample_parent(name: str) -> Optional[str]:
     """The tensor whose sample ``name`` is (``dense/kernel:0`` for ``dense/kernel:0#sample``), else None."""
-    return name[: -len(SAMPLE_MARK)] if name.endswith(SAMPLE_MARK) else None
+    return name[: -len(SAMPLE_MARK)] if is_sample(name) else None
 
 
 def sample_positions(size: int, count: int = SAMPLE_SIZE) -> np.ndarray:
