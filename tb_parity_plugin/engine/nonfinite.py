@@ -35,7 +35,7 @@ class FirstNonfinite:
     """
 
     def __init__(self) -> None:
-        self._seen: dict[Any, _Scanned] = {}  # a layout's tensor keys (a tuple), or one tensor's key
+        self._seen: dict[Any, _Scanned] = {}  # a layout's ("layout", first tensor's key, width), or one tensor's key
 
     def copy(self) -> FirstNonfinite:
         """A scanner that knows what this one knows (and goes on on its own)."""
@@ -44,26 +44,32 @@ class FirstNonfinite:
         return other
 
     def find(self, run: Any) -> Optional[dict[str, Any]]:
-        layouts: dict[int, tuple[np.ndarray, np.ndarray, list[Any], list[Any]]] = {}  # id(block) ->
+        layouts: dict[int, tuple[np.ndarray, np.ndarray, Any]] = {}  # id(block) -> (block, steps, first key)
         lone: list[tuple[Any, Any]] = []
         enabled = batch.ENABLED
         for key, series in run.tensors.items():
             block = series.block if enabled else None
             if block is None:
                 lone.append((key, series))
-                continue
-            found = layouts.get(id(block))
-            if found is None:
-                found = layouts[id(block)] = (block, series.steps, [], [])
-            found[2].append(key)
-            found[3].append(series)
+            elif id(block) not in layouts:
+                layouts[id(block)] = (block, series.steps, key)
         before, seen = self._seen, {}
         hits: list[tuple[int, Any]] = []  # (step, series)
-        for block, steps, keys, members in layouts.values():
-            name = tuple(keys)
+        hit_blocks: set[int] = set()
+        for block, steps, first_key in layouts.values():
+            # A layout is remembered by its first tensor and its width; whether what was scanned
+            # may be kept is decided by the memory itself (``_scan``), never by this name.
+            name = ("layout", first_key, block.shape[1])
             seen[name] = scanned = _scan(before.get(name), block, steps)
             if scanned.hit.any():  # rare: look at the members
-                hits += [(int(scanned.first_step[s.column]), s) for s in members if scanned.hit[s.column]]
+                hit_blocks.add(id(block))
+        if hit_blocks:
+            for series in run.tensors.values():
+                block = series.block if enabled else None
+                if block is not None and id(block) in hit_blocks:
+                    scanned = seen[("layout", layouts[id(block)][2], block.shape[1])]
+                    if scanned.hit[series.column]:
+                        hits.append((int(scanned.first_step[series.column]), series))
         for key, series in lone:
             seen[key] = scanned = _scan(before.get(key), series.stats[:, None], series.steps)
             if scanned.hit[0]:
