@@ -1165,3 +1165,56 @@ def test_replica_copies_holding_the_same_inf_are_in_sync(tmp_path, special: floa
     assert report.replicas["c"]["disagreements"] == []
     assert report.first_divergence is None
     reader.close()
+
+
+def _shifted(step: int, i: int) -> np.ndarray:
+    """float64 elements of tensor ``w{i}``; the candidate adds a constant (see the test)."""
+    return np.random.default_rng([step, i]).standard_normal(50)
+
+
+@pytest.mark.parametrize("refresh", [False, True])
+def test_the_matrix_settles_differing_statistics_with_their_ratios(tmp_path, refresh: bool) -> None:
+    """The matrix settles the rows the scan for the first divergence left (a matrix asked first, or
+    the rows a refresh added after a known divergence) with the bounds computed once for both the
+    verdict and the error ratio. Statistics only, rtol 0 (warm-up): w1 shifted by 1.5 atol is a
+    proven divergence with ratio 1.5 (its min and max move by 1.5 atol; numpy: every element is out
+    of tolerance), w2 shifted by 0.6 atol agrees with ratio 0.6, w0 is identical. A ratio between 1
+    and 2 is the case: a verdict read from the ratios with any other threshold fails here."""
+    logdir, policy = str(tmp_path), TolerancePolicy()  # atol 1e-5, rtol 0 for the first 10 steps
+    shift = {0: 0.0, 1: 1.5 * policy.atol, 2: 0.6 * policy.atol}
+    for s in range(8):  # numpy, on the elements written
+        np.testing.assert_allclose(_shifted(s, 2) + shift[2], _shifted(s, 2), rtol=0, atol=policy.atol)
+        assert np.all(np.abs(_shifted(s, 1) + shift[1] - _shifted(s, 1)) > policy.atol)
+
+    def write(steps: range) -> None:
+        write_run(logdir, "b", steps, lambda s: [("weight", f"w{i}", _shifted(s, i)) for i in range(3)], limit=0)
+        write_run(
+            logdir, "c", steps, lambda s: [("weight", f"w{i}", _shifted(s, i) + shift[i]) for i in range(3)], limit=0
+        )
+
+    reader = LogdirReader(logdir)
+    write(range(4) if refresh else range(8))
+    reader.reload()
+    batched = Comparison(reader.run("b"), reader.run("c"), policy)
+    assert batched._groups  # the three tensors of one layout, settled together
+    if refresh:  # the first divergence (step 0) is known: the scan stops there, the matrix settles the rest
+        assert batched.report().first_divergence.tensor == "w1"
+        batched.matrix()
+        write(range(4, 8))
+        reader.reload()
+        batched.update(reader.run("b"), reader.run("c"))
+        batched.report()
+    m = batched.matrix()  # before any report when not refreshing
+    b, c = reader.run("b"), reader.run("c")
+    cols = [m.tensors.index(f"weight/w{i}") for i in range(3)]
+    assert m.reason.shape[0] == 8
+    assert (m.reason[:, cols[0]] == OK).all() and (m.error_ratio[:, cols[0]] == 0).all()
+    assert (m.reason[:, cols[1]] == VALUE).all()
+    np.testing.assert_allclose(m.error_ratio[:, cols[1]], 1.5, rtol=1e-3)
+    assert (m.reason[:, cols[2]] == OK).all()
+    np.testing.assert_allclose(m.error_ratio[:, cols[2]], 0.6, rtol=1e-3)
+    plain = unbatched(b, c, policy)
+    np.testing.assert_array_equal(m.reason, plain.matrix().reason)
+    np.testing.assert_array_equal(m.error_ratio, plain.matrix().error_ratio)
+    assert_same(batched, plain)
+    reader.close()

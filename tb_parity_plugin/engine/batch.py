@@ -58,23 +58,26 @@ def _identical(group: list[Pair], k0: int, k1: int, equal_nan: bool) -> tuple[np
     blk_b, blk_c = take_rows(p0.base.block, ib[both]), take_rows(p0.cand.block, ic[both])
     cols_b = np.fromiter((p.base.column for p in group), np.intp, len(group))
     cols_c = np.fromiter((p.cand.column for p in group), np.intp, len(group))
+    # ``!=`` then ``any`` over the rows first (NaN != NaN, so a NaN is never identical): 1.4x faster
+    # than ``==`` then ``all``, and 3x faster than reducing axes (0, 2) at once.
     if np.array_equal(cols_b, cols_c) and blk_b.shape[1] == blk_c.shape[1]:  # same layout order: no gather
-        same = (blk_b == blk_c).all(axis=0).all(axis=1)[cols_b]  # axis 0 first: 3x faster than (0, 2)
+        same = ~(blk_b != blk_c).any(axis=0).any(axis=1)[cols_b]
     else:
-        same = (blk_b[:, cols_b] == blk_c[:, cols_c]).all(axis=0).all(axis=1)
+        same = ~(blk_b[:, cols_b] != blk_c[:, cols_c]).any(axis=0).any(axis=1)
     if not equal_nan:  # assert_allclose(equal_nan=False): a NaN is a divergence even against NaN
         same &= ~(blk_b[:, cols_b, _NAN] > 0).any(axis=0)
     return same, both
 
 
-def settle(group: list[Pair], k1: int, equal_nan: bool, table: VerdictTable) -> None:
+def settle(group: list[Pair], k1: int, equal_nan: bool, table: VerdictTable, ratios: bool = False) -> None:
     """Verdicts of compared steps up to ``k1`` for the pairs of ``group`` that can be settled as
     one array: those whose statistics are identical there, and those whose statistics differ only
     where the bounds of engine/stat_bounds.py decide (same shape, dtype and NaN/Inf counts at every
     row, no NaN unless ``equal_nan``); the rest are left as they were (to their own path). Also
     the ratios of the identical pairs (0) whose ratios had reached the same step. ``table``: where
     the pairs' verdicts are held, written as one array operation rather than one per pair (pair by
-    pair for pairs it does not hold)."""
+    pair for pairs it does not hold). ``ratios``: also the ratios of the differing pairs whose ratios
+    had reached the same step (the matrix needs them): the bounds are then computed once, for both."""
     k0 = group[0].done
     todo = [p for p in group if p.done == k0]
     if k0 >= k1 or len(todo) < 2:
@@ -103,7 +106,7 @@ def settle(group: list[Pair], k1: int, equal_nan: bool, table: VerdictTable) -> 
     for p in with_ratios:
         p.ratio_done = k1
     if differ and both.any():
-        _settle_bounded(differ, k0, k1, both, codes, equal_nan, table)
+        _settle_bounded(differ, k0, k1, both, codes, equal_nan, table, ratios)
 
 
 def _settle_bounded(
@@ -114,12 +117,15 @@ def _settle_bounded(
     codes: np.ndarray,
     equal_nan: bool,
     table: VerdictTable,
+    ratios: bool = False,
 ) -> None:
     """The pairs of one group whose statistics differ somewhere in ``[k0, k1)``, bounded as one
     array of ``rows x pairs`` statistics rows (each with its own tensor's tolerance): what
     :meth:`Pair.verdicts` gives them one tensor at a time when the counts agree at every row.
     Why: after a divergence nearly every tensor differs, and 150 tensors on their own path cost
-    150 times a handful of numpy calls on a refresh of 100 rows."""
+    150 times a handful of numpy calls on a refresh of 100 rows. With ``ratios``, when every such
+    pair's ratios reached ``k0`` too, their largest ratios are computed instead of the proof, and
+    the proof read from them (``proven`` is exactly some ratio above 1): one bound, not two."""
     rows = np.flatnonzero(both)
     blk_b, blk_c, cols_b, cols_c = _blocks(pairs, k0, rows)
     easy = ~(blk_b[:, cols_b, CHECK_COLS] != blk_c[:, cols_c, CHECK_COLS]).any(axis=(0, 2))
@@ -130,9 +136,17 @@ def _settle_bounded(
     pick = np.flatnonzero(easy)
     pairs, cols_b, cols_c = [pairs[j] for j in pick.tolist()], cols_b[pick], cols_c[pick]
     rtol, atol = _tolerances(pairs, k0 + rows, blk_b, cols_b)
-    # Proven divergences only: the ratios are left to settle_ratios (the scan does not need them).
     reason = np.repeat(codes[:, None], len(pairs), axis=1)
-    reason[rows] = np.where(_by_slices(stat_bounds.proven, blk_b, blk_c, cols_b, cols_c, atol, rtol), VALUE, OK)
+    if ratios and all(p.ratio_done == k0 for p in pairs):
+        largest = _by_slices(_largest_ratio, blk_b, blk_c, cols_b, cols_c, atol, rtol)
+        reason[rows] = np.where(largest > 1, VALUE, OK)
+        ratio = np.full((k1 - k0, len(pairs)), np.nan, dtype=np.float32)
+        ratio[rows] = largest
+        _write(table, pairs, "ratio", k0, k1, ratio)
+        for p in pairs:
+            p.ratio_done = k1
+    else:  # proven divergences only: the ratios are left to settle_ratios (the scan does not need them)
+        reason[rows] = np.where(_by_slices(stat_bounds.proven, blk_b, blk_c, cols_b, cols_c, atol, rtol), VALUE, OK)
     bad = (reason != OK) & (reason != ABSENT)
     first = np.where(bad.any(axis=0), k0 + bad.argmax(axis=0), -1).tolist()
     _write(table, pairs, "reason", k0, k1, reason)

@@ -57,6 +57,8 @@ class Comparison:
         self._structure: Optional[tuple[align.Alignment, tuple[Any, ...], structure.Structure]] = None
         self._keys: Optional[tuple[Any, ...]] = None  # what align() read of both runs
         self._samples: set[int] = set()  # the alignment's matches that pair element samples
+        #: (the alignment, the matrix's column names and kinds): the same lists while it is unchanged
+        self._columns: Optional[tuple[align.Alignment, list[str], list[str], list[str]]] = None
         self._nonfinite_scans: dict[str, FirstNonfinite] = {}
         self._replicas: dict[str, replicas.Replicas] = {}
         self.steps = np.zeros(0, dtype=np.int64)
@@ -177,7 +179,7 @@ class Comparison:
         """Compute every verdict and ratio (the matrix needs them all)."""
         n = len(self.steps)
         for group in self._groups:
-            batch.settle(group, n, self.policy.equal_nan, self._table)
+            batch.settle(group, n, self.policy.equal_nan, self._table, ratios=True)
             batch.settle_ratios(group, n, self._table)
         for p in self._pairs:
             p.ensure(n, self.policy.equal_nan)
@@ -319,7 +321,7 @@ class Comparison:
         self.fill()
         n = len(self.steps)
         reason, ratio = self._table.matrix(self._pairs, n)
-        matches = [p.match for p in self._pairs]
+        tensors, candidate_tensors, kinds = self._column_names()
         first = None
         k = self._scan_first()
         if k is not None:
@@ -328,14 +330,29 @@ class Comparison:
         m = ParityMatrix(
             step_start=self.steps.copy(),
             step_end=self.steps.copy(),
-            tensors=[f"{m.base[0]}/{m.base[1]}" for m in matches],
-            candidate_tensors=[f"{m.cand[0]}/{m.cand[1]}" for m in matches],
-            kinds=[m.base[0] for m in matches],
+            tensors=list(tensors),
+            candidate_tensors=list(candidate_tensors),
+            kinds=list(kinds),
             error_ratio=ratio,
             reason=reason,
             first_divergence=first,
         )
         return m.bucketed(max_steps) if max_steps else m
+
+    def _column_names(self) -> tuple[list[str], list[str], list[str]]:
+        """The matrix's baseline tags, candidate tags and kinds, one per pair: the pairs follow the
+        alignment's matches, so they are built once per alignment, not on every refresh."""
+        alignment = self._alignment
+        assert alignment is not None
+        if self._columns is None or self._columns[0] is not alignment:
+            matches = alignment.matches
+            self._columns = (
+                alignment,
+                [f"{m.base[0]}/{m.base[1]}" for m in matches],
+                [f"{m.cand[0]}/{m.cand[1]}" for m in matches],
+                [m.base[0] for m in matches],
+            )
+        return self._columns[1], self._columns[2], self._columns[3]
 
     def _pair(self, tensor: str) -> Pair:
         """Tags before names: an activation *named* ``grad/w`` must not shadow the tag ``grad/w``."""
