@@ -58,12 +58,10 @@ def _identical(group: list[Pair], k0: int, k1: int, equal_nan: bool) -> tuple[np
     blk_b, blk_c = take_rows(p0.base.block, ib[both]), take_rows(p0.cand.block, ic[both])
     cols_b = np.fromiter((p.base.column for p in group), np.intp, len(group))
     cols_c = np.fromiter((p.cand.column for p in group), np.intp, len(group))
-    # ``!=`` then ``any`` over the rows first (NaN != NaN, so a NaN is never identical): 1.4x faster
-    # than ``==`` then ``all``, and 3x faster than reducing axes (0, 2) at once.
     if np.array_equal(cols_b, cols_c) and blk_b.shape[1] == blk_c.shape[1]:  # same layout order: no gather
-        same = ~(blk_b != blk_c).any(axis=0).any(axis=1)[cols_b]
+        same = (blk_b == blk_c).all(axis=0).all(axis=1)[cols_b]  # axis 0 first: 3x faster than (0, 2)
     else:
-        same = ~(blk_b[:, cols_b] != blk_c[:, cols_c]).any(axis=0).any(axis=1)
+        same = (blk_b[:, cols_b] == blk_c[:, cols_c]).all(axis=0).all(axis=1)
     if not equal_nan:  # assert_allclose(equal_nan=False): a NaN is a divergence even against NaN
         same &= ~(blk_b[:, cols_b, _NAN] > 0).any(axis=0)
     return same, both

@@ -91,19 +91,20 @@ class Comparison:
         pairs = []
         kept = 0
         assert self._alignment is not None
+        samples, base_tensors, cand_tensors = self._samples, base.tensors, cand.tensors
         for i, match in enumerate(self._alignment.matches):
-            b, c = base.tensors[match.base], cand.tensors[match.cand]
+            b, c = base_tensors[match.base], cand_tensors[match.cand]
             old = self._pairs[i] if same_tensors else old_pairs.get((match.base, match.cand))
-            ib, ic = reuse.rows_of(b), reuse.rows_of(c)
-            if i in self._samples:
-                ib, ic, one_sided = _where_both_sampled(ib, ic)
+            keep, sampled = True, i in samples
+            if sampled:
+                ib, ic, one_sided = _where_both_sampled(reuse.rows_of(b), reuse.rows_of(c))
                 keep = not one_sided
-            else:
-                keep = True
             if keep and old is not None and reuse.keep(old, b, c):  # the common refresh: grown, not rebuilt
                 pairs.append(old)
                 kept += 1
                 continue
+            if not sampled:  # a kept pair takes its rows from keep(): looked up only for one rebuilt
+                ib, ic = reuse.rows_of(b), reuse.rows_of(c)
             n = len(steps)
             pair = Pair(
                 match=match,
