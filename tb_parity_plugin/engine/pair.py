@@ -73,6 +73,27 @@ def statistics_figures(base: np.ndarray, cand: np.ndarray, atol: float, rtol: fl
     return out
 
 
+def _element_verdict(c: np.ndarray, b: np.ndarray, rtol: float, atol: float, equal_nan: bool) -> int:
+    """OK, VALUE, or NONFINITE (some failing element is NaN/Inf on a side) for one step's elements."""
+    fail = ~allclose.isclose(c, b, rtol, atol, equal_nan)
+    if not fail.any():
+        return OK
+    finite = np.isfinite(c) & np.isfinite(b) if c.dtype.kind == "f" else True
+    return NONFINITE if np.any(fail & ~finite) else VALUE
+
+
+def _valued(series: Any) -> Optional[tuple[np.ndarray, np.ndarray]]:
+    """(values array, its row per series row or -1) of a series with full values at some steps
+    only (``TensorSeries.partial_values``), None without them."""
+    rows = getattr(series, "value_rows", None)
+    partial = getattr(series, "partial_values", None)
+    if rows is None or partial is None:
+        return None
+    index = np.full(len(series.steps), -1, dtype=np.int64)
+    index[rows] = np.arange(len(rows))
+    return partial, index
+
+
 def _g(x: float) -> str:
     return f"{x:.6g}"
 
@@ -118,6 +139,51 @@ class Pair:
             and self.base.values.shape[1:] == self.cand.values.shape[1:]
         )
 
+    @functools.cached_property
+    def partial(self) -> bool:
+        """Full values at some compared steps of both runs, not at every one (a size crossing
+        ``full_values_limit``: a partial last batch): those steps are compared element-wise, the
+        others by statistics. Recorded values are never left unread for the weaker evidence."""
+        return (
+            not self.use_values
+            and self.static_reason == OK
+            and self._valued["base"] is not None
+            and self._valued["cand"] is not None
+        )
+
+    @functools.cached_property
+    def _valued(self) -> dict[str, Optional[tuple[np.ndarray, np.ndarray]]]:
+        """Each side's partial full values and their row per series row (:func:`_valued`)."""
+        return {"base": _valued(self.base), "cand": _valued(self.cand)}
+
+    def _both_valued(self, rb: np.ndarray, rc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Of series rows ``rb``/``rc`` (-1: absent), the positions where both runs kept full values
+        and those values' rows in each side's values array (see :func:`_valued`)."""
+        vb, vc = self._valued["base"], self._valued["cand"]
+        assert vb is not None and vc is not None
+        ib, ic = vb[1][np.maximum(rb, 0)], vc[1][np.maximum(rc, 0)]
+        at = np.flatnonzero((rb >= 0) & (rc >= 0) & (ib >= 0) & (ic >= 0))
+        return at, ib[at], ic[at]
+
+    def _row_values(self, side: str, row: int) -> Optional[np.ndarray]:
+        """One series row's full values, padding cut (None where that step has none)."""
+        series = self.base if side == "base" else self.cand
+        valued = self._valued[side]
+        if valued is None or valued[1][row] < 0:
+            return None
+        return np.asarray(valued[0][valued[1][row]])[: int(series.stats[row, _IDX["size"]])]
+
+    def _partial_verdicts(
+        self, r: np.ndarray, rb: np.ndarray, rc: np.ndarray, rtol: float, atol: float | np.ndarray, equal_nan: bool
+    ) -> None:
+        """Overwrite ``r`` (VALUE/OK from the statistics) with the element-wise verdict where both
+        runs kept full values: what the statistics could not prove, the values may show."""
+        at, _, _ = self._both_valued(rb, rc)
+        for j in at.tolist():
+            b, c = self._row_values("base", int(rb[j])), self._row_values("cand", int(rc[j]))
+            assert b is not None and c is not None
+            r[j] = _element_verdict(c, b, rtol, _row(atol, j), equal_nan)
+
     def row_bytes(self) -> int:
         if self.use_values:
             return int(self.base.values[0:1].nbytes + self.cand.values[0:1].nbytes)
@@ -148,6 +214,7 @@ class Pair:
         if (  # statistics only and identical (the usual agreeing run): nothing can be proven, one pass
             static == OK
             and not self.use_values
+            and not self.partial
             and np.array_equal(sb, sc)
             and (equal_nan or not sb[:, _IDX["nan"]].any())
         ):
@@ -204,8 +271,11 @@ class Pair:
         """One step's full values in the shape that step ran with (padding of a resized tensor cut)."""
         series = self.base if side == "base" else self.cand
         if series.values is None:
-            return None
-        flat = np.asarray(series.values[row])[: int(series.stats[row, _IDX["size"]])]
+            flat = self._row_values(side, row)
+            if flat is None:
+                return None
+        else:
+            flat = np.asarray(series.values[row])[: int(series.stats[row, _IDX["size"]])]
         shape = self.runtime_shape(side, row)
         dims = [d for d in shape if d is not None]
         return flat.reshape(dims) if len(dims) == len(shape) and int(np.prod(dims)) == flat.size else flat
@@ -228,12 +298,11 @@ class Pair:
                 cv, bv = take_rows(self.cand.values, rc[sel]), take_rows(self.base.values, rb[sel])
                 ok = allclose.rows_allclose(cv, bv, rtol, atol, equal_nan)
                 for i in np.flatnonzero(~ok):  # rare: classify the failing row
-                    c, b = cv[i], bv[i]
-                    fail = ~allclose.isclose(c, b, rtol, _row(atol, int(i)), equal_nan)
-                    finite = np.isfinite(c) & np.isfinite(b) if c.dtype.kind == "f" else True
-                    r[sel.start + i] = NONFINITE if np.any(fail & ~finite) else VALUE
+                    r[sel.start + i] = _element_verdict(cv[i], bv[i], rtol, _row(atol, int(i)), equal_nan)
             else:  # statistics only: a divergence must be proven (engine/stat_bounds.py)
                 r[sel][stat_bounds.proven(sb[sel], sc[sel], atol, np.full(len(sb[sel]), rtol))] = VALUE
+                if self.partial:
+                    self._partial_verdicts(r[sel], rb[sel], rc[sel], rtol, atol, equal_nan)
         return r
 
     def ratios(self, k0: int, k1: int) -> np.ndarray:
@@ -251,7 +320,14 @@ class Pair:
                 take_rows(self.cand.values, rc), take_rows(self.base.values, rb), rtol, atol
             )
         else:
-            out[both] = stat_bounds.ratios(sb, take_rows(self.cand.stats, rc), atol, rtol).max(axis=1)
+            ratio = stat_bounds.ratios(sb, take_rows(self.cand.stats, rc), atol, rtol).max(axis=1)
+            if self.partial:
+                at, _, _ = self._both_valued(rb, rc)
+                for j in at.tolist():
+                    b, c = self._row_values("base", int(rb[j])), self._row_values("cand", int(rc[j]))
+                    assert b is not None and c is not None
+                    ratio[j] = allclose.rows_error_ratio(c[None], b[None], rtol[j : j + 1], _row(atol, j))[0]
+            out[both] = ratio
         return out
 
     def grow(self, base: Any, cand: Any, ib: np.ndarray, ic: np.ndarray) -> None:
@@ -321,7 +397,7 @@ class Pair:
                     f"rank {int(sb[_IDX['rank']])}, size {int(sb[_IDX['size']])} in baseline vs "
                     f"rank {int(sc[_IDX['rank']])}, size {int(sc[_IDX['size']])} in candidate"
                 )
-        elif reason == NONFINITE and not self.use_values:
+        elif reason == NONFINITE and out.get("evidence") != "values":
             sb, sc = self.base.stats[rb], self.cand.stats[rc]
             counts = [(f, int(sb[_IDX[f]]), int(sc[_IDX[f]])) for f in metadata.NONFINITE_FIELDS]
             out["evidence"] = "counts"
@@ -343,4 +419,8 @@ class Pair:
             n = int(self.base.stats[rb, _IDX["size"]])  # rows of a resized tensor are zero-padded past it
             out = allclose.figures(self.cand.values[rc][:n], self.base.values[rb][:n], rtol, atol, equal_nan)
             return {**out, "evidence": "values"}
+        if self.partial:
+            b, c = self._row_values("base", rb), self._row_values("cand", rc)
+            if b is not None and c is not None and b.shape == c.shape:
+                return {**allclose.figures(c, b, rtol, atol, equal_nan), "evidence": "values"}
         return statistics_figures(self.base.stats[rb : rb + 1], self.cand.stats[rc : rc + 1], atol, rtol)

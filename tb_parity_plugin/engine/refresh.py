@@ -150,7 +150,9 @@ class Reuse:
         """Copy ``old``'s verdicts into the rebuilt ``new`` if the rows they came from are unchanged."""
         keep = old.done
         if not (
-            old.use_values == new.use_values
+            not old.partial
+            and not new.partial
+            and old.use_values == new.use_values
             and old.static_reason == new.static_reason
             and old.dynamic == new.dynamic
             and self.same_prefix(old.ib, new.ib, keep)
@@ -181,8 +183,12 @@ def _whole_blocks(old: Any, new: Any) -> bool:
 
 
 def _same_kind(old: Any, new: Any) -> bool:
-    """Whether what a pair's static properties (shape, dtype, evidence) depend on is unchanged."""
+    """Whether what a pair's static properties (shape, dtype, evidence) depend on is unchanged. A
+    series with full values at some steps only is never the same: its pair compares those values
+    row by row (``Pair.partial``), and is rebuilt (such tensors are few, their values small)."""
     if old.shape != new.shape or old.dtype != new.dtype or old.layout_change != new.layout_change:
+        return False
+    if getattr(old, "value_rows", None) is not None or getattr(new, "value_rows", None) is not None:
         return False
     ov, nv = old.values, new.values
     if ov is None or nv is None:

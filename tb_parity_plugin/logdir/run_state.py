@@ -407,6 +407,8 @@ def _merge(parts: list[Part]) -> TensorSeries:
     spec = max(parts, key=lambda p: p[1][-1] if len(p[1]) else -1)[0]
     static = tuple(spec.static if spec.static is not None else spec.shape)
     change: Optional[str] = None
+    partial_values: Optional[np.ndarray] = None
+    value_rows: Optional[np.ndarray] = None
     block: Optional[np.ndarray] = None
     column = -1
     if len(parts) == 1:
@@ -419,10 +421,13 @@ def _merge(parts: list[Part]) -> TensorSeries:
         stats = _readonly(np.concatenate([p[2] for p in parts])[pick])
         vals = [p[3] for p in parts if p[3] is not None]
         values = None
-        if len(vals) == len(parts) and len({v.dtype for v in vals}) == 1:
+        if vals and len({v.dtype for v in vals}) == 1:
             width = max(v.shape[1] for v in vals)
             padded = [v if v.shape[1] == width else np.pad(v, ((0, 0), (0, width - v.shape[1]))) for v in vals]
-            values = _readonly(np.concatenate(padded)[pick])
+            if len(vals) == len(parts):
+                values = _readonly(np.concatenate(padded)[pick])
+            else:  # some layouts kept values (a small partial batch), others did not
+                partial_values, value_rows = _partial(parts, padded, pick)
         kinds = {(p[0].dtype, tuple(p[0].static if p[0].static is not None else p[0].shape)) for p in parts}
         if len(kinds) > 1:
             listed = "; ".join(f"{d} {list(sh)}" for d, sh in sorted(kinds, key=str))
@@ -443,8 +448,42 @@ def _merge(parts: list[Part]) -> TensorSeries:
         if all(d is not None for d in each) and len(ranks) == 1:
             dims = np.concatenate([d for d in each if d is not None])[pick]
     return TensorSeries(
-        spec.kind, spec.name, spec.order, spec.dtype, static, steps, stats, values, dims, change, block, column
+        spec.kind,
+        spec.name,
+        spec.order,
+        spec.dtype,
+        static,
+        steps,
+        stats,
+        values,
+        dims,
+        change,
+        block,
+        column,
+        partial_values=partial_values,
+        value_rows=value_rows,
     )
+
+
+def _partial(
+    parts: list[Part], padded: list[np.ndarray], pick: np.ndarray
+) -> tuple[Optional[np.ndarray], Optional[np.ndarray]]:
+    """(values rows, their rows among the merged ``pick``) of the parts that kept values (``padded``,
+    in the parts' order), or (None, None) when no picked row has values (a later write without
+    values won every such step)."""
+    index, start = [], 0
+    for part in parts:
+        n = len(part[1])
+        if part[3] is not None:
+            index.append(np.arange(start, start + n))
+            start += n
+        else:
+            index.append(np.full(n, -1))
+    at = np.concatenate(index)[pick]
+    rows = np.flatnonzero(at >= 0)
+    if not len(rows):
+        return None, None
+    return _readonly(np.concatenate(padded)[at[rows]]), _readonly(rows)
 
 
 @functools.lru_cache(maxsize=1024)

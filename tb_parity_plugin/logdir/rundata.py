@@ -50,6 +50,13 @@ class TensorSeries:
     #: engine settle a layout's tensors in one array operation instead of one call per tensor.
     block: Optional[np.ndarray] = dataclasses.field(default=None, repr=False, compare=False)
     column: int = -1
+    #: Full values at some steps only, when ``values`` is None: a size that crosses
+    #: ``full_values_limit`` between steps (a partial last batch of a ``[None, n]`` tensor) keeps
+    #: them at its small steps. ``partial_values[j]`` is row ``value_rows[j]`` (ascending indices
+    #: into ``steps``), zero-padded like ``values``. Only the engine's pairs read them, so nothing
+    #: that takes ``values`` for every step sees rows that do not exist.
+    partial_values: Optional[np.ndarray] = dataclasses.field(default=None, repr=False, compare=False)
+    value_rows: Optional[np.ndarray] = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def tag(self) -> str:
