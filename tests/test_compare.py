@@ -980,3 +980,48 @@ def test_two_identical_layers_swapped_with_a_bug_in_one(tmp_path, clear: bool) -
     else:
         assert paired[("weight", "dense/bias:0")] == "dense/bias:0"
         assert any("cannot be told apart" in w for w in report.warnings)
+
+
+def _layer(scope: str, shapes: dict[str, tuple], slots: bool = True, order: int = 0) -> list:
+    """A layer's weights, gradients and (Adam) slots, under ``scope``."""
+    out = []
+    for i, (leaf, shape) in enumerate(shapes.items()):
+        var = f"{scope}/{leaf}:0"
+        out += [series("weight", var, steady(2, shape, seed=i), order=order), series("grad", var, steady(2, shape))]
+        if slots:
+            out += [
+                series("slot", f"{scope}/{leaf}/Adam:0", steady(2, shape)),
+                series("slot", f"{scope}/{leaf}/Adam_1:0", steady(2, shape)),
+            ]
+    return out
+
+
+def test_align_leaves_unpaired_what_layers_parametrised_differently_share_by_shape() -> None:
+    """A TF1 LSTMCell (kernel [7, 16], bias [16]) against Keras LSTM (kernel [3, 16], recurrent
+    kernel [4, 16], bias [16]): the biases share a shape and nothing else. They, their gradients and
+    their slots stay unpaired, with a warning; the dense layer beside them is paired as before."""
+    base = _layer("rnn/lstm_cell", {"kernel": (7, 16), "bias": (16,)}) + _layer("dense", {"kernel": (4, 2)}, order=1)
+    cand = _layer("lstm/lstm_cell", {"kernel": (3, 16), "recurrent_kernel": (4, 16), "bias": (16,)})
+    cand += _layer("dense", {"kernel": (4, 2)}, order=1)
+    result = align.align(base, cand)
+    paired = {(m.base[0], m.base[1]) for m in result.matches}
+    assert not any("lstm_cell" in name for _, name in paired), sorted(paired)
+    assert {("weight", "dense/kernel:0"), ("grad", "dense/kernel:0"), ("slot", "dense/kernel/Adam:0")} <= paired
+    assert ("weight", "rnn/lstm_cell/bias:0") in result.unmatched_base
+    assert ("slot", "lstm/lstm_cell/bias/Adam_1:0") in result.unmatched_cand
+    assert any("rnn/lstm_cell/* and lstm/lstm_cell/*" in w for w in result.warnings)
+    # --map still pairs them when the user says they hold the same values
+    mapped = align.align(base, cand, ["rnn/lstm_cell/bias:0=lstm/lstm_cell/bias:0"])
+    assert ("weight", "rnn/lstm_cell/bias:0") in {m.base for m in mapped.matches}
+
+
+def test_align_keeps_a_layer_whose_port_only_adds_a_variable() -> None:
+    """An extra bias in the port (``use_bias=True`` against TF1's ``False``): the kernel stays
+    paired by shape (only one side has an unmatched variable under the layer)."""
+    base = _layer("proj", {"kernel": (4, 3)}, slots=False)
+    cand = _layer("projection", {"kernel": (4, 3), "bias": (3,)}, slots=False)
+    result = align.align(base, cand)
+    assert [(m.base[1], m.cand[1], m.base[0]) for m in result.matches if m.base[0] == "weight"] == [
+        ("proj/kernel:0", "projection/kernel:0", "weight")
+    ]
+    assert ("weight", "projection/bias:0") in result.unmatched_cand and not result.warnings

@@ -54,7 +54,7 @@ class SeriesLike(Protocol):
 class Match:
     base: Key
     cand: Key
-    how: str  # exact | canonical | map | fallback | first values
+    how: str  # exact | canonical | map | fallback | first values | layer
 
 
 @dataclasses.dataclass
@@ -89,6 +89,8 @@ _SUFFIX = re.compile(r"^(.*?)_(\d+)$")
 _GUESSED = frozenset({"exact", "canonical", "fallback"})
 #: Kinds that hold a layer's own variables: how layers are told apart.
 _LAYER_KINDS = frozenset({"weight", "state"})
+#: Kinds whose tensors may be named after the layer that output them (``by_layer_outputs``).
+_OUTPUT_KINDS = frozenset({"activation", "output"})
 #: Layers that start identical (batch norm) are told apart at the first of this many steps both
 #: runs logged where they differ (a gradient at step 0, a weight after its first update) ...
 TELL_APART_STEPS = 3
@@ -333,11 +335,15 @@ class _Pairing:
         return warnings
 
     def _free_groups(self, kind: str) -> dict[tuple[Any, ...], tuple[list[SeriesLike], list[SeriesLike]]]:
-        """Free tensors of ``kind`` grouped by static shape: shape -> (base list, cand list), execution order."""
+        """Free tensors of ``kind`` grouped by static shape: shape -> (base list, cand list), execution order.
+
+        A dimension the graph does not know is part of the shape (``[None, 6]`` groups with
+        ``[None, 6]``): a TF1 ``placeholder([None, n])`` and a ``fit`` whose last batch is partial
+        both leave the batch unknown, and every activation would otherwise stay unmatched."""
         groups: dict[tuple[Any, ...], tuple[list[SeriesLike], list[SeriesLike]]] = {}
         for side, free, series in ((0, self.free_base, self.base), (1, self.free_cand, self.cand)):
             for s in series:
-                if s.kind == kind and (s.kind, s.name) in free and None not in tuple(s.shape):
+                if s.kind == kind and (s.kind, s.name) in free:
                     groups.setdefault(tuple(s.shape), ([], []))[side].append(s)
         return groups
 
@@ -560,6 +566,114 @@ class _Pairing:
             self.matches[self.matches.index(m)] = Match(m.base, cand, "first values")
         return [(b, c) for b, c in new_c.items() if c != c_of[b]]
 
+    def unpair_partial_layers(self) -> list[str]:
+        """Unpair variables paired by shape alone whose layers' other variables stayed unmatched on
+        both sides, with their gradients and slots: such layers are parametrised differently. A TF1
+        ``LSTMCell`` holds one kernel ``[in + units, 4 units]`` and a bias, Keras ``LSTM`` a kernel,
+        a recurrent kernel and a bias in another gate order with the forget bias folded in: the two
+        biases share a shape and nothing else, and comparing them was a false divergence at step 0
+        of a faithful port. Returns a warning per unpaired layer (``--map`` pairs them anyway)."""
+        free_b: dict[tuple[str, str], int] = {}
+        free_c: dict[tuple[str, str], int] = {}
+        for free, counts in ((self.free_base, free_b), (self.free_cand, free_c)):
+            for kind, name in free:
+                if kind in _LAYER_KINDS and _scope_name(name):
+                    counts[(kind, _scope_name(name))] = counts.get((kind, _scope_name(name)), 0) + 1
+        layers: set[tuple[str, str]] = set()
+        for m in self.matches:
+            if m.base[0] in _LAYER_KINDS and m.how == "fallback":
+                b_scope, c_scope = _scope_name(m.base[1]), _scope_name(m.cand[1])
+                if b_scope and c_scope and free_b.get((m.base[0], b_scope)) and free_c.get((m.cand[0], c_scope)):
+                    layers.add((b_scope, c_scope))
+        if not layers:
+            return []
+        drop = []
+        for m in self.matches:
+            if m.how != "fallback" or m.base[0] not in (*_LAYER_KINDS, "grad", "slot"):
+                continue
+            b_var, c_var = m.base[1], m.cand[1]  # a gradient is named after its variable
+            if m.base[0] == "slot":  # <variable>/<role>
+                b_var, c_var = _scope_name(slot_canonical(b_var)), _scope_name(slot_canonical(c_var))
+            if (_scope_name(b_var), _scope_name(c_var)) in layers:
+                drop.append(m)
+        for m in drop:
+            self.matches.remove(m)
+            self.free_base.add(m.base)
+            self.free_cand.add(m.cand)
+        return [
+            f"{b}/* and {c}/* share variables of the same shapes, but their other variables could not be "
+            "paired (another parametrisation, such as TF1's LSTMCell against Keras LSTM): left unpaired; "
+            "pair them with --map if they hold the same values"
+            for b, c in sorted(layers)
+        ]
+
+    def by_layer_outputs(self) -> list[str]:
+        """Pair a layer's output (an ``activation`` or ``output`` named after its layer:
+        ``rec.activation(layer.name, ...)``, ``instrument(layers=...)``, ``forward_pass``'s
+        ``inference/`` and ``training/`` names) with the output of the layer its variables are
+        paired with. Keras numbers layers per process (a notebook that built a model before names
+        the port's layers ``dense_2``, ``dense_3``): renumbering renames scopes, not an output's own
+        name, and an output's name may equal another layer's on the other side, which paired
+        outputs of different layers (or moved them with the wrong layer when the first values re-paired
+        the layers). Every pair of an output is corrected so but a ``map`` one."""
+        layer_of: list[dict[str, str]] = [{}, {}]  # per side: a layer's own name -> its scope
+        for side, series in ((0, self.base), (1, self.cand)):
+            last: dict[str, set[str]] = {}
+            for s in series:
+                if s.kind in _LAYER_KINDS and _scope_name(s.name):
+                    scope = _scope_name(s.name)
+                    last.setdefault(scope.rpartition("/")[2], set()).add(scope)
+            layer_of[side] = {name: next(iter(scopes)) for name, scopes in last.items() if len(scopes) == 1}
+        partners: dict[str, set[str]] = {}
+        owners: dict[str, set[str]] = {}
+        for m in self.matches:
+            if m.base[0] in _LAYER_KINDS and _scope_name(m.base[1]) and _scope_name(m.cand[1]):
+                partners.setdefault(_scope_name(m.base[1]), set()).add(_scope_name(m.cand[1]))
+                owners.setdefault(_scope_name(m.cand[1]), set()).add(_scope_name(m.base[1]))
+        layer = {b: next(iter(cs)) for b, cs in partners.items() if len(cs) == 1 and owners[next(iter(cs))] == {b}}
+        cand_named: dict[tuple[str, str, str], list[Key]] = {}  # (kind, prefix, scope) -> outputs
+        for s in self.cand:
+            prefix, _, own = s.name.rpartition("/")
+            if s.kind in _OUTPUT_KINDS and own in layer_of[1]:
+                cand_named.setdefault((s.kind, prefix, layer_of[1][own]), []).append((s.kind, s.name))
+        shapes = {(s.kind, s.name): tuple(s.shape) for s in [*self.base, *self.cand]}
+        current_b = {m.base: m for m in self.matches}
+        current_c = {m.cand: m for m in self.matches}
+        moved = []
+        for s in self.base:
+            prefix, _, own = s.name.rpartition("/")
+            b_scope = layer_of[0].get(own) if s.kind in _OUTPUT_KINDS else None
+            if b_scope is None or b_scope not in layer:
+                continue
+            found = cand_named.get((s.kind, prefix, layer[b_scope]), [])
+            if len(found) != 1:
+                continue
+            key, target = (s.kind, s.name), found[0]
+            now, taken = current_b.get(key), current_c.get(target)
+            if now is not None and now.cand == target:
+                continue
+            if (now is not None and now.how == "map") or (taken is not None and taken.how == "map"):
+                continue  # the user's word (anything else here was guessed, the first values' moves too)
+            if not shapes_compatible(shapes[key], shapes[target]):
+                continue
+            for old in (now, taken):
+                if old is not None and old in self.matches:
+                    self.matches.remove(old)
+                    self.free_base.add(old.base)
+                    self.free_cand.add(old.cand)
+                    current_b.pop(old.base, None)
+                    current_c.pop(old.cand, None)
+            self.pair(key, target, "layer")
+            current_b[key] = current_c[target] = self.matches[-1]
+            if now is not None:
+                moved.append(f"{s.kind}/{s.name} with {target[1]} (not {now.cand[1]})")
+        if not moved:
+            return []
+        return [
+            "paired layer outputs with the outputs of the layers their variables are paired with, not by name: "
+            + ", ".join(moved)
+        ]
+
     def by_kind_shape_order(self) -> dict[Key, list[Key]]:
         """Per kind and shape, pair the k-th free tensors in execution order when the counts agree.
 
@@ -680,6 +794,8 @@ def align(
     # order alike (the stages above pair them by shape); what is left is a shape divergence.
     state.by_key(_names, "exact", scoped=False, same_shape=False)
     warnings += state.by_first_values()
+    warnings += state.unpair_partial_layers()
+    warnings += state.by_layer_outputs()
     warnings += _pair_samples(state.matches, samples, (state.base, state.cand))
     shapes = {(s.kind, s.name): tuple(s.shape) for s in [*state.base, *state.cand]}
     for m in state.matches:

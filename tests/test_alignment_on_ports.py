@@ -1,0 +1,225 @@
+"""Alignment on ports written the way users write them, from two new users' trials.
+
+* Keras numbers layers per process: a notebook that built a model earlier names the port's layers
+  ``dense_1, dense_2, dense_3`` where TF1 has ``dense, dense_1, dense_2``. Renumbering fixes the
+  variables' scopes, but a layer's output is recorded under the layer's own name, so TF1's
+  ``dense_1`` (its second layer) was paired by name with the port's ``dense_1`` (its first) when
+  the widths are equal: a false DIVERGE at step 0 of a faithful port. With ``[None, n]`` batches the
+  outputs were not paired by shape at all (a dimension the graph does not know kept them out).
+* A TF1 ``LSTMCell`` (one kernel ``[in + units, 4 units]``, gates i, j, f, o, forget bias added at
+  run time) against Keras ``LSTM`` (kernel, recurrent kernel, gates i, f, c, o, forget bias folded
+  into the bias): the two biases share a shape and nothing else, were paired by it, and diverged at
+  step 0 of a faithful port.
+
+Every expectation is checked against numpy.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+
+from tb_parity_plugin import compare, summary_v1, summary_v2
+
+RNG = np.random.default_rng(8)
+STEPS, BATCH = 4, 8
+LR = 0.1
+X = RNG.standard_normal((STEPS * BATCH, 4)).astype(np.float32)
+Y = RNG.standard_normal((STEPS * BATCH, 6)).astype(np.float32)
+KERNELS = [(RNG.standard_normal(shape) * 0.5).astype(np.float32) for shape in ((4, 6), (6, 6), (6, 6))]
+
+
+def _mlp_tf1(run_dir: str) -> None:
+    """Three tanh layers of width 6, TF1's default names, each output recorded under its layer name."""
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, (None, 4))
+        y = tf.compat.v1.placeholder(tf.float32, (None, 6))
+        h = x
+        for i, kernel in enumerate(KERNELS):
+            name = "dense" if i == 0 else f"dense_{i}"
+            h = tf.compat.v1.layers.dense(h, 6, tf.tanh, kernel_initializer=tf.constant_initializer(kernel), name=name)
+            rec.activation(name, h)
+        loss = rec.loss(tf.compat.v1.losses.mean_squared_error(y, h))
+        rec.lr(tf.constant(LR))
+        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(LR), loss, global_step=gs)
+        rec.set_step(gs)
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for s in range(STEPS):
+                rows = slice(s * BATCH, (s + 1) * BATCH)
+                _, parity = sess.run([train_op, fetches], {x: X[rows], y: Y[rows]})
+                rec.write(parity)
+        rec.close()
+
+
+def _mlp_port(run_dir: str, second_activation: str = "tanh") -> list[str]:
+    """The Keras port after an earlier cell built a layer: its layers are ``dense_1..dense_3``;
+    ``fit`` on a dataset whose batch dimension is unknown. Returns the layer names."""
+    tf.keras.backend.clear_session()
+    tf.keras.layers.Dense(1)  # a notebook's earlier cell
+    activations = ["tanh", second_activation, "tanh"]
+    model = tf.keras.Sequential(
+        [tf.keras.Input((4,))]
+        + [
+            tf.keras.layers.Dense(6, act, kernel_initializer=tf.constant_initializer(k))
+            for act, k in zip(activations, KERNELS)
+        ]
+    )
+    model.compile(tf.keras.optimizers.SGD(LR), loss="mse")
+    rec = summary_v2.Recorder(run_dir)
+    summary_v2.instrument(model, rec, layers=model.layers)
+    model.fit(tf.data.Dataset.from_tensor_slices((X, Y)).batch(BATCH), shuffle=False, verbose=0)
+    rec.close()
+    return [layer.name for layer in model.layers]
+
+
+def _mlp_numpy(second: str = "tanh") -> list[np.ndarray]:
+    """The three layers' outputs at step 0 (biases start at 0)."""
+    h, out = X[:BATCH].astype(np.float64), []
+    for i, kernel in enumerate(KERNELS):
+        pre = h @ kernel
+        h = np.maximum(pre, 0) if (i == 1 and second == "relu") else np.tanh(pre)
+        out.append(h)
+    return out
+
+
+def test_layer_outputs_follow_their_layers_when_keras_numbered_them_differently(tmp_path) -> None:
+    """Faithful port, names drifted by one: every output pairs with its own layer's, and it agrees
+    (numpy: TF1's and the port's outputs are the same functions of the same weights)."""
+    _mlp_tf1(str(tmp_path / "tf1"))
+    names = _mlp_port(str(tmp_path / "tf2"))
+    assert names == ["dense_1", "dense_2", "dense_3"]
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    paired = {m["baseline"]: m["candidate"] for m in report.to_dict()["mapping"] if m["kind"] == "activation"}
+    assert paired == {"dense": "dense_1", "dense_1": "dense_2", "dense_2": "dense_3"}
+    assert report.agree, report.first_divergence
+
+
+def test_a_wrong_activation_is_blamed_on_its_layer_when_names_drifted(tmp_path) -> None:
+    """The port's second layer uses relu: numpy says its first layer's output is the same and its
+    second's differs at step 0; the tool names TF1's ``dense_1`` against the port's ``dense_2``."""
+    want, got = _mlp_numpy("tanh"), _mlp_numpy("relu")
+    assert np.array_equal(want[0], got[0]) and np.abs(want[1] - got[1]).max() > 1e-2
+    _mlp_tf1(str(tmp_path / "tf1"))
+    _mlp_port(str(tmp_path / "tf2"), second_activation="relu")
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert first is not None
+    assert (first.step, first.kind, first.tensor, first.candidate_tensor) == (0, "activation", "dense_1", "dense_2")
+    np.testing.assert_allclose(first.max_abs_diff, np.abs(want[1] - got[1]).max(), rtol=1e-4)
+
+
+# -- a TF1 LSTMCell and its Keras LSTM port ---------------------------------------------------
+
+IN, UNITS, CLASSES, T = 3, 4, 2, 5
+LSTM_KERNEL = (RNG.uniform(-1, 1, (IN + UNITS, 4 * UNITS)) * 0.6).astype(np.float32)
+DENSE = (RNG.standard_normal((UNITS, CLASSES)) * 0.5).astype(np.float32)
+SEQS = RNG.standard_normal((STEPS, BATCH, T, IN)).astype(np.float32)
+LABELS = np.eye(CLASSES, dtype=np.float32)[RNG.integers(0, CLASSES, (STEPS, BATCH))]
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-z))
+
+
+def _lstm_numpy(x: np.ndarray) -> np.ndarray:
+    """TF1 ``LSTMCell`` outputs, written out: ``[x, h] @ W`` split into i, j, f, o; forget bias 1."""
+    h, c, out = np.zeros((len(x), UNITS)), np.zeros((len(x), UNITS)), []
+    for t in range(x.shape[1]):
+        z = np.concatenate([x[:, t], h], 1) @ LSTM_KERNEL.astype(np.float64)
+        i, j, f, o = (z[:, k * UNITS : (k + 1) * UNITS] for k in range(4))
+        c = _sigmoid(f + 1.0) * c + _sigmoid(i) * np.tanh(j)
+        h = _sigmoid(o) * np.tanh(c)
+        out.append(h)
+    return np.stack(out, 1)
+
+
+def _keras_weights(gate_order_right: bool) -> list[np.ndarray]:
+    """TF1's LSTM weights for Keras: gates reordered to i, f, c, o and the forget bias folded in
+    (``gate_order_right=False``: the classic slip, TF1's columns copied as they are)."""
+    i, j, f, o = (LSTM_KERNEL[:, k * UNITS : (k + 1) * UNITS] for k in range(4))
+    kernel = np.concatenate([i, f, j, o], 1) if gate_order_right else LSTM_KERNEL
+    bias = np.zeros(4 * UNITS, np.float32)
+    bias[UNITS : 2 * UNITS] = 1.0 if gate_order_right else 0.0
+    if not gate_order_right:
+        bias[2 * UNITS : 3 * UNITS] = 1.0  # TF1's forget columns sit where Keras reads c
+    return [kernel[:IN], kernel[IN:], bias]
+
+
+def _lstm_tf1(run_dir: str) -> None:
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, (None, None, IN))
+        y = tf.compat.v1.placeholder(tf.float32, (None, CLASSES))
+        cell = tf.compat.v1.nn.rnn_cell.LSTMCell(UNITS, initializer=tf.constant_initializer(LSTM_KERNEL))
+        outputs, _ = tf.compat.v1.nn.dynamic_rnn(cell, x, dtype=tf.float32)
+        rec.activation("lstm", outputs)
+        logits = tf.compat.v1.layers.dense(outputs[:, -1], CLASSES, kernel_initializer=tf.constant_initializer(DENSE))
+        rec.activation("dense", logits)
+        loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(y, logits))
+        rec.lr(tf.constant(LR))
+        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(LR), loss, global_step=gs)
+        rec.set_step(gs)
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for s in range(STEPS):
+                _, parity = sess.run([train_op, fetches], {x: SEQS[s], y: LABELS[s]})
+                rec.write(parity)
+        rec.close()
+
+
+def _lstm_port(run_dir: str, gate_order_right: bool) -> np.ndarray:
+    """Keras ``LSTM`` + ``Dense`` under ``fit``; returns the LSTM's outputs at step 0 before training."""
+    tf.keras.backend.clear_session()
+    lstm = tf.keras.layers.LSTM(UNITS, return_sequences=True, name="lstm")
+    dense = tf.keras.layers.Dense(CLASSES, kernel_initializer=tf.constant_initializer(DENSE))
+    inputs = tf.keras.Input((None, IN))
+    hidden = lstm(inputs)
+    model = tf.keras.Model(inputs, dense(tf.keras.layers.Lambda(lambda s: s[:, -1])(hidden)))
+    lstm.set_weights(_keras_weights(gate_order_right))
+    before = tf.keras.Model(inputs, hidden)(SEQS[0]).numpy()
+    model.compile(tf.keras.optimizers.SGD(LR), loss=tf.keras.losses.CategoricalCrossentropy(from_logits=True))
+    rec = summary_v2.Recorder(run_dir)
+    summary_v2.instrument(model, rec, layers=[lstm, dense])
+    data = tf.data.Dataset.from_tensor_slices((SEQS.reshape(-1, T, IN), LABELS.reshape(-1, CLASSES))).batch(BATCH)
+    model.fit(data, verbose=0, shuffle=False)
+    rec.close()
+    return before
+
+
+def _lstm_report(tmp_path, gate_order_right: bool, allow: Optional[list[str]] = None):  # type: ignore[no-untyped-def]
+    _lstm_tf1(str(tmp_path / "tf1"))
+    before = _lstm_port(str(tmp_path / "tf2"), gate_order_right)
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2", allow_unmatched=allow or [])
+    return before, report
+
+
+def test_a_faithful_lstm_port_has_no_value_divergence(tmp_path) -> None:
+    """The converted weights give TF1's outputs (numpy, to float32 rounding). The cells' variables
+    cannot be paired (another parametrisation): they are a structure difference, said with a warning,
+    and nothing diverges at any step; declared expected, the port agrees."""
+    before, report = _lstm_report(tmp_path, gate_order_right=True)
+    np.testing.assert_allclose(before, _lstm_numpy(SEQS[0].astype(np.float64)), atol=1e-6)
+    assert report.first_step_divergence is None, report.first_step_divergence
+    unmatched = set(report.unmatched["tf1"])
+    assert {"weight/rnn/lstm_cell/bias:0", "grad/rnn/lstm_cell/bias:0"} <= unmatched
+    assert any("another parametrisation" in w for w in report.warnings)
+    allowed = compare(str(tmp_path), baseline="tf1", candidate="tf2", allow_unmatched=["*lstm_cell*"])
+    assert allowed.agree, allowed.first_divergence
+
+
+def test_a_wrong_gate_order_is_found_on_the_lstm_output(tmp_path) -> None:
+    """TF1's columns copied as they are: numpy says the LSTM's outputs differ at step 0; the tool
+    names them (not the unpairable biases)."""
+    before, report = _lstm_report(tmp_path, gate_order_right=False, allow=["*lstm_cell*"])
+    want = _lstm_numpy(SEQS[0].astype(np.float64))
+    assert np.abs(before - want).max() > 1e-2
+    first = report.first_divergence
+    assert first is not None and (first.step, first.kind, first.tensor) == (0, "activation", "lstm"), first
+    np.testing.assert_allclose(first.max_abs_diff, np.abs(before - want).max(), rtol=1e-3)
