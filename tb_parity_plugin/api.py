@@ -183,6 +183,8 @@ def assert_parity(
         lines += [f"  also at step {first.step}: {describe(d)}" for d in others[:10]]
         if len(others) > 10:
             lines.append(f"  ... and {len(others) - 10} more")
+        if report.unproven_text:
+            lines.append(report.unproven_text)
         raise AssertionError("\n".join(lines + problem_lines(report)))
     if report.incomplete:  # what was not read may diverge: not a pass
         raise AssertionError("\n".join([report.verdict_text, *problem_lines(report)]))

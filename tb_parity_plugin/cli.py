@@ -135,6 +135,8 @@ def format_report(report: ParityReport) -> str:
         lines.append(report.verdict_text)
         lines.append(f"tensors diverging at step {first.step}, in execution order:")
         lines += [f"  {api.describe(d)}" for d in report.divergences_at_first_step]
+        if report.unproven_text:
+            lines.append(report.unproven_text)
     for run, hit in report.first_nonfinite.items():
         if hit is not None:
             lines.append(f"first NaN/Inf in {run!r}: step {hit['step']}, {hit['kind']}/{hit['tensor']}")

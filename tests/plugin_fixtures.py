@@ -81,6 +81,24 @@ def write_pair(
         writer.close()
 
 
+def write_upstream_pair(root: str, folder: str, steps: int) -> None:
+    """A pair whose first divergent tensor (``weight/k`` from step 1) comes after a tensor compared by
+    statistics only (``weight/emb``, 6400 elements, one element off by 1e-3 from step 1: no
+    statistic can prove it), so the divergence may start upstream of the one named."""
+    rng = np.random.default_rng(3)
+    emb = [rng.standard_normal((100, 64)).astype(np.float32) for _ in range(steps)]
+    kernel = [rng.standard_normal((8, 4)).astype(np.float32) for _ in range(steps)]
+    for side in ("tf1", "tf2"):
+        writer = BlockWriter(os.path.join(root, folder, side), side=side)
+        for step in range(steps):
+            e, k = emb[step].copy(), kernel[step].copy()
+            if side == "tf2" and step >= 1:
+                e[5, 5] += 1e-3
+                k += 1e-2
+            writer.write_arrays(step, [("weight", "emb", e), ("weight", "k", k)])
+        writer.close()
+
+
 def write_structure_pair(root: str, folder: str, steps: int) -> None:
     """A port with the usual structure bugs: a variable it lacks (batch norm ``scale=False``:
     no gamma; named with HTML, which must stay text), a layer built twice (``dense_3`` beside

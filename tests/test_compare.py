@@ -1025,3 +1025,46 @@ def test_align_keeps_a_layer_whose_port_only_adds_a_variable() -> None:
         ("proj/kernel:0", "projection/kernel:0", "weight")
     ]
     assert ("weight", "projection/bias:0") in result.unmatched_cand and not result.warnings
+
+
+def test_a_divergence_names_the_earlier_tensors_only_statistics_compared_at_its_step(tmp_path) -> None:
+    """A new user's port diverged on a dense kernel at step 1 while the embedding before it, compared
+    by statistics and a sample, held 87 wrong elements the sample missed: the tool named the kernel
+    and said nothing of the embedding. The report now lists the tensors before the first divergent
+    one that only statistics compared at that step (not those with full values there, nor those not
+    logged there), and the CLI and ``assert_parity`` say what that means."""
+    rng = np.random.default_rng(0)
+    emb = {s: rng.standard_normal((100, 64)).astype(np.float32) for s in range(3)}  # 6400 > 4096: statistics
+    small = {s: rng.standard_normal((3,)).astype(np.float32) for s in range(3)}
+    kernel = {s: rng.standard_normal((8, 4)).astype(np.float32) for s in range(3)}
+
+    def cand_emb(s: int) -> np.ndarray:
+        e = emb[s].copy()
+        e[5, 5] += 1e-3 * (s >= 1)  # numpy: out of atol 1e-5, but no statistic can prove it
+        return e
+
+    def tensors(s: int, cand: bool) -> list:
+        out = [("weight", "emb", cand_emb(s) if cand else emb[s]), ("weight", "small", small[s])]
+        if s != 1:
+            out.append(("weight", "absent_at_1", small[s]))
+        return out + [("weight", "k", kernel[s] + np.float32(1e-2 * (cand and s >= 1)))]
+
+    write_run(str(tmp_path), "tf1", range(3), lambda s: tensors(s, False), side="tf1")
+    write_run(str(tmp_path), "tf2", range(3), lambda s: tensors(s, True), side="tf2")
+    report = compare_runs(*_runs(str(tmp_path)))
+    assert (report.first_divergence.step, report.first_divergence.tensor) == (1, "k")
+    assert report.unproven_before_first == ["weight/emb"]
+    assert report.to_dict()["unproven_before_first"] == ["weight/emb"]
+    from tb_parity_plugin import api, cli
+
+    assert "before weight/k in execution order, compared at step 1 by statistics only" in cli.format_report(report)
+    assert report.to_dict()["unproven_text"] == report.unproven_text
+    assert 'data-testid="unproven"' in report._repr_html_()  # the HTML report and notebook view
+    with pytest.raises(AssertionError, match="divergence may start upstream"):
+        api.assert_parity(str(tmp_path))
+
+
+def _runs(logdir: str) -> tuple:
+    reader = LogdirReader(logdir)
+    reader.reload()
+    return reader.run("tf1"), reader.run("tf2")

@@ -81,6 +81,8 @@ export interface Summary {
   policy: { atol: Num; rtol: Num; warmup_steps: number; equal_nan: boolean };
   problems: { run: string; path: string; offset: number; message: string }[];
   warnings: string[];
+  /** Tensors before the first divergent one that only statistics compared at its step, in words (or null). */
+  unproven_text?: string | null;
   generations: Record<string, number>;
 }
 

@@ -216,6 +216,7 @@ class Comparison:
         """
         k = self._scan_first()
         at_step = [] if k is None else [self._divergence(p, k) for p in self._pairs if p.first_bad == k]
+        from_pairs = at_step[0] if at_step else None
         out_of_sync = {
             run.name: [Divergence(**d) for d in replicas.disagreements(run, self._replicas[run.name], self.policy)]
             for run in (self.base, self.cand)
@@ -277,6 +278,10 @@ class Comparison:
                 if getattr(s, "layout_change", None)
             ],
             statistics_only=[f"{p.base.kind}/{p.base.name}" for p in tensors if not p.use_values],
+            # only when the first divergence is a pair's (not structure, not a replica's copies)
+            unproven_before_first=(
+                self._unproven_before(k) if k is not None and at_first and at_first[0] is from_pairs else []
+            ),
             evidence={
                 "values": sum(1 for p in tensors if p.use_values),
                 "statistics": sum(1 for p in tensors if not p.use_values),
@@ -289,6 +294,17 @@ class Comparison:
             },
             comparison=self,
         )
+
+    def _unproven_before(self, k: int) -> list[str]:
+        """Tags logged by both runs at compared step ``k`` and compared there by statistics only,
+        before the first pair diverging at ``k`` (pairs are in the baseline's execution order)."""
+        found = []
+        for i, p in enumerate(self._pairs):
+            if p.first_bad == k:
+                break
+            if i not in self._samples and p.ib[k] >= 0 and p.ic[k] >= 0 and not p.by_values_at(k):
+                found.append(f"{p.base.kind}/{p.base.name}")
+        return found
 
     def _damaged(self) -> set[str]:
         """Runs whose unaccepted read problems may have cost them records (see ``structure.first_of``)."""

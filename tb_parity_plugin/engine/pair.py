@@ -184,6 +184,15 @@ class Pair:
             assert b is not None and c is not None
             r[j] = _element_verdict(c, b, rtol, _row(atol, j), equal_nan)
 
+    def by_values_at(self, k: int) -> bool:
+        """Compared step ``k`` is compared element-wise (full values on both sides there)."""
+        rb, rc = int(self.ib[k]), int(self.ic[k])
+        if rb < 0 or rc < 0:
+            return False
+        if self.use_values:
+            return True
+        return self.partial and len(self._both_valued(np.array([rb]), np.array([rc]))[0]) == 1
+
     def row_bytes(self) -> int:
         if self.use_values:
             return int(self.base.values[0:1].nbytes + self.cand.values[0:1].nbytes)

@@ -83,6 +83,10 @@ class ParityReport:
     #: Tags of the pairs compared by statistics only (in the baseline's execution order): what
     #: to record with full values (``full_values_limit``) for an element-wise verdict.
     statistics_only: list[str] = dataclasses.field(default_factory=list)
+    #: Tags compared at the first divergent step by statistics only (with a sample, if they have
+    #: one), earlier in the baseline's execution order than the first divergent tensor: a smaller
+    #: difference there is not ruled out, so the divergence may start upstream of the one named.
+    unproven_before_first: list[str] = dataclasses.field(default_factory=list)
     #: Runs recorded under a distribution strategy: run -> {count, tensors (with per-replica
     #: copies), disagreements (variables whose replica copies are out of sync)}.
     replicas: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
@@ -138,6 +142,20 @@ class ParityReport:
             f"than element-wise agreement (the other {by_values} agree element-wise)"
         )
 
+    @property
+    def unproven_text(self) -> Optional[str]:
+        """What :attr:`unproven_before_first` means, worded once for every front end (None if empty)."""
+        tags, first = self.unproven_before_first, self.first_divergence
+        if not tags or first is None:
+            return None
+        shown = ", ".join(tags[:10]) + (f" and {len(tags) - 10} more" if len(tags) > 10 else "")
+        return (
+            f"before {first.kind}/{first.tensor} in execution order, compared at step {first.step} by statistics "
+            f"only (and their element samples, where recorded): {shown}; a difference there smaller than the "
+            "statistics can prove is not ruled out, so the divergence may start upstream: record them with full "
+            "values to know"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "baseline": self.baseline,
@@ -147,6 +165,8 @@ class ParityReport:
             "verdict_text": self.verdict_text,
             "evidence": dict(self.evidence),
             "statistics_only": list(self.statistics_only),
+            "unproven_before_first": list(self.unproven_before_first),
+            "unproven_text": self.unproven_text,
             "steps_compared": self.steps_compared,
             "tensors_compared": self.tensors_compared,
             "first_divergence": self.first_divergence.to_dict() if self.first_divergence else None,

@@ -291,6 +291,12 @@ def _unmatched_and_mapping(summary: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
+def _unproven(summary: Mapping[str, Any]) -> str:
+    """The tensors before the first divergent one that only statistics compared (``unproven_text``)."""
+    text = summary.get("unproven_text")
+    return f'<p class="warnings" data-testid="unproven">{_e(text)}</p>' if text else ""
+
+
 def _warnings(summary: Mapping[str, Any]) -> str:
     """The engine's warnings, as the CLI prints them (layers paired by their first values, a
     mapping that matched nothing, a tensor traced for several batch sizes, ...)."""
@@ -334,6 +340,7 @@ def render_fragment(
             _verdict(summary),
             f'<p class="meta">{meta}</p>',
             _divergence_table(summary),
+            _unproven(summary),
             _nonfinite(summary),
             _charts(summary, scalars),
             _heat_map(matrix),

@@ -33,8 +33,8 @@ pytest.importorskip("playwright.sync_api")
 @pytest.fixture(scope="session")
 def demo_logdir(demo_logs: str) -> str:
     """The demo's three pairs, plus a pair whose first-diverging tensor is named with HTML,
-    a port with structure bugs, a statistics-only pair with a corrupt record, and a pair
-    that a test grows while the tab shows it."""
+    a port with structure bugs, a statistics-only pair with a corrupt record, a pair that a test
+    grows while the tab shows it, and a divergence after a tensor only statistics compared."""
     fx.write_pair(demo_logs, "html", 8, diverge_at=2, lr_name=fx.HTML_NAME)
     fx.write_pair(demo_logs, "drift", 8, diverge_at=3, drift=0.01)
     fx.write_structure_pair(demo_logs, "structure", 6)
@@ -43,6 +43,7 @@ def demo_logdir(demo_logs: str) -> str:
     fx.corrupt_last_record(os.path.join(demo_logs, "stats", "tf2"))
     fx.write_pair(demo_logs, "stats_clean", 6, full_values_limit=1)
     fx.write_pair(demo_logs, "grow", 20)
+    fx.write_upstream_pair(demo_logs, "upstream", 4)
     return demo_logs
 
 

@@ -116,6 +116,21 @@ def test_read_problems_make_no_agreement_and_are_shown_beside_the_verdict(page, 
 
 
 @one_server
+def test_a_divergence_after_tensors_only_statistics_compared_says_it_may_start_upstream(
+    page, server: str, demo_logdir: str
+) -> None:
+    report = engine(demo_logdir, "upstream")
+    assert report.unproven_before_first == ["weight/emb"] and report.unproven_text
+    frame = open_tab(page, server, "upstream")
+    alert = frame.locator("[data-testid=unproven-alert]")
+    alert.wait_for(timeout=TIMEOUT)
+    assert report.unproven_text in alert.inner_text()
+    frame.locator("[data-testid=pair]").select_option(label="clean")
+    frame.locator("[data-testid=card][data-verdict=agree]").wait_for(timeout=TIMEOUT)
+    assert frame.locator("[data-testid=unproven-alert]").count() == 0
+
+
+@one_server
 def test_a_value_divergence_shows_its_evidence_and_a_plain_agree_stays_plain(
     page, server: str, demo_logdir: str
 ) -> None:
