@@ -57,6 +57,8 @@ class Comparison:
         self._structure: Optional[tuple[align.Alignment, tuple[Any, ...], structure.Structure]] = None
         self._keys: Optional[tuple[Any, ...]] = None  # what align() read of both runs
         self._samples: set[int] = set()  # the alignment's matches that pair element samples
+        #: (step index, the pairs up to the first divergent one, their statistics-only tags): _unproven_before
+        self._unproven: Optional[tuple[int, list[Pair], list[str]]] = None
         #: (the alignment, the matrix's column names and kinds): the same lists while it is unchanged
         self._columns: Optional[tuple[align.Alignment, list[str], list[str], list[str]]] = None
         self._nonfinite_scans: dict[str, FirstNonfinite] = {}
@@ -297,14 +299,22 @@ class Comparison:
 
     def _unproven_before(self, k: int) -> list[str]:
         """Tags logged by both runs at compared step ``k`` and compared there by statistics only,
-        before the first pair diverging at ``k`` (pairs are in the baseline's execution order)."""
-        found = []
-        for i, p in enumerate(self._pairs):
-            if p.first_bad == k:
-                break
-            if i not in self._samples and p.ib[k] >= 0 and p.ic[k] >= 0 and not p.by_values_at(k):
-                found.append(f"{p.base.kind}/{p.base.name}")
-        return found
+        before the first pair diverging at ``k`` (pairs are in the baseline's execution order).
+        Kept while those pairs are the same objects (a refresh that grows them keeps their rows at
+        ``k``, which is below every pair's ``done``): each refresh's report asks again."""
+        end = next((i for i, p in enumerate(self._pairs) if p.first_bad == k), len(self._pairs))
+        before = self._pairs[: end + 1]
+        kept = self._unproven
+        if kept is not None and kept[0] == k and len(kept[1]) == len(before):
+            if all(a is b for a, b in zip(kept[1], before)):
+                return list(kept[2])
+        found = [
+            f"{p.base.kind}/{p.base.name}"
+            for i, p in enumerate(before[:end])
+            if i not in self._samples and p.ib[k] >= 0 and p.ic[k] >= 0 and not p.by_values_at(k)
+        ]
+        self._unproven = (k, before, found)
+        return list(found)
 
     def _damaged(self) -> set[str]:
         """Runs whose unaccepted read problems may have cost them records (see ``structure.first_of``)."""
