@@ -1068,3 +1068,22 @@ def _runs(logdir: str) -> tuple:
     reader = LogdirReader(logdir)
     reader.reload()
     return reader.run("tf1"), reader.run("tf2")
+
+
+def test_align_leaves_outputs_of_unknown_batch_unpaired_when_only_their_order_would_pair_them() -> None:
+    """A reviewer's faithful port: two parallel ``[None, 6]`` branches, named by the user in TF1
+    (``branch_a``, ``branch_b``, built b first) and after Keras layers in the port (``dense``,
+    ``dense_1``, built a first). Pairing them by execution order crossed the branches: a false
+    DIVERGE at step 0. They stay unmatched, listed with their candidates, for a --map."""
+    rows = [np.zeros((8, 6), np.float32)]
+    unknown = dict(steps=[0])
+    base = [
+        series("activation", "branch_b", rows, order=1, **unknown),
+        series("activation", "branch_a", rows, order=2, **unknown),
+    ]
+    cand = [series("activation", "dense", rows, order=1, **unknown), series("activation", "dense_1", rows, order=2)]
+    for s in (*base, *cand):
+        s.shape = (None, 6)
+    result = align.align(base, cand)
+    assert result.matches == []
+    assert sorted(result.unmatched_base) == [("activation", "branch_a"), ("activation", "branch_b")]

@@ -213,3 +213,24 @@ def test_values_at_some_steps_decide_those_steps_and_only_those(tmp_path) -> Non
     np.testing.assert_array_equal(plain.reason, m.reason)
     np.testing.assert_array_equal(plain.error_ratio, m.error_ratio)
     reader.close()
+
+
+def test_values_at_every_step_on_one_side_meet_values_at_some_steps_on_the_other(tmp_path) -> None:
+    """A reviewer's case: the baseline kept full values at every step (a higher
+    ``full_values_limit``), the candidate at its 30-row steps only. Both used to be left unread
+    (``values`` on one side only): the steps both kept are now compared element-wise, so the
+    30-row step 2 reversed is found there, by values."""
+    rng = np.random.default_rng(1)
+    acts = {s: rng.standard_normal((30 if s % 3 == 2 else 80, 64)).astype(np.float32) for s in range(6)}
+    logdir = str(tmp_path)
+    write_run(logdir, "b", range(6), lambda s: [("activation", "h", acts[s])], limit=10**6)
+    write_run(logdir, "c", range(6), lambda s: [("activation", "h", acts[s][::-1] if s == 2 else acts[s])])
+    reader = LogdirReader(logdir)
+    reader.reload()
+    b, c = reader.run("b"), reader.run("c")
+    assert b.tensors[("activation", "h")].values is not None and c.tensors[("activation", "h")].values is None
+    report = Comparison(b, c).report()
+    first = report.first_divergence
+    assert first is not None and (first.step, first.evidence, first.reason) == (2, "values", "value")
+    np.testing.assert_allclose(first.max_abs_diff, np.abs(acts[2][::-1] - acts[2]).max(), rtol=1e-6)
+    reader.close()

@@ -337,13 +337,14 @@ class _Pairing:
     def _free_groups(self, kind: str) -> dict[tuple[Any, ...], tuple[list[SeriesLike], list[SeriesLike]]]:
         """Free tensors of ``kind`` grouped by static shape: shape -> (base list, cand list), execution order.
 
-        A dimension the graph does not know is part of the shape (``[None, 6]`` groups with
-        ``[None, 6]``): a TF1 ``placeholder([None, n])`` and a ``fit`` whose last batch is partial
-        both leave the batch unknown, and every activation would otherwise stay unmatched."""
+        A shape with a dimension the graph does not know (``[None, 6]``) is left out: two parallel
+        branches of one width built in another order by the port would be paired by execution order
+        (a reviewer's faithful port: a false DIVERGE at step 0); such tensors stay unmatched, listed,
+        unless named after their layers (:meth:`by_layer_outputs`) or mapped."""
         groups: dict[tuple[Any, ...], tuple[list[SeriesLike], list[SeriesLike]]] = {}
         for side, free, series in ((0, self.free_base, self.base), (1, self.free_cand, self.cand)):
             for s in series:
-                if s.kind == kind and (s.kind, s.name) in free:
+                if s.kind == kind and (s.kind, s.name) in free and None not in tuple(s.shape):
                     groups.setdefault(tuple(s.shape), ([], []))[side].append(s)
         return groups
 
@@ -589,8 +590,11 @@ class _Pairing:
             return []
         drop = []
         for m in self.matches:
-            if m.how != "fallback" or m.base[0] not in (*_LAYER_KINDS, "grad", "slot"):
-                continue
+            kind = m.base[0]
+            if kind in _LAYER_KINDS and m.how != "fallback":
+                continue  # a variable paired by shape alone goes...
+            if kind not in _LAYER_KINDS and (kind not in ("grad", "slot") or m.how == "map"):
+                continue  # ...with its gradient and slots, however they were paired but by --map
             b_var, c_var = m.base[1], m.cand[1]  # a gradient is named after its variable
             if m.base[0] == "slot":  # <variable>/<role>
                 b_var, c_var = _scope_name(slot_canonical(b_var)), _scope_name(slot_canonical(c_var))

@@ -83,8 +83,10 @@ def _element_verdict(c: np.ndarray, b: np.ndarray, rtol: float, atol: float, equ
 
 
 def _valued(series: Any) -> Optional[tuple[np.ndarray, np.ndarray]]:
-    """(values array, its row per series row or -1) of a series with full values at some steps
-    only (``TensorSeries.partial_values``), None without them."""
+    """(values array, its row per series row or -1) of a series with full values at every step
+    (``values``) or at some steps only (``TensorSeries.partial_values``), None without any."""
+    if series.values is not None:
+        return series.values, np.arange(len(series.steps))
     rows = getattr(series, "value_rows", None)
     partial = getattr(series, "partial_values", None)
     if rows is None or partial is None:
@@ -142,8 +144,10 @@ class Pair:
     @functools.cached_property
     def partial(self) -> bool:
         """Full values at some compared steps of both runs, not at every one (a size crossing
-        ``full_values_limit``: a partial last batch): those steps are compared element-wise, the
-        others by statistics. Recorded values are never left unread for the weaker evidence."""
+        ``full_values_limit``: a partial last batch; one side may have them at every step), or at
+        every step in rows of other widths (each run pads to its own widest step): those steps are
+        compared element-wise, step by step, the others by statistics. Recorded values are never
+        left unread for the weaker evidence."""
         return (
             not self.use_values
             and self.static_reason == OK

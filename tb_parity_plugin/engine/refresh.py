@@ -96,7 +96,7 @@ class Reuse:
     def keep(self, old: Pair, base: Any, cand: Any) -> bool:
         """Grow ``old`` in place onto the new series if its verdicts stay valid (the common
         refresh: the same pair, more steps at the end); False, untouched, if it must be rebuilt."""
-        if not self.in_place:
+        if not self.in_place or old.partial:  # compared step by step on values: rebuilt (_same_kind)
             return False
         ob, oc, done = old.base, old.cand, old.done
         obb, bb, ocb, cb = ob.block, base.block, oc.block, cand.block
