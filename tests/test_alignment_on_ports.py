@@ -44,17 +44,23 @@ def _mlp_tf1(run_dir: str) -> None:
             h = tf.compat.v1.layers.dense(h, 6, tf.tanh, kernel_initializer=tf.constant_initializer(kernel), name=name)
             rec.activation(name, h)
         loss = rec.loss(tf.compat.v1.losses.mean_squared_error(y, h))
-        rec.lr(tf.constant(LR))
-        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(LR), loss, global_step=gs)
-        rec.set_step(gs)
-        fetches = rec.fetches
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for s in range(STEPS):
-                rows = slice(s * BATCH, (s + 1) * BATCH)
-                _, parity = sess.run([train_op, fetches], {x: X[rows], y: Y[rows]})
-                rec.write(parity)
-        rec.close()
+        rows = [slice(s * BATCH, (s + 1) * BATCH) for s in range(STEPS)]
+        _train_with_sgd(rec, gs, loss, [{x: X[r], y: Y[r]} for r in rows])
+
+
+def _train_with_sgd(rec: summary_v1.Recorder, gs: tf.Variable, loss: tf.Tensor, feeds: list[dict]) -> None:
+    """The TF1 training tail both originals share: the lr recorded, SGD built by the recorder, one
+    ``sess.run`` per feed, then the recorder closed."""
+    rec.lr(tf.constant(LR))
+    train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(LR), loss, global_step=gs)
+    rec.set_step(gs)
+    fetches = rec.fetches
+    with tf.compat.v1.Session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        for feed in feeds:
+            _, parity = sess.run([train_op, fetches], feed)
+            rec.write(parity)
+    rec.close()
 
 
 def _mlp_port(run_dir: str, second_activation: str = "tanh") -> list[str]:
@@ -162,16 +168,7 @@ def _lstm_tf1(run_dir: str) -> None:
         logits = tf.compat.v1.layers.dense(outputs[:, -1], CLASSES, kernel_initializer=tf.constant_initializer(DENSE))
         rec.activation("dense", logits)
         loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(y, logits))
-        rec.lr(tf.constant(LR))
-        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(LR), loss, global_step=gs)
-        rec.set_step(gs)
-        fetches = rec.fetches
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for s in range(STEPS):
-                _, parity = sess.run([train_op, fetches], {x: SEQS[s], y: LABELS[s]})
-                rec.write(parity)
-        rec.close()
+        _train_with_sgd(rec, gs, loss, [{x: SEQS[s], y: LABELS[s]} for s in range(STEPS)])
 
 
 def _lstm_port(run_dir: str, gate_order_right: bool) -> np.ndarray:
