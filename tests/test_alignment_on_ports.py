@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Optional
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tb_parity_plugin import compare, summary_v1, summary_v2
@@ -220,3 +221,86 @@ def test_a_wrong_gate_order_is_found_on_the_lstm_output(tmp_path) -> None:
     first = report.first_divergence
     assert first is not None and (first.step, first.kind, first.tensor) == (0, "activation", "lstm"), first
     np.testing.assert_allclose(first.max_abs_diff, np.abs(before - want).max(), rtol=1e-3)
+
+
+# -- two parallel branches of one width, built in another order --------------------------------
+
+KA = (RNG.standard_normal((4, 6)) * 0.5).astype(np.float32)
+KB = (RNG.standard_normal((4, 6)) * 0.5).astype(np.float32)
+KO = (RNG.standard_normal((12, 1)) * 0.5).astype(np.float32)
+YB = RNG.standard_normal((STEPS * BATCH, 1)).astype(np.float32)
+
+
+def _branches_tf1(run_dir: str, batch: Optional[int]) -> None:
+    """TF1 builds branch b (tanh) before branch a (relu) and names their outputs itself."""
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, (batch, 4))
+        y = tf.compat.v1.placeholder(tf.float32, (batch, 1))
+        hb = rec.activation(
+            "branch_b", tf.compat.v1.layers.dense(x, 6, tf.tanh, kernel_initializer=tf.constant_initializer(KB))
+        )
+        ha = rec.activation(
+            "branch_a", tf.compat.v1.layers.dense(x, 6, tf.nn.relu, kernel_initializer=tf.constant_initializer(KA))
+        )
+        out = tf.compat.v1.layers.dense(tf.concat([ha, hb], 1), 1, kernel_initializer=tf.constant_initializer(KO))
+        loss = rec.loss(tf.compat.v1.losses.mean_squared_error(y, out))
+        rows = [slice(s * BATCH, (s + 1) * BATCH) for s in range(STEPS)]
+        _train_with_sgd(rec, gs, loss, [{x: X[r], y: YB[r]} for r in rows])
+
+
+def _branches_port(run_dir: str, batch: Optional[int], bias_a: float = 0.0) -> None:
+    """The port builds branch a first; its outputs are recorded under the Keras layers' names.
+    ``bias_a``: branch a's bias initialiser (0 is faithful)."""
+    tf.keras.backend.clear_session()
+    inputs = tf.keras.Input((4,))
+    la = tf.keras.layers.Dense(
+        6, "relu", kernel_initializer=tf.constant_initializer(KA), bias_initializer=tf.constant_initializer(bias_a)
+    )
+    lb = tf.keras.layers.Dense(6, "tanh", kernel_initializer=tf.constant_initializer(KB))
+    lo = tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(KO))
+    model = tf.keras.Model(inputs, lo(tf.keras.layers.Concatenate()([la(inputs), lb(inputs)])))
+    model.compile(tf.keras.optimizers.SGD(LR), loss="mse")
+    rec = summary_v2.Recorder(run_dir)
+    summary_v2.instrument(model, rec, layers=[la, lb])
+    data = tf.data.Dataset.from_tensor_slices((X, YB)).batch(BATCH, drop_remainder=batch is not None)
+    model.fit(data, shuffle=False, verbose=0)
+    rec.close()
+
+
+@pytest.mark.parametrize("batch", [None, BATCH])
+def test_parallel_branches_built_in_another_order_pair_by_their_values(tmp_path, batch: Optional[int]) -> None:
+    """A reviewer's faithful port: execution order crossed the branches (static batch: a false
+    DIVERGE at step 0, an older defect) or left them unmatched (``None`` batch). At step 0 each
+    branch's output is the same function of the same input on both sides (numpy: the branches
+    differ by 2.7), so their values pair them: it agrees."""
+    xb = X[:BATCH].astype(np.float64)
+    assert np.abs(np.maximum(xb @ KA, 0) - np.tanh(xb @ KB)).max() > 1
+    _branches_tf1(str(tmp_path / "tf1"), batch)
+    _branches_port(str(tmp_path / "tf2"), batch)
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    paired = {m["baseline"]: m["candidate"] for m in report.to_dict()["mapping"] if m["kind"] == "activation"}
+    assert paired == {"branch_a": "dense", "branch_b": "dense_1"}
+    assert report.agree, report.first_divergence
+
+
+def test_a_bug_in_one_branch_is_blamed_on_that_branch(tmp_path) -> None:
+    """The port's branch a starts with bias 0.01: the first divergence is that bias at step 0 (TF1's
+    ``dense_1``, built second, against the port's ``dense``, built first: the layers are paired by
+    their first values), by 0.01 as numpy says, and nothing of branch b diverges at step 0."""
+    _branches_tf1(str(tmp_path / "tf1"), None)
+    _branches_port(str(tmp_path / "tf2"), None, bias_a=0.01)
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    first = report.first_step_divergence
+    assert first is not None
+    assert (first.step, first.kind, first.tensor, first.candidate_tensor) == (
+        0,
+        "weight",
+        "dense_1/bias:0",
+        "dense/bias:0",
+    )
+    np.testing.assert_allclose(first.max_abs_diff, 0.01, rtol=1e-6)
+    m = report.matrix()
+    for tag in ("weight/dense/kernel:0", "weight/dense/bias:0"):  # TF1's branch b
+        assert m.reason[0, m.tensors.index(tag)] == 0, tag

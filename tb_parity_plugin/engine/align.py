@@ -678,6 +678,56 @@ class _Pairing:
             + ", ".join(moved)
         ]
 
+    def by_output_values(self) -> list[str]:
+        """Pair outputs of one shape by their values at the first step both runs logged, where only
+        their order paired them, or nothing did. Outputs a user names (``branch_a``) are paired by
+        shape and execution order (``fallback``), and a port that builds two parallel branches of one
+        width in another order crossed them (a reviewer's false DIVERGE at step 0); with a ``None``
+        dimension they stayed unmatched. At the first common step a faithful port's outputs differ
+        by rounding, two branches by their own data: when one one-to-one pairing is
+        :data:`TELL_APART_MARGIN` times closer than any other for every output (``_clear_assignment``),
+        the group is paired that way (``how: "first values"``, with a warning when it moves a pair).
+        Anything less clear-cut is left as it was."""
+        groups: list[tuple[list[Any], list[Any], list[Match]]] = []
+        base_of = {(s.kind, s.name): s for s in self.base}
+        cand_of = {(s.kind, s.name): s for s in self.cand}
+        guessed: dict[tuple[str, tuple[Any, ...]], list[Match]] = {}
+        for m in self.matches:
+            if m.base[0] in _OUTPUT_KINDS and m.how == "fallback":
+                guessed.setdefault((m.base[0], tuple(base_of[m.base].shape)), []).append(m)
+        for ms in guessed.values():
+            if len(ms) > 1:
+                groups.append(([base_of[m.base] for m in ms], [cand_of[m.cand] for m in ms], ms))
+        for kind in sorted(_OUTPUT_KINDS):
+            unknown: dict[tuple[Any, ...], tuple[list[Any], list[Any]]] = {}
+            for side, free, series in ((0, self.free_base, self.base), (1, self.free_cand, self.cand)):
+                for s in series:
+                    if s.kind == kind and (s.kind, s.name) in free and None in tuple(s.shape):
+                        unknown.setdefault(tuple(s.shape), ([], []))[side].append(s)
+            groups += [(bs, cs, []) for bs, cs in unknown.values() if len(bs) == len(cs) > 1]
+        warnings = []
+        for bs, cs, current in groups:
+            steps = self._first_common_steps([(b, c) for b in bs for c in cs])
+            if not steps:
+                continue
+            dist = _distances(
+                {(b.name, c.name): (self.row_at(0, b, steps[0]), self.row_at(1, c, steps[0])) for b in bs for c in cs}
+            )
+            chosen = _clear_assignment(dist)
+            if chosen is None or len(chosen) != len(bs):
+                continue
+            if current and all(chosen[m.base[1]] == m.cand[1] for m in current):
+                continue  # the order paired them as their values do
+            for m in current:
+                self.matches.remove(m)
+            for b in bs:
+                self.pair((b.kind, b.name), (b.kind, chosen[b.name]), "first values")
+            warnings.append(
+                f"paired {', '.join(f'{b.kind}/{b.name} with {chosen[b.name]}' for b in bs)} by their values at step "
+                f"{steps[0]} (outputs of one shape, {'not by execution order' if current else 'unmatched by name'})"
+            )
+        return warnings
+
     def by_kind_shape_order(self) -> dict[Key, list[Key]]:
         """Per kind and shape, pair the k-th free tensors in execution order when the counts agree.
 
@@ -800,6 +850,7 @@ def align(
     warnings += state.by_first_values()
     warnings += state.unpair_partial_layers()
     warnings += state.by_layer_outputs()
+    warnings += state.by_output_values()
     warnings += _pair_samples(state.matches, samples, (state.base, state.cand))
     shapes = {(s.kind, s.name): tuple(s.shape) for s in [*state.base, *state.cand]}
     for m in state.matches:
