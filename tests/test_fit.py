@@ -53,3 +53,79 @@ def test_unsupported_fit_settings_raise_clearly(tmp_path) -> None:
     model.compile(optimizer="sgd", loss="mse", jit_compile=True)
     with pytest.raises(ValueError, match="jit_compile"):
         summary_v2.instrument(model, rec)
+
+
+class _ClippingModel(tf.keras.Model):
+    """The standard TF2 pattern ("customize what happens in fit"): its own train_step, here one that
+    clips the gradients by value before applying them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dense = tf.keras.layers.Dense(2, kernel_initializer="ones")
+
+    def call(self, x: tf.Tensor) -> tf.Tensor:
+        return self.dense(x)
+
+    def train_step(self, data):  # type: ignore[no-untyped-def]
+        x, y = data
+        with tf.GradientTape() as tape:
+            loss = self.compiled_loss(y, self(x, training=True))
+        grads = [tf.clip_by_value(g, -0.01, 0.01) for g in tape.gradient(loss, self.trainable_variables)]
+        self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+        return {"loss": loss}
+
+
+def test_a_model_with_its_own_train_step_is_refused_and_left_as_it_was(tmp_path) -> None:
+    """A new user's subclass clipped its gradients in its own train_step; instrument replaced that
+    step with Keras's default one, so what was recorded was another program: a faithful port
+    diverged, and one against an unclipped original agreed. It is refused now, naming the class, and
+    the model still trains its own way (numpy: every gradient element clipped to 0.01)."""
+    model = _ClippingModel()
+    model.compile(optimizer=tf.keras.optimizers.SGD(1.0), loss="mse")
+    rec = summary_v2.Recorder(str(tmp_path / "own"))
+    with pytest.raises(ValueError, match=r"test_fit\._ClippingModel overrides train_step"):
+        summary_v2.instrument(model, rec)
+    rec.close()
+    x, y = np.ones((4, 3), np.float32), np.full((4, 2), 100.0, np.float32)
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0)
+    # numpy: the MSE gradient of every kernel element is far beyond 0.01, so each moved by 0.01 exactly
+    np.testing.assert_allclose(model.dense.kernel.numpy(), np.full((3, 2), 1.01), rtol=1e-6)
+
+
+def test_a_model_without_a_loss_raises_clearly_when_fit_starts(tmp_path) -> None:
+    model = keras_model()
+    model.compile(optimizer="sgd")
+    summary_v2.instrument(model, summary_v2.Recorder(str(tmp_path / "noloss")))
+    with pytest.raises(ValueError, match="computes no loss"):
+        model.fit(XS[0], YS[0], verbose=0)
+
+
+def test_a_custom_train_step_records_itself_as_docs_shim_shows(tmp_path) -> None:
+    """docs/shim.md's recipe for such a model: ``rec.step`` inside its own train_step, under ``fit``.
+    It records the clipped gradients the step applies (numpy: the MSE gradient of every element is
+    far beyond the clip, so each recorded element is exactly -0.01) and the weights before each update."""
+    rec = summary_v2.Recorder(str(tmp_path / "tf2"))
+
+    class Recorded(_ClippingModel):
+        def train_step(self, data):  # type: ignore[no-untyped-def]
+            x, y = data
+            with rec.step(self.optimizer.iterations, variables=self, optimizer=self.optimizer):
+                with tf.GradientTape() as tape:
+                    loss = rec.loss(self.compiled_loss(y, self(x, training=True)))
+                grads = [tf.clip_by_value(g, -0.01, 0.01) for g in tape.gradient(loss, self.trainable_variables)]
+                rec.grads(grads, self.trainable_variables)
+                self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+            return {"loss": loss}
+
+    model = Recorded()
+    model.build((None, 3))  # its variables must exist when the step starts, to be read there
+    model.compile(optimizer=tf.keras.optimizers.SGD(1.0), loss="mse")
+    x, y = np.ones((8, 3), np.float32), np.full((8, 2), 100.0, np.float32)
+    model.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)
+    rec.close()
+    steps = tensors_by_step(str(tmp_path / "tf2"))
+    assert sorted(steps) == [0, 1]
+    kernel = model.dense.kernel.name  # Keras numbers layers per process
+    for step, tensors in steps.items():
+        np.testing.assert_array_equal(tensors[("grad", kernel)][2], np.full((3, 2), -0.01, np.float32))
+        np.testing.assert_allclose(tensors[("weight", kernel)][2], np.full((3, 2), 1 + 0.01 * step), rtol=1e-6)

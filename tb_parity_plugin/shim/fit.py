@@ -64,6 +64,25 @@ def check_supported(model: Any) -> None:
         raise ValueError("tb_parity: compile the model before instrumenting it")
     if "LossScale" in type(optimizer).__name__:
         raise ValueError("tb_parity: a LossScaleOptimizer is not supported: gradients would be logged scaled")
+    own = _own_train_step(model)
+    if own is not None:
+        raise ValueError(
+            f"tb_parity: {own} overrides train_step; instrument would replace it with Keras's default step "
+            "and record another program than yours (a new user's gradient clipping vanished: a false DIVERGE, "
+            "and a false AGREE against an original without it). Record your own step instead: wrap its body "
+            "in `with recorder.step(self.optimizer.iterations, variables=self, optimizer=self.optimizer):` "
+            "and record lr, loss and gradients there (docs/shim.md, TF2)"
+        )
+
+
+def _own_train_step(model: Any) -> Optional[str]:
+    """The class that overrides Keras's ``train_step`` (``module.Class``), None if it is Keras's own."""
+    for cls in type(model).__mro__:
+        if "train_step" in vars(cls):
+            if (cls.__module__ or "").split(".")[0] in ("tf_keras", "keras", "tensorflow"):
+                return None
+            return f"{cls.__module__}.{cls.__qualname__}"
+    return None
 
 
 def instrument(
@@ -84,7 +103,9 @@ def instrument(
 
     ``steps_per_execution > 1`` works: Keras runs that many ``train_step``s inside one
     ``tf.function``, and each writes its own step. Raises ``ValueError`` for a distribution
-    strategy, ``jit_compile=True`` or a loss-scale optimizer (see :func:`check_supported`).
+    strategy, ``jit_compile=True``, a loss-scale optimizer or a model class with its own
+    ``train_step`` (see :func:`check_supported`), and, when ``fit`` starts, for a model that
+    computes no loss.
     """
     check_supported(model)
     for layer in layers:
@@ -101,7 +122,13 @@ def instrument(
                 recorder.lr(lr)
             with tf.GradientTape() as tape:
                 y_pred = model(x, training=True)
-                loss = recorder.loss(model.compute_loss(x, y, y_pred, sample_weight))
+                total = model.compute_loss(x, y, y_pred, sample_weight)
+                if total is None:  # raised while fit traces the step, before anything is recorded
+                    raise ValueError(
+                        "tb_parity: the model computes no loss (compile(loss=...) or add_loss); "
+                        "instrument records the loss fit minimises"
+                    )
+                loss = recorder.loss(total)
             grads = tape.gradient(loss, variables)
             if gradients:
                 recorder.grads(grads, variables)
