@@ -135,6 +135,8 @@ def test_a_faithful_port_is_compared_element_wise_at_its_partial_batches(tmp_pat
             assert figures["max_abs_diff"] <= 1e-5
     detail = cmp.detail("activation/hidden", step=2)
     assert detail.base_values is not None and detail.base_values.shape == (30, 64)
+    assert detail.diff is not None and np.abs(detail.diff).max() <= 1e-5  # the tab's difference view
+    assert cmp.detail("activation/hidden", step=1).diff is None  # statistics there
     reader.close()
 
 

@@ -339,8 +339,9 @@ class _Pairing:
 
         A shape with a dimension the graph does not know (``[None, 6]``) is left out: two parallel
         branches of one width built in another order by the port would be paired by execution order
-        (a reviewer's faithful port: a false DIVERGE at step 0); such tensors stay unmatched, listed,
-        unless named after their layers (:meth:`by_layer_outputs`) or mapped."""
+        (a reviewer's faithful port: a false DIVERGE at step 0); such outputs are paired by their
+        layers (:meth:`by_layer_outputs`) or their first values (:meth:`by_output_values`), else stay
+        unmatched, listed, for a ``--map``."""
         groups: dict[tuple[Any, ...], tuple[list[SeriesLike], list[SeriesLike]]] = {}
         for side, free, series in ((0, self.free_base, self.base), (1, self.free_cand, self.cand)):
             for s in series:

@@ -428,7 +428,7 @@ class Comparison:
                 d.base_values = p.values_at("base", rb)
             if rc >= 0:
                 d.cand_values = p.values_at("cand", rc)
-            if p.use_values and d.base_values is not None and d.cand_values is not None:
+            if p.by_values_at(k) and d.base_values is not None and d.cand_values is not None:
                 if d.base_values.shape == d.cand_values.shape:
                     d.diff = d.cand_values.astype(np.float64) - d.base_values.astype(np.float64)
         return d
