@@ -304,3 +304,62 @@ def test_a_bug_in_one_branch_is_blamed_on_that_branch(tmp_path) -> None:
     m = report.matrix()
     for tag in ("weight/dense/kernel:0", "weight/dense/bias:0"):  # TF1's branch b
         assert m.reason[0, m.tensors.index(tag)] == 0, tag
+
+
+def _n_branches(tf1_dir: str, port_dir: str, acts: list[str], port_acts: list[str], zero: bool = False) -> None:
+    """TF1 builds ``len(acts)`` branches of width 6 in reverse order and names them ``branch_i``; the
+    port builds them in order (static batch); ``zero``: every branch kernel starts at 0."""
+    r = np.random.default_rng(11)
+    kernels = [
+        np.zeros((4, 6), np.float32) if zero else (r.standard_normal((4, 6)) * 0.5).astype(np.float32) for _ in acts
+    ]
+    head = (r.standard_normal((6 * len(acts), 1)) * 0.5).astype(np.float32)
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(tf1_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, (BATCH, 4))
+        y = tf.compat.v1.placeholder(tf.float32, (BATCH, 1))
+        hs: list = [None] * len(acts)
+        for i in reversed(range(len(acts))):
+            act = None if acts[i] == "linear" else getattr(tf.nn, acts[i])
+            dense = tf.compat.v1.layers.dense(x, 6, act, kernel_initializer=tf.constant_initializer(kernels[i]))
+            hs[i] = rec.activation(f"branch_{i}", dense)
+        out = tf.compat.v1.layers.dense(tf.concat(hs, 1), 1, kernel_initializer=tf.constant_initializer(head))
+        loss = rec.loss(tf.compat.v1.losses.mean_squared_error(y, out))
+        rows = [slice(s * BATCH, (s + 1) * BATCH) for s in range(STEPS)]
+        _train_with_sgd(rec, gs, loss, [{x: X[r], y: YB[r]} for r in rows])
+    tf.keras.backend.clear_session()
+    inputs = tf.keras.Input((4,))
+    layers = [
+        tf.keras.layers.Dense(6, a, kernel_initializer=tf.constant_initializer(k)) for a, k in zip(port_acts, kernels)
+    ]
+    out_layer = tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(head))
+    model = tf.keras.Model(inputs, out_layer(tf.keras.layers.Concatenate()([layer(inputs) for layer in layers])))
+    model.compile(tf.keras.optimizers.SGD(LR), loss="mse")
+    rec2 = summary_v2.Recorder(port_dir)
+    summary_v2.instrument(model, rec2, layers=layers)
+    model.fit(tf.data.Dataset.from_tensor_slices((X, YB)).batch(BATCH, drop_remainder=True), shuffle=False, verbose=0)
+    rec2.close()
+
+
+def test_a_bug_in_one_of_three_branches_is_blamed_on_it(tmp_path) -> None:
+    """A reviewer's case: the port's branch 1 uses relu where TF1 uses tanh. The other two branches
+    pair clearly by their values, branch 1 takes the one left over, and the divergence is found on
+    it at step 0 (numpy: branch 1 differs, the others are the same functions of the same input)."""
+    _n_branches(str(tmp_path / "tf1"), str(tmp_path / "tf2"), ["tanh"] * 3, ["tanh", "relu", "tanh"])
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    paired = {m["baseline"]: m["candidate"] for m in report.to_dict()["mapping"] if m["kind"] == "activation"}
+    assert paired == {"branch_0": "dense", "branch_1": "dense_1", "branch_2": "dense_2"}
+    first = report.first_step_divergence
+    assert first is not None and (first.step, first.kind, first.tensor) == (0, "activation", "branch_1"), first
+
+
+def test_zero_initialised_branches_pair_where_they_first_differ(tmp_path) -> None:
+    """A reviewer's faithful port: both branches start at 0, so their outputs are equal at step 0 and
+    only step 1 tells them apart (numpy: tanh and linear of the same updated weights differ there).
+    They are paired at step 1; it agrees (the execution order crossed them: a false DIVERGE)."""
+    _n_branches(str(tmp_path / "tf1"), str(tmp_path / "tf2"), ["tanh", "linear"], ["tanh", "linear"], zero=True)
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    paired = {m["baseline"]: m["candidate"] for m in report.to_dict()["mapping"] if m["kind"] == "activation"}
+    assert paired == {"branch_0": "dense", "branch_1": "dense_1"}
+    assert report.agree, report.first_divergence

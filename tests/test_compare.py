@@ -1087,3 +1087,24 @@ def test_align_leaves_outputs_of_unknown_batch_unpaired_when_only_their_order_wo
     result = align.align(base, cand)
     assert result.matches == []
     assert sorted(result.unmatched_base) == [("activation", "branch_a"), ("activation", "branch_b")]
+
+
+def test_a_divergent_sample_does_not_call_its_own_tensor_upstream(tmp_path) -> None:
+    """A reviewer's case: the port's embedding rows reversed (every statistic the same), found by its
+    element sample; the sample's own tensor, compared there by statistics, was listed as a tensor
+    before the divergence where it might start. It is the divergence: only other tensors are listed."""
+    from tb_parity_plugin.records import metadata
+
+    rng = np.random.default_rng(2)
+    emb = rng.standard_normal((100, 64)).astype(np.float32)
+    at = metadata.sample_positions(emb.size)
+
+    def tensors(table: np.ndarray) -> list:
+        return [("weight", "emb", table), ("weight", "emb" + metadata.SAMPLE_MARK, table.ravel()[at])]
+
+    write_run(str(tmp_path), "tf1", [0], lambda s: tensors(emb), side="tf1")
+    write_run(str(tmp_path), "tf2", [0], lambda s: tensors(emb[::-1].copy()), side="tf2")
+    report = compare_runs(*_runs(str(tmp_path)))
+    first = report.first_divergence
+    assert first is not None and first.tensor == "emb" + metadata.SAMPLE_MARK and first.evidence == "sample"
+    assert report.unproven_before_first == []

@@ -129,3 +129,24 @@ def test_a_custom_train_step_records_itself_as_docs_shim_shows(tmp_path) -> None
     for step, tensors in steps.items():
         np.testing.assert_array_equal(tensors[("grad", kernel)][2], np.full((3, 2), -0.01, np.float32))
         np.testing.assert_allclose(tensors[("weight", kernel)][2], np.full((3, 2), 1 + 0.01 * step), rtol=1e-6)
+
+
+def test_keras_own_models_with_their_own_step_and_instance_steps_are_refused(tmp_path) -> None:
+    """A reviewer's cases: Keras's SharpnessAwareMinimization has its own train_step (in a tf_keras
+    module, which the first check let through): instrumented, it trained as plain SGD. A train_step
+    assigned on the instance is another program too. Instrumenting a model twice is allowed."""
+    rec = summary_v2.Recorder(str(tmp_path / "sam"))
+    sam = tf.keras.models.experimental.SharpnessAwareMinimization(keras_model())
+    sam.compile(optimizer="sgd", loss="mse")
+    with pytest.raises(ValueError, match="SharpnessAwareMinimization overrides train_step"):
+        summary_v2.instrument(sam, rec)
+    model = keras_model()
+    model.compile(optimizer="sgd", loss="mse")
+    summary_v2.instrument(model, rec)
+    summary_v2.instrument(model, rec)  # ours: allowed again
+    other = keras_model()
+    other.compile(optimizer="sgd", loss="mse")
+    other.train_step = lambda data: {}
+    with pytest.raises(ValueError, match="train_step assigned on it"):
+        summary_v2.instrument(other, rec)
+    rec.close()

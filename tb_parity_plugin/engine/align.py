@@ -685,10 +685,12 @@ class _Pairing:
         shape and execution order (``fallback``), and a port that builds two parallel branches of one
         width in another order crossed them (a reviewer's false DIVERGE at step 0); with a ``None``
         dimension they stayed unmatched. At the first common step a faithful port's outputs differ
-        by rounding, two branches by their own data: when one one-to-one pairing is
-        :data:`TELL_APART_MARGIN` times closer than any other for every output (``_clear_assignment``),
-        the group is paired that way (``how: "first values"``, with a warning when it moves a pair).
-        Anything less clear-cut is left as it was."""
+        by rounding, two branches by their own data: when every output's nearest partner is
+        :data:`TELL_APART_MARGIN` times closer than any other (:func:`_clear_rows`), or every output's
+        but one (a port's bug there: it takes the one left over), at the first of the first
+        :data:`TELL_APART_STEPS` common steps where they differ (outputs of zero-initialised layers
+        differ from step 1), the group is paired that way (``how: "first values"``, with a warning
+        when it moves a pair). Anything less clear-cut is left as it was."""
         groups: list[tuple[list[Any], list[Any], list[Match]]] = []
         base_of = {(s.kind, s.name): s for s in self.base}
         cand_of = {(s.kind, s.name): s for s in self.cand}
@@ -708,15 +710,22 @@ class _Pairing:
             groups += [(bs, cs, []) for bs, cs in unknown.values() if len(bs) == len(cs) > 1]
         warnings = []
         for bs, cs, current in groups:
-            steps = self._first_common_steps([(b, c) for b in bs for c in cs])
-            if not steps:
+            found = None
+            for step in self._first_common_steps([(b, c) for b in bs for c in cs]):
+                dist = _distances(
+                    {(b.name, c.name): (self.row_at(0, b, step), self.row_at(1, c, step)) for b in bs for c in cs}
+                )
+                chosen = _clear_rows(dist)
+                if len(chosen) == len(bs) - 1:  # one output unclear (a bug there): the one left over
+                    (b_left,) = {b.name for b in bs} - set(chosen)
+                    (c_left,) = {c.name for c in cs} - set(chosen.values())
+                    chosen[b_left] = c_left
+                if len(chosen) == len(bs):
+                    found = (chosen, step)
+                    break  # else a step where they do not differ yet (zero-initialised): the next one
+            if found is None:
                 continue
-            dist = _distances(
-                {(b.name, c.name): (self.row_at(0, b, steps[0]), self.row_at(1, c, steps[0])) for b in bs for c in cs}
-            )
-            chosen = _clear_assignment(dist)
-            if chosen is None or len(chosen) != len(bs):
-                continue
+            chosen, step = found
             if current and all(chosen[m.base[1]] == m.cand[1] for m in current):
                 continue  # the order paired them as their values do
             for m in current:
@@ -725,7 +734,7 @@ class _Pairing:
                 self.pair((b.kind, b.name), (b.kind, chosen[b.name]), "first values")
             warnings.append(
                 f"paired {', '.join(f'{b.kind}/{b.name} with {chosen[b.name]}' for b in bs)} by their values at step "
-                f"{steps[0]} (outputs of one shape, {'not by execution order' if current else 'unmatched by name'})"
+                f"{step} (outputs of one shape, {'not by execution order' if current else 'unmatched by name'})"
             )
         return warnings
 
@@ -804,6 +813,27 @@ def _clear_assignment(dist: dict[tuple[str, str], Optional[float]]) -> Optional[
     for b, c in chosen.items():
         if any(d <= known[(b, c)] * TELL_APART_MARGIN for (other, c2), d in known.items() if c2 == c and other != b):
             return None
+    return chosen
+
+
+def _clear_rows(dist: dict[tuple[str, str], Optional[float]]) -> dict[str, str]:
+    """Each base name whose nearest candidate is :data:`TELL_APART_MARGIN` times closer than its
+    next nearest, and than any other base name is to that candidate, with that candidate: the rows
+    of :func:`_clear_assignment` that are clear on their own (none when a distance is missing)."""
+    if any(d is None for d in dist.values()):
+        return {}
+    rows: dict[str, list[tuple[float, str]]] = {}
+    for (b, c), d in dist.items():
+        rows.setdefault(b, []).append((float(d), c))  # type: ignore[arg-type]
+    chosen: dict[str, str] = {}
+    for b, found in rows.items():
+        found.sort()
+        if len(found) > 1 and not found[0][0] * TELL_APART_MARGIN < found[1][0]:
+            continue
+        c, own = found[0][1], found[0][0]
+        if any(d <= own * TELL_APART_MARGIN for (other, c2), d in dist.items() if c2 == c and other != b):  # type: ignore[operator]
+            continue
+        chosen[b] = c
     return chosen
 
 

@@ -308,10 +308,16 @@ class Comparison:
         if kept is not None and kept[0] == k and len(kept[1]) == len(before):
             if all(a is b for a, b in zip(kept[1], before)):
                 return list(kept[2])
-        found = [
+        first = before[end] if end < len(before) else None
+        itself = None if first is None else (first.base.kind, metadata.sample_parent(first.base.name))
+        found = [  # not the divergent sample's own tensor: that is where it diverges, not upstream
             f"{p.base.kind}/{p.base.name}"
             for i, p in enumerate(before[:end])
-            if i not in self._samples and p.ib[k] >= 0 and p.ic[k] >= 0 and not p.by_values_at(k)
+            if i not in self._samples
+            and (p.base.kind, p.base.name) != itself
+            and p.ib[k] >= 0
+            and p.ic[k] >= 0
+            and not p.by_values_at(k)
         ]
         self._unproven = (k, before, found)
         return list(found)

@@ -75,11 +75,27 @@ def check_supported(model: Any) -> None:
         )
 
 
+#: Where Keras's default ``train_step`` is defined (tf_keras / Keras 2, Keras 3 on TensorFlow). Any
+#: other definition, Keras's own models' too (SharpnessAwareMinimization, WideDeepModel), is a step
+#: that ``instrument``'s default step would replace.
+_DEFAULT_TRAIN_STEPS = frozenset(
+    {
+        ("tf_keras.src.engine.training", "Model"),
+        ("keras.src.engine.training", "Model"),
+        ("keras.engine.training", "Model"),
+        ("keras.src.backend.tensorflow.trainer", "TensorFlowTrainer"),
+    }
+)
+
+
 def _own_train_step(model: Any) -> Optional[str]:
-    """The class that overrides Keras's ``train_step`` (``module.Class``), None if it is Keras's own."""
+    """Who overrides Keras's default ``train_step`` (``module.Class``, or the instance), None if no one."""
+    step = vars(model).get("train_step")
+    if step is not None and not getattr(step, "_tb_parity", False):
+        return f"this {type(model).__name__} instance (train_step assigned on it)"
     for cls in type(model).__mro__:
         if "train_step" in vars(cls):
-            if (cls.__module__ or "").split(".")[0] in ("tf_keras", "keras", "tensorflow"):
+            if (cls.__module__, cls.__qualname__) in _DEFAULT_TRAIN_STEPS:
                 return None
             return f"{cls.__module__}.{cls.__qualname__}"
     return None
@@ -135,6 +151,7 @@ def instrument(
             opt.apply_gradients(zip(grads, variables))
         return model.compute_metrics(x, y, y_pred, sample_weight)
 
+    train_step._tb_parity = True  # type: ignore[attr-defined]  # ours: instrumenting again is allowed
     model.train_step = train_step
     model.train_function = None  # a cached function would keep the old step
     return model
