@@ -680,12 +680,12 @@ class _Pairing:
         ]
 
     def by_output_values(self) -> list[str]:
-        """Pair outputs of one shape by their values at the first step both runs logged, where only
-        their order paired them, or nothing did. Outputs a user names (``branch_a``) are paired by
+        """Pair outputs of one shape by their values at their first common steps, where only their
+        order paired them, or nothing did. Outputs a user names (``branch_a``) are paired by
         shape and execution order (``fallback``), and a port that builds two parallel branches of one
         width in another order crossed them (a reviewer's false DIVERGE at step 0); with a ``None``
-        dimension they stayed unmatched. At the first common step a faithful port's outputs differ
-        by rounding, two branches by their own data: when every output's nearest partner is
+        dimension they stayed unmatched. A faithful port's outputs differ by rounding, two branches
+        by their own data: when every output's nearest partner is
         :data:`TELL_APART_MARGIN` times closer than any other (:func:`_clear_rows`), or every output's
         but one (a port's bug there: it takes the one left over), at the first of the first
         :data:`TELL_APART_STEPS` common steps where they differ (outputs of zero-initialised layers
