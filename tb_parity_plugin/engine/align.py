@@ -795,10 +795,19 @@ _MOMENTS = metadata.field_span(("min", "max", "mean", "std", "l2"))
 def _clear_assignment(dist: dict[tuple[str, str], Optional[float]]) -> Optional[dict[str, str]]:
     """The one-to-one pairing where each base scope's partner is :data:`TELL_APART_MARGIN` times
     closer than any other candidate scope it may pair with, and than any other base scope is to that
-    partner (a candidate scope no base scope chose is left over); None when there is no such pairing."""
-    known = {scopes: d for scopes, d in dist.items() if d is not None}
+    partner (a candidate scope no base scope chose is left over); None when some base scope is not
+    clear so (:func:`_clear_rows`: a partner chosen by two base scopes is clear for neither)."""
+    chosen = _clear_rows(dist)
+    return chosen if len(chosen) == len({b for b, _ in dist}) else None
+
+
+def _clear_rows(dist: dict[tuple[str, str], Optional[float]]) -> dict[str, str]:
+    """Each base name whose nearest candidate is :data:`TELL_APART_MARGIN` times closer than its
+    next nearest, and than any other base name is to that candidate, with that candidate (none when
+    a distance is missing): the rows that are clear on their own."""
+    known = {pair: d for pair, d in dist.items() if d is not None}
     if len(known) != len(dist):
-        return None
+        return {}
     rows: dict[str, list[tuple[float, str]]] = {}
     for (b, c), d in known.items():
         rows.setdefault(b, []).append((d, c))
@@ -806,32 +815,9 @@ def _clear_assignment(dist: dict[tuple[str, str], Optional[float]]) -> Optional[
     for b, found in rows.items():
         found.sort()
         if len(found) > 1 and not found[0][0] * TELL_APART_MARGIN < found[1][0]:
-            return None
-        chosen[b] = found[0][1]
-    if len(set(chosen.values())) != len(chosen):
-        return None
-    for b, c in chosen.items():
-        if any(d <= known[(b, c)] * TELL_APART_MARGIN for (other, c2), d in known.items() if c2 == c and other != b):
-            return None
-    return chosen
-
-
-def _clear_rows(dist: dict[tuple[str, str], Optional[float]]) -> dict[str, str]:
-    """Each base name whose nearest candidate is :data:`TELL_APART_MARGIN` times closer than its
-    next nearest, and than any other base name is to that candidate, with that candidate: the rows
-    of :func:`_clear_assignment` that are clear on their own (none when a distance is missing)."""
-    if any(d is None for d in dist.values()):
-        return {}
-    rows: dict[str, list[tuple[float, str]]] = {}
-    for (b, c), d in dist.items():
-        rows.setdefault(b, []).append((float(d), c))  # type: ignore[arg-type]
-    chosen: dict[str, str] = {}
-    for b, found in rows.items():
-        found.sort()
-        if len(found) > 1 and not found[0][0] * TELL_APART_MARGIN < found[1][0]:
             continue
         c, own = found[0][1], found[0][0]
-        if any(d <= own * TELL_APART_MARGIN for (other, c2), d in dist.items() if c2 == c and other != b):  # type: ignore[operator]
+        if any(d <= own * TELL_APART_MARGIN for (other, c2), d in known.items() if c2 == c and other != b):
             continue
         chosen[b] = c
     return chosen

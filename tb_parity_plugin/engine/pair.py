@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 
@@ -160,14 +160,19 @@ class Pair:
         """Each side's partial full values and their row per series row (:func:`_valued`)."""
         return {"base": _valued(self.base), "cand": _valued(self.cand)}
 
-    def _both_valued(self, rb: np.ndarray, rc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Of series rows ``rb``/``rc`` (-1: absent), the positions where both runs kept full values
-        and those values' rows in each side's values array (see :func:`_valued`)."""
+    def _both_valued(self, rb: np.ndarray, rc: np.ndarray) -> np.ndarray:
+        """Of series rows ``rb``/``rc`` (-1: absent), the positions where both runs kept full values."""
         vb, vc = self._valued["base"], self._valued["cand"]
         assert vb is not None and vc is not None
         ib, ic = vb[1][np.maximum(rb, 0)], vc[1][np.maximum(rc, 0)]
-        at = np.flatnonzero((rb >= 0) & (rc >= 0) & (ib >= 0) & (ic >= 0))
-        return at, ib[at], ic[at]
+        return np.flatnonzero((rb >= 0) & (rc >= 0) & (ib >= 0) & (ic >= 0))
+
+    def _valued_rows(self, rb: np.ndarray, rc: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        """(position, baseline values, candidate values) where both runs kept full values."""
+        for j in self._both_valued(rb, rc).tolist():
+            b, c = self._row_values("base", int(rb[j])), self._row_values("cand", int(rc[j]))
+            assert b is not None and c is not None
+            yield j, b, c
 
     def _row_values(self, side: str, row: int) -> Optional[np.ndarray]:
         """One series row's full values, padding cut (None where that step has none)."""
@@ -182,10 +187,7 @@ class Pair:
     ) -> None:
         """Overwrite ``r`` (VALUE/OK from the statistics) with the element-wise verdict where both
         runs kept full values: what the statistics could not prove, the values may show."""
-        at, _, _ = self._both_valued(rb, rc)
-        for j in at.tolist():
-            b, c = self._row_values("base", int(rb[j])), self._row_values("cand", int(rc[j]))
-            assert b is not None and c is not None
+        for j, b, c in self._valued_rows(rb, rc):
             r[j] = _element_verdict(c, b, rtol, _row(atol, j), equal_nan)
 
     def by_values_at(self, k: int) -> bool:
@@ -195,7 +197,7 @@ class Pair:
             return False
         if self.use_values:
             return True
-        return self.partial and len(self._both_valued(np.array([rb]), np.array([rc]))[0]) == 1
+        return self.partial and len(self._both_valued(np.array([rb]), np.array([rc]))) == 1
 
     def row_bytes(self) -> int:
         if self.use_values:
@@ -335,10 +337,7 @@ class Pair:
         else:
             ratio = stat_bounds.ratios(sb, take_rows(self.cand.stats, rc), atol, rtol).max(axis=1)
             if self.partial:
-                at, _, _ = self._both_valued(rb, rc)
-                for j in at.tolist():
-                    b, c = self._row_values("base", int(rb[j])), self._row_values("cand", int(rc[j]))
-                    assert b is not None and c is not None
+                for j, b, c in self._valued_rows(rb, rc):
                     ratio[j] = allclose.rows_error_ratio(c[None], b[None], rtol[j : j + 1], _row(atol, j))[0]
             out[both] = ratio
         return out
