@@ -5,7 +5,10 @@ then measures with warm page cache, ``--repeat`` interleaved rounds (raw, ours, 
 in each round, so load on the shared machine hits all alike), reporting medians:
 
 * raw framing: the reader's own way of reading (a buffer from ``event_scan.new_buffer``,
-  ``readinto`` in 16 MiB chunks), length + data CRC checks (google_crc32c), payload views;
+  ``readinto`` in the reader's chunks), length + data CRC checks (google_crc32c), payload views;
+* the floor of a reader that keeps what it reads: raw framing plus a copy of every payload
+  into fresh memory (raw framing keeps nothing);
+* the reader and raw framing as they were before session 8 (16 MiB chunks), side by side;
 * our ``LogdirReader``: cold ``reload()`` plus materialising every run's arrays;
 * TensorBoard's ``EventFileLoader`` (TF installed: TF's record reader; proto parse);
 * in a subprocess with ``import tensorflow`` blocked: our reader again, and
@@ -49,11 +52,13 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tb_parity_plugin.logdir import event_scan  # noqa: E402
+from tb_parity_plugin.logdir import reader as reader_module  # noqa: E402
 from tb_parity_plugin.logdir.reader import CHUNK_SIZE, LogdirReader  # noqa: E402
 from tb_parity_plugin.records import event_file, health  # noqa: E402
 from tb_parity_plugin.records.metadata import N_STATS  # noqa: E402
 from tb_parity_plugin.records.writer import BlockWriter, build_layout  # noqa: E402
 
+VERSUS = "_versus"  # rows key of the side-by-side ratios (not a way of reading)
 _U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
 
@@ -82,15 +87,19 @@ def event_files(logdir: str) -> list[str]:
     return sorted(os.path.join(d, f) for d, _, fs in os.walk(logdir) for f in fs if "tfevents" in f)
 
 
-def raw_framing(files: list[str]) -> int:
+def raw_framing(files: list[str], chunk: int = CHUNK_SIZE, keep: bool = False) -> int:
     """Frame every record (length CRC, data CRC, payload view) like a minimal reader; returns records.
 
-    Reads the way LogdirReader does: one buffer per call, ``readinto`` in CHUNK_SIZE chunks.
+    Reads the way LogdirReader does: one buffer per call, ``readinto`` in ``chunk``-byte chunks.
+    ``keep``: also copy every payload into one fresh array, the least a reader that keeps what it
+    reads must add to framing (the floor for LogdirReader: raw framing keeps nothing).
     """
-    crc, records, buf = event_file.masked_crc32c, 0, event_scan.new_buffer(CHUNK_SIZE)
+    crc, records, buf = event_file.masked_crc32c, 0, event_scan.new_buffer(chunk)
+    kept = np.empty(sum(os.path.getsize(p) for p in files), np.uint8) if keep else None
+    at = 0
     for path in files:
         with open(path, "rb") as f:
-            offset, want = 0, CHUNK_SIZE
+            offset, want = 0, chunk
             while True:
                 if len(buf) < want:
                     buf = event_scan.new_buffer(want)
@@ -106,6 +115,9 @@ def raw_framing(files: list[str]) -> int:
                     payload = view[pos + 12 : pos + 12 + length]
                     if crc(u8[pos + 12 : pos + 12 + length]) != _U32.unpack_from(buf, pos + 12 + length)[0]:
                         raise ValueError(f"{path}: bad data CRC at {offset + pos}")
+                    if kept is not None:
+                        kept[at : at + length] = u8[pos + 12 : pos + 12 + length]
+                        at += length
                     del payload
                     records += 1
                     pos += 16 + length
@@ -113,12 +125,23 @@ def raw_framing(files: list[str]) -> int:
                 offset += pos
                 if end < want:
                     break
-                want = max(CHUNK_SIZE, 16 + _U64.unpack_from(buf, pos)[0] if pos + 8 <= end else CHUNK_SIZE)
+                want = max(chunk, 16 + _U64.unpack_from(buf, pos)[0] if pos + 8 <= end else chunk)
     return records
 
 
-def our_reader(logdir: str) -> int:
-    """Cold read of the logdir and every run's arrays; returns tensor-records (steps x tensors)."""
+def our_reader(logdir: str, chunk: int = CHUNK_SIZE) -> int:
+    """Cold read of the logdir and every run's arrays; returns tensor-records (steps x tensors).
+
+    ``chunk``: the reader's chunk size (16 MiB was the reader's before session 8).
+    """
+    saved, reader_module.CHUNK_SIZE = reader_module.CHUNK_SIZE, chunk
+    try:
+        return _read_all(logdir)
+    finally:
+        reader_module.CHUNK_SIZE = saved
+
+
+def _read_all(logdir: str) -> int:
     reader = LogdirReader(logdir)
     reader.reload()
     count = 0
@@ -176,18 +199,35 @@ def measure(logdir: str, repeat: int, with_tf_loader: bool, notf_tb_bytes: int) 
     size = sum(os.path.getsize(p) for p in files)
     raw_framing(files)  # warm the page cache
     our_reader(logdir)
+    old = 16 << 20  # the chunk size before session 8, for the side-by-side rows
     fns = {
         "raw TFRecord framing": (lambda: raw_framing(files), "records"),
         "LogdirReader cold + arrays": (lambda: our_reader(logdir), "tensor-records"),
+        "floor: framing + keeping each payload": (lambda: raw_framing(files, keep=True), "records"),
+        "old: raw framing, 16 MiB chunks": (lambda: raw_framing(files, old), "records"),
+        "old: LogdirReader, 16 MiB chunks": (lambda: our_reader(logdir, old), "tensor-records"),
     }
     if with_tf_loader:
         fns["TB EventFileLoader"] = (lambda: tb_loader(files), "events")
     timed = interleaved(repeat, {name: fn for name, (fn, _) in fns.items()})
     raw_times = timed["raw TFRecord framing"][0]
-    rows = {}
+    rows: dict = {}
     for name, (times, n) in timed.items():
         ratio = statistics.median(r / t for r, t in zip(raw_times, times))
         rows[name] = (statistics.median(times), size, n, fns[name][1], ratio)
+
+    def versus(a: str, b: str) -> float:
+        """Median over rounds of time(a) / time(b): the throughput of b as a fraction of a's."""
+        return statistics.median(x / y for x, y in zip(timed[a][0], timed[b][0]))
+
+    rows[VERSUS] = {
+        "reader / raw framing (target)": versus("raw TFRecord framing", "LogdirReader cold + arrays"),
+        "old reader / old raw framing": versus("old: raw framing, 16 MiB chunks", "old: LogdirReader, 16 MiB chunks"),
+        "reader / its floor (framing + keeping)": versus(
+            "floor: framing + keeping each payload", "LogdirReader cold + arrays"
+        ),
+        "reader speed-up over the old reader": versus("old: LogdirReader, 16 MiB chunks", "LogdirReader cold + arrays"),
+    }
     if notf_tb_bytes:
         with tempfile.TemporaryDirectory() as tmp:
             prefix = prefix_copy(files, notf_tb_bytes, tmp)
@@ -206,7 +246,7 @@ def measure(logdir: str, repeat: int, with_tf_loader: bool, notf_tb_bytes: int) 
 def print_table(title: str, rows: dict) -> None:
     print(f"\n{title}")
     print(f"  {'way of reading':38} {'median s':>8} {'MB':>8} {'MB/s':>8} {'k/s':>9}  {'unit':15} {'vs raw':>7}")
-    for name, (t, size, n, unit, ratio) in rows.items():
+    for name, (t, size, n, unit, ratio) in ((k, v) for k, v in rows.items() if k != VERSUS):
         print(
             f"  {name:38} {t:8.3f} {size / 1e6:8.1f} {size / t / 1e6:8.0f} {n / t / 1e3:9.1f}  {unit:15} {ratio:7.0%}"
         )
@@ -265,14 +305,19 @@ def main() -> None:
         summary = []
         for label, path in logdirs.items():
             rows = measure(path, args.repeat, True, 0)
-            blocked = {k: tuple(v) for k, v in no_tf[label].items()}
+            blocked = {k: v if k == VERSUS else tuple(v) for k, v in no_tf[label].items()}
             print_table(f"{label}, TensorFlow installed (imported)", rows)
             print_table(f"{label}, TensorFlow blocked (subprocess)", blocked)
             for side, table in (("TF installed", rows), ("TF blocked", blocked)):
-                summary.append(
-                    f"  {label:16} {side:13} LogdirReader / raw framing = {table['LogdirReader cold + arrays'][4]:.0%}"
+                figures = "  ".join(
+                    f"{what} {value:.2f}x" if "speed-up" in what else f"{what} {value:.0%}"
+                    for what, value in table[VERSUS].items()
                 )
-        print(f"\nP2 targets: statistics >= 70%, full values >= 50% (median over {args.repeat} interleaved rounds):")
+                summary.append(f"  {label:16} {side:13} {figures}")
+        print(
+            f"\nP2 targets: reader / raw framing >= 70% on statistics, >= 50% on full values "
+            f"(median over {args.repeat} interleaved rounds):"
+        )
         print("\n".join(summary))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

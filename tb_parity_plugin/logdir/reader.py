@@ -29,8 +29,12 @@ from tb_parity_plugin.records import metadata
 
 __all__ = ["CHUNK_SIZE", "LogdirReader", "ReadProblem", "RunData", "TensorSeries"]
 
-#: Bytes read per chunk; a record larger than this is read whole.
-CHUNK_SIZE = 16 << 20
+#: Bytes read per chunk from a local file; a record larger than this is read whole. 4 MiB, not 16:
+#: a chunk this size stays in the cache between the kernel's copy into the buffer, the CRC and the
+#: copy into the columns, and the fresh buffer costs a quarter of the page faults (measured on the
+#: 600 MB values logdir: 147 -> 118 ms a cold read; statistics 16.4 -> 12.5 ms). A remote store asks
+#: for more per request (``Storage.min_request``).
+CHUNK_SIZE = 4 << 20
 #: Largest record (header and footer included) a writer can produce: protobuf messages stop at 2 GiB.
 MAX_RECORD = (2 << 30) + 16
 #: Bytes kept from before a file's read offset to tell a rewritten-longer file from a replaced one.
@@ -216,7 +220,8 @@ class LogdirReader:
             fs.stopped = True
             return True
         fs.identity = identity
-        want = CHUNK_SIZE
+        chunk = max(CHUNK_SIZE, self._storage.min_request)
+        want = chunk
         routes = self._routes.setdefault(state.name, decode.TagRoutes(self._layouts))
         while fs.offset < size:
             if len(self._buffer) < want:
@@ -257,7 +262,7 @@ class LogdirReader:
                 break  # end of file (a partial record stays for the next reload)
             if framed.need > size - fs.offset:  # never allocate for bytes the file does not hold (yet)
                 break
-            want = max(CHUNK_SIZE, framed.need)
+            want = max(chunk, framed.need)
         if self._finished and fs.offset < size and not fs.stopped:
             lost = ReadProblem(
                 fs.rel,

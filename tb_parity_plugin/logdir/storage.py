@@ -41,6 +41,7 @@ class Storage(Protocol):
     """What the reader needs of a logdir's home."""
 
     root: str  # the logdir as given (a path or a URL), for messages
+    min_request: int  # bytes worth asking for at once: a ranged request's latency wants large reads
 
     def is_dir(self) -> bool: ...
 
@@ -72,6 +73,8 @@ def open_storage(logdir: str) -> Storage:
 
 class LocalStorage:
     """A directory on this machine; symlinks leaving it are not followed."""
+
+    min_request = 0  # the reader's own chunk size decides
 
     def __init__(self, logdir: str) -> None:
         if not os.path.isdir(logdir):
@@ -146,6 +149,8 @@ class LocalStorage:
 
 class RemoteStorage:
     """An fsspec URL: one recursive listing per :meth:`discover`, ranged reads of new bytes only."""
+
+    min_request = 16 << 20  # one ranged request per 16 MiB: its round trip, not the copy, is the cost
 
     def __init__(self, url: str) -> None:
         try:
