@@ -37,7 +37,11 @@ def comparison_options() -> _Parser:
     p.add_argument("--candidate", help="candidate run (default: the other run)")
     p.add_argument("--atol", type=float, help="absolute tolerance (default 1e-5, every step)")
     p.add_argument("--rtol", type=float, help="relative tolerance after the warm-up (default 0.05)")
-    p.add_argument("--warmup-steps", type=int, help="first N compared steps use rtol=0 (default 10)")
+    p.add_argument(
+        "--warmup-steps",
+        type=int,
+        help="first N compared steps use rtol=1e-7, numpy's default, as the guide's check does (default 10)",
+    )
     p.add_argument("--equal-nan", action="store_true", help="NaN equals NaN at the same position")
     p.add_argument(
         "--map",

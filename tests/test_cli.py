@@ -342,7 +342,7 @@ def test_require_values_fails_an_agreement_resting_on_statistics(tmp_path) -> No
     big = np.linspace(-1, 1, 5000, dtype=np.float32)  # above full_values_limit (4096): statistics only
     nudged = big.copy()
     nudged[2500] += np.float32(1e-3)  # out of atol element-wise, inside min/max: nothing provable
-    assert not np.allclose(nudged, big, rtol=0, atol=1e-5)  # numpy: it does diverge
+    assert not np.allclose(nudged, big, rtol=1e-7, atol=1e-5)  # numpy, the guide's check: it does diverge
     logdir = make_pair(
         str(tmp_path / "stats"),
         steps=range(3),
