@@ -363,3 +363,104 @@ def test_zero_initialised_branches_pair_where_they_first_differ(tmp_path) -> Non
     paired = {m["baseline"]: m["candidate"] for m in report.to_dict()["mapping"] if m["kind"] == "activation"}
     assert paired == {"branch_0": "dense", "branch_1": "dense_1"}
     assert report.agree, report.first_divergence
+
+
+# -- a TF1 GRUCell and a layer norm, against Keras GRU and LayerNormalization -----------------
+# The README's recipe for a cell parametrised otherwise is ``--allow-unmatched '*gru_cell*'``. TF1's
+# ``candidate/bias`` is ``[units]``, like the layer norm's ``gamma`` and ``beta``: three against two of
+# that shape, so the layer norm stayed unmatched, a false structure DIVERGE (new user 5).
+
+GRU_GATES = (RNG.uniform(-1, 1, (IN + UNITS, 2 * UNITS)) * 0.6).astype(np.float32)  # r, u
+GRU_CAND = (RNG.uniform(-1, 1, (IN + UNITS, UNITS)) * 0.6).astype(np.float32)
+GAMMA = (1 + RNG.standard_normal(UNITS) * 0.1).astype(np.float32)
+BETA = (RNG.standard_normal(UNITS) * 0.1).astype(np.float32)
+LN_EPS = 1e-6
+
+
+def _gru_ln_numpy(x: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """TF1 ``GRUCell``'s last state (gates r, u from ``[x, h]``; candidate from ``[x, r*h]``; biases
+    1 for the gates, 0 for the candidate) and the layer norm of it, written out."""
+    h = np.zeros((len(x), UNITS))
+    for t in range(x.shape[1]):
+        g = _sigmoid(np.concatenate([x[:, t], h], 1) @ GRU_GATES.astype(np.float64) + 1.0)
+        r, u = g[:, :UNITS], g[:, UNITS:]
+        c = np.tanh(np.concatenate([x[:, t], r * h], 1) @ GRU_CAND.astype(np.float64))
+        h = u * h + (1 - u) * c
+    mean, var = h.mean(1, keepdims=True), h.var(1, keepdims=True)
+    return h, (h - mean) / np.sqrt(var + eps) * GAMMA + BETA
+
+
+def _gru_ln_tf1(run_dir: str) -> None:
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, (None, None, IN))
+        y = tf.compat.v1.placeholder(tf.float32, (None, CLASSES))
+
+        def kernel(shape, dtype=None, partition_info=None):  # type: ignore[no-untyped-def]
+            return tf.constant(GRU_GATES if shape[1] == 2 * UNITS else GRU_CAND)
+
+        cell = tf.compat.v1.nn.rnn_cell.GRUCell(UNITS, kernel_initializer=kernel)
+        _, state = tf.compat.v1.nn.dynamic_rnn(cell, x, dtype=tf.float32)
+        rec.activation("gru", state)
+        with tf.compat.v1.variable_scope("LayerNorm"):
+            mean, var = tf.nn.moments(state, [-1], keepdims=True)
+            gamma = tf.compat.v1.get_variable("gamma", initializer=GAMMA)
+            beta = tf.compat.v1.get_variable("beta", initializer=BETA)
+            normed = rec.activation("layer_normalization", (state - mean) * tf.math.rsqrt(var + LN_EPS) * gamma + beta)
+        logits = tf.compat.v1.layers.dense(normed, CLASSES, kernel_initializer=tf.constant_initializer(DENSE))
+        rec.activation("dense", logits)
+        loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(y, logits))
+        _train_with_sgd(rec, gs, loss, [{x: SEQS[s], y: LABELS[s]} for s in range(STEPS)])
+
+
+def _gru_ln_port(run_dir: str, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """Keras ``GRU(reset_after=False)`` + ``LayerNormalization(epsilon=eps)`` + ``Dense`` under ``fit``,
+    TF1's weights converted (gates reordered to z, r, h; the gates' bias 1 as TF1's); returns the GRU's
+    and the layer norm's outputs at step 0 before training."""
+    tf.keras.backend.clear_session()
+    gru = tf.keras.layers.GRU(UNITS, reset_after=False, name="gru")
+    norm = tf.keras.layers.LayerNormalization(epsilon=eps, name="layer_normalization")
+    dense = tf.keras.layers.Dense(CLASSES, kernel_initializer=tf.constant_initializer(DENSE))
+    inputs = tf.keras.Input((None, IN))
+    hidden = gru(inputs)
+    normed = norm(hidden)
+    model = tf.keras.Model(inputs, dense(normed))
+    full = np.concatenate([GRU_GATES[:, UNITS:], GRU_GATES[:, :UNITS], GRU_CAND], 1)
+    gru.set_weights([full[:IN], full[IN:], np.concatenate([np.ones(2 * UNITS), np.zeros(UNITS)]).astype(np.float32)])
+    norm.set_weights([GAMMA, BETA])
+    before = [o.numpy() for o in tf.keras.Model(inputs, [hidden, normed])(SEQS[0])]
+    model.compile(tf.keras.optimizers.SGD(LR), loss=tf.keras.losses.CategoricalCrossentropy(from_logits=True))
+    rec = summary_v2.Recorder(run_dir)
+    summary_v2.instrument(model, rec, layers=[gru, norm, dense])
+    data = tf.data.Dataset.from_tensor_slices((SEQS.reshape(-1, T, IN), LABELS.reshape(-1, CLASSES))).batch(BATCH)
+    model.fit(data, verbose=0, shuffle=False)
+    rec.close()
+    return before[0], before[1]
+
+
+def test_a_faithful_gru_and_layer_norm_port_agrees_with_the_cells_declared(tmp_path) -> None:
+    """numpy: the port's GRU and layer norm give TF1's outputs; declared as the README says, the
+    cells' variables are expected, the layer norms' pair with each other, and the port agrees."""
+    _gru_ln_tf1(str(tmp_path / "tf1"))
+    hidden, normed = _gru_ln_port(str(tmp_path / "tf2"), LN_EPS)
+    want_h, want_n = _gru_ln_numpy(SEQS[0].astype(np.float64), LN_EPS)
+    np.testing.assert_allclose(hidden, want_h, atol=1e-6)
+    np.testing.assert_allclose(normed, want_n, atol=1e-5)
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2", allow_unmatched=["*gru_cell*"])
+    assert report.agree, report.first_divergence
+    pairs = {(m["kind"], m["baseline"]): m["candidate"] for m in report.to_dict()["mapping"]}
+    assert pairs[("weight", "LayerNorm/gamma:0")].endswith("layer_normalization/gamma:0")
+    assert pairs[("weight", "LayerNorm/beta:0")].endswith("layer_normalization/beta:0")
+
+
+def test_keras_default_layer_norm_epsilon_is_found_on_its_output(tmp_path) -> None:
+    """LayerNormalization's default epsilon (1e-3) where TF1 used 1e-6: numpy's difference at step 0,
+    on the layer norm's output (the GRU's agrees)."""
+    _gru_ln_tf1(str(tmp_path / "tf1"))
+    _, normed = _gru_ln_port(str(tmp_path / "tf2"), 1e-3)
+    _, want = _gru_ln_numpy(SEQS[0].astype(np.float64), LN_EPS)
+    assert np.abs(normed - want).max() > 1e-3
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2", allow_unmatched=["*gru_cell*"]).first_divergence
+    assert first is not None and (first.step, first.kind, first.tensor) == (0, "activation", "layer_normalization")
+    np.testing.assert_allclose(first.max_abs_diff, np.abs(normed - want).max(), rtol=1e-3)

@@ -18,7 +18,10 @@ each stage pairing only what earlier stages left:
 4. ``fallback``: by kind and shape: the only free tensor of a kind and shape on each side;
    then tensors under scopes already paired one-to-one (a kernel's bias follows it); then the
    k-th free tensor of a kind and shape with the k-th of the other side in execution order,
-   only when both sides have as many of that kind and shape.
+   only when both sides have as many of that kind and shape. Tensors the user expects one run
+   alone to record (``allow_unmatched``) take no part in this stage: a TF1 ``GRUCell``'s
+   ``candidate/bias [4]`` made a faithful port's LayerNorm ``gamma``/``beta [4]`` three against
+   two, so they stayed unmatched (a false structure DIVERGE on a port following the README).
 
 Element samples (``<name>#sample``) take no part in the stages: each is paired after them with
 its tensor's partner's sample, unless both tensors have full values at every step.
@@ -198,11 +201,15 @@ def parse_mapping(item: str) -> tuple[Optional[Any], str, str]:
 class _Pairing:
     """Mutable state of one alignment: what is still free on each side."""
 
-    def __init__(self, base: Sequence[SeriesLike], cand: Sequence[SeriesLike]) -> None:
+    def __init__(
+        self, base: Sequence[SeriesLike], cand: Sequence[SeriesLike], expected: Callable[[str], bool] = lambda _: False
+    ) -> None:
         self.base = sorted(base, key=execution_key)
         self.cand = sorted(cand, key=execution_key)
         self.free_base = {(s.kind, s.name) for s in self.base}
         self.free_cand = {(s.kind, s.name) for s in self.cand}
+        #: Tags one run alone may record (``allow_unmatched``): never paired by shape and order.
+        self.expected = {(s.kind, s.name) for s in [*self.base, *self.cand] if expected(f"{s.kind}/{s.name}")}
         self.matches: list[Match] = []
         self.read: dict[tuple[int, Key], int] = {}
 
@@ -345,7 +352,8 @@ class _Pairing:
         groups: dict[tuple[Any, ...], tuple[list[SeriesLike], list[SeriesLike]]] = {}
         for side, free, series in ((0, self.free_base, self.base), (1, self.free_cand, self.cand)):
             for s in series:
-                if s.kind == kind and (s.kind, s.name) in free and None not in tuple(s.shape):
+                key = (s.kind, s.name)
+                if s.kind == kind and key in free and key not in self.expected and None not in tuple(s.shape):
                     groups.setdefault(tuple(s.shape), ([], []))[side].append(s)
         return groups
 
@@ -849,11 +857,18 @@ def align(
     base: Sequence[SeriesLike],
     cand: Sequence[SeriesLike],
     mapping: Sequence[str] = (),
+    allow_unmatched: Sequence[str] = (),
 ) -> Alignment:
     """Pair ``base`` and ``cand`` tensors; see the module docstring for the stages. Element samples
-    (``<name>#sample``) are not aligned on their own: each follows its tensor's pair."""
+    (``<name>#sample``) are not aligned on their own: each follows its tensor's pair.
+    ``allow_unmatched``: the policy's patterns of tags one run alone may record."""
     samples = [{(s.kind, s.name): s for s in side if _is_sample(s)} for side in (base, cand)]
-    state = _Pairing([s for s in base if not _is_sample(s)], [s for s in cand if not _is_sample(s)])
+    expected = [patterns.matcher(p, f"allow_unmatched pattern {p!r}") for p in allow_unmatched]
+    state = _Pairing(
+        [s for s in base if not _is_sample(s)],
+        [s for s in cand if not _is_sample(s)],
+        lambda tag: any(m(tag) for m in expected),
+    )
     warnings = state.by_mapping(mapping)
     state.by_key(_names, "exact", scoped=True)
     state.by_key(lambda series: _canonical_names(series, renumber=False), "canonical", scoped=True)

@@ -81,7 +81,9 @@ class Comparison:
         read = None if self._alignment is None else align.evidence(self._alignment, base, cand)
         same_tensors = (tensors, read) == self._keys
         if not same_tensors:
-            self._alignment = align.align(list(base.tensors.values()), list(cand.tensors.values()), self.mapping)
+            self._alignment = align.align(
+                list(base.tensors.values()), list(cand.tensors.values()), self.mapping, self.policy.allow_unmatched
+            )
             self._keys = (tensors, align.evidence(self._alignment, base, cand))
             self._samples = {i for i, m in enumerate(self._alignment.matches) if metadata.is_sample(m.base[1])}
         old_steps = self.steps
