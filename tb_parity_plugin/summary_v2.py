@@ -89,6 +89,15 @@ def combine_replicas(parts: list[tf.Tensor], reduction: Optional[str], what: str
 __all__ = ["Recorder", "forward_pass", "instrument", "instrument_layer"]
 
 
+#: Why recording inside a replica context cannot work, and what does: said wherever it is tried.
+_PER_REPLICA = (
+    "recorded inside a replica context: under a tf.distribute strategy, strategy.run (and Keras fit, "
+    "which calls train_step through it) runs the step once per replica, each with its share of the "
+    "batch; record in the cross-replica context around strategy.run in a custom loop (README: "
+    "'Distributed training')"
+)
+
+
 class Recorder(BaseRecorder):
     """Collects one training step's tensors and writes them as ``tf.summary`` events.
 
@@ -146,9 +155,7 @@ class Recorder(BaseRecorder):
                 raise ValueError(f"{kind}/{name!r}: reduction= applies to per-replica values only")
             return super().tensor(kind, name, value)
         if tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context():  # inside strategy.run
-            raise RuntimeError(
-                f"record the per-replica {kind}/{name!r} outside strategy.run, in the cross-replica context"
-            )
+            raise RuntimeError(f"{kind}/{name!r}: {_PER_REPLICA}")
         components = value.values  # one per replica, in replica order (as experimental_local_results)
         if isinstance(value, tf.Variable):
             parts = [tf.identity(v.read_value()) for v in components]
@@ -180,6 +187,8 @@ class Recorder(BaseRecorder):
         updates anything: trainable ones as ``weight``, the others as ``state``; with
         ``optimizer``, its slots too (built now if Keras has not built them yet).
         """
+        if tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context():
+            raise RuntimeError(_PER_REPLICA)
         if self._step is not None:
             raise RuntimeError("recorder.step() does not nest")
         self._step = tf.cast(tf.convert_to_tensor(step), tf.int64)

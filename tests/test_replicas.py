@@ -168,3 +168,43 @@ def test_the_tensor_route_shows_one_replica_or_the_reduction(logdir: str) -> Non
     assert client.get(route + "&replica=2").status_code == 404
     bad = client.get(route + "&replica=one")
     assert bad.status_code == 400 and "replica" in json.loads(bad.get_data())["error"]
+
+
+def test_recording_inside_a_replica_context_says_what_records_instead(tmp_path: Any) -> None:
+    """A new user's recipe for a model with its own ``train_step`` (``rec.step`` inside it) under
+    ``fit`` with a MirroredStrategy: fit runs the step once per replica, and the error said
+    "recorder.step() does not nest" (nothing was nested) or "outside strategy.run" (the user never
+    called it). Both now say that the step runs per replica and what records instead."""
+    import tensorflow as tf
+
+    from tb_parity_plugin import summary_v2
+
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    rec = summary_v2.Recorder(str(tmp_path / "tf2"))
+
+    class OwnStep(tf.keras.Model):
+        def train_step(self, data):  # type: ignore[no-untyped-def]
+            x, y = data
+            with rec.step(self.optimizer.iterations):
+                with tf.GradientTape() as tape:
+                    loss = self.compiled_loss(y, self(x, training=True))
+                rec.loss(loss)
+                grads = tape.gradient(loss, self.trainable_variables)
+                self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+            return {"loss": loss}
+
+    with strategy.scope():
+        inputs = tf.keras.Input((3,))
+        model = OwnStep(inputs, tf.keras.layers.Dense(1)(inputs))
+        model.compile(tf.keras.optimizers.SGD(0.1), "mse")
+    x, y = np.ones((4, 3), np.float32), np.ones((4, 1), np.float32)
+    with pytest.raises(RuntimeError, match="once per replica.*around strategy.run"):
+        model.fit(x, y, batch_size=4, verbose=0)
+
+    def custom_step() -> None:  # the same mistake in a custom loop: the recorder entered inside strategy.run
+        with rec.step(0):
+            rec.loss(tf.constant(1.0))
+
+    with pytest.raises(RuntimeError, match="once per replica"):
+        strategy.run(custom_step)
+    rec.close()

@@ -55,7 +55,8 @@ def check_supported(model: Any) -> None:
     if strategy is not None and type(strategy).__name__ not in _SUPPORTED_STRATEGIES:
         raise ValueError(
             f"tb_parity: fit under {type(strategy).__name__} is not supported: each replica would "
-            "record its own share of the step; record on one device (no strategy, or OneDeviceStrategy)"
+            "record its own share of the step; record on one device (no strategy, or OneDeviceStrategy), "
+            "or around strategy.run in a custom loop (README: 'Distributed training')"
         )
     if getattr(model, "_jit_compile", False) is True:
         raise ValueError("tb_parity: fit with jit_compile=True is not supported: XLA cannot write summaries")
@@ -63,7 +64,10 @@ def check_supported(model: Any) -> None:
     if optimizer is None:
         raise ValueError("tb_parity: compile the model before instrumenting it")
     if "LossScale" in type(optimizer).__name__:
-        raise ValueError("tb_parity: a LossScaleOptimizer is not supported: gradients would be logged scaled")
+        raise ValueError(
+            "tb_parity: a LossScaleOptimizer is not supported (compile adds one under the 'mixed_float16' "
+            "policy): gradients would be logged scaled; see the README's 'Mixed precision'"
+        )
     own = _own_train_step(model)
     if own is not None:
         raise ValueError(
