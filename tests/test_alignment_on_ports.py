@@ -464,3 +464,61 @@ def test_keras_default_layer_norm_epsilon_is_found_on_its_output(tmp_path) -> No
     first = compare(str(tmp_path), baseline="tf1", candidate="tf2", allow_unmatched=["*gru_cell*"]).first_divergence
     assert first is not None and (first.step, first.kind, first.tensor) == (0, "activation", "layer_normalization")
     np.testing.assert_allclose(first.max_abs_diff, np.abs(normed - want).max(), rtol=1e-3)
+
+
+# -- outputs TF1 names itself on a [None, n] placeholder, against the port's layer outputs -----
+# ``rec.activation("hidden", h)`` on ``placeholder([None, 4])`` is ``[None, 5]``; the port's
+# ``instrument(layers=...)`` records ``dense`` as ``[8, 5]`` under ``fit``: no shared name, no shared
+# static shape, so they stayed unmatched, a false structure DIVERGE on the README's usage (new user 6).
+
+K5 = (RNG.standard_normal((4, 5)) * 0.5).astype(np.float32)
+K3 = (RNG.standard_normal((5, 3)) * 0.5).astype(np.float32)
+Y3 = RNG.standard_normal((STEPS * BATCH, 3)).astype(np.float32)
+
+
+def _named_tf1(run_dir: str) -> None:
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, (None, 4))
+        y = tf.compat.v1.placeholder(tf.float32, (None, 3))
+        h = rec.activation(
+            "hidden", tf.compat.v1.layers.dense(x, 5, tf.tanh, kernel_initializer=tf.constant_initializer(K5))
+        )
+        out = rec.activation("logits", tf.compat.v1.layers.dense(h, 3, kernel_initializer=tf.constant_initializer(K3)))
+        loss = rec.loss(tf.compat.v1.losses.mean_squared_error(y, out))
+        rows = [slice(s * BATCH, (s + 1) * BATCH) for s in range(STEPS)]
+        _train_with_sgd(rec, gs, loss, [{x: X[r], y: Y3[r]} for r in rows])
+
+
+def _named_port(run_dir: str, hidden_activation: str) -> np.ndarray:
+    """Keras Dense(5) + Dense(3) under ``fit``, its layers instrumented; returns the hidden output at step 0."""
+    tf.keras.backend.clear_session()
+    hidden = tf.keras.layers.Dense(5, hidden_activation, kernel_initializer=tf.constant_initializer(K5))
+    out = tf.keras.layers.Dense(3, kernel_initializer=tf.constant_initializer(K3))
+    model = tf.keras.Sequential([tf.keras.Input((4,)), hidden, out])
+    model.compile(tf.keras.optimizers.SGD(LR), loss="mse")
+    rec = summary_v2.Recorder(run_dir)
+    summary_v2.instrument(model, rec, layers=[hidden, out])
+    model.fit(X, Y3, batch_size=BATCH, shuffle=False, verbose=0)
+    rec.close()
+    return np.tanh(X[:BATCH].astype(np.float64) @ K5) if hidden_activation == "tanh" else np.maximum(X[:BATCH] @ K5, 0)
+
+
+def test_outputs_named_by_tf1_pair_with_the_ports_layer_outputs_of_the_one_fitting_shape(tmp_path) -> None:
+    _named_tf1(str(tmp_path / "tf1"))
+    _named_port(str(tmp_path / "tf2"), "tanh")
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert report.agree, report.first_divergence
+    pairs = {(m["kind"], m["baseline"]): m["candidate"] for m in report.to_dict()["mapping"]}
+    assert (pairs[("activation", "hidden")], pairs[("activation", "logits")]) == ("dense", "dense_1")
+
+
+def test_a_wrong_activation_is_found_on_the_output_tf1_named(tmp_path) -> None:
+    """relu where TF1 has tanh: numpy's difference at step 0, on TF1's ``hidden``."""
+    _named_tf1(str(tmp_path / "tf1"))
+    got = _named_port(str(tmp_path / "tf2"), "relu")
+    want = np.tanh(X[:BATCH].astype(np.float64) @ K5)
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert first is not None and (first.step, first.kind, first.tensor) == (0, "activation", "hidden"), first
+    np.testing.assert_allclose(first.max_abs_diff, np.abs(got - want).max(), rtol=1e-4)

@@ -22,6 +22,9 @@ each stage pairing only what earlier stages left:
    alone to record (``allow_unmatched``) take no part in this stage: a TF1 ``GRUCell``'s
    ``candidate/bias [4]`` made a faithful port's LayerNorm ``gamma``/``beta [4]`` three against
    two, so they stayed unmatched (a false structure DIVERGE on a port following the README).
+   Last of all, after the stages that pair by layers and values, a tensor whose shape has an
+   unknown dimension (``[None, 6]``) is paired with the one free tensor of its kind on the other
+   side whose shape fits it, when each is the other's only fit.
 
 Element samples (``<name>#sample``) take no part in the stages: each is paired after them with
 its tensor's partner's sample, unless both tensors have full values at every step.
@@ -746,6 +749,34 @@ class _Pairing:
             )
         return warnings
 
+    def by_sole_compatible_shape(self) -> None:
+        """Pair a free tensor whose shape has a dimension the graph does not know with the one free
+        tensor of its kind on the other side whose shape fits it, when each is the other's only fit.
+
+        Last of the stages: TF1's ``rec.activation("hidden", h)`` on ``placeholder([None, 6])`` against
+        a Keras port's layer output (``dense``, ``[8, 5]`` under ``fit``) shares no name and no static
+        shape, and stayed unmatched (a false structure DIVERGE on the README's own usage). Two
+        parallel branches of one width have two fits each, so they stay as they were."""
+        for kind in sorted({s.kind for s in self.base}):
+            bs = [s for s in self.base if s.kind == kind and (s.kind, s.name) in self.free_base]
+            cs = [s for s in self.cand if s.kind == kind and (s.kind, s.name) in self.free_cand]
+            bs = [s for s in bs if (s.kind, s.name) not in self.expected]
+            cs = [s for s in cs if (s.kind, s.name) not in self.expected]
+            fits = {
+                (b.name, c.name)
+                for b in bs
+                for c in cs
+                if (None in tuple(b.shape) or None in tuple(c.shape)) and _fits(tuple(b.shape), tuple(c.shape))
+            }
+            by_b: dict[str, list[str]] = {}
+            by_c: dict[str, list[str]] = {}
+            for b_name, c_name in fits:
+                by_b.setdefault(b_name, []).append(c_name)
+                by_c.setdefault(c_name, []).append(b_name)
+            for b_name, c_names in sorted(by_b.items()):
+                if len(c_names) == 1 and len(by_c[c_names[0]]) == 1:
+                    self.pair((kind, b_name), (kind, c_names[0]), "fallback")
+
     def by_kind_shape_order(self) -> dict[Key, list[Key]]:
         """Per kind and shape, pair the k-th free tensors in execution order when the counts agree.
 
@@ -762,6 +793,12 @@ class _Pairing:
                     for b in bs:
                         candidates[(b.kind, b.name)] = [(c.kind, c.name) for c in cs]
         return candidates
+
+
+def _fits(a: tuple[Optional[int], ...], b: tuple[Optional[int], ...]) -> bool:
+    """Same rank, and equal wherever both dimensions are known (stricter than
+    :func:`shapes_compatible`, where ``(None,)`` may be an unknown rank and fits any shape)."""
+    return len(a) == len(b) and len(a) > 0 and all(x is None or y is None or x == y for x, y in zip(a, b))
 
 
 def _distances(rows: dict[Any, tuple[Optional[np.ndarray], Optional[np.ndarray]]]) -> dict[Any, Optional[float]]:
@@ -883,6 +920,7 @@ def align(
     warnings += state.unpair_partial_layers()
     warnings += state.by_layer_outputs()
     warnings += state.by_output_values()
+    state.by_sole_compatible_shape()
     warnings += _pair_samples(state.matches, samples, (state.base, state.cand))
     shapes = {(s.kind, s.name): tuple(s.shape) for s in [*state.base, *state.cand]}
     for m in state.matches:
