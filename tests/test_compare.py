@@ -1108,3 +1108,36 @@ def test_a_divergent_sample_does_not_call_its_own_tensor_upstream(tmp_path) -> N
     first = report.first_divergence
     assert first is not None and first.tensor == "emb" + metadata.SAMPLE_MARK and first.evidence == "sample"
     assert report.unproven_before_first == []
+
+
+def test_rmsprop_mean_squares_pair_across_spellings(tmp_path) -> None:
+    """TF1 ``dense/kernel/RMSProp`` and tf_keras RMSprop's ``velocity/dense/kernel`` are one slot (the
+    moving mean of squared gradients): paired by name, they agree when equal (numpy) and diverge where
+    they differ; TF1's momentum slot ``RMSProp_1`` (made even with momentum 0) is declared expected."""
+    from tb_parity_plugin import compare
+
+    ms = [np.full(3, 0.9 + 0.01 * s, np.float32) for s in range(3)]
+    moved = [m * np.float32(1.5) if s == 2 else m for s, m in enumerate(ms)]
+    assert not np.allclose(moved[2], ms[2], rtol=1e-4) and np.array_equal(moved[1], ms[1])  # numpy
+    write_run(
+        str(tmp_path / "same"),
+        "tf1",
+        range(3),
+        lambda s: [
+            ("slot", "dense/kernel/RMSProp", ms[s]),
+            ("slot", "dense/kernel/RMSProp_1", np.zeros(3, np.float32)),
+        ],
+    )
+    write_run(str(tmp_path / "same"), "tf2", range(3), lambda s: [("slot", "velocity/dense/kernel", ms[s])])
+    write_run(str(tmp_path / "moved"), "tf1", range(3), lambda s: [("slot", "dense/kernel/RMSProp", ms[s])])
+    write_run(str(tmp_path / "moved"), "tf2", range(3), lambda s: [("slot", "velocity/dense/kernel", moved[s])])
+    same = compare(str(tmp_path / "same"), baseline="tf1", candidate="tf2", allow_unmatched=["*RMSProp_1*"])
+    assert same.agree, same.first_divergence
+    how = {m["baseline"]: m["how"] for m in same.to_dict()["mapping"]}
+    assert how["dense/kernel/RMSProp"] == "canonical"  # by its name, not by a shape it happens to share
+    first = compare(str(tmp_path / "moved"), baseline="tf1", candidate="tf2").first_divergence
+    assert first is not None and (first.step, first.tensor, first.candidate_tensor) == (
+        2,
+        "dense/kernel/RMSProp",
+        "velocity/dense/kernel",
+    )

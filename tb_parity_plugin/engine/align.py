@@ -151,12 +151,15 @@ def _renumber(names: Sequence[str]) -> list[str]:
 #: legacy ones too (``dense/kernel/momentum``, ``/m``, ``/v``), tf_keras's current ones prefix it
 #: (``m/dense/kernel``), and the shim names Keras 3 slots ``<variable path>/<slot>``
 #: (``dense/kernel/momentum``, ``/velocity``). Momentum's accumulator and Adam's first moment
-#: are both ``m`` (an SGD has no Adam moment to confuse it with).
+#: are both ``m`` (an SGD has no Adam moment to confuse it with); RMSProp's mean square and Adam's
+#: second moment are both ``v``, the moving average of squared gradients: tf_keras's RMSprop names
+#: it ``velocity`` like Adam's, and TF1's ``<variable>/RMSProp`` stayed unpaired against it (a
+#: faithful RMSProp port's structure DIVERGE, new user 6).
 SLOT_ROLES = {
     "Momentum": "m",
     "Adam": "m",
     "Adam_1": "v",
-    "RMSProp": "rms",
+    "RMSProp": "v",
     "RMSProp_1": "m",
     "Adagrad": "accumulator",
     "momentum": "m",
@@ -164,7 +167,7 @@ SLOT_ROLES = {
     "v": "v",
     "velocity": "v",
     "vhat": "vhat",
-    "rms": "rms",
+    "rms": "v",
     "accumulator": "accumulator",
 }
 _PREFIX_SLOT_ROLES = ("m", "v", "vhat", "momentum", "velocity", "accumulator")
