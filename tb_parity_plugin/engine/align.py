@@ -761,10 +761,14 @@ class _Pairing:
         shape, and stayed unmatched (a false structure DIVERGE on the README's own usage). Two
         parallel branches of one width have two fits each, so they stay as they were."""
         for kind in sorted({s.kind for s in self.base}):
-            bs = [s for s in self.base if s.kind == kind and (s.kind, s.name) in self.free_base]
-            cs = [s for s in self.cand if s.kind == kind and (s.kind, s.name) in self.free_cand]
-            bs = [s for s in bs if (s.kind, s.name) not in self.expected]
-            cs = [s for s in cs if (s.kind, s.name) not in self.expected]
+            bs, cs = (
+                [
+                    s
+                    for s in side
+                    if s.kind == kind and (s.kind, s.name) in free and (s.kind, s.name) not in self.expected
+                ]
+                for side, free in ((self.base, self.free_base), (self.cand, self.free_cand))
+            )
             fits = {
                 (b.name, c.name)
                 for b in bs
@@ -799,9 +803,9 @@ class _Pairing:
 
 
 def _fits(a: tuple[Optional[int], ...], b: tuple[Optional[int], ...]) -> bool:
-    """Same rank, and equal wherever both dimensions are known (stricter than
-    :func:`shapes_compatible`, where ``(None,)`` may be an unknown rank and fits any shape)."""
-    return len(a) == len(b) and len(a) > 0 and all(x is None or y is None or x == y for x, y in zip(a, b))
+    """:func:`shapes_compatible` of the same rank: there ``(None,)`` may be an unknown rank and fits
+    any shape, which says too little to pair on."""
+    return len(a) == len(b) > 0 and shapes_compatible(a, b)
 
 
 def _distances(rows: dict[Any, tuple[Optional[np.ndarray], Optional[np.ndarray]]]) -> dict[Any, Optional[float]]:
