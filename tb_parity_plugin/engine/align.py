@@ -184,9 +184,36 @@ def slot_canonical(name: str) -> str:
     return name
 
 
+#: A variable's exponential moving average, in each family's spelling: TF1's (and TF2's)
+#: ``ExponentialMovingAverage`` names its shadow ``<variable>/ExponentialMovingAverage``, tf_keras's
+#: ``use_ema`` ``average/<variable>``, Keras 3's (as the shim names it) ``<variable path>/average``.
+#: All are ``state`` (``shim/slots.py``, ``AVERAGE_ROLE``).
+_AVERAGE_LEAVES = ("ExponentialMovingAverage", "average")
+
+
+def average_canonical(name: str) -> str:
+    """``<variable>/average`` for a moving average's name in any family's spelling (:data:`_AVERAGE_LEAVES`)."""
+    var, _, last = name.rpartition("/")
+    if var and last in _AVERAGE_LEAVES:
+        return f"{var}/average"
+    first, _, rest = name.partition("/")
+    if rest and first == "average":
+        return f"{rest}/average"
+    return name
+
+
+def role_canonical(kind: str, name: str) -> str:
+    """``<variable>/<role>`` for a slot or a moving average (``state``), else ``name`` as it is."""
+    if kind == "slot":
+        return slot_canonical(name)
+    if kind == "state":
+        return average_canonical(name)
+    return name
+
+
 def _canonical_names(series: Sequence[SeriesLike], renumber: bool) -> list[str]:
     stripped = [_strip_output_index(s.name) for s in series]
-    names = _strip_shared_prefix([slot_canonical(n) if s.kind == "slot" else n for s, n in zip(series, stripped)])
+    names = _strip_shared_prefix([role_canonical(s.kind, n) for s, n in zip(series, stripped)])
     return _renumber(names) if renumber else names
 
 
@@ -321,9 +348,13 @@ class _Pairing:
     def by_mapping(self, items: Iterable[str]) -> list[str]:
         warnings = []
         cand_names = {(s.kind, s.name) for s in self.cand}
+        kinds_of: dict[str, list[str]] = {}
+        for kind, name in sorted(cand_names):
+            kinds_of.setdefault(name, []).append(kind)
         for item in items:
             regex, old, new = parse_mapping(item)
             used = False
+            elsewhere: list[str] = []  # targets the candidate records under another kind
             for s in self.base:
                 b = (s.kind, s.name)
                 if b not in self.free_base:
@@ -343,8 +374,16 @@ class _Pairing:
                 if c in cand_names and c in self.free_cand:
                     self.pair(b, c, "map")
                     used = True
+                elif c not in cand_names and target in kinds_of:
+                    elsewhere.append(f"{s.kind}/{s.name} -> {'/'.join(kinds_of[target][:1])}/{target}")
             if not used:
-                warnings.append(f"mapping {item!r} paired no tensors")
+                why = ""
+                if elsewhere:
+                    why = (
+                        f": a mapping pairs tensors of one kind, and the candidate records its target under another "
+                        f"({', '.join(elsewhere[:3])})"
+                    )
+                warnings.append(f"mapping {item!r} paired no tensors{why}")
         return warnings
 
     def _free_groups(self, kind: str) -> dict[tuple[Any, ...], tuple[list[SeriesLike], list[SeriesLike]]]:

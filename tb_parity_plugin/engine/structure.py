@@ -123,7 +123,9 @@ def _created_twice(run: Any, unmatched: Sequence[tuple[str, str]]) -> list[dict[
     """Unmatched variables that repeat a matched one of the same run: same leaf, shape and layer type.
 
     ``dense_3/kernel`` beside ``dense/kernel`` with the same shape is the TF1 ``variable_scope``
-    reuse bug ported wrongly: the layer was built twice instead of shared.
+    reuse bug ported wrongly: the layer was built twice instead of shared. Slots and moving
+    averages compare as ``<variable>/<role>`` (``align.role_canonical``): Keras's ``average/dense/kernel``
+    is no second ``m/dense/kernel``.
     """
     free = set(unmatched)
     found = []
@@ -131,12 +133,12 @@ def _created_twice(run: Any, unmatched: Sequence[tuple[str, str]]) -> list[dict[
         s = run.tensors[key]
         if s.kind not in VARIABLE_KINDS:
             continue
-        scope, _, leaf = s.name.rpartition("/")
+        scope, _, leaf = align.role_canonical(s.kind, s.name).rpartition("/")
         layer_type = _SUFFIX.sub("", scope.rpartition("/")[2])
         for other_key, o in run.tensors.items():
             if other_key in free or o.kind != s.kind or tuple(o.shape) != tuple(s.shape):
                 continue
-            o_scope, _, o_leaf = o.name.rpartition("/")
+            o_scope, _, o_leaf = align.role_canonical(o.kind, o.name).rpartition("/")
             if o_leaf == leaf and o_scope != scope and _SUFFIX.sub("", o_scope.rpartition("/")[2]) == layer_type:
                 found.append({"tag": f"{s.kind}/{s.name}", "like": f"{o.kind}/{o.name}"})
                 break

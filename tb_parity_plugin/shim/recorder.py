@@ -292,7 +292,9 @@ class BaseRecorder:
     def variables(self, variables: Any, optimizer: Any = None) -> list:
         """Every variable of ``variables`` (a model, layer, module or list) as read at the step's start:
         trainable ones as ``weight``, the others as ``state``; with ``optimizer``, also the slots
-        it keeps for the trainable ones (an optimizer without slots records none)."""
+        it keeps for the trainable ones (an optimizer without slots records none), and the moving
+        averages a Keras ``use_ema`` optimizer keeps, as ``state`` (as TF1's
+        ``ExponentialMovingAverage`` shadows are: see ``slots.AVERAGE_ROLE``)."""
         var_list = model_variables(variables)
         owned: set[int] = set()
         if optimizer is not None:
@@ -304,7 +306,11 @@ class BaseRecorder:
             if id(v) not in owned
         ]
         if optimizer is not None:
-            out += self.slots(optimizer, [v for v in var_list if getattr(v, "trainable", True)], required=False)
+            trainable = [v for v in var_list if getattr(v, "trainable", True)]
+            out += self.slots(optimizer, trainable, required=False)
+            out += [
+                self._variable("state", a.variable, a.name) for v in trainable for a in slots.averages_of(optimizer, v)
+            ]
         return out
 
     @contextlib.contextmanager

@@ -54,23 +54,38 @@ def build_slots(optimizer: Any, var_list: list[Any]) -> None:
             optimizer.build(var_list)
 
 
-def _new_slots(optimizer: Any, var: Any) -> list[Slot]:
-    """Slots of a tf_keras (``m/dense/kernel:0``) or Keras 3 (``adam/dense_kernel_m``) ``Optimizer``."""
-    out: list[Slot] = []
+#: The role Keras ``use_ema`` gives the moving average of each model variable it keeps among its
+#: optimizer's variables (tf_keras ``average/dense/kernel``, Keras 3 ``adam/dense_kernel_average``).
+#: It is no slot: the update never reads it. TF1 keeps the same quantity outside the optimizer,
+#: in ``ExponentialMovingAverage``'s shadow variables (``dense/kernel/ExponentialMovingAverage``),
+#: which the shim records as ``state``; so the average is ``state`` on both sides, and a faithful
+#: port pairs (as a slot it was recorded by one run only: a false structure DIVERGE, new user 5).
+AVERAGE_ROLE = "average"
+
+
+def _keras_variables_of(optimizer: Any, var: Any) -> list[tuple[str, Slot]]:
+    """(role, slot) for each variable a tf_keras (``m/dense/kernel:0``) or Keras 3
+    (``adam/dense_kernel_m``) ``Optimizer`` keeps for ``var``."""
+    out: list[tuple[str, Slot]] = []
     sgd = _is_keras_sgd(optimizer)
-    if sgd and not getattr(optimizer, "momentum", 0):
-        return out  # tf_keras builds momentum slots even without momentum; they stay unused
     path = getattr(var, "path", None)
     flat = path.replace("/", "_") if path else None
     for slot in optimizer.variables if not callable(optimizer.variables) else optimizer.variables():
         own = _strip(variable_name(slot))
         if own.endswith("/" + _strip(var.name)) and own.count("/") == _strip(var.name).count("/") + 1:
             role = own.split("/", 1)[0]
-            out.append(Slot(own, slot, lr_units=sgd and role in ("m", "momentum")))
+            out.append((role, Slot(own, slot, lr_units=sgd and role in ("m", "momentum"))))
         elif flat and own.startswith(f"{optimizer.name}/{flat}_"):
             role = own[len(f"{optimizer.name}/{flat}_") :]
-            out.append(Slot(f"{path}/{role}", slot, lr_units=sgd and role == "momentum"))
+            out.append((role, Slot(f"{path}/{role}", slot, lr_units=sgd and role == "momentum")))
     return out
+
+
+def _new_slots(optimizer: Any, var: Any) -> list[Slot]:
+    """Slots of a tf_keras or Keras 3 ``Optimizer`` (not its :data:`AVERAGE_ROLE` variables)."""
+    if _is_keras_sgd(optimizer) and not getattr(optimizer, "momentum", 0):
+        return []  # tf_keras builds momentum slots even without momentum; they stay unused
+    return [slot for role, slot in _keras_variables_of(optimizer, var) if role != AVERAGE_ROLE]
 
 
 def slots_of(optimizer: Any, var: Any) -> list[Slot]:
@@ -89,6 +104,14 @@ def slots_of(optimizer: Any, var: Any) -> list[Slot]:
     if hasattr(optimizer, "variables"):
         return _new_slots(optimizer, var)
     raise TypeError(f"tb_parity: cannot find the slots of {type(optimizer).__name__}: not an optimizer")
+
+
+def averages_of(optimizer: Any, var: Any) -> list[Slot]:
+    """The moving average of ``var`` that a Keras optimizer with ``use_ema=True`` keeps
+    (:data:`AVERAGE_ROLE`; empty for every other optimizer), with or without momentum."""
+    if hasattr(optimizer, "get_slot_names") or not hasattr(optimizer, "variables"):
+        return []
+    return [slot for role, slot in _keras_variables_of(optimizer, var) if role == AVERAGE_ROLE]
 
 
 def current_lr(optimizer: Any, dtype: tf.DType = tf.float32) -> Optional[tf.Tensor]:

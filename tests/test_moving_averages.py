@@ -1,0 +1,125 @@
+"""Exponential moving averages of the weights, from a new user's trial.
+
+TF1 keeps them in ``tf.compat.v1.train.ExponentialMovingAverage``'s shadow variables
+(``dense/kernel/ExponentialMovingAverage``), non-trainable globals the shim records as ``state``. The
+port's tf_keras optimizer keeps them itself with ``use_ema=True`` (``average/dense/kernel``), and the
+shim recorded them as ``slot``s: the two never paired, a false structure DIVERGE on a faithful port,
+and with plain SGD (no momentum) the port recorded no average at all. Both are ``state`` now, paired
+by name. Every expectation is checked against numpy's recursion on the logged weights.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from shim_readback import tensors_by_step
+
+from tb_parity_plugin import compare, summary_v1, summary_v2
+
+RNG = np.random.default_rng(11)
+STEPS, BATCH, D, H, C = 6, 8, 5, 4, 3
+LR, DECAY = 0.1, 0.9
+X = RNG.standard_normal((STEPS * BATCH, D)).astype(np.float32)
+Y = np.eye(C, dtype=np.float32)[RNG.integers(0, C, STEPS * BATCH)]
+W1 = (RNG.standard_normal((D, H)) * 0.5).astype(np.float32)
+W2 = (RNG.standard_normal((H, C)) * 0.5).astype(np.float32)
+VARIABLES = ("dense/kernel", "dense/bias", "dense_1/kernel", "dense_1/bias")
+
+
+def _tf1(run_dir: str, momentum: float, ema: bool = True) -> None:
+    """The original: two dense layers on ``placeholder([None, D])``, the averages applied after the update."""
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, D])
+        y = tf.compat.v1.placeholder(tf.float32, [None, C])
+        h = tf.compat.v1.layers.dense(x, H, tf.tanh, kernel_initializer=tf.constant_initializer(W1), name="dense")
+        logits = tf.compat.v1.layers.dense(h, C, kernel_initializer=tf.constant_initializer(W2), name="dense_1")
+        loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(y, logits))
+        rec.lr(tf.constant(LR))
+        if momentum:
+            opt = tf.compat.v1.train.MomentumOptimizer(LR, momentum)
+        else:
+            opt = tf.compat.v1.train.GradientDescentOptimizer(LR)
+        update = rec.minimize(opt, loss, global_step=gs)
+        train_op = update
+        if ema:
+            with tf.control_dependencies([update]):
+                train_op = tf.compat.v1.train.ExponentialMovingAverage(DECAY).apply(tf.compat.v1.trainable_variables())
+        rec.variables(optimizer=opt)
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for s in range(STEPS):
+                rows = slice(s * BATCH, (s + 1) * BATCH)
+                rec.write(sess.run([train_op, fetches], {x: X[rows], y: Y[rows]})[1])
+        rec.close()
+
+
+def _keras(run_dir: str, momentum: float, ema_momentum: float) -> None:
+    """The port: Keras defaults (zero biases), ``use_ema`` on the optimizer, trained by ``fit``."""
+    model = tf.keras.Sequential(
+        [tf.keras.Input((D,)), tf.keras.layers.Dense(H, "tanh", name="dense"), tf.keras.layers.Dense(C, name="dense_1")]
+    )
+    model.get_layer("dense").kernel.assign(W1)
+    model.get_layer("dense_1").kernel.assign(W2)
+    optimizer = tf.keras.optimizers.SGD(LR, momentum=momentum, use_ema=True, ema_momentum=ema_momentum)
+    model.compile(optimizer, tf.keras.losses.CategoricalCrossentropy(from_logits=True))
+    rec = summary_v2.Recorder(run_dir)
+    summary_v2.instrument(model, rec)
+    model.fit(X, Y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    rec.close()
+
+
+def _numpy_averages(logged: dict, name: str, decay: float) -> list[np.ndarray]:
+    """The average read at each step's start, from the weights read there: it starts at the weight
+    and takes ``decay * average + (1 - decay) * weight`` after each update."""
+    weights = [logged[s][("weight", f"{name}:0")][2].astype(np.float64) for s in range(STEPS)]
+    out = [weights[0]]
+    for w in weights[1:]:
+        out.append(decay * out[-1] + (1 - decay) * w)
+    return out
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9], ids=["sgd", "momentum"])
+def test_a_faithful_use_ema_port_agrees_on_every_average(tmp_path, momentum: float) -> None:
+    _tf1(str(tmp_path / "tf1"), momentum)
+    _keras(str(tmp_path / "tf2"), momentum, DECAY)
+    tf1, tf2 = tensors_by_step(str(tmp_path / "tf1")), tensors_by_step(str(tmp_path / "tf2"))
+    for name in VARIABLES:
+        want = _numpy_averages(tf1, name, DECAY)
+        for s in range(STEPS):
+            np.testing.assert_allclose(tf1[s][("state", f"{name}/ExponentialMovingAverage:0")][2], want[s], atol=1e-6)
+            np.testing.assert_allclose(tf2[s][("state", f"average/{name}")][2], want[s], atol=1e-6)
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert report.agree, report.first_divergence
+    paired = {(m["baseline"], m["candidate"]) for m in report.to_dict()["mapping"] if m["kind"] == "state"}
+    assert {(f"{n}/ExponentialMovingAverage:0", f"average/{n}") for n in VARIABLES} <= paired
+
+
+def test_a_wrong_ema_momentum_is_found_on_an_average_at_step_1(tmp_path) -> None:
+    _tf1(str(tmp_path / "tf1"), 0.9)
+    _keras(str(tmp_path / "tf2"), 0.9, 0.99)
+    tf1 = tensors_by_step(str(tmp_path / "tf1"))
+    # numpy: the averages start at the weights (step 0 equal), and differ once the first update is mixed in
+    gaps = {n: np.abs(_numpy_averages(tf1, n, DECAY)[1] - _numpy_averages(tf1, n, 0.99)[1]).max() for n in VARIABLES}
+    assert min(gaps.values()) > 1e-4, gaps
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    first = report.first_divergence
+    assert (first.step, first.kind) == (1, "state"), first
+    assert first.tensor.endswith("/ExponentialMovingAverage:0"), first
+    # the averages never feed the update: nothing else diverges
+    assert {d.kind for d in report.divergences_at_first_step} == {"state"}
+
+
+def test_an_average_the_original_lacks_is_one_run_only_and_not_a_slot_created_twice(tmp_path) -> None:
+    """The port averages, the original does not: the averages are named as recorded by the port
+    alone; they once read "looks created twice: repeats slot/m/dense/kernel"."""
+    _tf1(str(tmp_path / "tf1"), 0.9, ema=False)
+    _keras(str(tmp_path / "tf2"), 0.9, DECAY)
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert not report.agree and report.first_divergence.reason == "structure"
+    only = [(d.kind, d.candidate_tensor, d.note) for d in report.divergences_at_first_step]
+    assert sorted(t for _, t, _ in only) == sorted(f"average/{n}" for n in VARIABLES), only
+    assert all(kind == "state" and "created twice" not in note for kind, _, note in only), only
