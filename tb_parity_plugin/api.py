@@ -195,11 +195,15 @@ def assert_parity(
 
 def statistics_only_line(report: ParityReport) -> str:
     """The tensors compared by statistics only, and what to do for an element-wise verdict."""
-    tags = report.statistics_only
+    partly = report.partly_values
+    tags = [
+        f"{tag} (element-wise at {partly[tag][0]} of {partly[tag][1]} steps)" if tag in partly else tag
+        for tag in report.statistics_only
+    ]
     shown = ", ".join(tags[:10]) + (f" and {len(tags) - 10} more" if len(tags) > 10 else "")
     return (
-        f"compared by statistics only: {shown}; record them with full values "
-        "(full_values_limit above their size) for an element-wise verdict"
+        f"compared by statistics: {shown}; record them with full values at every step "
+        "(full_values_limit above their largest size) for an element-wise verdict"
     )
 
 

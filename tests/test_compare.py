@@ -77,6 +77,18 @@ def test_align_user_mappings_exact_tag_and_regex() -> None:
         align.align(base, cand, ["no-equals-sign"])
 
 
+def test_a_mapping_across_kinds_says_why_it_paired_nothing() -> None:
+    """A tensor is compared with one of its own kind: a mapping onto another kind's name says so."""
+    base = [series("state", "w/avg", steady(1)), series("slot", "w/m", steady(1), order=1)]
+    cand = [series("slot", "avg/w", steady(1)), series("slot", "m/w", steady(1), order=1)]
+    result = align.align(base, cand, ["w/avg=avg/w"])
+    assert ("state", "w/avg") in result.unmatched_base
+    assert result.warnings == [
+        "mapping 'w/avg=avg/w' paired no tensors: a mapping pairs tensors of one kind, and the candidate "
+        "records its target under another (state/w/avg -> slot/avg/w)"
+    ]
+
+
 def test_align_fallback_by_order_and_shape_reports_unmatched() -> None:
     base = [
         series("lr", "lr", steady(1, ())),
@@ -174,6 +186,12 @@ def test_reason_shape_dtype_missing() -> None:
         run("b", [series("w", "w", [np.ones(3, np.float32)])]), run("c", [series("w", "w", [np.ones(3, np.float64)])])
     )
     assert dtype.first_divergence.reason == "dtype"
+    # equal values (numpy: 0 apart): the note says the figures are not the reason (an error ratio of 0
+    # beside "dtype" read as a contradiction to a new user)
+    assert dtype.first_divergence.error_ratio == 0
+    assert "dtype float32 in baseline vs float64 in candidate; the values agree within tolerance" in (
+        dtype.first_divergence.note
+    )
     # both runs logged step 1 (via another tensor), only the baseline logged w there
     base = run("b", [series("w", "w", [np.ones(2)] * 3), series("loss", "l", [np.ones(())] * 3, order=1)])
     cand = run("c", [series("w", "w", [np.ones(2)] * 2, steps=[0, 2]), series("loss", "l", [np.ones(())] * 3, order=1)])
@@ -1062,6 +1080,45 @@ def test_a_divergence_names_the_earlier_tensors_only_statistics_compared_at_its_
     assert 'data-testid="unproven"' in report._repr_html_()  # the HTML report and notebook view
     with pytest.raises(AssertionError, match="divergence may start upstream"):
         api.assert_parity(str(tmp_path))
+
+
+def test_a_divergence_says_it_may_predate_its_step_when_earlier_steps_rested_on_statistics(tmp_path) -> None:
+    """A new user's embedding row was wrong from step 0 and first looked up at step 3: the tool named
+    the lookup's output at step 3 and said the difference might start "upstream", not that it might
+    be older than the step. The report now lists the tensors compared by statistics only at earlier
+    steps, and says the divergence may predate the step it names."""
+    rng = np.random.default_rng(4)
+    table = rng.standard_normal((100, 64)).astype(np.float32)  # 6400 > 4096 elements: statistics only
+    wrong = table.copy()
+    wrong[7, :3] += 1e-3  # numpy: out of atol 1e-5 from step 0, but no statistic can prove it
+    assert np.abs(wrong - table).max() > 1e-3 - 1e-6
+    ids = {0: [1, 2], 1: [3, 4], 2: [1, 5], 3: [7, 2]}  # row 7 is looked up first at step 3
+
+    def tensors(emb: np.ndarray, s: int) -> list:
+        return [("weight", "emb", emb), ("activation", "lookup", emb[ids[s]])]
+
+    write_run(str(tmp_path), "tf1", range(4), lambda s: tensors(table, s), side="tf1")
+    write_run(str(tmp_path), "tf2", range(4), lambda s: tensors(wrong, s), side="tf2")
+    report = compare_runs(*_runs(str(tmp_path)))
+    first = report.first_divergence
+    assert (first.step, first.kind, first.tensor) == (3, "activation", "lookup"), first
+    assert report.unproven_earlier == ["weight/emb"] and report.to_dict()["unproven_earlier"] == ["weight/emb"]
+    assert "may predate step 3" in report.unproven_text
+    from tb_parity_plugin import cli
+
+    assert "compared by statistics only at steps before 3: weight/emb" in cli.format_report(report)
+
+
+def test_a_divergence_at_the_first_step_has_nothing_earlier_to_doubt(tmp_path) -> None:
+    table = np.random.default_rng(5).standard_normal((100, 64)).astype(np.float32)
+    write_run(
+        str(tmp_path), "tf1", range(2), lambda s: [("weight", "emb", table), ("loss", "l", np.float32(1))], side="tf1"
+    )
+    write_run(
+        str(tmp_path), "tf2", range(2), lambda s: [("weight", "emb", table), ("loss", "l", np.float32(2))], side="tf2"
+    )
+    report = compare_runs(*_runs(str(tmp_path)))
+    assert report.first_divergence.step == 0 and report.unproven_earlier == []
 
 
 def _runs(logdir: str) -> tuple:

@@ -128,6 +128,12 @@ def test_a_faithful_port_is_compared_element_wise_at_its_partial_batches(tmp_pat
     cmp = Comparison(base, cand)
     report = cmp.report()
     assert report.agree, report.first_divergence
+    # listed as compared by statistics at some steps, and named for the steps its values decided
+    assert "activation/hidden" in report.statistics_only
+    assert report.partly_values["activation/hidden"] == [len(PARTIAL), STEPS]
+    from tb_parity_plugin import api
+
+    assert f"activation/hidden (element-wise at {len(PARTIAL)} of {STEPS} steps)" in api.statistics_only_line(report)
     for step in range(STEPS):
         figures = cmp.detail("activation/hidden", step=step).figures
         assert figures["evidence"] == ("values" if step in PARTIAL else "statistics"), (step, figures)

@@ -59,6 +59,7 @@ class Comparison:
         self._samples: set[int] = set()  # the alignment's matches that pair element samples
         #: (step index, the pairs up to the first divergent one, their statistics-only tags): _unproven_before
         self._unproven: Optional[tuple[int, list[Pair], list[str]]] = None
+        self._earlier: Optional[tuple[int, list[Pair], list[str]]] = None
         #: (the alignment, the matrix's column names and kinds): the same lists while it is unchanged
         self._columns: Optional[tuple[align.Alignment, list[str], list[str], list[str]]] = None
         self._nonfinite_scans: dict[str, FirstNonfinite] = {}
@@ -198,8 +199,8 @@ class Comparison:
         if parent is not None and found.get("evidence") == "values":  # element-wise, on a few elements
             found["evidence"] = "sample"
             found["note"] = found.get("note") or (
-                f"{metadata.SAMPLE_SIZE} elements at fixed positions of {parent}, which is compared by statistics "
-                "(too large for full values): these elements differ beyond tolerance"
+                f"{metadata.SAMPLE_SIZE} elements at fixed positions of {parent}, recorded beside its statistics "
+                "for the steps whose full values it does not keep: these elements differ beyond tolerance"
             )
         return Divergence(
             step=int(self.steps[k]),
@@ -282,9 +283,13 @@ class Comparison:
                 if getattr(s, "layout_change", None)
             ],
             statistics_only=[f"{p.base.kind}/{p.base.name}" for p in tensors if not p.use_values],
+            partly_values={f"{p.base.kind}/{p.base.name}": list(p.valued_steps()) for p in tensors if p.partial},
             # only when the first divergence is a pair's (not structure, not a replica's copies)
             unproven_before_first=(
                 self._unproven_before(k) if k is not None and at_first and at_first[0] is from_pairs else []
+            ),
+            unproven_earlier=(
+                self._unproven_earlier(k) if k is not None and at_first and at_first[0] is from_pairs else []
             ),
             evidence={
                 "values": sum(1 for p in tensors if p.use_values),
@@ -322,6 +327,27 @@ class Comparison:
             and not p.by_values_at(k)
         ]
         self._unproven = (k, before, found)
+        return list(found)
+
+    def _unproven_earlier(self, k: int) -> list[str]:
+        """Tags compared by statistics only at some compared step before ``k`` (both runs logged
+        them there, without full values on both sides): a difference there smaller than the
+        statistics prove may have started before the first step proven to diverge (an embedding row
+        wrong from step 0 shows first in the output of the step that looks it up). Kept while the
+        pairs are the same objects, as :meth:`_unproven_before`."""
+        kept = self._earlier
+        if kept is not None and kept[0] == k and len(kept[1]) == len(self._pairs):
+            if all(a is b for a, b in zip(kept[1], self._pairs)):
+                return list(kept[2])
+        found = []
+        for i, p in enumerate(self._pairs):
+            if i in self._samples or p.use_values or not k:
+                continue
+            ib, ic = p.ib[:k], p.ic[:k]
+            both = int(np.count_nonzero((ib >= 0) & (ic >= 0)))
+            if both and (not p.partial or p.valued_before(k) < both):
+                found.append(f"{p.base.kind}/{p.base.name}")
+        self._earlier = (k, list(self._pairs), found)
         return list(found)
 
     def _damaged(self) -> set[str]:

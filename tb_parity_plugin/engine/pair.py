@@ -190,6 +190,16 @@ class Pair:
         for j, b, c in self._valued_rows(rb, rc):
             r[j] = _element_verdict(c, b, rtol, _row(atol, j), equal_nan)
 
+    def valued_steps(self) -> tuple[int, int]:
+        """(compared steps both runs kept full values at, compared steps both logged) of a
+        :attr:`partial` pair: how much of it was compared element-wise."""
+        both = int(np.count_nonzero((self.ib >= 0) & (self.ic >= 0)))
+        return self.valued_before(len(self.ib)), both
+
+    def valued_before(self, k: int) -> int:
+        """How many compared steps before ``k`` both runs kept full values at (0 unless :attr:`partial`)."""
+        return len(self._both_valued(self.ib[:k], self.ic[:k])) if self.partial else 0
+
     def by_values_at(self, k: int) -> bool:
         """Compared step ``k`` is compared element-wise (full values on both sides there)."""
         rb, rc = int(self.ib[k]), int(self.ic[k])
@@ -399,6 +409,12 @@ class Pair:
             shapes = (self.runtime_shape("base", rb), self.runtime_shape("cand", rc)) if rb >= 0 and rc >= 0 else None
             if reason == DTYPE:
                 out["note"] = f"dtype {b.dtype} in baseline vs {c.dtype} in candidate"
+                ratio = out.get("error_ratio")
+                if ratio is not None and ratio <= 1:  # the figures are not the reason: say so
+                    out["note"] += (
+                        f"; the values agree within tolerance (error ratio {_g(ratio)}), but what ran differs "
+                        "(README: Mixed precision)"
+                    )
             elif shapes is not None and shapes[0] != shapes[1] and None not in shapes[0] + shapes[1]:
                 out["note"] = f"shape {shapes[0]} in baseline vs {shapes[1]} in candidate at this step"
             elif not align.shapes_compatible(tuple(b.shape), tuple(c.shape)):

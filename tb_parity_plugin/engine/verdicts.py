@@ -83,10 +83,16 @@ class ParityReport:
     #: Tags of the pairs compared by statistics only (in the baseline's execution order): what
     #: to record with full values (``full_values_limit``) for an element-wise verdict.
     statistics_only: list[str] = dataclasses.field(default_factory=list)
+    #: Of those, the ones compared element-wise at the steps both runs kept full values (a size
+    #: crossing ``full_values_limit``, a partial last batch): tag -> [such steps, steps compared].
+    partly_values: dict[str, list[int]] = dataclasses.field(default_factory=dict)
     #: Tags compared at the first divergent step by statistics only (with a sample, if they have
     #: one), earlier in the baseline's execution order than the first divergent tensor: a smaller
     #: difference there is not ruled out, so the divergence may start upstream of the one named.
     unproven_before_first: list[str] = dataclasses.field(default_factory=list)
+    #: Tags compared by statistics only at some compared step before the first divergent one: a
+    #: difference smaller than the statistics prove may predate the step named.
+    unproven_earlier: list[str] = dataclasses.field(default_factory=list)
     #: Runs recorded under a distribution strategy: run -> {count, tensors (with per-replica
     #: copies), disagreements (variables whose replica copies are out of sync)}.
     replicas: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
@@ -136,25 +142,38 @@ class ParityReport:
             if sampled
             else ""
         )
+        partly = len(self.partly_values)
+        some = f" ({partly} of them element-wise at the steps both runs kept full values)" if partly else ""
         return (
-            f"AGREE within statistics: {by_stats} of {by_stats + by_values} tensors were recorded as statistics "
-            f"only{samples}; their min/max/mean/std/L2 stay within what the tolerance allows, which is weaker evidence "
-            f"than element-wise agreement (the other {by_values} agree element-wise)"
+            f"AGREE within statistics: {by_stats} of {by_stats + by_values} tensors were compared by statistics "
+            f"at some or every step{some}{samples}; their min/max/mean/std/L2 stay within what the tolerance allows, "
+            f"which is weaker evidence than element-wise agreement (the other {by_values} agree element-wise)"
         )
 
     @property
     def unproven_text(self) -> Optional[str]:
         """What :attr:`unproven_before_first` means, worded once for every front end (None if empty)."""
-        tags, first = self.unproven_before_first, self.first_divergence
-        if not tags or first is None:
+        tags, earlier, first = self.unproven_before_first, self.unproven_earlier, self.first_divergence
+        if not (tags or earlier) or first is None:
             return None
-        shown = ", ".join(tags[:10]) + (f" and {len(tags) - 10} more" if len(tags) > 10 else "")
-        return (
-            f"before {first.kind}/{first.tensor} in execution order, compared at step {first.step} by statistics "
-            f"only (and their element samples, where recorded): {shown}; a difference there smaller than the "
-            "statistics can prove is not ruled out, so the divergence may start upstream: record them with full "
-            "values to know"
-        )
+
+        def listed(found: list[str]) -> str:
+            return ", ".join(found[:10]) + (f" and {len(found) - 10} more" if len(found) > 10 else "")
+
+        parts = []
+        if tags:
+            parts.append(
+                f"before {first.kind}/{first.tensor} in execution order, compared at step {first.step} by statistics "
+                f"only (and their element samples, where recorded): {listed(tags)}; a difference there smaller than "
+                "the statistics can prove is not ruled out, so the divergence may start upstream"
+            )
+        if earlier:
+            parts.append(
+                f"compared by statistics only at steps before {first.step}: {listed(earlier)}; a difference there "
+                f"smaller than the statistics can prove is not ruled out, so the divergence may predate step "
+                f"{first.step} (a wrong embedding row shows first at the step that looks it up)"
+            )
+        return "; ".join(parts) + ": record them with full values to know"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -165,7 +184,9 @@ class ParityReport:
             "verdict_text": self.verdict_text,
             "evidence": dict(self.evidence),
             "statistics_only": list(self.statistics_only),
+            "partly_values": {tag: list(n) for tag, n in self.partly_values.items()},
             "unproven_before_first": list(self.unproven_before_first),
+            "unproven_earlier": list(self.unproven_earlier),
             "unproven_text": self.unproven_text,
             "steps_compared": self.steps_compared,
             "tensors_compared": self.tensors_compared,
