@@ -97,9 +97,15 @@ class Comparison:
         kept = 0
         assert self._alignment is not None
         samples, base_tensors, cand_tensors = self._samples, base.tensors, cand.tensors
+        # The common refresh: each batch group's layout checked once, its pairs grown together.
+        grown = {id(p) for g in self._groups if reuse.keep_group(g, base_tensors, cand_tensors) for p in g}
         for i, match in enumerate(self._alignment.matches):
-            b, c = base_tensors[match.base], cand_tensors[match.cand]
             old = self._pairs[i] if same_tensors else old_pairs.get((match.base, match.cand))
+            if old is not None and id(old) in grown:
+                pairs.append(old)
+                kept += 1
+                continue
+            b, c = base_tensors[match.base], cand_tensors[match.cand]
             keep, sampled = True, i in samples
             if sampled:
                 ib, ic, one_sided = _where_both_sampled(reuse.rows_of(b), reuse.rows_of(c))
@@ -129,7 +135,10 @@ class Comparison:
         self._pairs = pairs
         if batch.ENABLED:
             self._table.bind(pairs, len(steps))
-        self._groups = batch.groups(pairs)
+        grouped = sum(len(g) for g in self._groups)
+        if not (same_tensors and kept == len(pairs) == len(self._pairs) and len(grown) == grouped):
+            # else every pair was kept and every group grew whole: the groups are still the same
+            self._groups = batch.groups(pairs)
         self.steps = steps
         self.base, self.cand = base, cand
         self._nonfinite = {run.name: self._first_nonfinite(run) for run in (base, cand)}

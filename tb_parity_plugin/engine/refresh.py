@@ -129,6 +129,50 @@ class Reuse:
             old.grow(base, cand, rb, rc)
         return kept
 
+    def keep_group(self, group: list[Pair], base_tensors: dict, cand_tensors: dict) -> bool:
+        """:meth:`keep` for every pair of a batch group (``batch.groups``: statistics only, one pair
+        of layout blocks, shared rows) at once: True, each grown, when each would be kept; False,
+        none touched, otherwise (then each pair is asked on its own). The rows and statistics are
+        checked once for the group; per pair only the identity of its new blocks and steps, its
+        column and its kind (a refresh of 200 pairs spent 0.45 ms in per-pair calls of ``keep``)."""
+        if not self.in_place:
+            return False
+        news = [(base_tensors.get(p.match.base), cand_tensors.get(p.match.cand)) for p in group]
+        b0, c0 = news[0]
+        if b0 is None or c0 is None or b0.block is None or c0.block is None:
+            return False
+        bb, cb, sb, sc = b0.block, c0.block, b0.steps, c0.steps
+        for p, (b, c) in zip(group, news):
+            if (
+                b is None
+                or c is None
+                or b.block is not bb
+                or c.block is not cb
+                or b.steps is not sb
+                or c.steps is not sc
+                or p.base.column != b.column
+                or p.cand.column != c.column
+                or p.partial
+                or not _same_kind(p.base, b)
+                or not _same_kind(p.cand, c)
+            ):
+                return False
+        # A group's pairs share their old blocks and rows (``batch.groups``); only ``done`` may differ.
+        first = {p.done: p for p in reversed(group)}
+        layouts = {}
+        for done, p in first.items():
+            key = (id(p.base.block), id(bb), id(p.cand.block), id(cb), id(p.ib), id(p.ic), id(sb), id(sc), done)
+            if key not in self._layouts:
+                self._layouts[key] = self._layout_kept(p, b0, c0)
+            layout = self._layouts[key]
+            if layout is None or not layout[0]:
+                return False
+            layouts[done] = layout
+        for p, (b, c) in zip(group, news):
+            _, rb, rc = layouts[p.done]
+            p.grow(b, c, rb, rc)
+        return True
+
     def _layout_kept(self, old: Pair, base: Any, cand: Any) -> Optional[tuple[bool, np.ndarray, np.ndarray]]:
         """For every pair of the same two old and two new layout blocks (``keep``'s memo key): whether
         the compared rows and their statistics are unchanged, and the new rows; None when a side's
