@@ -129,7 +129,7 @@ class Reuse:
             old.grow(base, cand, rb, rc)
         return kept
 
-    def keep_group(self, group: list[Pair], base_tensors: dict, cand_tensors: dict) -> bool:
+    def keep_group(self, group: list[Pair], base_tensors: dict[Any, Any], cand_tensors: dict[Any, Any]) -> bool:
         """:meth:`keep` for every pair of a batch group (``batch.groups``: statistics only, one pair
         of layout blocks, shared rows) at once: True, each grown, when each would be kept; False,
         none touched, otherwise (then each pair is asked on its own). The rows and statistics are
