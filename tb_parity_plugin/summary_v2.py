@@ -185,7 +185,7 @@ class Recorder(BaseRecorder):
         ``variables`` (a Keras model or layer, a ``tf.Module`` or a list) are read on entry,
         before the forward pass updates batch-norm statistics and before the optimizer
         updates anything: trainable ones as ``weight``, the others as ``state``; with
-        ``optimizer``, its slots too (built now if Keras has not built them yet).
+        ``optimizer`` (one, or a list of them), their slots too (built now if Keras has not built them yet).
         """
         if tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context():
             raise RuntimeError(_PER_REPLICA)

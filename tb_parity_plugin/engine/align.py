@@ -60,7 +60,7 @@ class SeriesLike(Protocol):
 class Match:
     base: Key
     cand: Key
-    how: str  # exact | canonical | map | fallback | first values | layer
+    how: str  # exact | canonical | map | fallback | first values | layer | variable
 
 
 @dataclasses.dataclass
@@ -621,6 +621,63 @@ class _Pairing:
             self.matches[self.matches.index(m)] = Match(m.base, cand, "first values")
         return [(b, c) for b, c in new_c.items() if c != c_of[b]]
 
+    def follow_variables(self) -> None:
+        """Pair each gradient, slot and moving average as its variable is paired (gradients are named
+        after their variable, slots and averages ``<variable>/<role>`` in any family's spelling).
+
+        Guessed stages pair them on their own, by name, shape and order, and re-paired layers moved
+        them by the partner their scope's namesake had: a new user's faithful GAN port (generator and
+        discriminator first layers of one shape, two Adams) had its weights paired right by their first
+        values and its gradients (or its slots, paired by recording order) crosswise: a false DIVERGE at
+        step 0. A pairing the user mapped is kept; one whose variable's partner has no tensor of that
+        kind and role named after it, or more than one, is left as it was."""
+        guessed = _GUESSED | {"first values"}
+        partner = {
+            _strip_output_index(m.base[1]): _strip_output_index(m.cand[1])
+            for m in self.matches
+            if m.base[0] == "weight"
+        }
+        if not partner:
+            return
+
+        def variable_of(kind: str, name: str) -> Optional[tuple[str, str]]:
+            plain = _strip_output_index(name)
+            if kind == "grad":
+                return plain, ""
+            var, _, role = role_canonical(kind, plain).rpartition("/")
+            return (var, role) if var and (kind == "slot" or role == "average") else None
+
+        named: dict[tuple[str, str, str], list[Key]] = {}
+        for s in self.cand:
+            if s.kind in ("grad", "slot", "state"):
+                found = variable_of(s.kind, s.name)
+                if found is not None:
+                    named.setdefault((s.kind, *found), []).append((s.kind, s.name))
+        by_base = {m.base: m for m in self.matches}
+        by_cand = {m.cand: m for m in self.matches}
+        for s in self.base:
+            found = variable_of(s.kind, s.name) if s.kind in ("grad", "slot", "state") else None
+            if found is None or found[0] not in partner:
+                continue
+            targets = named.get((s.kind, partner[found[0]], found[1]), [])
+            if len(targets) != 1:
+                continue
+            b, c = (s.kind, s.name), targets[0]
+            now, taken = by_base.get(b), by_cand.get(c)
+            if (now is not None and (now.cand == c or now.how not in guessed)) or (
+                taken is not None and taken.how not in guessed
+            ):
+                continue
+            for old in (now, taken):
+                if old is not None and old in self.matches:
+                    self.matches.remove(old)
+                    self.free_base.add(old.base)
+                    self.free_cand.add(old.cand)
+                    by_base.pop(old.base, None)
+                    by_cand.pop(old.cand, None)
+            self.pair(b, c, "variable")
+            by_base[b] = by_cand[c] = self.matches[-1]
+
     def unpair_partial_layers(self) -> list[str]:
         """Unpair variables paired by shape alone whose layers' other variables stayed unmatched on
         both sides, with their gradients and slots: such layers are parametrised differently. A TF1
@@ -964,6 +1021,7 @@ def align(
     state.by_key(_names, "exact", scoped=False, same_shape=False)
     warnings += state.by_first_values()
     warnings += state.unpair_partial_layers()
+    state.follow_variables()
     warnings += state.by_layer_outputs()
     warnings += state.by_output_values()
     state.by_sole_compatible_shape()

@@ -219,6 +219,12 @@ class BaseRecorder:
         """Record ``var`` as read now, once per step (a second call returns the first read)."""
         known = self._reads.get(id(var))
         if known is not None and known.var is var:
+            if not known.tag.startswith(f"{kind}/"):  # returning it would log a slot as state, silently
+                raise ValueError(
+                    f"tb_parity: {variable_name(var)!r} is recorded as {known.tag} already in this step, not as "
+                    f"{kind}: with two optimizers, pass both at once (variables(..., optimizer=[opt_a, opt_b])), "
+                    "so that each one's slots are recorded as slots"
+                )
             return known.logged
         self._check_open()
         name = name or variable_name(var)
@@ -291,26 +297,25 @@ class BaseRecorder:
 
     def variables(self, variables: Any, optimizer: Any = None) -> list:
         """Every variable of ``variables`` (a model, layer, module or list) as read at the step's start:
-        trainable ones as ``weight``, the others as ``state``; with ``optimizer``, also the slots
-        it keeps for the trainable ones (an optimizer without slots records none), and the moving
-        averages a Keras ``use_ema`` optimizer keeps, as ``state`` (as TF1's
-        ``ExponentialMovingAverage`` shadows are: see ``slots.AVERAGE_ROLE``)."""
+        trainable ones as ``weight``, the others as ``state``; with ``optimizer`` (one, or a list: a
+        GAN's two), also the slots each keeps for the trainable ones (an optimizer without slots
+        records none), and the moving averages a Keras ``use_ema`` optimizer keeps, as ``state`` (as
+        TF1's ``ExponentialMovingAverage`` shadows are: see ``slots.AVERAGE_ROLE``). An optimizer's
+        own variables (slots, counters, Adam's beta powers) are never recorded as ``state``."""
         var_list = model_variables(variables)
-        owned: set[int] = set()
-        if optimizer is not None:
-            for opt_var in _optimizer_variables(optimizer):
-                owned.add(id(opt_var))
+        optimizers = (
+            [] if optimizer is None else list(optimizer) if isinstance(optimizer, (list, tuple)) else [optimizer]
+        )
+        owned = {id(opt_var) for opt in optimizers for opt_var in _optimizer_variables(opt)}
         out = [
             self._variable("weight" if getattr(v, "trainable", True) else "state", v)
             for v in var_list
             if id(v) not in owned
         ]
-        if optimizer is not None:
-            trainable = [v for v in var_list if getattr(v, "trainable", True)]
-            out += self.slots(optimizer, trainable, required=False)
-            out += [
-                self._variable("state", a.variable, a.name) for v in trainable for a in slots.averages_of(optimizer, v)
-            ]
+        trainable = [v for v in var_list if getattr(v, "trainable", True)]
+        for opt in optimizers:
+            out += self.slots(opt, trainable, required=False)
+            out += [self._variable("state", a.variable, a.name) for v in trainable for a in slots.averages_of(opt, v)]
         return out
 
     @contextlib.contextmanager
