@@ -139,6 +139,8 @@ def format_report(report: ParityReport) -> str:
         lines.append(report.verdict_text)
         lines.append(f"tensors diverging at step {first.step}, in execution order:")
         lines += [f"  {api.describe(d)}" for d in report.divergences_at_first_step]
+        if report.tolerance_text:
+            lines.append(report.tolerance_text)
         if report.unproven_text:
             lines.append(report.unproven_text)
     for run, hit in report.first_nonfinite.items():

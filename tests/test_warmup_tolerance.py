@@ -88,3 +88,25 @@ def test_a_loss_the_guide_rejects_still_diverges_at_its_first_step(tmp_path, los
     first = _compare(tmp_path, base, cand)
     assert first is not None and (first.step, first.tensor, first.reason) == (3, "loss", "value")
     np.testing.assert_allclose(first.max_abs_diff, abs(float(cand[3]) - float(base[3])), rtol=1e-6)
+
+
+def test_a_divergence_names_the_tolerance_its_step_was_held_to(tmp_path) -> None:
+    """Two new users read ``tolerance: {'rtol': 0.05, ...}`` under a divergence at step 0, where the
+    warm-up's rtol 1e-7 applied (and a slot's or an lr's own rule): the message now names the
+    tolerance of the tensor at its step."""
+    from tb_parity_plugin import api, cli
+
+    def tensors(s: int, off: float) -> list:
+        return [("loss", "loss", np.float32(1.0 + off * (s in (0, 11)))), ("slot", "w/m", np.full(3, 0.5, np.float32))]
+
+    write_run(str(tmp_path), "tf1", range(STEPS), lambda s: tensors(s, 0.0), side="tf1")
+    write_run(str(tmp_path), "tf2", range(STEPS), lambda s: tensors(s, 1e-3), side="tf2")
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert report.first_divergence.step == 0
+    want = "tolerance of loss/loss at step 0: atol 1e-05, rtol 1e-07 (the warm-up: the first 10 compared steps)"
+    assert report.tolerance_text == want and report.to_dict()["tolerance_text"] == want
+    assert want in cli.format_report(report)
+    with pytest.raises(AssertionError, match=r"rtol 1e-07 \(the warm-up"):
+        api.assert_parity(str(tmp_path))
+    after = compare(str(tmp_path), baseline="tf1", candidate="tf2", warmup_steps=0, atol=1e-6, rtol=1e-4)
+    assert after.tolerance_text == "tolerance of loss/loss at step 0: atol 1e-06, rtol 0.0001"

@@ -151,6 +151,28 @@ class ParityReport:
         )
 
     @property
+    def tolerance_text(self) -> Optional[str]:
+        """The tolerance the first divergent tensor was held to at its step, worded once for every
+        front end (None without a value divergence). The policy alone misled new users: it shows
+        the rtol after the warm-up, and neither the warm-up's nor a slot's or an lr's own rule."""
+        first = self.first_divergence
+        if first is None or first.reason in ("structure", "missing", "shape"):
+            return None
+        tol = self.policy.for_tag(f"{first.kind}/{first.tensor}")
+        steps = None if self.comparison is None else self.comparison.steps
+        index = int(np.searchsorted(steps, first.step)) if steps is not None else None
+        if index is None:
+            rtol = f"rtol {tol.rtol_at(0):g} for the first {tol.warmup_steps} compared steps, then {tol.rtol:g}"
+        elif index < tol.warmup_steps:
+            rtol = f"rtol {tol.rtol_at(index):g} (the warm-up: the first {tol.warmup_steps} compared steps)"
+        else:
+            rtol = f"rtol {tol.rtol_at(index):g}"
+        atol = f"atol {tol.atol:g}" + (
+            f" + {tol.atol_of_max:g} x its largest |element| at the step" if tol.atol_of_max else ""
+        )
+        return f"tolerance of {first.kind}/{first.tensor} at step {first.step}: {atol}, {rtol}"
+
+    @property
     def unproven_text(self) -> Optional[str]:
         """What :attr:`unproven_before_first` means, worded once for every front end (None if empty)."""
         tags, earlier, first = self.unproven_before_first, self.unproven_earlier, self.first_divergence
@@ -188,6 +210,7 @@ class ParityReport:
             "unproven_before_first": list(self.unproven_before_first),
             "unproven_earlier": list(self.unproven_earlier),
             "unproven_text": self.unproven_text,
+            "tolerance_text": self.tolerance_text,
             "steps_compared": self.steps_compared,
             "tensors_compared": self.tensors_compared,
             "first_divergence": self.first_divergence.to_dict() if self.first_divergence else None,
