@@ -164,7 +164,10 @@ def structure_lines(report: ParityReport) -> list[str]:
     first = report.first_divergence
     if first is not None and report.first_step_divergence is not None and first.reason == "structure":
         fs = report.first_step_divergence
-        lines.append(f"first divergence among the steps: step {fs.step}, {fs.kind}/{fs.tensor} ({fs.reason})")
+        lines.append(
+            f"first divergence among the steps: step {fs.step}, {fs.kind}/{fs.tensor} ({fs.reason}), "
+            "among the paired tensors only: one recorded by one run (above) may differ earlier"
+        )
     variables = st.get("variables", {})
     if variables:
         lines.append(

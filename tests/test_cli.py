@@ -371,3 +371,20 @@ def test_a_reader_that_stops_reading_keeps_the_exit_status(tmp_path) -> None:
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=300)
     assert done.stdout.strip() == "1", done
     assert done.stderr == "", done.stderr
+
+
+def test_a_structure_divergence_says_its_step_pointer_covers_paired_tensors_only(tmp_path) -> None:
+    """A new user's untied-embedding port: the pointer named step 1 on an activation while the
+    unpaired embedding's gradient differed at step 0 (numpy); the line now says what it covers."""
+    logdir = str(tmp_path)
+    write_run(logdir, "tf1", range(3), lambda s: [("loss", "l", np.float32(s))], side="tf1")
+    write_run(
+        logdir,
+        "tf2",
+        range(3),
+        lambda s: [("loss", "l", np.float32(s + (s == 1))), ("weight", "extra", np.ones(2))],
+        side="tf2",
+    )
+    code, out, _ = run_cli("diff", logdir)
+    assert code == 1 and "DIVERGE in structure" in out
+    assert "first divergence among the steps: step 1, loss/l (value), among the paired tensors only" in out

@@ -717,7 +717,8 @@ class _Pairing:
             self.free_cand.add(m.cand)
         return [
             f"{b}/* and {c}/* share variables of the same shapes, but their other variables could not be "
-            "paired (another parametrisation, such as TF1's LSTMCell against Keras LSTM): left unpaired; "
+            "paired (another parametrisation, such as TF1's LSTMCell against Keras LSTM, or a variable one side "
+            "uses twice, tied, where the other keeps two): left unpaired; "
             "pair them with --map if they hold the same values"
             for b, c in sorted(layers)
         ]
