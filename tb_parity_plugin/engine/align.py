@@ -621,6 +621,27 @@ class _Pairing:
             self.matches[self.matches.index(m)] = Match(m.base, cand, "first values")
         return [(b, c) for b, c in new_c.items() if c != c_of[b]]
 
+    def _repair(
+        self,
+        b: Key,
+        c: Key,
+        how: str,
+        displaced: tuple[Optional[Match], ...],
+        by_base: dict[Key, Match],
+        by_cand: dict[Key, Match],
+    ) -> None:
+        """Pair ``b`` with ``c``, freeing the partners of the ``displaced`` matches; the lookups
+        ``by_base``/``by_cand`` (key -> its match) are kept current."""
+        for old in displaced:
+            if old is not None and old in self.matches:
+                self.matches.remove(old)
+                self.free_base.add(old.base)
+                self.free_cand.add(old.cand)
+                by_base.pop(old.base, None)
+                by_cand.pop(old.cand, None)
+        self.pair(b, c, how)
+        by_base[b] = by_cand[c] = self.matches[-1]
+
     def follow_variables(self) -> None:
         """Pair each gradient, slot and moving average as its variable is paired (gradients are named
         after their variable, slots and averages ``<variable>/<role>`` in any family's spelling).
@@ -668,15 +689,7 @@ class _Pairing:
                 taken is not None and taken.how not in guessed
             ):
                 continue
-            for old in (now, taken):
-                if old is not None and old in self.matches:
-                    self.matches.remove(old)
-                    self.free_base.add(old.base)
-                    self.free_cand.add(old.cand)
-                    by_base.pop(old.base, None)
-                    by_cand.pop(old.cand, None)
-            self.pair(b, c, "variable")
-            by_base[b] = by_cand[c] = self.matches[-1]
+            self._repair(b, c, "variable", (now, taken), by_base, by_cand)
 
     def unpair_partial_layers(self) -> list[str]:
         """Unpair variables paired by shape alone whose layers' other variables stayed unmatched on
@@ -772,15 +785,7 @@ class _Pairing:
                 continue  # the user's word (anything else here was guessed, the first values' moves too)
             if not shapes_compatible(shapes[key], shapes[target]):
                 continue
-            for old in (now, taken):
-                if old is not None and old in self.matches:
-                    self.matches.remove(old)
-                    self.free_base.add(old.base)
-                    self.free_cand.add(old.cand)
-                    current_b.pop(old.base, None)
-                    current_c.pop(old.cand, None)
-            self.pair(key, target, "layer")
-            current_b[key] = current_c[target] = self.matches[-1]
+            self._repair(key, target, "layer", (now, taken), current_b, current_c)
             if now is not None:
                 moved.append(f"{s.kind}/{s.name} with {target[1]} (not {now.cand[1]})")
         if not moved:
