@@ -178,7 +178,7 @@ def assert_parity(
         others = report.divergences_at_first_step[1:]
         lines = [
             f"{report.candidate!r} diverges from {report.baseline!r} at step {first.step}: {describe(first)}",
-            f"{report.tolerance_text}; policy: {report.policy.to_dict()}",
+            f"{report.tolerance_text or 'tolerance'}; policy: {report.policy.to_dict()}",
         ]
         lines += [f"  also at step {first.step}: {describe(d)}" for d in others[:10]]
         if len(others) > 10:

@@ -388,3 +388,6 @@ def test_a_structure_divergence_says_its_step_pointer_covers_paired_tensors_only
     code, out, _ = run_cli("diff", logdir)
     assert code == 1 and "DIVERGE in structure" in out
     assert "first divergence among the steps: step 1, loss/l (value), among the paired tensors only" in out
+    with pytest.raises(AssertionError) as raised:  # no tensor's tolerance to name: the policy alone
+        api.assert_parity(logdir)
+    assert "\ntolerance; policy: {" in str(raised.value) and "None" not in str(raised.value).split("\n")[1]
