@@ -22,6 +22,8 @@ each stage pairing only what earlier stages left:
    alone to record (``allow_unmatched``) take no part in this stage: a TF1 ``GRUCell``'s
    ``candidate/bias [4]`` made a faithful port's LayerNorm ``gamma``/``beta [4]`` three against
    two, so they stayed unmatched (a false structure DIVERGE on a port following the README).
+   After the layers are settled, every gradient, slot and moving average whose variable is
+   paired goes with the tensor named after its variable's partner (``follow_variables``).
    Last of all, after the stages that pair by layers and values, a tensor whose shape has an
    unknown dimension (``[None, 6]``) is paired with the one free tensor of its kind on the other
    side whose shape fits it, when each is the other's only fit.
