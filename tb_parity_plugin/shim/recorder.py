@@ -220,10 +220,15 @@ class BaseRecorder:
         known = self._reads.get(id(var))
         if known is not None and known.var is var:
             if not known.tag.startswith(f"{kind}/"):  # returning it would log a slot as state, silently
+                hint = (
+                    ": with two optimizers, pass both at once (variables(..., optimizer=[opt_a, opt_b])), so that "
+                    "each one's slots are recorded as slots"
+                    if kind == "slot"
+                    else ": record each variable under one kind per step"
+                )
                 raise ValueError(
                     f"tb_parity: {variable_name(var)!r} is recorded as {known.tag} already in this step, not as "
-                    f"{kind}: with two optimizers, pass both at once (variables(..., optimizer=[opt_a, opt_b])), "
-                    "so that each one's slots are recorded as slots"
+                    f"{kind}{hint}"
                 )
             return known.logged
         self._check_open()
@@ -300,8 +305,8 @@ class BaseRecorder:
         trainable ones as ``weight``, the others as ``state``; with ``optimizer`` (one, or a list: a
         GAN's two), also the slots each keeps for the trainable ones (an optimizer without slots
         records none), and the moving averages a Keras ``use_ema`` optimizer keeps, as ``state`` (as
-        TF1's ``ExponentialMovingAverage`` shadows are: see ``slots.AVERAGE_ROLE``). An optimizer's
-        own variables (slots, counters, Adam's beta powers) are never recorded as ``state``."""
+        TF1's ``ExponentialMovingAverage`` shadows are: see ``slots.AVERAGE_ROLE``). The given
+        optimizers' own variables (slots, counters, Adam's beta powers) are never recorded as ``state``."""
         var_list = model_variables(variables)
         optimizers = (
             [] if optimizer is None else list(optimizer) if isinstance(optimizer, (list, tuple)) else [optimizer]
