@@ -16,7 +16,8 @@ Every expectation is checked against numpy.
 
 from __future__ import annotations
 
-from typing import Optional
+import contextlib
+from typing import Iterator, Optional
 
 import numpy as np
 import pytest
@@ -34,19 +35,32 @@ KERNELS = [(RNG.standard_normal(shape) * 0.5).astype(np.float32) for shape in ((
 
 def _mlp_tf1(run_dir: str) -> None:
     """Three tanh layers of width 6, TF1's default names, each output recorded under its layer name."""
-    with tf.Graph().as_default():
-        rec = summary_v1.Recorder(run_dir)
-        gs = tf.compat.v1.train.get_or_create_global_step()
-        x = tf.compat.v1.placeholder(tf.float32, (None, 4))
-        y = tf.compat.v1.placeholder(tf.float32, (None, 6))
+    with _tf1_graph(run_dir, (None, 4), (None, 6)) as (rec, gs, x, y):
         h = x
         for i, kernel in enumerate(KERNELS):
             name = "dense" if i == 0 else f"dense_{i}"
             h = tf.compat.v1.layers.dense(h, 6, tf.tanh, kernel_initializer=tf.constant_initializer(kernel), name=name)
             rec.activation(name, h)
         loss = rec.loss(tf.compat.v1.losses.mean_squared_error(y, h))
-        rows = [slice(s * BATCH, (s + 1) * BATCH) for s in range(STEPS)]
-        _train_with_sgd(rec, gs, loss, [{x: X[r], y: Y[r]} for r in rows])
+        _train_with_sgd(rec, gs, loss, _batches(x, y, Y))
+
+
+@contextlib.contextmanager
+def _tf1_graph(
+    run_dir: str, x_shape: tuple[Optional[int], ...], y_shape: tuple[Optional[int], ...]
+) -> Iterator[tuple[summary_v1.Recorder, tf.Variable, tf.Tensor, tf.Tensor]]:
+    """The opening every TF1 original here shares: a fresh graph, its recorder, the global step and
+    the input and target placeholders, shaped as the user wrote them (``None`` batch and all)."""
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        yield rec, gs, tf.compat.v1.placeholder(tf.float32, x_shape), tf.compat.v1.placeholder(tf.float32, y_shape)
+
+
+def _batches(x: tf.Tensor, y: tf.Tensor, targets: np.ndarray) -> list[dict]:
+    """One feed per step: the step's ``BATCH`` rows of ``X`` and of ``targets``, in order."""
+    rows = [slice(s * BATCH, (s + 1) * BATCH) for s in range(STEPS)]
+    return [{x: X[r], y: targets[r]} for r in rows]
 
 
 def _train_with_sgd(rec: summary_v1.Recorder, gs: tf.Variable, loss: tf.Tensor, feeds: list[dict]) -> None:
@@ -158,11 +172,7 @@ def _keras_weights(gate_order_right: bool) -> list[np.ndarray]:
 
 
 def _lstm_tf1(run_dir: str) -> None:
-    with tf.Graph().as_default():
-        rec = summary_v1.Recorder(run_dir)
-        gs = tf.compat.v1.train.get_or_create_global_step()
-        x = tf.compat.v1.placeholder(tf.float32, (None, None, IN))
-        y = tf.compat.v1.placeholder(tf.float32, (None, CLASSES))
+    with _tf1_graph(run_dir, (None, None, IN), (None, CLASSES)) as (rec, gs, x, y):
         cell = tf.compat.v1.nn.rnn_cell.LSTMCell(UNITS, initializer=tf.constant_initializer(LSTM_KERNEL))
         outputs, _ = tf.compat.v1.nn.dynamic_rnn(cell, x, dtype=tf.float32)
         rec.activation("lstm", outputs)
@@ -233,11 +243,7 @@ YB = RNG.standard_normal((STEPS * BATCH, 1)).astype(np.float32)
 
 def _branches_tf1(run_dir: str, batch: Optional[int]) -> None:
     """TF1 builds branch b (tanh) before branch a (relu) and names their outputs itself."""
-    with tf.Graph().as_default():
-        rec = summary_v1.Recorder(run_dir)
-        gs = tf.compat.v1.train.get_or_create_global_step()
-        x = tf.compat.v1.placeholder(tf.float32, (batch, 4))
-        y = tf.compat.v1.placeholder(tf.float32, (batch, 1))
+    with _tf1_graph(run_dir, (batch, 4), (batch, 1)) as (rec, gs, x, y):
         hb = rec.activation(
             "branch_b", tf.compat.v1.layers.dense(x, 6, tf.tanh, kernel_initializer=tf.constant_initializer(KB))
         )
@@ -246,8 +252,7 @@ def _branches_tf1(run_dir: str, batch: Optional[int]) -> None:
         )
         out = tf.compat.v1.layers.dense(tf.concat([ha, hb], 1), 1, kernel_initializer=tf.constant_initializer(KO))
         loss = rec.loss(tf.compat.v1.losses.mean_squared_error(y, out))
-        rows = [slice(s * BATCH, (s + 1) * BATCH) for s in range(STEPS)]
-        _train_with_sgd(rec, gs, loss, [{x: X[r], y: YB[r]} for r in rows])
+        _train_with_sgd(rec, gs, loss, _batches(x, y, YB))
 
 
 def _branches_port(run_dir: str, batch: Optional[int], bias_a: float = 0.0) -> None:
@@ -314,11 +319,7 @@ def _n_branches(tf1_dir: str, port_dir: str, acts: list[str], port_acts: list[st
         np.zeros((4, 6), np.float32) if zero else (r.standard_normal((4, 6)) * 0.5).astype(np.float32) for _ in acts
     ]
     head = (r.standard_normal((6 * len(acts), 1)) * 0.5).astype(np.float32)
-    with tf.Graph().as_default():
-        rec = summary_v1.Recorder(tf1_dir)
-        gs = tf.compat.v1.train.get_or_create_global_step()
-        x = tf.compat.v1.placeholder(tf.float32, (BATCH, 4))
-        y = tf.compat.v1.placeholder(tf.float32, (BATCH, 1))
+    with _tf1_graph(tf1_dir, (BATCH, 4), (BATCH, 1)) as (rec, gs, x, y):
         hs: list = [None] * len(acts)
         for i in reversed(range(len(acts))):
             act = None if acts[i] == "linear" else getattr(tf.nn, acts[i])
@@ -326,8 +327,7 @@ def _n_branches(tf1_dir: str, port_dir: str, acts: list[str], port_acts: list[st
             hs[i] = rec.activation(f"branch_{i}", dense)
         out = tf.compat.v1.layers.dense(tf.concat(hs, 1), 1, kernel_initializer=tf.constant_initializer(head))
         loss = rec.loss(tf.compat.v1.losses.mean_squared_error(y, out))
-        rows = [slice(s * BATCH, (s + 1) * BATCH) for s in range(STEPS)]
-        _train_with_sgd(rec, gs, loss, [{x: X[r], y: YB[r]} for r in rows])
+        _train_with_sgd(rec, gs, loss, _batches(x, y, YB))
     tf.keras.backend.clear_session()
     inputs = tf.keras.Input((4,))
     layers = [
@@ -391,11 +391,7 @@ def _gru_ln_numpy(x: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _gru_ln_tf1(run_dir: str) -> None:
-    with tf.Graph().as_default():
-        rec = summary_v1.Recorder(run_dir)
-        gs = tf.compat.v1.train.get_or_create_global_step()
-        x = tf.compat.v1.placeholder(tf.float32, (None, None, IN))
-        y = tf.compat.v1.placeholder(tf.float32, (None, CLASSES))
+    with _tf1_graph(run_dir, (None, None, IN), (None, CLASSES)) as (rec, gs, x, y):
 
         def kernel(shape, dtype=None, partition_info=None):  # type: ignore[no-untyped-def]
             return tf.constant(GRU_GATES if shape[1] == 2 * UNITS else GRU_CAND)
@@ -477,18 +473,13 @@ Y3 = RNG.standard_normal((STEPS * BATCH, 3)).astype(np.float32)
 
 
 def _named_tf1(run_dir: str) -> None:
-    with tf.Graph().as_default():
-        rec = summary_v1.Recorder(run_dir)
-        gs = tf.compat.v1.train.get_or_create_global_step()
-        x = tf.compat.v1.placeholder(tf.float32, (None, 4))
-        y = tf.compat.v1.placeholder(tf.float32, (None, 3))
+    with _tf1_graph(run_dir, (None, 4), (None, 3)) as (rec, gs, x, y):
         h = rec.activation(
             "hidden", tf.compat.v1.layers.dense(x, 5, tf.tanh, kernel_initializer=tf.constant_initializer(K5))
         )
         out = rec.activation("logits", tf.compat.v1.layers.dense(h, 3, kernel_initializer=tf.constant_initializer(K3)))
         loss = rec.loss(tf.compat.v1.losses.mean_squared_error(y, out))
-        rows = [slice(s * BATCH, (s + 1) * BATCH) for s in range(STEPS)]
-        _train_with_sgd(rec, gs, loss, [{x: X[r], y: Y3[r]} for r in rows])
+        _train_with_sgd(rec, gs, loss, _batches(x, y, Y3))
 
 
 def _named_port(run_dir: str, hidden_activation: str) -> np.ndarray:
