@@ -173,6 +173,9 @@ SLOT_ROLES = {
     "accumulator": "accumulator",
 }
 _PREFIX_SLOT_ROLES = ("m", "v", "vhat", "momentum", "velocity", "accumulator")
+#: The power of the gradient each role sums: first moments and momenta ``g``, second moments and
+#: accumulators ``g²`` (``Pair.allowance``; a role not listed is held to both).
+ROLE_MOMENT = {"m": 1, "v": 2, "vhat": 2, "accumulator": 2}
 
 
 def slot_canonical(name: str) -> str:
@@ -211,6 +214,37 @@ def role_canonical(kind: str, name: str) -> str:
     if kind == "state":
         return average_canonical(name)
     return name
+
+
+def variable_and_role(kind: str, name: str) -> tuple[str, str, str]:
+    """``(variable, "/", role)`` of a slot's or moving average's name (``:0`` stripped; the variable
+    is empty when the name has no scope)."""
+    return role_canonical(kind, _strip_output_index(name)).rpartition("/")
+
+
+def gradient_matches(matches: Sequence[Match]) -> dict[int, int]:
+    """Index of each slot's and weight's match -> index of the match of its variable's gradient,
+    when both sides' tensors are named after the two variables whose gradients that match pairs.
+    Why: a slot sums its variable's gradients, so the differences the gradients were allowed add
+    up in it (``Pair.feeder``); a weight that diverges after agreeing gradients was moved by
+    another update (``Comparison._divergence``'s note)."""
+    grads = {
+        (_strip_output_index(m.base[1]), _strip_output_index(m.cand[1])): i
+        for i, m in enumerate(matches)
+        if m.base[0] == m.cand[0] == "grad"
+    }
+    found = {}
+    for i, m in enumerate(matches):
+        if m.base[0] == m.cand[0] == "slot":
+            key = (variable_and_role("slot", m.base[1])[0], variable_and_role("slot", m.cand[1])[0])
+        elif m.base[0] == m.cand[0] == "weight":
+            key = (_strip_output_index(m.base[1]), _strip_output_index(m.cand[1]))
+        else:
+            continue
+        j = grads.get(key)
+        if j is not None:
+            found[i] = j
+    return found
 
 
 def _canonical_names(series: Sequence[SeriesLike], renumber: bool) -> list[str]:
@@ -664,10 +698,9 @@ class _Pairing:
             return
 
         def variable_of(kind: str, name: str) -> Optional[tuple[str, str]]:
-            plain = _strip_output_index(name)
             if kind == "grad":
-                return plain, ""
-            var, _, role = role_canonical(kind, plain).rpartition("/")
+                return _strip_output_index(name), ""
+            var, _, role = variable_and_role(kind, name)
             return (var, role) if var and (kind == "slot" or role == "average") else None
 
         named: dict[tuple[str, str, str], list[Key]] = {}

@@ -19,7 +19,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from tb_parity_plugin.engine import align, batch, refresh, replicas, structure
-from tb_parity_plugin.engine.matrix import REASONS, ParityMatrix
+from tb_parity_plugin.engine.matrix import ABSENT, OK, REASONS, VALUE, ParityMatrix
 from tb_parity_plugin.engine.nonfinite import FirstNonfinite
 from tb_parity_plugin.engine.pair import Pair
 from tb_parity_plugin.engine.tolerance import TolerancePolicy
@@ -28,6 +28,8 @@ from tb_parity_plugin.engine.verdicts import Divergence, ParityReport, TensorDet
 from tb_parity_plugin.records import metadata
 
 __all__ = ["Comparison", "compare_runs"]
+
+_MIN, _MAX = metadata.STAT_INDEX["min"], metadata.STAT_INDEX["max"]
 
 #: Bytes of data one scan chunk touches: big enough to amortise per-call overhead,
 #: small enough that a divergence early in the run is found without reading the rest.
@@ -57,6 +59,8 @@ class Comparison:
         self._structure: Optional[tuple[align.Alignment, tuple[Any, ...], structure.Structure]] = None
         self._keys: Optional[tuple[Any, ...]] = None  # what align() read of both runs
         self._samples: set[int] = set()  # the alignment's matches that pair element samples
+        self._gradients: dict[int, int] = {}  # slot or weight match -> its variable's gradient's match
+        self._fed: list[Pair] = []  # the pairs given a feeder by the last update
         #: (step index, the pairs up to the first divergent one, their statistics-only tags): _unproven_before
         self._unproven: Optional[tuple[int, list[Pair], list[str]]] = None
         self._earlier: Optional[tuple[int, list[Pair], list[str]]] = None
@@ -87,6 +91,7 @@ class Comparison:
             )
             self._keys = (tensors, align.evidence(self._alignment, base, cand))
             self._samples = {i for i, m in enumerate(self._alignment.matches) if metadata.is_sample(m.base[1])}
+            self._gradients = align.gradient_matches(self._alignment.matches)
         old_steps = self.steps
         steps = np.intersect1d(base.steps, cand.steps, assume_unique=True).astype(np.int64)
         prefix = len(old_steps) <= len(steps) and np.array_equal(steps[: len(old_steps)], old_steps)
@@ -132,6 +137,7 @@ class Comparison:
             pairs.append(pair)
         if not (same_tensors and kept == len(pairs) == len(self._pairs)):
             self._chunk = None  # the chunk depends on each pair's evidence: kept pairs keep theirs
+        self._link_feeders(pairs)
         self._pairs = pairs
         if batch.ENABLED:
             self._table.bind(pairs, len(steps))
@@ -142,6 +148,23 @@ class Comparison:
         self.steps = steps
         self.base, self.cand = base, cand
         self._nonfinite = {run.name: self._first_nonfinite(run) for run in (base, cand)}
+
+    def _link_feeders(self, pairs: list[Pair]) -> None:
+        """Give each slot compared element-wise its gradient's pair (``Pair.feeder``: its atol
+        allows what the gradient's differences add up to), and take it from a pair kept from the
+        last alignment that no longer has one. Only the slots are visited, not every pair."""
+        fed = []
+        for i, j in self._gradients.items():
+            p = pairs[i]
+            if p.base.kind == "slot" and (p.use_values or p.partial):
+                moment = align.ROLE_MOMENT.get(align.variable_and_role("slot", p.base.name)[2], 0)
+                p.link_feeder(pairs[j], self.policy.equal_nan, moment)
+                fed.append(p)
+        now = {id(p) for p in fed}
+        for p in self._fed:
+            if id(p) not in now:
+                p.link_feeder(None, self.policy.equal_nan, 0)
+        self._fed = fed
 
     def _first_nonfinite(self, run: Any) -> Optional[dict[str, Any]]:
         """A run's first NaN/Inf, once per snapshot (kept in ``run.derived`` when it has one).
@@ -211,6 +234,8 @@ class Comparison:
                 f"{metadata.SAMPLE_SIZE} elements at fixed positions of {parent}, recorded beside its statistics "
                 "for the steps whose full values it does not keep: these elements differ beyond tolerance"
             )
+        if pair.reason[k] == VALUE and b.kind == "weight" and not found.get("note"):
+            found["note"] = self._moved_by_the_update(pair, k)
         return Divergence(
             step=int(self.steps[k]),
             tensor=b.name,
@@ -220,6 +245,41 @@ class Comparison:
             reason=REASONS[int(pair.reason[k])],
             **found,
         )
+
+    def _moved_by_the_update(self, pair: Pair, k: int) -> Optional[str]:
+        """What a weight diverging at step ``k`` after its gradient agreed at every earlier step
+        means (None otherwise): the update that moved it differs although its input agreed. When
+        that gradient was below its atol at every step, it is rounding noise, which an adaptive
+        optimizer turns into steps near its learning rate: a new user's faithful Adam port of a
+        dense bias before batch normalization diverged at step 2 on that bias alone."""
+        index = {id(p): i for i, p in enumerate(self._pairs)}.get(id(pair))
+        j = self._gradients.get(index) if index is not None else None
+        if j is None or k == 0:
+            return None
+        g = self._pairs[j]
+        if not g.use_values:  # statistics that prove nothing are no evidence that it agreed
+            return None
+        g.ensure(k, self.policy.equal_nan)
+        seen = (g.ib[:k] >= 0) & (g.ic[:k] >= 0)
+        if not seen.any() or ((g.reason[:k] != OK) & (g.reason[:k] != ABSENT)).any():
+            return None
+        largest = max(
+            float(np.abs(side.stats[rows[rows >= 0]][:, [_MIN, _MAX]]).max(initial=0.0))
+            for side, rows in ((g.base, g.ib[:k]), (g.cand, g.ic[:k]))
+        )
+        note = (
+            f"its gradient {g.base.kind}/{g.base.name} agreed at every earlier step (largest |element| "
+            f"{largest:.3g}): the update that moved it differs"
+        )
+        if largest < g.tol.atol:
+            note += (
+                f"; a gradient below atol {g.tol.atol:g} everywhere is likely rounding noise (a bias right before "
+                "batch normalization gets nothing else), and an adaptive optimizer (Adam, RMSprop, Adagrad) "
+                "turns noise into steps near its learning rate, so faithful runs drift apart on such a "
+                "variable. Check the optimizer's epsilon first (TF1 Adam 1e-8, Keras 1e-7); "
+                "README: What counts as a divergence"
+            )
+        return note
 
     def report(self) -> ParityReport:
         """The report; scans only as far as the first divergent step.
@@ -423,6 +483,17 @@ class Comparison:
                 [m.base[0] for m in matches],
             )
         return self._columns[1], self._columns[2], self._columns[3]
+
+    def allowance(self, kind: str, tensor: str, step: int) -> float:
+        """What a slot's gradient's differences add up to by ``step`` (:meth:`Pair.allowance`; 0
+        for any other tensor or a step not compared): its atol's share the policy does not show."""
+        k = int(np.searchsorted(self.steps, step))
+        if k >= len(self.steps) or self.steps[k] != step:
+            return 0.0
+        for p in self._pairs:
+            if p.base.kind == kind and p.base.name == tensor and p.feeder is not None:
+                return float(p.allowance(k + 1)[k])
+        return 0.0
 
     def _pair(self, tensor: str) -> Pair:
         """Tags before names: an activation *named* ``grad/w`` must not shadow the tag ``grad/w``."""

@@ -194,7 +194,8 @@ class Reuse:
         """Copy ``old``'s verdicts into the rebuilt ``new`` if the rows they came from are unchanged."""
         keep = old.done
         if not (
-            not old.partial
+            old.feeder is None  # its verdicts allowed for its gradient's rows: Pair.link_feeder
+            and not old.partial
             and not new.partial
             and old.use_values == new.use_values
             and old.static_reason == new.static_reason

@@ -170,6 +170,9 @@ class ParityReport:
         atol = f"atol {tol.atol:g}" + (
             f" + {tol.atol_of_max:g} x its largest |element| at the step" if tol.atol_of_max else ""
         )
+        allowed = 0.0 if self.comparison is None else self.comparison.allowance(first.kind, first.tensor, first.step)
+        if allowed:
+            atol += f" + {allowed:g} (its gradient's differences within tolerance, summed to this step)"
         return f"tolerance of {first.kind}/{first.tensor} at step {first.step}: {atol}, {rtol}"
 
     @property
