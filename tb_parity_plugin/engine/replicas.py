@@ -19,7 +19,7 @@ import numpy as np
 
 from tb_parity_plugin.engine import stat_bounds
 from tb_parity_plugin.engine.structure import VARIABLE_KINDS
-from tb_parity_plugin.engine.tolerance import TolerancePolicy
+from tb_parity_plugin.engine.tolerance import Tolerance, TolerancePolicy
 from tb_parity_plugin.records import metadata
 
 Key = tuple[str, str]
@@ -72,8 +72,11 @@ def split(run: Any) -> tuple[Any, Replicas]:
 def disagreements(run: Any, replicas: Replicas, policy: TolerancePolicy) -> list[dict[str, Any]]:
     """Variables whose replica copy differs from the single copy, first step of each (Divergence kwargs).
 
-    Held to the tensor's own tolerance (values element-wise when both are kept, else what the
-    statistics prove: engine/stat_bounds), so a finding is a difference the policy would flag.
+    Held to the tensor's own tolerance at each step, the warm-up's rtol included (values
+    element-wise when both are kept, else what the statistics prove: engine/stat_bounds), so a
+    finding is a difference the policy would flag. It once used the rtol after the warm-up (5%)
+    at every step: a new user's moving variance near 1, updated per replica and 3% apart, was
+    "every variable's copies agree".
     """
     found = []
     for (kind, name), series in replicas.copies.items():
@@ -82,7 +85,7 @@ def disagreements(run: Any, replicas: Replicas, policy: TolerancePolicy) -> list
             continue
         tol = policy.for_tag(f"{kind}/{name}")
         for k, copy in enumerate(series):
-            hit = _first_difference(single, copy, tol.atol, tol.rtol)
+            hit = _first_difference(single, copy, tol)
             if hit is not None:
                 step, worst = hit
                 found.append(
@@ -103,22 +106,25 @@ def disagreements(run: Any, replicas: Replicas, policy: TolerancePolicy) -> list
     return sorted(found, key=lambda d: (d["step"], d["order"]))
 
 
-def _first_difference(single: Any, copy: Any, atol: float, rtol: float) -> Optional[tuple[int, float]]:
-    """(first step, error ratio) where ``copy`` breaks the tolerance against ``single``, or None."""
+def _first_difference(single: Any, copy: Any, tol: Tolerance) -> Optional[tuple[int, float]]:
+    """(first step, error ratio) where ``copy`` breaks the tolerance against ``single``, or None.
+    The warm-up counts the steps both hold, as a comparison counts the steps both runs logged."""
     steps, ia, ib = np.intersect1d(single.steps, copy.steps, return_indices=True)
     if not len(steps):
         return None
+    rtol = tol.rtols(np.arange(len(steps)))
+    atol = np.broadcast_to(np.asarray(tol.atols(single.stats[ia]), dtype=np.float64), (len(steps),))
     if single.values is not None and copy.values is not None and single.values.shape[1:] == copy.values.shape[1:]:
         a = single.values[ia].reshape(len(steps), -1).astype(np.float64)
         b = copy.values[ib].reshape(len(steps), -1).astype(np.float64)
         with np.errstate(invalid="ignore"):
-            ratio = np.abs(b - a) / (atol + rtol * np.abs(a))
+            ratio = np.abs(b - a) / (atol[:, None] + rtol[:, None] * np.abs(a))
         # Equal elements are in sync whatever the tolerance: inf - inf (and 0 / 0 under atol 0) is
         # NaN, which only a NaN on one side, or infs of other signs, may mean.
         ratio = np.where((a == b) | (np.isnan(a) & np.isnan(b)), 0.0, np.nan_to_num(ratio, nan=np.inf))
         per_step = ratio.max(axis=1) if ratio.shape[1] else np.zeros(len(steps))
     else:
-        per_step = stat_bounds.ratios(single.stats[ia], copy.stats[ib], atol, np.full(len(steps), rtol)).max(axis=1)
+        per_step = stat_bounds.ratios(single.stats[ia], copy.stats[ib], atol, rtol).max(axis=1)
     bad = np.flatnonzero(per_step > 1)
     if not len(bad):
         return None
