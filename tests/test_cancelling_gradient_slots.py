@@ -144,7 +144,13 @@ def test_adam_moves_a_bias_before_batch_norm_by_noise_and_the_divergence_says_so
     report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
     found = report.first_divergence
     assert (found.step, found.kind, found.tensor) == (first, "weight", "dense/bias:0"), found
-    assert "grad/dense/bias:0 agreed at every earlier step" in found.note, found.note
+    assert "grad/dense/bias:0 agreed element-wise at every earlier step" in found.note, found.note
+    wb, wc = _by_kind(tf1, first, "weight", "dense/bias"), _by_kind(tf2, first, "weight", "dense/bias")
+    out = np.abs(wc - wb) > 1e-5 + tolerance.WARMUP_RTOL * np.abs(wb)  # numpy: the elements out of tolerance
+    largest = max(
+        np.abs(_by_kind(run, s, "grad", "dense/bias")[out]).max() for run in (tf1, tf2) for s in range(first)
+    )
+    assert f"the {out.sum()} elements out of tolerance had gradients of at most {largest:.3g}" in found.note
     assert "rounding noise" in found.note and "epsilon" in found.note, found.note
 
 
@@ -170,18 +176,24 @@ def test_adam_before_batch_norm_a_wrong_beta2_is_still_found_on_v_at_step_1(tmp_
 N = 6
 
 
-def _runs(grad_gap: list[float], slot_gap: list[float]) -> tuple:
-    """A variable's gradient and momentum slot over N steps; the candidate's differ by the gaps
-    given per step (on the first element). The slot's values are noise-sized (1e-8)."""
-    g = [np.full(4, 1e-9, np.float32) for _ in range(N)]
-    m = [np.full(4, 1e-8, np.float32) for _ in range(N)]
+def _runs(
+    grad_gap: list[float],
+    slot_gap: list[float],
+    slots: tuple[str, str] = ("dense/bias/Momentum:0", "m/dense/bias"),
+    grad: float = 1e-9,
+    slot: float = 1e-8,
+) -> tuple:
+    """A variable's gradient and a slot of it over N steps; the candidate's differ by the gaps
+    given per step (on the first element). By default a momentum of noise-sized values."""
+    g = [np.full(4, grad, np.float64) for _ in range(N)]
+    m = [np.full(4, slot, np.float64) for _ in range(N)]
     g_c = [a.copy() for a in g]
     m_c = [a.copy() for a in m]
     for s in range(N):
         g_c[s][0] += grad_gap[s]
         m_c[s][0] += slot_gap[s]
-    base = run("tf1", [series("grad", "dense/bias:0", g, order=0), series("slot", "dense/bias/Momentum:0", m, order=1)])
-    cand = run("tf2", [series("grad", "dense/bias:0", g_c, order=0), series("slot", "m/dense/bias", m_c, order=1)])
+    base = run("tf1", [series("grad", "dense/bias:0", g, order=0), series("slot", slots[0], m, order=1)])
+    cand = run("tf2", [series("grad", "dense/bias:0", g_c, order=0), series("slot", slots[1], m_c, order=1)])
     return base, cand
 
 
@@ -215,3 +227,20 @@ def test_a_refresh_that_rewrote_the_gradient_settles_the_slot_again() -> None:
     fresh = Comparison(*rerun).report()
     assert comparison.report().to_dict() == fresh.to_dict()
     assert (fresh.first_divergence.step, fresh.first_divergence.kind) == (2, "slot")
+
+
+def test_a_moving_average_may_differ_by_the_largest_difference_it_averaged_not_their_sum() -> None:
+    """Adam's ``v = b v + (1 - b) g²`` moves by at most the largest ``|g_c² - g_b²|`` so far, however
+    many steps it averaged; a momentum ``m g + g`` by their sum. Gradients of 1e-3, 1e-6 apart at
+    every step (within atol): g² 2e-9 apart a step, 1.2e-8 summed over six; a gap of 1.6e-8 in a
+    slot near 1e-6 at step 5 is past the floor (1.02e-8) plus the largest (2e-9), within it plus the
+    sum (numpy below)."""
+    gaps, slot_gap = [1e-6] * N, [0, 0, 0, 0, 0, 1.6e-8]
+    b, c = np.full(N, 1e-3), np.full(N, 1e-3) + 1e-6
+    each = np.abs(c * c - b * b)
+    floor = 1e-8 + 2e-4 * 1e-6
+    assert floor + each.max() < 1.6e-8 < floor + each.sum()
+    averaged = Comparison(*_runs(gaps, slot_gap, ("dense/bias/Adam_1:0", "v/dense/bias"), 1e-3, 1e-6)).report()
+    assert (averaged.first_divergence.step, averaged.first_divergence.kind) == (5, "slot"), averaged.first_divergence
+    summed = Comparison(*_runs(gaps, slot_gap, ("dense/bias/Adagrad:0", "accumulator/dense/bias"), 1e-3, 1e-6)).report()
+    assert summed.agree, summed.first_divergence

@@ -176,17 +176,34 @@ _PREFIX_SLOT_ROLES = ("m", "v", "vhat", "momentum", "velocity", "accumulator")
 #: The power of the gradient each role sums: first moments and momenta ``g``, second moments and
 #: accumulators ``g²`` (``Pair.allowance``; a role not listed is held to both).
 ROLE_MOMENT = {"m": 1, "v": 2, "vhat": 2, "accumulator": 2}
+#: Spellings of slots that hold a moving average (``b s + (1 - b) g^p``: Adam's moments, RMSprop's
+#: mean square), which move by at most the largest difference of what they average, and of slots
+#: that sum (momentum ``m s + g``, Adagrad's accumulator), which move by the sum. tf_keras spells
+#: both SGD's momentum and Adam's first moment ``m``: a slot is averaging only when a side says so
+#: and neither says it sums (``Pair.allowance``; unknown: summing, the looser bound).
+AVERAGING_SPELLINGS = frozenset({"Adam", "Adam_1", "RMSProp", "v", "vhat", "velocity", "rms"})
+SUMMING_SPELLINGS = frozenset({"Momentum", "momentum", "Adagrad", "accumulator"})
+
+
+def _slot_parts(name: str) -> tuple[str, str]:
+    """(variable, the role as the name spells it) of a slot's name; (name, "") if no role is known."""
+    var, _, last = name.rpartition("/")
+    if var and last in SLOT_ROLES:
+        return var, last
+    first, _, rest = name.partition("/")
+    return (rest, first) if rest and first in _PREFIX_SLOT_ROLES else (name, "")
+
+
+def slot_averages(base_name: str, cand_name: str) -> bool:
+    """The two paired slots hold a moving average (:data:`AVERAGING_SPELLINGS`)."""
+    spelled = {_slot_parts(_strip_output_index(n))[1] for n in (base_name, cand_name)}
+    return bool(spelled & AVERAGING_SPELLINGS) and not spelled & SUMMING_SPELLINGS
 
 
 def slot_canonical(name: str) -> str:
     """``<variable>/<role>`` for a slot's name in any optimizer family's spelling (:data:`SLOT_ROLES`)."""
-    var, _, last = name.rpartition("/")
-    if var and last in SLOT_ROLES:
-        return f"{var}/{SLOT_ROLES[last]}"
-    first, _, rest = name.partition("/")
-    if rest and first in _PREFIX_SLOT_ROLES:
-        return f"{rest}/{SLOT_ROLES[first]}"
-    return name
+    var, spelled = _slot_parts(name)
+    return f"{var}/{SLOT_ROLES[spelled]}" if spelled else name
 
 
 #: A variable's exponential moving average, in each family's spelling: TF1's (and TF2's)

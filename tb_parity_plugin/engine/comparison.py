@@ -18,7 +18,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from tb_parity_plugin.engine import align, batch, refresh, replicas, structure
+from tb_parity_plugin.engine import align, allclose, batch, refresh, replicas, structure
 from tb_parity_plugin.engine.matrix import ABSENT, OK, REASONS, VALUE, ParityMatrix
 from tb_parity_plugin.engine.nonfinite import FirstNonfinite
 from tb_parity_plugin.engine.pair import Pair
@@ -29,7 +29,7 @@ from tb_parity_plugin.records import metadata
 
 __all__ = ["Comparison", "compare_runs"]
 
-_MIN, _MAX = metadata.STAT_INDEX["min"], metadata.STAT_INDEX["max"]
+_SIZE = metadata.STAT_INDEX["size"]
 
 #: Bytes of data one scan chunk touches: big enough to amortise per-call overhead,
 #: small enough that a divergence early in the run is found without reading the rest.
@@ -158,12 +158,13 @@ class Comparison:
             p = pairs[i]
             if p.base.kind == "slot" and (p.use_values or p.partial):
                 moment = align.ROLE_MOMENT.get(align.variable_and_role("slot", p.base.name)[2], 0)
-                p.link_feeder(pairs[j], self.policy.equal_nan, moment)
+                averages = align.slot_averages(p.base.name, p.cand.name)
+                p.link_feeder(pairs[j], self.policy.equal_nan, moment, averages)
                 fed.append(p)
         now = {id(p) for p in fed}
         for p in self._fed:
             if id(p) not in now:
-                p.link_feeder(None, self.policy.equal_nan, 0)
+                p.link_feeder(None, self.policy.equal_nan, 0, False)
         self._fed = fed
 
     def _first_nonfinite(self, run: Any) -> Optional[dict[str, Any]]:
@@ -247,11 +248,12 @@ class Comparison:
         )
 
     def _moved_by_the_update(self, pair: Pair, k: int) -> Optional[str]:
-        """What a weight diverging at step ``k`` after its gradient agreed at every earlier step
-        means (None otherwise): the update that moved it differs although its input agreed. When
-        that gradient was below its atol at every step, it is rounding noise, which an adaptive
-        optimizer turns into steps near its learning rate: a new user's faithful Adam port of a
-        dense bias before batch normalization diverged at step 2 on that bias alone."""
+        """What a weight diverging at step ``k`` after its gradient agreed element-wise at every
+        earlier step means (None otherwise): the update that moved it differs although its input
+        agreed. When the gradient of the elements out of tolerance stayed below its atol at every
+        earlier step, that is likely rounding noise, which an adaptive optimizer turns into steps
+        near its learning rate: new users' faithful Adam ports diverged on a dense bias before batch
+        normalization (the whole tensor) and on an embedding row first looked up at step 2."""
         index = {id(p): i for i, p in enumerate(self._pairs)}.get(id(pair))
         j = self._gradients.get(index) if index is not None else None
         if j is None or k == 0:
@@ -263,23 +265,38 @@ class Comparison:
         seen = (g.ib[:k] >= 0) & (g.ic[:k] >= 0)
         if not seen.any() or ((g.reason[:k] != OK) & (g.reason[:k] != ABSENT)).any():
             return None
-        largest = max(
-            float(np.abs(side.stats[rows[rows >= 0]][:, [_MIN, _MAX]]).max(initial=0.0))
-            for side, rows in ((g.base, g.ib[:k]), (g.cand, g.ic[:k]))
-        )
+        grads = [np.abs(g.base.values[g.ib[:k][seen]]), np.abs(g.cand.values[g.ic[:k][seen]])]
+        out = self._elements_out(pair, k)
+        what = "its elements"
+        if out is not None and len(out) and grads[0].shape[1] > out.max() and grads[1].shape[1] > out.max():
+            grads = [a[:, out] for a in grads]
+            what = f"the {len(out)} elements out of tolerance" if len(out) > 1 else "the element out of tolerance"
+        largest = max(float(a.max(initial=0.0)) for a in grads)
         note = (
-            f"its gradient {g.base.kind}/{g.base.name} agreed at every earlier step (largest |element| "
-            f"{largest:.3g}): the update that moved it differs"
+            f"its gradient {g.base.kind}/{g.base.name} agreed element-wise at every earlier step: the update "
+            f"that moved it differs; {what} had gradients of at most {largest:.3g} there"
         )
         if largest < g.tol.atol:
             note += (
-                f"; a gradient below atol {g.tol.atol:g} everywhere is likely rounding noise (a bias right before "
-                "batch normalization gets nothing else), and an adaptive optimizer (Adam, RMSprop, Adagrad) "
-                "turns noise into steps near its learning rate, so faithful runs drift apart on such a "
-                "variable. Check the optimizer's epsilon first (TF1 Adam 1e-8, Keras 1e-7); "
-                "README: What counts as a divergence"
+                f", below atol {g.tol.atol:g}: likely rounding noise (a bias right before batch normalization, "
+                "an embedding row seldom looked up), which an adaptive optimizer (Adam, RMSprop, Adagrad) turns "
+                "into steps near its learning rate, so faithful runs drift apart there. Check the optimizer's "
+                "epsilon first (TF1 Adam 1e-8, Keras 1e-7); README: What counts as a divergence"
             )
         return note
+
+    def _elements_out(self, pair: Pair, k: int) -> Optional[np.ndarray]:
+        """Flat indices of a pair's elements out of tolerance at compared step ``k`` (None
+        without full values on both sides there)."""
+        if not pair.use_values:
+            return None
+        rb, rc = int(pair.ib[k]), int(pair.ic[k])
+        n = int(pair.base.stats[rb, _SIZE])
+        b, c = pair.base.values[rb][:n], pair.cand.values[rc][:n]
+        atol = float(np.max(pair.tol.atols(pair.base.stats[rb : rb + 1])))
+        close = allclose.isclose(c, b, pair.tol.rtol_at(k), atol, self.policy.equal_nan)
+        found: np.ndarray = np.flatnonzero(~close)
+        return found
 
     def report(self) -> ParityReport:
         """The report; scans only as far as the first divergent step.

@@ -120,8 +120,9 @@ class Pair:
     #: the same first divergence, whose statistics figures cost ~40 numpy calls on one row.
     _found: Optional[tuple[int, bool, dict[str, Any]]] = dataclasses.field(default=None, repr=False, compare=False)
     #: The pair of this slot's variable's gradient (``align.gradient_matches``; None for every
-    #: other tensor), with the ``equal_nan`` its verdicts are settled with and the power of the
-    #: gradient the slot sums (``align.ROLE_MOMENT``: 1, 2, or 0 when unknown). A slot sums its
+    #: other tensor), with the ``equal_nan`` its verdicts are settled with, the power of the
+    #: gradient the slot holds (``align.ROLE_MOMENT``: 1, 2, or 0 when unknown) and whether it
+    #: averages rather than sums it (``align.slot_averages``). A slot sums its
     #: gradients, so at each step its atol also allows what the gradient's differences add up to
     #: (:meth:`allowance`). Why: the bias of a dense layer before batch normalization has a gradient
     #: of float32 noise (~1e-9, within every tolerance), and its momentum sums that noise past the
@@ -129,6 +130,7 @@ class Pair:
     feeder: Optional[Pair] = dataclasses.field(default=None, repr=False, compare=False)
     feeder_equal_nan: bool = False
     feeder_moment: int = 0
+    feeder_averages: bool = False
     #: :meth:`allowance` per compared step, computed for ``[:len]``
     _allowed: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
 
@@ -324,27 +326,29 @@ class Pair:
             return list(series.shape)
         return [None if d < 0 else int(d) for d in series.dims[row]]
 
-    def link_feeder(self, feeder: Optional[Pair], equal_nan: bool, moment: int) -> None:
+    def link_feeder(self, feeder: Optional[Pair], equal_nan: bool, moment: int, averages: bool) -> None:
         """Set :attr:`feeder`. Verdicts settled with another one (or none) are forgotten: a rebuilt
         gradient pair means its rows changed, and with them what this slot was allowed."""
-        if feeder is self.feeder and (equal_nan, moment) == (self.feeder_equal_nan, self.feeder_moment):
+        rule = (equal_nan, moment, averages)
+        if feeder is self.feeder and rule == (self.feeder_equal_nan, self.feeder_moment, self.feeder_averages):
             return
         if self.done or self.ratio_done:
             self.done = self.ratio_done = 0
             self.first_bad = -1
             self._found = None
-        self.feeder, self.feeder_equal_nan, self.feeder_moment = feeder, equal_nan, moment
+        self.feeder, (self.feeder_equal_nan, self.feeder_moment, self.feeder_averages) = feeder, rule
         self._allowed = np.zeros(0)
 
     def allowance(self, k1: int) -> np.ndarray:
-        """Per compared step ``[0, k1)``: the sum, over it and the steps before, of the largest
-        ``|g_c - g_b|`` (a first moment's) or ``|g_c² - g_b²|`` (a second moment's; both for a role
-        not known) of the feeder gradient's elements, at the steps where both runs kept its full
-        values and it agrees within its own tolerance (0 without a feeder). Why that bounds a slot:
-        momentum and Adam's first moment (``m = b m + (1 - b) g``, or ``+ g``, or ``- lr g`` with
-        lr <= 1) move by at most the gradient's difference a step, and second moments and
-        accumulators (``v = b v + (1 - b) g²``, ``+ g²``) by at most its square's. The square's
-        alone for ``v``: with gradients below 1 the first term would pass a beta2 of 0.998.
+        """Per compared step ``[0, k1)``: the sum (a summing slot) or the largest (an averaging
+        one), over it and the steps before, of the largest ``|g_c - g_b|`` (a first moment's) or
+        ``|g_c² - g_b²|`` (a second moment's; both for a role not known) of the feeder gradient's
+        elements, at the steps where both runs kept its full values and it agrees within its own
+        tolerance (0 without a feeder). Why that bounds a slot: a momentum (``m + g``, or ``- lr g``
+        with lr <= 1) moves by at most the gradient's difference a step, an accumulator (``+ g²``)
+        by its square's, and a moving average (``b v + (1 - b) g²``) by at most the largest of
+        them. The tightest bound each: a sum for Adam's ``v`` grew 100 times past ``v`` itself once
+        the gradients differed by the 5% allowed after the warm-up, and would pass a wrong beta2.
         A gradient that diverged excuses nothing, and one compared by statistics only shows no
         element's difference: neither adds to it."""
         g = self.feeder
@@ -366,7 +370,8 @@ class Pair:
                     step[rows[j]] = self._moved(bv[None].astype(np.float64), cv[None].astype(np.float64))[0]
             step[~np.isfinite(step)] = 0.0  # NaN against NaN (equal_nan) or inf against inf: no difference
             start = self._allowed[-1] if k0 else 0.0
-            self._allowed = np.concatenate([self._allowed, start + np.cumsum(step)])
+            grown = np.maximum(start, np.maximum.accumulate(step)) if self.feeder_averages else start + np.cumsum(step)
+            self._allowed = np.concatenate([self._allowed, grown])
         return self._allowed[:k1]
 
     def _moved(self, b: np.ndarray, c: np.ndarray) -> np.ndarray:
