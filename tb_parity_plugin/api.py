@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from tb_parity_plugin.engine import Comparison, Divergence, ParityReport
 from tb_parity_plugin.engine.tolerance import TolerancePolicy
+from tb_parity_plugin.engine.verdicts import mismatch_text
 from tb_parity_plugin.logdir import run_pairs
 
 if TYPE_CHECKING:  # imported when used: the reader is not needed to compare runs already read
@@ -149,7 +150,7 @@ def _fmt(value: Optional[float]) -> str:
 def describe(d: Divergence) -> str:
     """One line: tag, candidate name if different, reason and figures."""
     alias = "" if d.candidate_tensor in (d.tensor, "", None) or not d.tensor else f" (candidate {d.candidate_tensor})"
-    mismatch = "n/a" if d.mismatch_fraction is None else f"{100 * d.mismatch_fraction:.3g}%"
+    mismatch = mismatch_text(d.mismatch_fraction)
     if d.reason == "structure":  # no figures: nothing was compared
         return f"{d.kind}/{d.tensor or d.candidate_tensor}: structure; {d.note}"
     return (

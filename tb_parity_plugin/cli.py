@@ -211,7 +211,10 @@ def _run_report(args: argparse.Namespace, out: TextIO) -> ParityReport:
     )
     page.write_report(args.output, report)
     first = report.first_divergence
-    verdict = report.verdict if first is None else f"diverge at step {first.step}"
+    if first is None:
+        verdict = report.verdict
+    else:  # as `diff` says it: a tensor one run lacks diverges in structure, at no step
+        verdict = "diverge in structure" if first.reason == "structure" else f"diverge at step {first.step}"
     if report.problems:  # the one line must not read as a clean verdict
         verdict += f", {len(report.problems)} read problem(s) (listed in the report)"
     _say(f"wrote {args.output}: {report.baseline} vs {report.candidate}, {verdict}", out)

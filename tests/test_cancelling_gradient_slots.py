@@ -147,9 +147,7 @@ def test_adam_moves_a_bias_before_batch_norm_by_noise_and_the_divergence_says_so
     assert "grad/dense/bias:0 agreed element-wise at every earlier step" in found.note, found.note
     wb, wc = _by_kind(tf1, first, "weight", "dense/bias"), _by_kind(tf2, first, "weight", "dense/bias")
     out = np.abs(wc - wb) > 1e-5 + tolerance.WARMUP_RTOL * np.abs(wb)  # numpy: the elements out of tolerance
-    largest = max(
-        np.abs(_by_kind(run, s, "grad", "dense/bias")[out]).max() for run in (tf1, tf2) for s in range(first)
-    )
+    largest = max(np.abs(_by_kind(run, s, "grad", "dense/bias")[out]).max() for run in (tf1, tf2) for s in range(first))
     assert f"the {out.sum()} elements out of tolerance had gradients of at most {largest:.3g}" in found.note
     assert "rounding noise" in found.note and "epsilon" in found.note, found.note
 

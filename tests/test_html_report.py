@@ -3,7 +3,9 @@ nothing at all, and shows names holding HTML as text."""
 
 from __future__ import annotations
 
+import contextlib
 import html
+import io
 import subprocess
 import sys
 from pathlib import Path
@@ -60,6 +62,8 @@ def test_report_shows_the_verdict_and_makes_no_request(demo_logs, tmp_path, brow
     rows = page.locator("table.divergences tbody tr")
     assert rows.count() == len(expected.divergences_at_first_step)
     assert page.locator("table.divergences tr.first").inner_text().split("\t")[2] == first.tensor
+    mismatched = page.locator("table.divergences tr.first td").nth(8).inner_text()
+    assert mismatched == f"{100 * first.mismatch_fraction:.3g}%"  # as the CLI prints it, not a bare fraction
     assert page.locator("svg.chart").count() == 4  # lr, loss and their differences
     assert page.locator("svg.heat image").count() == 1
     page.close()
@@ -131,6 +135,10 @@ def test_report_shows_structure_and_the_weaker_agreement(tmp_path) -> None:
     write_run(str(tmp_path / "a"), "tf2", range(3), lambda s: [("weight", "w", big)], side="tf2")
     doc = page.report_document(api.compare(str(tmp_path / "a")))
     assert "recorded by <code>tf1</code> only" in doc and "weight/gamma" in doc
+    out = io.StringIO()  # the one line says what `diff` says: a structure divergence is at no step
+    with contextlib.redirect_stdout(out):
+        assert report_cli(str(tmp_path / "a"), "-o", str(tmp_path / "a.html")) == 1
+    assert "diverge in structure" in out.getvalue() and "at step" not in out.getvalue(), out.getvalue()
     write_run(str(tmp_path / "b"), "tf1", range(3), lambda s: [("weight", "w", big)], side="tf1")
     write_run(str(tmp_path / "b"), "tf2", range(3), lambda s: [("weight", "w", big)], side="tf2")
     doc = page.report_document(api.compare(str(tmp_path / "b")))

@@ -23,6 +23,11 @@ if TYPE_CHECKING:
 FIGURES = ("max_abs_diff", "max_rel_diff", "cosine", "mismatch_fraction", "error_ratio")
 
 
+def mismatch_text(fraction: Optional[float]) -> str:
+    """The share of elements out of tolerance as every front end prints it (``37.5%``, ``n/a``)."""
+    return "n/a" if fraction is None else f"{100 * fraction:.3g}%"
+
+
 def json_float(value: Any) -> Optional[float]:
     if value is None:
         return None

@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from tb_parity_plugin.engine import colour_scale, replicas
 from tb_parity_plugin.engine import matrix as matrix_mod
+from tb_parity_plugin.engine.verdicts import mismatch_text
 from tb_parity_plugin.report.graphics import Series, fmt, line_chart, png_data_uri
 
 if TYPE_CHECKING:  # verdicts imports this module for ParityReport._repr_html_
@@ -132,7 +133,7 @@ def _divergence_table(summary: Mapping[str, Any]) -> str:
             if k in ("tensor", "candidate_tensor")
             else f"<td>{_e(row.get(k) or '')}</td>"
             if k in _TEXT_KEYS
-            else f'<td class="num">{_e(fmt(row.get(k)))}</td>'
+            else f'<td class="num">{_e(mismatch_text(row.get(k)) if k == "mismatch_fraction" else fmt(row.get(k)))}</td>'
             for k, _ in _DIV_COLUMNS
         )
         body.append(f'<tr class="{"first" if is_first else ""}">{cells}</tr>')
