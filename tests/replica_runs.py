@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -101,6 +102,16 @@ def tf1(logdir: str) -> None:
         rec.close()
 
 
+def _running(name: str, initial: Any, synced: bool) -> Any:
+    """A non-trainable running statistic, all-reduced on write (``synced``) or kept per replica."""
+    import tensorflow as tf
+
+    sync = tf.VariableSynchronization.ON_WRITE if synced else tf.VariableSynchronization.ON_READ
+    return tf.Variable(
+        initial, trainable=False, name=name, synchronization=sync, aggregation=tf.VariableAggregation.MEAN
+    )
+
+
 def tf2(logdir: str, variant: str) -> None:
     import tensorflow as tf
 
@@ -115,24 +126,8 @@ def tf2(logdir: str, variant: str) -> None:
             [tf.keras.layers.Dense(CLASSES, kernel_initializer=tf.constant_initializer(w0), input_shape=(FEATURES,))]
         )
         optimizer = tf.keras.optimizers.SGD(LR)
-        running = tf.Variable(
-            tf.zeros(CLASSES),
-            trainable=False,
-            name="running_mean",
-            synchronization=tf.VariableSynchronization.ON_WRITE
-            if variant != "unsynced"
-            else tf.VariableSynchronization.ON_READ,
-            aggregation=tf.VariableAggregation.MEAN,
-        )
-        running_var = tf.Variable(
-            tf.ones(CLASSES),
-            trainable=False,
-            name="running_var",
-            synchronization=tf.VariableSynchronization.ON_WRITE
-            if variant != "unsynced_var"
-            else tf.VariableSynchronization.ON_READ,
-            aggregation=tf.VariableAggregation.MEAN,
-        )
+        running = _running("running_mean", tf.zeros(CLASSES), synced=variant != "unsynced")
+        running_var = _running("running_var", tf.ones(CLASSES), synced=variant != "unsynced_var")
     rec = summary_v2.Recorder(logdir)
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
     dist = strategy.experimental_distribute_dataset(dataset)

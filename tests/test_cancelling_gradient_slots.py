@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
+import tf1_session
 from engine_helpers import run, series
 from shim_readback import tensors_by_step
 
@@ -57,13 +58,7 @@ def _tf1(run_dir: str, optimizer: str) -> None:
         with tf.control_dependencies(tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)):
             train_op = rec.minimize(opt, loss, global_step=gs)
         rec.variables(optimizer=opt)
-        fetches = rec.fetches
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for s in range(STEPS):
-                rows = slice(s * BATCH, (s + 1) * BATCH)
-                rec.write(sess.run([train_op, fetches], {x: X[rows], y: Y[rows]})[1])
-        rec.close()
+        tf1_session.train(rec, train_op, (x, y), (X, Y), STEPS, BATCH)
 
 
 def _keras(run_dir: str, optimizer: str, beta_2: float = 0.999) -> None:
