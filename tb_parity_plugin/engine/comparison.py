@@ -30,6 +30,7 @@ from tb_parity_plugin.records import metadata
 __all__ = ["Comparison", "compare_runs"]
 
 _SIZE = metadata.STAT_INDEX["size"]
+_MIN_MAX = [metadata.STAT_INDEX["min"], metadata.STAT_INDEX["max"]]
 
 #: Bytes of data one scan chunk touches: big enough to amortise per-call overhead,
 #: small enough that a divergence early in the run is found without reading the rest.
@@ -261,17 +262,30 @@ class Comparison:
         g = self._pairs[j]
         if not g.use_values:  # statistics that prove nothing are no evidence that it agreed
             return None
+        kept = pair.update_note  # each refresh's report asks again: kept while both pairs are
+        if kept is not None and kept[0] is g and kept[1] == k and k < pair.done:
+            return kept[2]
         g.ensure(k, self.policy.equal_nan)
         seen = (g.ib[:k] >= 0) & (g.ic[:k] >= 0)
-        if not seen.any() or ((g.reason[:k] != OK) & (g.reason[:k] != ABSENT)).any():
-            return None
-        grads = [np.abs(g.base.values[g.ib[:k][seen]]), np.abs(g.cand.values[g.ic[:k][seen]])]
+        note = None
+        if seen.any() and not ((g.reason[:k] != OK) & (g.reason[:k] != ABSENT)).any():
+            note = self._update_note(pair, g, k, seen)
+        pair.update_note = (g, k, note)
+        return note
+
+    def _update_note(self, pair: Pair, g: Pair, k: int, seen: np.ndarray) -> str:
+        """:meth:`_moved_by_the_update`'s note, from the gradient's values at the steps ``seen``
+        before ``k`` (only the elements out of tolerance read, when they are known)."""
+        rows = (g.ib[:k][seen], g.ic[:k][seen])
         out = self._elements_out(pair, k)
-        what = "its elements"
-        if out is not None and len(out) and grads[0].shape[1] > out.max() and grads[1].shape[1] > out.max():
-            grads = [a[:, out] for a in grads]
+        width = min(g.base.values.shape[1], g.cand.values.shape[1])
+        if out is not None and len(out) and out.max() < width:
             what = f"the {len(out)} elements out of tolerance" if len(out) > 1 else "the element out of tolerance"
-        largest = max(float(a.max(initial=0.0)) for a in grads)
+            grads = [side.values[np.ix_(r, out)] for side, r in zip((g.base, g.cand), rows)]
+        else:
+            what = "its elements"
+            grads = [side.stats[r][:, _MIN_MAX] for side, r in zip((g.base, g.cand), rows)]
+        largest = max(float(np.abs(a).max(initial=0.0)) for a in grads)
         note = (
             f"its gradient {g.base.kind}/{g.base.name} agreed element-wise at every earlier step: the update "
             f"that moved it differs; {what} had gradients of at most {largest:.3g} there"
