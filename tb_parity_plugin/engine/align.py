@@ -194,10 +194,12 @@ def _slot_parts(name: str) -> tuple[str, str]:
     return (rest, first) if rest and first in _PREFIX_SLOT_ROLES else (name, "")
 
 
-def slot_averages(base_name: str, cand_name: str) -> bool:
-    """The two paired slots hold a moving average (:data:`AVERAGING_SPELLINGS`)."""
+def slot_rule(base_name: str, cand_name: str) -> tuple[int, bool]:
+    """(the power of the gradient two paired slots hold, :data:`ROLE_MOMENT`, 0 when unknown;
+    whether they hold a moving average, :data:`AVERAGING_SPELLINGS`), for ``Pair.allowance``."""
     spelled = {_slot_parts(_strip_output_index(n))[1] for n in (base_name, cand_name)}
-    return bool(spelled & AVERAGING_SPELLINGS) and not spelled & SUMMING_SPELLINGS
+    moment = ROLE_MOMENT.get(variable_and_role("slot", base_name)[2], 0)
+    return moment, bool(spelled & AVERAGING_SPELLINGS) and not spelled & SUMMING_SPELLINGS
 
 
 def slot_canonical(name: str) -> str:
@@ -239,6 +241,17 @@ def variable_and_role(kind: str, name: str) -> tuple[str, str, str]:
     return role_canonical(kind, _strip_output_index(name)).rpartition("/")
 
 
+def variable_of(kind: str, name: str) -> Optional[tuple[str, str]]:
+    """(variable, role) a weight, gradient, slot or moving average is named after (role "" for a
+    weight or gradient: named after the variable itself); None for any other tensor."""
+    if kind in ("weight", "grad"):
+        return _strip_output_index(name), ""
+    if kind not in ("slot", "state"):
+        return None
+    var, _, role = variable_and_role(kind, name)
+    return (var, role) if var and (kind == "slot" or role == "average") else None
+
+
 def gradient_matches(matches: Sequence[Match]) -> dict[int, int]:
     """Index of each slot's and weight's match -> index of the match of its variable's gradient,
     when both sides' tensors are named after the two variables whose gradients that match pairs.
@@ -252,15 +265,11 @@ def gradient_matches(matches: Sequence[Match]) -> dict[int, int]:
     }
     found = {}
     for i, m in enumerate(matches):
-        if m.base[0] == m.cand[0] == "slot":
-            key = (variable_and_role("slot", m.base[1])[0], variable_and_role("slot", m.cand[1])[0])
-        elif m.base[0] == m.cand[0] == "weight":
-            key = (_strip_output_index(m.base[1]), _strip_output_index(m.cand[1]))
-        else:
-            continue
-        j = grads.get(key)
-        if j is not None:
-            found[i] = j
+        if m.base[0] == m.cand[0] and m.base[0] in ("slot", "weight"):
+            b, c = variable_of(*m.base), variable_of(*m.cand)
+            j = None if b is None or c is None else grads.get((b[0], c[0]))
+            if j is not None:
+                found[i] = j
     return found
 
 
@@ -713,12 +722,6 @@ class _Pairing:
         }
         if not partner:
             return
-
-        def variable_of(kind: str, name: str) -> Optional[tuple[str, str]]:
-            if kind == "grad":
-                return _strip_output_index(name), ""
-            var, _, role = variable_and_role(kind, name)
-            return (var, role) if var and (kind == "slot" or role == "average") else None
 
         named: dict[tuple[str, str, str], list[Key]] = {}
         for s in self.cand:

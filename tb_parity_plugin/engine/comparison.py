@@ -60,7 +60,10 @@ class Comparison:
         self._structure: Optional[tuple[align.Alignment, tuple[Any, ...], structure.Structure]] = None
         self._keys: Optional[tuple[Any, ...]] = None  # what align() read of both runs
         self._samples: set[int] = set()  # the alignment's matches that pair element samples
-        self._gradients: dict[int, int] = {}  # slot or weight match -> its variable's gradient's match
+        #: slot match -> (its variable's gradient's match, ``align.slot_rule``), once per alignment
+        self._feeding: dict[int, tuple[int, int, bool]] = {}
+        self._weight_grads: dict[int, int] = {}  # weight match -> its gradient's match
+        self._grad_of: Optional[dict[int, Pair]] = None  # id(weight pair) -> gradient pair, when asked
         self._fed: list[Pair] = []  # the pairs given a feeder by the last update
         #: (step index, the pairs up to the first divergent one, their statistics-only tags): _unproven_before
         self._unproven: Optional[tuple[int, list[Pair], list[str]]] = None
@@ -92,7 +95,14 @@ class Comparison:
             )
             self._keys = (tensors, align.evidence(self._alignment, base, cand))
             self._samples = {i for i, m in enumerate(self._alignment.matches) if metadata.is_sample(m.base[1])}
-            self._gradients = align.gradient_matches(self._alignment.matches)
+            matches = self._alignment.matches
+            found = align.gradient_matches(matches)
+            self._feeding = {
+                i: (j, *align.slot_rule(matches[i].base[1], matches[i].cand[1]))
+                for i, j in found.items()
+                if matches[i].base[0] == "slot"
+            }
+            self._weight_grads = {i: j for i, j in found.items() if matches[i].base[0] == "weight"}
         old_steps = self.steps
         steps = np.intersect1d(base.steps, cand.steps, assume_unique=True).astype(np.int64)
         prefix = len(old_steps) <= len(steps) and np.array_equal(steps[: len(old_steps)], old_steps)
@@ -140,6 +150,7 @@ class Comparison:
             self._chunk = None  # the chunk depends on each pair's evidence: kept pairs keep theirs
         self._link_feeders(pairs)
         self._pairs = pairs
+        self._grad_of = None
         if batch.ENABLED:
             self._table.bind(pairs, len(steps))
         grouped = sum(len(g) for g in self._groups)
@@ -155,11 +166,9 @@ class Comparison:
         allows what the gradient's differences add up to), and take it from a pair kept from the
         last alignment that no longer has one. Only the slots are visited, not every pair."""
         fed = []
-        for i, j in self._gradients.items():
+        for i, (j, moment, averages) in self._feeding.items():
             p = pairs[i]
-            if p.base.kind == "slot" and (p.use_values or p.partial):
-                moment = align.ROLE_MOMENT.get(align.variable_and_role("slot", p.base.name)[2], 0)
-                averages = align.slot_averages(p.base.name, p.cand.name)
+            if p.use_values or p.partial:
                 p.link_feeder(pairs[j], self.policy.equal_nan, moment, averages)
                 fed.append(p)
         now = {id(p) for p in fed}
@@ -255,11 +264,11 @@ class Comparison:
         earlier step, that is likely rounding noise, which an adaptive optimizer turns into steps
         near its learning rate: new users' faithful Adam ports diverged on a dense bias before batch
         normalization (the whole tensor) and on an embedding row first looked up at step 2."""
-        index = {id(p): i for i, p in enumerate(self._pairs)}.get(id(pair))
-        j = self._gradients.get(index) if index is not None else None
-        if j is None or k == 0:
+        if self._grad_of is None:  # once per set of pairs, when a weight first diverges
+            self._grad_of = {id(self._pairs[i]): self._pairs[j] for i, j in self._weight_grads.items()}
+        g = self._grad_of.get(id(pair))
+        if g is None or k == 0:
             return None
-        g = self._pairs[j]
         if not g.use_values:  # statistics that prove nothing are no evidence that it agreed
             return None
         kept = pair.update_note  # each refresh's report asks again: kept while both pairs are

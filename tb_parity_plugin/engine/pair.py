@@ -121,8 +121,8 @@ class Pair:
     _found: Optional[tuple[int, bool, dict[str, Any]]] = dataclasses.field(default=None, repr=False, compare=False)
     #: The pair of this slot's variable's gradient (``align.gradient_matches``; None for every
     #: other tensor), with the ``equal_nan`` its verdicts are settled with, the power of the
-    #: gradient the slot holds (``align.ROLE_MOMENT``: 1, 2, or 0 when unknown) and whether it
-    #: averages rather than sums it (``align.slot_averages``). A slot sums its
+    #: gradient the slot holds (1, 2, or 0 when unknown) and whether it averages rather than sums
+    #: it (``align.slot_rule``). A slot sums its
     #: gradients, so at each step its atol also allows what the gradient's differences add up to
     #: (:meth:`allowance`). Why: the bias of a dense layer before batch normalization has a gradient
     #: of float32 noise (~1e-9, within every tolerance), and its momentum sums that noise past the
