@@ -134,6 +134,21 @@ def write_replica_pair(root: str, folder: str, steps: int) -> None:
         writer.close()
 
 
+def write_slot_pair(root: str, folder: str, steps: int) -> None:
+    """A momentum slot whose elements span three decades; the candidate's smallest element is 5e-5
+    off at every step: within the slot's atol (1e-8 + 1e-4 x its largest |element|, 1.0), far past
+    1e-4 of that element itself."""
+    slot = np.array([1.0, -0.5, 0.25, 0.001], np.float32)
+    for side in ("tf1", "tf2"):
+        writer = BlockWriter(os.path.join(root, folder, side), side=side)
+        for step in range(steps):
+            value = slot.copy()
+            if side == "tf2":
+                value[3] += np.float32(5e-5)
+            writer.write_arrays(step, [("slot", "dense/kernel/Momentum:0", value)])
+        writer.close()
+
+
 def append_steps(run_dir: str, side: str, start: int, stop: int, diverge_at: Optional[int] = None) -> None:
     """Append steps to a run with a new event file (a run still training)."""
     writer = BlockWriter(run_dir, side=side)

@@ -17,6 +17,7 @@ still found at step 1 on ``v``.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import tensorflow as tf
 import tf1_session
 from engine_helpers import run, series
@@ -237,3 +238,28 @@ def test_a_moving_average_may_differ_by_the_largest_difference_it_averaged_not_t
     assert (averaged.first_divergence.step, averaged.first_divergence.kind) == (5, "slot"), averaged.first_divergence
     summed = Comparison(*_runs(gaps, slot_gap, ("dense/bias/Adagrad:0", "accumulator/dense/bias"), 1e-3, 1e-6)).report()
     assert summed.agree, summed.first_divergence
+
+
+def test_the_detail_view_holds_each_element_to_the_atol_the_verdict_used() -> None:
+    """The tensor view's per-element tolerance column must be the one the verdict applied: with the
+    policy's bare atol it marked a slot's elements out of tolerance at a step the verdict (rightly)
+    called ok. numpy: at step 4 the slot's gap (5e-8) is past the floor alone and within the floor
+    plus the five gradient gaps (2e-8 each) a momentum sums."""
+    from tb_parity_plugin.dashboard import views
+
+    comparison = Comparison(*_runs([2e-8] * N, [0, 0, 3e-8, 3e-8, 5e-8, 3e-8]))
+    assert comparison.report().agree
+    base = np.full(4, 1e-8)
+    floor = 1e-5 * tolerance.SLOT_ATOL_SCALE + tolerance.SLOT_ATOL_OF_MAX * 1e-8  # atol + share of max|b|
+    detail = comparison.detail("slot/dense/bias/Momentum:0", step=4)
+    assert detail.step_atol == pytest.approx(floor + 5 * 2e-8, rel=1e-12)
+    payload = views.tensor_payload(detail, comparison.base, comparison.cand, 4)["values"]
+    rtol = tolerance.SLOT_RTOL
+    np.testing.assert_allclose(payload["tolerance"], floor + 1e-7 + rtol * np.abs(base), rtol=1e-12)
+    gaps = np.abs(np.array(payload["candidate"]) - np.array(payload["baseline"]))
+    assert gaps.max() > floor + rtol * base.max()  # past the floor alone...
+    assert (gaps <= np.array(payload["tolerance"])).all()  # ...and no element is shown out of tolerance
+    # a non-slot tensor is held to the policy's atol, as before
+    assert (
+        comparison.detail("grad/dense/bias:0", step=4).step_atol == comparison.policy.for_tag("grad/dense/bias:0").atol
+    )

@@ -146,6 +146,8 @@ export interface TensorResponse {
     candidate: Num[] | null;
     abs_diff: Num[] | null;
     tolerance: Num[] | null;
+    /** The atol this step was held to (a slot's is more than the policy's atol), null if not compared. */
+    atol: Num;
     truncated: boolean;
   } | null;
 }

@@ -133,13 +133,15 @@ def tensor_payload(d: TensorDetail, base: Any, cand: Any, values_at: Optional[in
         if d.base_values is not None:
             k = int(np.searchsorted(d.steps, values_at))
             rtol = Tolerance(d.atol, d.rtol, d.warmup_steps).rtol_at(k)
-            tol = d.atol + rtol * np.abs(np.asarray(d.base_values, dtype=np.float64))
+            atol = d.atol if d.step_atol is None else d.step_atol
+            tol = atol + rtol * np.abs(np.asarray(d.base_values, dtype=np.float64))
         body["values"] = {
             "step": int(values_at),
             "baseline": _floats(d.base_values, MAX_VALUES),
             "candidate": _floats(d.cand_values, MAX_VALUES),
             "abs_diff": _floats(None if d.diff is None else np.abs(d.diff), MAX_VALUES),
             "tolerance": _floats(tol, MAX_VALUES),
+            "atol": d.step_atol,
             "figures": d.figures,
             "truncated": size > MAX_VALUES,
         }

@@ -577,6 +577,7 @@ class Comparison:
                 raise KeyError(f"step {step} was not logged by both runs")
             k = int(hits[0])
             d.step, d.figures = int(step), p.figures(k, self.policy.equal_nan)
+            d.step_atol = p.atol_at(k)
             rb, rc = int(p.ib[k]), int(p.ic[k])
             if rb >= 0:
                 d.base_values = p.values_at("base", rb)

@@ -395,6 +395,15 @@ class Pair:
         found: np.ndarray = atol + self.allowance(int(ks[-1]) + 1)[ks]
         return found
 
+    def atol_at(self, k: int) -> float:
+        """The atol compared step ``k`` was held to (:meth:`_atols`): what a detail view draws per
+        element must be what the verdict used, a slot's share of its largest element and its
+        gradient's allowance included."""
+        rb = int(self.ib[k])
+        if rb < 0:
+            return self.tol.atol
+        return float(_row(self._atols(np.array([k]), self.base.stats[rb : rb + 1]), 0))
+
     def _value_verdicts(
         self, rb: np.ndarray, rc: np.ndarray, ks: np.ndarray, sb: np.ndarray, sc: np.ndarray, equal_nan: bool
     ) -> np.ndarray:
@@ -525,7 +534,7 @@ class Pair:
         if rb < 0 or rc < 0:
             return dict.fromkeys(FIGURES)
         rtol = self.tol.rtol_at(k)
-        atol = _row(self._atols(np.array([k]), self.base.stats[rb : rb + 1]), 0)
+        atol = self.atol_at(k)
         if self.use_values:
             n = int(self.base.stats[rb, _IDX["size"]])  # rows of a resized tensor are zero-padded past it
             out = allclose.figures(self.cand.values[rc][:n], self.base.values[rb][:n], rtol, atol, equal_nan)

@@ -285,6 +285,9 @@ class TensorDetail:
     #: The candidate replica whose copy ``cand_*`` show (multi-replica runs); the verdict arrays
     #: and figures stay those of the one-device value, which is what is compared.
     replica: Optional[int] = None
+    #: The atol ``step`` was held to: ``atol`` plus, for an optimizer slot, its share of the step's
+    #: largest element and its gradient's allowance (the per-element tolerance a view draws).
+    step_atol: Optional[float] = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe: non-finite numbers become None."""
@@ -305,6 +308,7 @@ class TensorDetail:
             "base": {"steps": self.base_steps.tolist(), "stats": clean(self.base_stats)},
             "candidate": {"steps": self.cand_steps.tolist(), "stats": clean(self.cand_stats)},
             "step": self.step,
+            "step_atol": self.step_atol,
             "figures": self.figures,
             "base_values": clean(self.base_values),
             "cand_values": clean(self.cand_values),

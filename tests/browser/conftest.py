@@ -44,6 +44,7 @@ def demo_logdir(demo_logs: str) -> str:
     fx.write_pair(demo_logs, "stats_clean", 6, full_values_limit=1)
     fx.write_pair(demo_logs, "grow", 20)
     fx.write_upstream_pair(demo_logs, "upstream", 4)
+    fx.write_slot_pair(demo_logs, "slot", 3)
     return demo_logs
 
 

@@ -9,13 +9,16 @@ the verdict. Expected values come from the engine (``api.compare``), as in test_
 from __future__ import annotations
 
 import os
+import re
 import sys
 from urllib.parse import quote
 
+import numpy as np
 import pytest
 from playwright.sync_api import expect
 
 from tb_parity_plugin import api
+from tb_parity_plugin.engine import tolerance
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
 import plugin_fixtures as fx
@@ -179,3 +182,23 @@ def test_the_detail_names_the_shapes_a_none_batch_ran_with(page, server: str, de
     shapes = frame.locator("[data-testid=detail-runtime-shape]")
     expect(shapes).to_have_text("ran as [5, 2] | [5, 2]", timeout=TIMEOUT)
     assert frame.locator("[data-testid=values] tbody tr").count() == 10  # the step's own 5 x 2 values
+
+
+@one_server
+def test_the_values_table_holds_a_slot_to_the_atol_its_verdict_used(page, server: str, demo_logdir: str) -> None:
+    """A slot's atol includes 1e-4 of its largest element: the table must not mark an element out
+    of tolerance on a pair the verdict calls agree (it used the policy's bare atol)."""
+    report = engine(demo_logdir, "slot")
+    assert report.agree
+    base = np.array([1.0, -0.5, 0.25, 0.001], np.float32).astype(np.float64)  # the fixture's slot
+    atol = 1e-5 * tolerance.SLOT_ATOL_SCALE + tolerance.SLOT_ATOL_OF_MAX * np.abs(base).max()
+    assert 5e-5 > 1e-5 * tolerance.SLOT_ATOL_SCALE + tolerance.SLOT_RTOL * 0.001  # numpy: past the bare rule
+    tag = quote("slot/dense/kernel/Momentum:0", safe="")
+    frame = open_tab(page, server, "slot", f"&p.tb_parity.tensor={tag}&p.tb_parity.step=2")
+    rows = frame.locator("[data-testid=values] tbody tr")
+    expect(rows).to_have_count(4, timeout=TIMEOUT)
+    assert frame.locator("[data-testid=values] td.out").count() == 0
+    shown = [float(rows.nth(i).locator("td").nth(4).inner_text()) for i in range(4)]
+    np.testing.assert_allclose(shown, atol + tolerance.SLOT_RTOL * np.abs(base), rtol=1e-2)  # 3 digits shown
+    hint = frame.locator("[data-testid=step-atol]").inner_text()
+    assert float(re.search(r"atol at step 2: (\S+)", hint).group(1)) == pytest.approx(atol, rel=1e-2), hint
