@@ -497,6 +497,33 @@ def test_ambiguous_same_shape_tensors_stay_unmatched_with_their_candidates() -> 
     }
 
 
+def test_the_candidates_listed_for_an_unmatched_tensor_are_those_still_free() -> None:
+    """TF1's RMSProp with momentum keeps two slots a variable (``RMSProp``, ``RMSProp_1``), Keras'
+    RMSprop without momentum one (``velocity``). Same kind and shape, 2 against 1: the shape stage
+    lists ``velocity`` as a possible partner of both; a later stage pairs it with ``RMSProp``
+    (its variable's). The report then named a compared slot as an "ambiguous" partner of the
+    unmatched ``RMSProp_1``, which misled a new user: a paired tensor is no one's candidate."""
+    base, cand, order = [], [], 0
+    for tf1, tf2, shape in (("fc1", "dense", (3, 4)), ("fc2", "dense_1", (4, 2))):
+        k = np.ones(shape, np.float32)
+        base += [
+            series("weight", f"{tf1}/kernel:0", [k], order=order),
+            series("slot", f"{tf1}/kernel/RMSProp:0", [k * 0.1], order=order + 1),
+            series("slot", f"{tf1}/kernel/RMSProp_1:0", [k * 0.2], order=order + 2),
+        ]
+        cand += [
+            series("weight", f"{tf2}/kernel:0", [k], order=order),
+            series("slot", f"velocity/{tf2}/kernel", [k * 0.1], order=order + 1),
+        ]
+        order += 3
+    result = align.align(base, cand)
+    paired = {m.base[1]: m.cand[1] for m in result.matches}
+    assert paired["fc1/kernel/RMSProp:0"] == "velocity/dense/kernel"
+    assert paired["fc2/kernel/RMSProp:0"] == "velocity/dense_1/kernel"
+    assert result.unmatched_base == [("slot", "fc1/kernel/RMSProp_1:0"), ("slot", "fc2/kernel/RMSProp_1:0")]
+    assert result.candidates == {}
+
+
 def test_no_automatic_stage_pairs_different_shapes() -> None:
     base = [series("weight", "dense/kernel:0", [np.ones((3, 2), np.float32)])]
     cand = [series("weight", "model/dense/kernel:0", [np.ones((2, 2), np.float32)])]

@@ -941,6 +941,10 @@ class _Pairing:
                 if len(c_names) == 1 and len(by_c[c_names[0]]) == 1:
                     self.pair((kind, b_name), (kind, c_names[0]), "fallback")
 
+    def still_free(self, cand_keys: list[Key]) -> list[Key]:
+        """Those of ``cand_keys`` no stage has paired."""
+        return [k for k in cand_keys if k in self.free_cand]
+
     def by_kind_shape_order(self) -> dict[Key, list[Key]]:
         """Per kind and shape, pair the k-th free tensors in execution order when the counts agree.
 
@@ -1101,7 +1105,9 @@ def align(
         unmatched_base=[(s.kind, s.name) for s in state.base if (s.kind, s.name) in state.free_base],
         unmatched_cand=[(s.kind, s.name) for s in state.cand if (s.kind, s.name) in state.free_cand],
         warnings=warnings,
-        candidates={k: v for k, v in candidates.items() if k in state.free_base and v},
+        # the partners still free at the end: a later stage may have paired some (a message naming
+        # a slot already compared as "ambiguous" misled a new user)
+        candidates={k: free for k, v in candidates.items() if k in state.free_base and (free := state.still_free(v))},
         read=state.read,
     )
 
