@@ -150,3 +150,28 @@ def test_keras_own_models_with_their_own_step_and_instance_steps_are_refused(tmp
     with pytest.raises(ValueError, match="train_step assigned on it"):
         summary_v2.instrument(other, rec)
     rec.close()
+
+
+def test_a_layer_with_several_outputs_records_each_as_layer_slash_index(tmp_path) -> None:
+    """``LSTM(return_state=True)`` returns ``[output, h, c]``: recorded as ``lstm/0``, ``lstm/1`` and
+    ``lstm/2`` (the README's naming), each the value the layer returned at the step, before the
+    update (checked against the layer called on the initial weights)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 5, 3)).astype(np.float32)
+    y = rng.standard_normal((8, 1)).astype(np.float32)
+    inputs = tf.keras.Input((None, 3))
+    out, h, c = tf.keras.layers.LSTM(4, return_state=True, name="lstm")(inputs)
+    model = tf.keras.Model(inputs, tf.keras.layers.Dense(1)(tf.keras.layers.Concatenate()([out, h, c])))
+    model.compile(tf.keras.optimizers.SGD(0.1), "mse")
+    lstm = model.get_layer("lstm")
+    expected = [t.numpy() for t in lstm(tf.constant(x))]  # the initial weights' outputs on the one batch
+    rec = summary_v2.Recorder(str(tmp_path / "tf2"))
+    summary_v2.instrument(model, rec, layers=[lstm])
+    model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+    rec.close()
+    got = tensors_by_step(str(tmp_path / "tf2"))[0]
+    assert sorted(n for k, n in got if k == "activation") == ["lstm/0", "lstm/1", "lstm/2"]
+    for i, want in enumerate(expected):
+        np.testing.assert_allclose(np.asarray(got[("activation", f"lstm/{i}")][2]).reshape(want.shape), want, rtol=1e-5)
+    np.testing.assert_allclose(expected[0], expected[1])  # output is h (return_sequences=False): same values
+    assert not np.allclose(expected[1], expected[2])  # c differs: the order is call's
