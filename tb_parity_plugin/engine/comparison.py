@@ -18,7 +18,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from tb_parity_plugin.engine import align, allclose, batch, refresh, replicas, structure
+from tb_parity_plugin.engine import align, allclose, batch, kinks, refresh, replicas, structure
 from tb_parity_plugin.engine.matrix import ABSENT, OK, REASONS, VALUE, ParityMatrix
 from tb_parity_plugin.engine.nonfinite import FirstNonfinite
 from tb_parity_plugin.engine.pair import Pair
@@ -235,7 +235,8 @@ class Comparison:
             p.ensure_ratios(n)
 
     # -- results -----------------------------------------------------------------
-    def _divergence(self, pair: Pair, k: int) -> Divergence:
+    def _divergence(self, pair: Pair, k: int, kink: Optional[str] = None) -> Divergence:
+        """``kink``: the step's :func:`kinks.note`, for a gradient."""
         b, c = pair.base, pair.cand
         found = pair.finding(k, self.policy.equal_nan)
         parent = metadata.sample_parent(b.name)
@@ -247,6 +248,8 @@ class Comparison:
             )
         if pair.reason[k] == VALUE and b.kind == "weight" and not found.get("note"):
             found["note"] = self._moved_by_the_update(pair, k)
+        if pair.reason[k] == VALUE and b.kind == "grad" and kink:
+            found["note"] = f"{found['note']}; {kink}" if found.get("note") else kink
         return Divergence(
             step=int(self.steps[k]),
             tensor=b.name,
@@ -256,6 +259,12 @@ class Comparison:
             reason=REASONS[int(pair.reason[k])],
             **found,
         )
+
+    def _divergences_at(self, k: int) -> list[Divergence]:
+        """Every pair's divergence at compared step ``k``, in execution order."""
+        diverged = [p for p in self._pairs if p.first_bad == k]
+        kink = kinks.note(kinks.kinked(self._pairs, k)) if any(p.base.kind == "grad" for p in diverged) else None
+        return [self._divergence(p, k, kink) for p in diverged]
 
     def _moved_by_the_update(self, pair: Pair, k: int) -> Optional[str]:
         """What a weight diverging at step ``k`` after its gradient agreed element-wise at every
@@ -329,7 +338,7 @@ class Comparison:
         divergence among the compared steps is still reported (``first_step_divergence``).
         """
         k = self._scan_first()
-        at_step = [] if k is None else [self._divergence(p, k) for p in self._pairs if p.first_bad == k]
+        at_step = [] if k is None else self._divergences_at(k)
         from_pairs = at_step[0] if at_step else None
         out_of_sync = {
             run.name: [Divergence(**d) for d in replicas.disagreements(run, self._replicas[run.name], self.policy)]

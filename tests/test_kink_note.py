@@ -1,0 +1,108 @@
+"""A gradient that diverges because a ReLU unit sits at its kink in one run only.
+
+From a new user's trial: a faithful Adagrad port run without op determinism had one ``fc2`` unit
+at exactly 0.0 in TF1 and 3.6e-9 in TF2. ReLU's gradient is 0 at 0 and 1 above it, so that one
+unit's rounding moved the gradients by a finite amount for one step: a real, recorded difference,
+reported as a divergence with nothing to say that rounding, not the port, may be its cause. The
+divergence stays; its note now names the activation and the units at the kink.
+
+Here the kink is made on purpose: the first layer's column 0 is zero, so its pre-activation is
+exactly 0 in TF1; the port's bias there is 1e-9 (what rounding would leave), within atol.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+import tf1_session
+from engine_helpers import run, series
+from shim_readback import tensors_by_step
+
+from tb_parity_plugin import compare, summary_v1, summary_v2
+from tb_parity_plugin.engine import Comparison
+
+RNG = np.random.default_rng(7)
+STEPS, BATCH, D, H = 3, 8, 3, 4
+X = RNG.standard_normal((STEPS * BATCH, D)).astype(np.float32)
+Y = RNG.standard_normal((STEPS * BATCH, 1)).astype(np.float32)
+W1 = RNG.standard_normal((D, H)).astype(np.float32)
+W1[:, 0] = 0.0
+W2 = RNG.standard_normal((H, 1)).astype(np.float32)
+
+
+def _tf1(run_dir: str) -> None:
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, D])
+        y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+        h = rec.activation(
+            "dense", tf.compat.v1.layers.dense(x, H, tf.nn.relu, kernel_initializer=tf.constant_initializer(W1))
+        )
+        out = tf.compat.v1.layers.dense(h, 1, kernel_initializer=tf.constant_initializer(W2))
+        loss = rec.loss(tf.compat.v1.losses.mean_squared_error(y, out))
+        rec.lr(tf.constant(0.01))
+        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.01), loss, global_step=gs)
+        tf1_session.train(rec, train_op, (x, y), (X, Y), STEPS, BATCH)
+
+
+def _keras(run_dir: str) -> None:
+    model = tf.keras.Sequential(
+        [tf.keras.Input((D,)), tf.keras.layers.Dense(H, "relu", name="dense"), tf.keras.layers.Dense(1, name="dense_1")]
+    )
+    bias = np.zeros(H, np.float32)
+    bias[0] = 1e-9
+    model.get_layer("dense").set_weights([W1, bias])
+    model.get_layer("dense_1").set_weights([W2, np.zeros(1, np.float32)])
+    model.compile(tf.keras.optimizers.SGD(0.01), "mse")
+    rec = summary_v2.Recorder(run_dir)
+    summary_v2.instrument(model, rec, layers=[model.get_layer("dense")])
+    model.fit(X, Y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    rec.close()
+
+
+def test_a_gradient_moved_by_a_unit_at_its_kink_says_so(tmp_path) -> None:
+    _tf1(str(tmp_path / "tf1"))
+    _keras(str(tmp_path / "tf2"))
+    tf1, tf2 = tensors_by_step(str(tmp_path / "tf1")), tensors_by_step(str(tmp_path / "tf2"))
+    h1 = np.asarray(tf1[0][("activation", "dense")][2]).reshape(BATCH, H)
+    h2 = np.asarray(tf2[0][("activation", "dense")][2]).reshape(BATCH, H)
+    # numpy: column 0 is 0 in TF1 and 1e-9 in the port (within atol); the rest agree
+    assert (h1[:, 0] == 0).all() and np.allclose(h2[:, 0], 1e-9) and np.allclose(h1, h2, atol=1e-5)
+    g1 = next(v[2] for (k, n), v in tf1[0].items() if k == "grad" and n.startswith("dense/kernel"))
+    g2 = next(v[2] for (k, n), v in tf2[0].items() if k == "grad" and n.startswith("dense/kernel"))
+    gap = np.abs(np.asarray(g2) - np.asarray(g1)).reshape(D, H)
+    assert gap[:, 0].max() > 1e-3 and gap[:, 1:].max() < 1e-5  # numpy: the gradient differs through unit 0 only
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    first = report.first_divergence
+    assert (first.step, first.kind) == (0, "grad"), first
+    kinked = int(((h1 == 0) != (h2 == 0)).sum())
+    assert f"activation dense has {kinked} elements exactly 0 in one run and within rounding" in first.note, first.note
+    assert "enable_op_determinism" in first.note
+
+
+def _drawn(kink: float) -> tuple:
+    act = [np.array([[0.0, 0.5], [0.0, 0.2]], np.float32) for _ in range(3)]
+    grad = [np.array([0.1, 0.2], np.float32) for _ in range(3)]
+    act_c, grad_c = [a.copy() for a in act], [g.copy() for g in grad]
+    act_c[1][1, 0] = kink
+    grad_c[1][0] += 0.05
+    base = run("tf1", [series("activation", "fc2/Relu", act, order=0), series("grad", "fc2/kernel:0", grad, order=1)])
+    cand = run(
+        "tf2", [series("activation", "fc2/Relu", act_c, order=0), series("grad", "fc2/kernel:0", grad_c, order=1)]
+    )
+    return base, cand
+
+
+def test_only_a_unit_within_atol_of_zero_is_a_kink() -> None:
+    found = Comparison(*_drawn(3.6e-9)).report().first_divergence
+    assert (found.step, found.kind) == (1, "grad")
+    assert "activation fc2/Relu has 1 element exactly 0 in one run and within rounding" in found.note
+    assert "e.g. 0 against 3.6e-09" in found.note
+    # 0 against 1e-6 (within atol, 2e-6 of the largest element, 0.5) is more than rounding: no note
+    near = Comparison(*_drawn(1e-6)).report().first_divergence
+    assert (near.step, near.kind) == (1, "grad") and "kink" not in (near.note or ""), near.note
+    # 0 against 0.01 is no kink rounding explains: the activation diverges first, with no such note
+    far = Comparison(*_drawn(0.01)).report()
+    assert (far.first_divergence.step, far.first_divergence.kind) == (1, "activation")
+    assert all("kink" not in (d.note or "") for d in far.divergences_at_first_step)
