@@ -191,16 +191,99 @@ def _runs(
     return base, cand
 
 
-def test_a_slot_may_differ_by_what_its_gradients_differed_and_no_more() -> None:
-    # numpy: slot gaps of 3e-8 are past the old floor (1e-8 + 1e-4 * 1e-8 + 1e-4 * |b|), and within
-    # the gradient gaps summed so far (2e-8 a step, each within the gradient's atol of 1e-5)
-    report = Comparison(*_runs([2e-8] * N, [0, 0, 3e-8, 3e-8, 5e-8, 3e-8])).report()
+def test_a_slot_may_differ_by_what_its_gradients_differed_before_the_step_and_no_more() -> None:
+    # numpy: gradient gaps of 5e-9 a step (within the slot rule's 1e-8 in the gradient); a slot read
+    # at step k holds steps 0..k-1's gradients, so it may be off by k x 5e-9 beyond the floor
+    # (1e-8 + 1e-4 x its largest |element| + 1e-4 |b|, about 1e-8): 1.5e-8 at step 2 is past the
+    # floor and within 2e-8, 2.5e-8 at steps 4 and 5 within 3e-8 and 3.5e-8
+    floor = 1e-8 + 2e-4 * 1e-8
+    gaps = [0, 0, 1.5e-8, 2e-8, 2.5e-8, 2.5e-8]
+    assert all(gap <= floor + k * 5e-9 for k, gap in enumerate(gaps)) and gaps[2] > floor
+    report = Comparison(*_runs([5e-9] * N, gaps)).report()
     assert report.agree, report.first_divergence
-    # one step further than the sum allows (1e-7 at step 3: the sum is 8e-8) is a divergence there
-    report = Comparison(*_runs([2e-8] * N, [0, 0, 3e-8, 1e-7, 0, 0])).report()
+    # 3e-8 at step 3 is past the floor plus steps 0-2's 1.5e-8: a divergence there
+    assert 3e-8 > floor + 3 * 5e-9
+    report = Comparison(*_runs([5e-9] * N, [0, 0, 1.5e-8, 3e-8, 0, 0])).report()
     first = report.first_divergence
     assert (first.step, first.kind) == (3, "slot"), first
     assert "gradient's differences within tolerance" in report.tolerance_text, report.tolerance_text
+
+
+def test_a_slot_at_step_0_is_held_to_its_rule_alone() -> None:
+    """Step 0's slot is its initial value (RMSProp's 1 against 0, Adagrad's 0.1): no gradient has
+    reached it yet, so none excuses a difference there (the allowance counted step 0's own)."""
+    report = Comparison(*_runs([5e-9] * N, [1.2e-8] + [0] * (N - 1))).report()
+    assert (report.first_divergence.step, report.first_divergence.kind) == (0, "slot"), report.first_divergence
+    assert report.tolerance_text is not None and "gradient's differences" not in report.tolerance_text
+
+
+def _scaled_gradient_runs(optimizer: str, scale: float, steps: int) -> tuple:
+    """An independent review's false AGREE: a port whose gradient is ``scale`` x the original's
+    (``tf.nn.l2_loss`` ported as a plain sum, SUM against MEAN) on a variable with gradients near
+    1e-6: within the gradient's atol of 1e-5, so the gradient and weight agree, while its slots
+    are ``scale`` x (m) and ``scale²`` x (v) apart. Simulated in numpy: a quadratic loss, TF1's
+    MomentumOptimizer accumulator (Keras's velocity as the shim records it) or Adam's m and v."""
+    rng = np.random.default_rng(0)
+    n = 32
+    target = rng.standard_normal(n) * 0.1
+    if optimizer == "momentum":  # gradients near 1e-6
+        lr, h, w0 = 0.05, rng.uniform(0.5e-5, 1.5e-5, n), rng.standard_normal(n) * 0.1
+    else:  # Adam's steps hardly depend on the gradient's scale: a small lr keeps the weights within atol
+        lr, h = 5e-5, rng.uniform(6e-5, 9e-5, n)
+        w0 = target + rng.choice([-1, 1], n) * rng.uniform(0.07, 0.1, n)
+    out = []
+    for name, s in (("tf1", 1.0), ("tf2", scale)):
+        w, m, v = w0.copy(), np.zeros(n), np.zeros(n)
+        tensors: dict[str, list] = {"w": [], "g": [], "m": [], "v": []}
+        for k in range(steps):
+            g = s * h * (w - target)
+            for key, x in (("w", w), ("g", g), ("m", m), ("v", v)):
+                tensors[key].append(x.astype(np.float32))
+            if optimizer == "momentum":
+                m = 0.9 * m + g
+                w = w - lr * m
+            else:
+                m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
+                w = w - lr * (m / (1 - 0.9 ** (k + 1))) / (np.sqrt(v / (1 - 0.999 ** (k + 1))) + 1e-8)
+        slots = (
+            [series("slot", "dense/kernel/Momentum:0" if name == "tf1" else "m/dense/kernel", tensors["m"], order=2)]
+            if optimizer == "momentum"
+            else [
+                series("slot", "dense/kernel/Adam:0" if name == "tf1" else "m/dense/kernel", tensors["m"], order=2),
+                series("slot", "dense/kernel/Adam_1:0" if name == "tf1" else "v/dense/kernel", tensors["v"], order=3),
+            ]
+        )
+        out.append(
+            (
+                run(
+                    name,
+                    [
+                        series("weight", "dense/kernel:0", tensors["w"], order=0),
+                        series("grad", "dense/kernel:0", tensors["g"], order=1),
+                        *slots,
+                    ],
+                ),
+                tensors,
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize("optimizer", ["momentum", "adam"])
+def test_a_slot_of_a_gradient_2x_off_below_the_gradients_atol_is_found_at_step_1(optimizer: str) -> None:
+    (base, b), (cand, c) = _scaled_gradient_runs(optimizer, 2.0, 40)
+    # numpy: gradient and weight within the policy's tolerance at every step...
+    for k in range(40):
+        rtol = tolerance.WARMUP_RTOL if k < 10 else 0.05
+        for key in ("g", "w"):
+            assert (np.abs(c[key][k] - b[key][k]) <= 1e-5 + rtol * np.abs(b[key][k])).all(), (key, k)
+    # ...and the first slot 2x apart at step 1, far past the slot rule
+    m_b, m_c = b["m"][1].astype(np.float64), c["m"][1].astype(np.float64)
+    np.testing.assert_allclose(m_c, 2 * m_b, rtol=1e-5)
+    assert (np.abs(m_c - m_b) / (1e-8 + 1e-4 * np.abs(m_b).max() + 1e-4 * np.abs(m_b))).max() > 10
+    report = Comparison(base, cand).report()
+    first = report.first_divergence
+    assert first is not None and (first.step, first.kind) == (1, "slot"), first
 
 
 def test_a_gradient_that_diverged_excuses_nothing() -> None:
@@ -225,15 +308,15 @@ def test_a_refresh_that_rewrote_the_gradient_settles_the_slot_again() -> None:
 
 def test_a_moving_average_may_differ_by_the_largest_difference_it_averaged_not_their_sum() -> None:
     """Adam's ``v = b v + (1 - b) g²`` moves by at most the largest ``|g_c² - g_b²|`` so far, however
-    many steps it averaged; a momentum ``m g + g`` by their sum. Gradients of 1e-3, 1e-6 apart at
-    every step (within atol): g² 2e-9 apart a step, 1.2e-8 summed over six; a gap of 1.6e-8 in a
-    slot near 1e-6 at step 5 is past the floor (1.02e-8) plus the largest (2e-9), within it plus the
-    sum (numpy below)."""
-    gaps, slot_gap = [1e-6] * N, [0, 0, 0, 0, 0, 1.6e-8]
-    b, c = np.full(N, 1e-3), np.full(N, 1e-3) + 1e-6
-    each = np.abs(c * c - b * b)
+    many steps it averaged; an accumulator ``a + g²`` by their sum. Gradients of 1e-3, 1e-7 apart at
+    every step (within the slot rule's 1.1e-7 in the gradient): g² 2e-10 apart a step, 1e-9 summed
+    over steps 0-4; a gap of 1.06e-8 in a slot near 1e-6 at step 5 is past the floor (1.02e-8) plus
+    the largest (2e-10), within it plus the sum (numpy below)."""
+    gaps, slot_gap = [1e-7] * N, [0, 0, 0, 0, 0, 1.06e-8]
+    b, c = np.full(N, 1e-3), np.full(N, 1e-3) + 1e-7
+    each = np.abs(c * c - b * b)[:5]
     floor = 1e-8 + 2e-4 * 1e-6
-    assert floor + each.max() < 1.6e-8 < floor + each.sum()
+    assert floor + each.max() < 1.06e-8 < floor + each.sum()
     averaged = Comparison(*_runs(gaps, slot_gap, ("dense/bias/Adam_1:0", "v/dense/bias"), 1e-3, 1e-6)).report()
     assert (averaged.first_divergence.step, averaged.first_divergence.kind) == (5, "slot"), averaged.first_divergence
     summed = Comparison(*_runs(gaps, slot_gap, ("dense/bias/Adagrad:0", "accumulator/dense/bias"), 1e-3, 1e-6)).report()
@@ -243,19 +326,19 @@ def test_a_moving_average_may_differ_by_the_largest_difference_it_averaged_not_t
 def test_the_detail_view_holds_each_element_to_the_atol_the_verdict_used() -> None:
     """The tensor view's per-element tolerance column must be the one the verdict applied: with the
     policy's bare atol it marked a slot's elements out of tolerance at a step the verdict (rightly)
-    called ok. numpy: at step 4 the slot's gap (5e-8) is past the floor alone and within the floor
-    plus the five gradient gaps (2e-8 each) a momentum sums."""
+    called ok. numpy: at step 4 the slot's gap (2.5e-8) is past the floor alone and within the floor
+    plus the gradient gaps of steps 0-3 (5e-9 each) a momentum sums."""
     from tb_parity_plugin.dashboard import views
 
-    comparison = Comparison(*_runs([2e-8] * N, [0, 0, 3e-8, 3e-8, 5e-8, 3e-8]))
+    comparison = Comparison(*_runs([5e-9] * N, [0, 0, 1.5e-8, 2e-8, 2.5e-8, 2.5e-8]))
     assert comparison.report().agree
     base = np.full(4, 1e-8)
     floor = 1e-5 * tolerance.SLOT_ATOL_SCALE + tolerance.SLOT_ATOL_OF_MAX * 1e-8  # atol + share of max|b|
     detail = comparison.detail("slot/dense/bias/Momentum:0", step=4)
-    assert detail.step_atol == pytest.approx(floor + 5 * 2e-8, rel=1e-12)
+    assert detail.step_atol == pytest.approx(floor + 4 * 5e-9, rel=1e-12)
     payload = views.tensor_payload(detail, comparison.base, comparison.cand, 4)["values"]
     rtol = tolerance.SLOT_RTOL
-    np.testing.assert_allclose(payload["tolerance"], floor + 1e-7 + rtol * np.abs(base), rtol=1e-12)
+    np.testing.assert_allclose(payload["tolerance"], floor + 2e-8 + rtol * np.abs(base), rtol=1e-12)
     gaps = np.abs(np.array(payload["candidate"]) - np.array(payload["baseline"]))
     assert gaps.max() > floor + rtol * base.max()  # past the floor alone...
     assert (gaps <= np.array(payload["tolerance"])).all()  # ...and no element is shown out of tolerance

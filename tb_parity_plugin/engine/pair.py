@@ -135,7 +135,7 @@ class Pair:
     #: pair, the compared step, the note), valid while both pairs are kept and the step settled
     update_note: Optional[tuple[Pair, int, Optional[str]]] = dataclasses.field(default=None, repr=False, compare=False)
     #: :meth:`allowance` per compared step, computed for ``[:len]``
-    _allowed: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
+    _through: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
 
     @functools.cached_property
     def static_reason(self) -> int:
@@ -340,24 +340,29 @@ class Pair:
             self.first_bad = -1
             self._found = None
         self.feeder, (self.feeder_equal_nan, self.feeder_moment, self.feeder_averages) = feeder, rule
-        self._allowed = np.zeros(0)
+        self._through = np.zeros(0)
 
     def allowance(self, k1: int) -> np.ndarray:
         """Per compared step ``[0, k1)``: the sum (a summing slot) or the largest (an averaging
-        one), over it and the steps before, of the largest ``|g_c - g_b|`` (a first moment's) or
-        ``|g_c² - g_b²|`` (a second moment's; both for a role not known) of the feeder gradient's
-        elements, at the steps where both runs kept its full values and it agrees within its own
-        tolerance (0 without a feeder). Why that bounds a slot: a momentum (``m + g``, or ``- lr g``
-        with lr <= 1) moves by at most the gradient's difference a step, an accumulator (``+ g²``)
-        by its square's, and a moving average (``b v + (1 - b) g²``) by at most the largest of
-        them. The tightest bound each: a sum for Adam's ``v`` grew 100 times past ``v`` itself once
-        the gradients differed by the 5% allowed after the warm-up, and would pass a wrong beta2.
-        A gradient that diverged excuses nothing, and one compared by statistics only shows no
-        element's difference: neither adds to it."""
+        one), over the steps *before* it, of the largest difference of the feeder gradient's
+        elements each step, at the steps where both runs kept its full values and it agrees
+        within its own tolerance (0 without a feeder). A slot is read at the step's start, so
+        step k's slot holds the gradients of steps 0..k-1 only: step 0's allowance is 0 and an
+        initial value (RMSProp's 1 against 0) is still held to the slot rule alone.
+
+        An element's difference counts only as far as this slot's own rule would call it
+        agreement in the gradient (``atol + rtol |g_b|``, :meth:`_moved`): the gradient's atol
+        (1e-5) passes a gradient of 1e-6 that is 2x off, and its slot, 2x off too, must not be
+        excused by it (an independent review's false AGREE). Why the rest bounds a slot: a
+        momentum (``m + g``, or ``- lr g`` with lr <= 1) moves by at most the gradient's
+        difference a step, an accumulator (``+ g²``) by its square's, and a moving average
+        (``b v + (1 - b) g²``) by at most the largest of them; the tightest bound each (a sum for
+        Adam's ``v`` would pass a wrong beta2). A gradient that diverged excuses nothing, and
+        one compared by statistics only shows no element's difference: neither adds to it."""
         g = self.feeder
         if g is None:
             return np.zeros(k1)
-        k0 = len(self._allowed)
+        k0 = len(self._through)
         if k0 < k1:
             g.ensure(k1, self.feeder_equal_nan)
             ib, ic = g.ib[k0:k1], g.ic[k0:k1]
@@ -371,19 +376,28 @@ class Pair:
             elif g.partial:
                 for j, bv, cv in g._valued_rows(ib[rows], ic[rows]):
                     step[rows[j]] = self._moved(bv[None].astype(np.float64), cv[None].astype(np.float64))[0]
-            step[~np.isfinite(step)] = 0.0  # NaN against NaN (equal_nan) or inf against inf: no difference
-            start = self._allowed[-1] if k0 else 0.0
+            start = self._through[-1] if k0 else 0.0
             grown = np.maximum(start, np.maximum.accumulate(step)) if self.feeder_averages else start + np.cumsum(step)
-            self._allowed = np.concatenate([self._allowed, grown])
-        return self._allowed[:k1]
+            self._through = np.concatenate([self._through, grown])
+        before: np.ndarray = np.concatenate([[0.0], self._through[: k1 - 1]]) if k1 else np.zeros(0)
+        return before
 
     def _moved(self, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-        """Per row of gradient values (float64, ``[rows, size]``): what this slot may move by."""
-        out = np.zeros(len(b))
-        if self.feeder_moment != 2:
-            out += np.abs(c - b).max(axis=1, initial=0.0)
-        if self.feeder_moment != 1:
-            out += np.abs(c * c - b * b).max(axis=1, initial=0.0)
+        """Per row of gradient values (float64, ``[rows, size]``): what this slot may move by. Each
+        element's ``|g_c - g_b|`` is capped at what this slot's rule allows (``atol + rtol |g_b|``),
+        and a second moment's change is that of ``g²`` for a gradient that close:
+        ``d (2 |g_b| + d)``. An element whose difference is not finite (NaN against NaN under
+        ``equal_nan``, inf against inf) adds nothing, and leaves the others' count."""
+        with np.errstate(invalid="ignore", over="ignore"):
+            d = np.minimum(np.abs(c - b), self.tol.atol + self.tol.rtol * np.abs(b))
+            parts = []
+            if self.feeder_moment != 2:
+                parts.append(d)
+            if self.feeder_moment != 1:
+                parts.append(d * (2 * np.abs(b) + d))
+            out = np.zeros(len(b))
+            for part in parts:
+                out += np.where(np.isfinite(part), part, 0.0).max(axis=1, initial=0.0)
         return out
 
     def _atols(self, ks: np.ndarray, sb: np.ndarray) -> float | np.ndarray:

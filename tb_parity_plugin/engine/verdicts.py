@@ -177,7 +177,7 @@ class ParityReport:
         )
         allowed = 0.0 if self.comparison is None else self.comparison.allowance(first.kind, first.tensor, first.step)
         if allowed:
-            atol += f" + {allowed:g} (its gradient's differences within tolerance, up to this step)"
+            atol += f" + {allowed:g} (its gradient's differences within tolerance, at the steps before)"
         return f"tolerance of {first.kind}/{first.tensor} at step {first.step}: {atol}, {rtol}"
 
     @property
