@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -157,6 +161,29 @@ def test_a_gradient_recorded_apart_from_the_train_op_reads_ref_weights_before_th
         for name in (w1.name, w2.name):
             wk, gk = got[k][("weight", name)][2], got[k][("grad", name)][2]
             np.testing.assert_allclose(got[k + 1][("weight", name)][2], wk - LR * gk, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("switch", ["disable_v2_behavior", "--control-flow-v1"])
+def test_batch_norm_statistics_updated_inside_a_v1_cond_are_logged_before_the_update(tmp_path, switch: str) -> None:
+    """Under ``disable_v2_behavior()`` (or control flow v1 alone) ``batch_normalization(training=
+    <placeholder>)`` updates its moving statistics inside a v1 ``cond``: the ``AssignSub`` takes the
+    variable through a ``(Ref)Switch``, not directly, and the shim did not order it after its read.
+    A new user's faithful port then diverged on ``moving_mean`` (logged after the update at every
+    step of a 60-step run on one thread; a race, so a short run may not show it). The script checks
+    in the graph that the update waits for a read feeding the recorder, and reads the variable
+    itself before each step (numpy compares)."""
+    script = os.path.join(os.path.dirname(__file__), "v1_behavior_bn.py")
+    args = [sys.executable, script, str(tmp_path / "tf1")] + ([switch] if switch.startswith("--") else [])
+    done = subprocess.run(
+        args, capture_output=True, text=True, timeout=300, env={**os.environ, "TF_USE_LEGACY_KERAS": "1"}
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["resource"] == (switch != "disable_v2_behavior")  # ref variables under disable_v2_behavior
+    assert found["updates_ordered_after_the_read"] == [True], found  # one update, after the recorder's read
+    logged, read = np.array(found["logged"]), np.array(found["read"])
+    assert not np.allclose(read[0], read[-1])  # the statistics move: a post-update value would show
+    np.testing.assert_array_equal(logged, read)
 
 
 def test_a_recorder_created_after_the_session_ran_refuses_to_log_weights_it_cannot_order(tmp_path) -> None:

@@ -61,16 +61,39 @@ def handle_of(var: Any) -> tf.Tensor:
     return handle
 
 
+#: Ops that pass a variable's ref or handle on unchanged: v1 ``cond``'s ``Switch``/``Merge`` (what
+#: ``disable_v2_behavior()`` builds for ``batch_normalization(training=<placeholder>)``), an
+#: ``Identity`` of a handle. A write to their output writes the variable: a new user's batch-norm
+#: update (``AssignSub`` on a ``RefSwitch``) went unordered and its moving statistics were logged
+#: after the update at half the steps. Not ``Enter``: a while loop's frame cannot take an edge
+#: from outside it.
+_FORWARD_TYPES = frozenset({"Switch", "RefSwitch", "Merge", "RefMerge", "Identity", "RefIdentity"})
+
+
+def _forwards(t: tf.Tensor) -> bool:
+    """Whether ``t`` is the variable itself (a ref or a resource handle), not a value read of it."""
+    return bool(t.dtype._is_ref_dtype) or t.dtype == tf.resource
+
+
 def writers(var: Any, calls: bool = True) -> list[tf.Operation]:
-    """Ops of the current graph that may write ``var``, its initializer excluded; with
-    ``calls=False``, only ops that surely write it (not function calls, which inside a
-    ``tf.function`` also initialize variables created in it)."""
+    """Ops of the current graph that may write ``var`` (directly, or through ops that forward its
+    ref or handle: :data:`_FORWARD_TYPES`), its initializer excluded; with ``calls=False``, only
+    ops that surely write it (not function calls, which inside a ``tf.function`` also initialize
+    variables created in it)."""
     init = getattr(var, "initializer", None)
-    return [
-        op
-        for op in handle_of(var).consumers()
-        if is_write(op) and op is not init and (calls or op.type not in CALL_TYPES)
-    ]
+    found: list[tf.Operation] = []
+    seen: set[tf.Operation] = set()
+    stack = [handle_of(var)]
+    while stack:
+        for op in stack.pop().consumers():
+            if op in seen:
+                continue
+            seen.add(op)
+            if op.type in _FORWARD_TYPES:
+                stack.extend(t for t in op.outputs if _forwards(t))
+            elif is_write(op) and op is not init and (calls or op.type not in CALL_TYPES):
+                found.append(op)
+    return found
 
 
 def ancestors(ops: Iterable[tf.Operation]) -> set[tf.Operation]:
