@@ -113,7 +113,16 @@ def file_named(run_dir: str, name: str, steps: list[tuple[int, list[Entry]]], li
     return path
 
 
-FIRST, LAST = "events.out.tfevents.0000000001.", "events.out.tfevents.9999999999."  # sort before / after the main file
+FIRST, LAST = "!", "~"  # after the main file's time: a name that sorts before / after its hostname
+
+
+def rewrite_name(run_dir: str, order: str, tail: str) -> str:
+    """A rewrite file's name: the main file's creation time (one second: a rewrite, not a restart
+    of the run, which ``run_state.Timeline`` would make it), ``order`` placing it before or after."""
+    (main,) = {
+        n.split(".")[3] for n in os.listdir(run_dir) if n.startswith("events.out.tfevents.") and "rewrite" not in n
+    }
+    return f"events.out.tfevents.{main}.{order}{tail}"
 
 
 # -- the drawn logdir and what numpy says about it ------------------------------------------
@@ -475,7 +484,7 @@ def models(draw: st.DrawFn) -> Model:
 
 def write_rewrite(logdir: str, model: Model, index: int) -> str:
     r, s, i, kind, wins, _ = model.rewrites[index]
-    name = (LAST if wins else FIRST) + f"rewrite{index:03d}"  # file order is the order written
+    name = rewrite_name(os.path.join(logdir, r), LAST if wins else FIRST, f"rewrite{index:03d}")  # order written
     entries = model.entries(r, s, rewrite=(i, kind))
     return file_named(os.path.join(logdir, r), name, [(s, entries)], model.limits[r], model.resolve[r])
 
@@ -1068,7 +1077,11 @@ def test_replica_copies_in_the_layout_of_the_one_device_tensors(tmp_path) -> Non
 def _rewrite_step(logdir: str, run: str, step: int, tensors: list) -> None:
     """A later file (its name sorts last) that logs ``step`` of ``run`` again: last write wins."""
     file_named(
-        os.path.join(logdir, run), LAST + "rewrite", [(step, [(k, n, a, None) for k, n, a in tensors])], 64, False
+        os.path.join(logdir, run),
+        rewrite_name(os.path.join(logdir, run), LAST, "rewrite"),
+        [(step, [(k, n, a, None) for k, n, a in tensors])],
+        64,
+        False,
     )
 
 

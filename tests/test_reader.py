@@ -16,6 +16,7 @@ import pytest
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.util import tensor_util
 
+from tb_parity_plugin import compare
 from tb_parity_plugin.logdir.reader import LogdirReader, ReadProblem
 from tb_parity_plugin.records import event_file, health, metadata
 from tb_parity_plugin.records.writer import BlockWriter, build_layout
@@ -184,7 +185,10 @@ def test_runs_with_different_step_sets_and_logdir_as_run(tmp_path):
     np.testing.assert_array_equal(sparse.scalars["loss"][0], [0, 5, 10])
 
 
-def test_duplicate_steps_last_write_wins(tmp_path):
+def test_duplicate_steps_last_write_wins_and_a_restart_supersedes_the_later_steps(tmp_path):
+    """Within a file the later record of a step wins. A file created later that starts at step 5
+    restarts the run there (a run resumed from a checkpoint): steps 5-7 are its, and the older
+    file's 8 and 9 belong to the abandoned run, left out as TensorBoard does, and said so."""
     run_dir = str(tmp_path / "run")
     first = write_run(run_dir, range(10))
     first.write_arrays(3, step_tensors(103))  # same file: the later record wins
@@ -197,12 +201,38 @@ def test_duplicate_steps_last_write_wins(tmp_path):
     os.rename(restart.path, os.path.join(run_dir, "events.out.tfevents.0000000002.a"))
     run = LogdirReader(str(tmp_path)).run("run")
     weight = run.tensors[("weight", "dense/kernel:0")]
-    np.testing.assert_array_equal(weight.steps, np.arange(10))
+    np.testing.assert_array_equal(weight.steps, np.arange(8))
     expected = {3: 103, 5: 105, 6: 106, 7: 107}
-    for step in range(10):
+    for step in range(8):
         array = step_tensors(expected.get(step, step))[1][2].reshape(-1)
         np.testing.assert_array_equal(weight.values[step], array)
     np.testing.assert_allclose(run.scalars["lr"][1][5], np.float32(0.1 / 106))
+    np.testing.assert_array_equal(run.scalars["lr"][0], np.arange(8))
+    (notice,) = run.notices
+    assert "run/events.out.tfevents.0000000002.a restarts the run at step 5" in notice
+    assert "the steps from 5 to 9 written before it by run/events.out.tfevents.0000000001.a are left out" in notice
+
+
+def test_a_rerun_from_step_0_into_a_used_directory_is_compared_alone(tmp_path):
+    """A new user's wrong port (steps 0-37) and its fixed rerun (0-14) in one run directory: the
+    comparison stitched the old run's steps 15-37 onto the rerun and reported a divergence at step
+    15 that the rerun never had. The rerun now stands alone, and the report says what was left out."""
+    for side, drift_from in (("tf1", None), ("tf2", 10)):
+        writer = BlockWriter(str(tmp_path / side), side=side)
+        for step in range(38):
+            off = drift_from is not None and step >= drift_from
+            writer.write_arrays(step, [("weight", "w", np.full(4, step + (0.5 if off else 0.0), np.float32))])
+        writer.close()
+        if side == "tf2":
+            os.rename(writer.path, os.path.join(str(tmp_path / side), "events.out.tfevents.0000000001.old"))
+    rerun = BlockWriter(str(tmp_path / "tf2"), side="tf2")
+    for step in range(15):
+        rerun.write_arrays(step, [("weight", "w", np.full(4, step, np.float32))])
+    rerun.close()
+    os.rename(rerun.path, os.path.join(str(tmp_path / "tf2"), "events.out.tfevents.0000000002.new"))
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert report.agree and report.steps_compared == 15, report.first_divergence
+    assert any("restarts the run at step 0: the steps from 0 to 37" in w for w in report.warnings), report.warnings
 
 
 def test_script_name_nan_inf_and_float16_half_val(tmp_path):

@@ -392,7 +392,8 @@ class Comparison:
             problems=problems,
             structure=copy.deepcopy(struct.to_dict()),  # the structure is kept between reports
             first_step_divergence=at_step[0] if at_step else None,
-            warnings=list(alignment.warnings)
+            warnings=[f"{run.name}: {notice}" for run in (base, cand) for notice in getattr(run, "notices", ())]
+            + list(alignment.warnings)
             + [w for reps in self._replicas.values() for w in reps.warnings]
             + [
                 f"{run.name}: {s.kind}/{s.name} {s.layout_change}"

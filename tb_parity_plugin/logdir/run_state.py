@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from typing import Any, Hashable, Iterator, NamedTuple, Optional, Union
 
 import numpy as np
@@ -31,6 +32,30 @@ def _last_wins(steps: np.ndarray, ranks: np.ndarray, offsets: np.ndarray) -> np.
     return reverse[first]
 
 
+@dataclasses.dataclass(frozen=True)
+class Timeline:
+    """How a run's files order its records. ``rank_of[file_id]``: the file's place in name order
+    (event file names start with their creation time). ``cut_of[file_id]``: the first step of the
+    earliest-starting later file, past which this file's records are superseded (the int64 max
+    when none restarts before it). TensorBoard purges such orphaned steps too: a run written
+    again into the same directory from step 0, stopped sooner, kept the older run's later steps
+    and a faithful rerun was reported diverging there (a new user's). A resumed run (a later
+    file from step 15 after one that reached 20) keeps 0-14 of the first, as before."""
+
+    rank_of: np.ndarray
+    cut_of: np.ndarray
+
+
+_NO_CUT = np.iinfo(np.int64).max
+_CREATED = re.compile(r"tfevents\.(\d+)\.")
+
+
+def _created(rel: str) -> int:
+    """The creation time (seconds) an event file's name holds, -1 for a name without one."""
+    found = _CREATED.search(rel.rsplit("/", 1)[-1])
+    return int(found.group(1)) if found else -1
+
+
 class _Column:
     """Step blocks of one tag, copied straight into one growable ``[capacity, *row]`` array.
 
@@ -47,7 +72,7 @@ class _Column:
         self._meta = np.empty((0, 3), np.int64)  # per row: step, file id, record offset
         self._n = 0
         self._increasing = True  # steps strictly increasing in arrival order: nothing to dedupe
-        self._resolved: Optional[tuple[np.ndarray, Resolved]] = None  # (rank_of it is for, result)
+        self._resolved: Optional[tuple[Timeline, Resolved]] = None  # (the timeline it is for, result)
 
     def extend(
         self, steps: np.ndarray, file_id: int, offsets: np.ndarray, blocks: np.ndarray, hint: tuple[int, int] = (0, 0)
@@ -84,17 +109,21 @@ class _Column:
         self._n = min(self._n, n)
         self._resolved = None
 
-    def resolve(self, rank_of: np.ndarray) -> Resolved:
-        """(unique sorted steps, row index, file ranks, offsets) of the winning rows."""
-        if self._resolved is None or self._resolved[0] is not rank_of:
+    def resolve(self, timeline: Timeline) -> Resolved:
+        """(unique sorted steps, row index, file ranks, offsets) of the winning rows: a row a later
+        file restarted the run before (:class:`Timeline`) is superseded, and of the rest the last
+        write of each step wins."""
+        if self._resolved is None or self._resolved[0] is not timeline:
             meta = self._meta[: self._n]
-            steps, ranks, offsets = meta[:, 0].copy(), rank_of[meta[:, 1]], meta[:, 2].copy()
+            steps, ranks, offsets = meta[:, 0].copy(), timeline.rank_of[meta[:, 1]], meta[:, 2].copy()
+            live = steps < timeline.cut_of[meta[:, 1]]
             index: Union[slice, np.ndarray]
-            if self._increasing:
-                index = slice(0, len(steps))
+            if live.all():
+                index = slice(0, len(steps)) if self._increasing else _last_wins(steps, ranks, offsets)
             else:
-                index = _last_wins(steps, ranks, offsets)
-            self._resolved = (rank_of, (steps[index], index, ranks[index], offsets[index]))
+                rows = np.flatnonzero(live)
+                index = rows[_last_wins(steps[rows], ranks[rows], offsets[rows])]
+            self._resolved = (timeline, (steps[index], index, ranks[index], offsets[index]))
         return self._resolved[1]
 
 
@@ -177,18 +206,71 @@ class RunState:
         self.transient: dict[str, ReadProblem] = {}
         self.generation = 0
         self._gaps: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] = []  # steps left out (snapshot)
-        self._rank_of = np.zeros(0, dtype=np.int64)
+        self._timeline = Timeline(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        self._span: dict[int, tuple[int, int, int]] = {}  # file_id -> (first record offset, its step, last step)
         self._hint: tuple[int, int] = (0, 0)
         self._snapshot: Optional[RunData] = None
 
     def add_file(self, path: str, rel: str) -> FileState:
         state = FileState(path, rel, len(self.files))
         self.files[path] = state
-        ranks = np.empty(len(self.files), dtype=np.int64)
-        for rank, name in enumerate(sorted(self.files)):
-            ranks[self.files[name].file_id] = rank
-        self._rank_of = ranks
+        self._retime()
         return state
+
+    def _retime(self) -> None:
+        """A new :class:`Timeline` from the files' name order and the steps each began at. Only a
+        file created in a later second (the time in its name) restarts an earlier one: two files
+        of one second (one process's writers, a test's) are not ordered by their names."""
+        ordered = sorted(self.files)
+        ranks = np.empty(len(self.files), dtype=np.int64)
+        for rank, name in enumerate(ordered):
+            ranks[self.files[name].file_id] = rank
+        cuts = np.full(len(self.files), _NO_CUT, dtype=np.int64)
+        for q, r in self._restarting_pairs(ordered):
+            cuts[q.file_id] = min(cuts[q.file_id], self._span[r.file_id][1])
+        self._timeline = Timeline(ranks, cuts)
+
+    def _restarting_pairs(self, ordered: list[str]) -> Iterator[tuple[FileState, FileState]]:
+        """(earlier file, later file created in a later second that has step records)."""
+        for i, older in enumerate(ordered):
+            q = self.files[older]
+            for newer in ordered[i + 1 :]:
+                r = self.files[newer]
+                if r.file_id in self._span and _created(r.rel) > _created(q.rel) >= 0:
+                    yield q, r
+
+    def _note_steps(self, file_id: int, item: Item) -> None:
+        """Where ``file_id``'s step records begin (the step of its first, by offset) and end."""
+        if not len(item.steps):
+            return
+        i = int(np.argmin(item.offsets))
+        offset, step, last = int(item.offsets[i]), int(item.steps[i]), int(item.steps.max())
+        known = self._span.get(file_id)
+        if known is None or offset < known[0]:
+            self._span[file_id] = (offset, step, max(last, known[2]) if known else last)
+            self._retime()
+        elif last > known[2]:
+            self._span[file_id] = (known[0], known[1], last)
+
+    def restarts(self) -> list[str]:
+        """Each file that restarts the run at or before a step an earlier file reached, in words:
+        what it supersedes is left out of the run, so the report must say so."""
+        earlier: dict[str, list[FileState]] = {}
+        for q, r in self._restarting_pairs(sorted(self.files)):
+            earlier.setdefault(r.path, []).append(q)
+        out = []
+        for path in sorted(earlier):
+            r = self.files[path]
+            start = self._span[r.file_id][1]
+            cut = [q for q in earlier[path] if q.file_id in self._span and self._span[q.file_id][2] >= start]
+            if cut:
+                reached = max(self._span[q.file_id][2] for q in cut)
+                out.append(
+                    f"{r.rel} restarts the run at step {start}: the steps from {start} to {reached} written "
+                    f"before it by {', '.join(q.rel for q in cut)} are left out (superseded, as TensorBoard drops "
+                    "them); write a rerun to a new directory to compare both"
+                )
+        return out
 
     def ingest(
         self, fs: FileState, items: list[Item], problems: list[ReadProblem], hint: tuple[int, int] = (0, 0)
@@ -218,7 +300,7 @@ class RunState:
 
     def _gap_problems(self) -> list[ReadProblem]:
         """Steps left out because their values block is missing or was unreadable."""
-        by_rank = {int(self._rank_of[fs.file_id]): fs.rel for fs in self.files.values()}
+        by_rank = {int(self._timeline.rank_of[fs.file_id]): fs.rel for fs in self.files.values()}
         return [
             ReadProblem(
                 by_rank.get(int(ranks[0]), ""),
@@ -249,6 +331,8 @@ class RunState:
         return self.problems + list(self.transient.values())
 
     def _file(self, fs: FileState, item: Item) -> None:
+        if item.what in ("stats", "values", "scalar"):
+            self._note_steps(fs.file_id, item)
         if item.what == "info":
             self.info = item.data
         elif item.what == "scalar":
@@ -326,7 +410,7 @@ class RunState:
         tensors = {key: _merge(parts) for key, parts in merged.items()}
         scalars: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for key, column in self.scalars.items():
-            steps, index, _, _ = column.resolve(self._rank_of)
+            steps, index, _, _ = column.resolve(self._timeline)
             scalars[key] = (steps, _readonly(column.rows()[index]))
         all_steps = list({id(series.steps): series.steps for series in tensors.values()}.values())  # shared per layout
         self._snapshot = RunData(
@@ -337,15 +421,16 @@ class RunState:
             steps=np.unique(np.concatenate(all_steps)) if all_steps else np.zeros(0, dtype=np.int64),
             problems=self.all_problems() + self._layoutless() + self._gap_problems(),
             generation=self.generation,
+            notices=self.restarts(),
         )
         return self._snapshot
 
     def _layout_parts(self, layout_hash: str, layout: metadata.Layout) -> Iterator[tuple[tuple[str, str], Part]]:
         """Per tensor of one layout: (key, (spec, steps, stats, values, ranks, offsets))."""
-        steps, index, ranks, offsets = self.stats[layout_hash].resolve(self._rank_of)
+        steps, index, ranks, offsets = self.stats[layout_hash].resolve(self._timeline)
         dtypes = sorted({s.values[0] for s in layout.tensors if s.values})
         blocks = {
-            d: self.values[(layout_hash, d)].resolve(self._rank_of) for d in dtypes if (layout_hash, d) in self.values
+            d: self.values[(layout_hash, d)].resolve(self._timeline) for d in dtypes if (layout_hash, d) in self.values
         }
         # A step whose values event has not arrived yet (TF's writer may flush a step's
         # events separately) is held back when it is at the tail, so a live run does

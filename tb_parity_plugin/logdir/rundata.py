@@ -84,6 +84,9 @@ class RunData:
     #: Facts the engine derives from this snapshot alone (e.g. its first NaN/Inf), kept with it
     #: so that comparing it again under another tolerance does not recompute them.
     derived: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    #: What the reader set aside that is not damage, in words: a file that restarts the run
+    #: supersedes the later steps of the files before it (``run_state.Timeline``).
+    notices: list[str] = dataclasses.field(default_factory=list)
 
 
 #: Memory the reader grew out of older memory (a column that outgrew its capacity, whose rows in use

@@ -7,6 +7,7 @@ TF-free path computes it in pure Python at about 6 MB/s.
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import struct
@@ -37,6 +38,11 @@ def frame_record(data: bytes) -> bytes:
     return header + _U32.pack(masked_crc32c(header)) + data + _U32.pack(masked_crc32c(data))
 
 
+#: Files this process opened: a name's last number, so one process's files of one second sort in
+#: the order they were opened (the reader orders a run's files by name).
+_OPENED = itertools.count()
+
+
 class EventFileWriter:
     """Appends events to one ``events.out.tfevents.*`` file in a run directory.
 
@@ -49,7 +55,7 @@ class EventFileWriter:
     def __init__(self, run_dir: str, filename_suffix: str = "") -> None:
         name = (
             f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}"
-            f".{os.getpid()}.{id(self) % 100000}{filename_suffix}"
+            f".{os.getpid()}.{next(_OPENED):06d}{filename_suffix}"
         )
         self._file: Optional[BinaryIO]
         if urls.is_url(run_dir):
