@@ -566,6 +566,11 @@ def test_a_variable_missing_on_one_side_is_a_structure_divergence_reported_first
         TolerancePolicy(allow_unmatched=("*/gamma*",)),
     )
     assert allowed.agree and allowed.to_dict()["structure"]["only_in"]["b"][0]["expected"] is True
+    # the agreement says what it left out (two new users read "every tensor compared" as all of them)
+    assert allowed.verdict_text.endswith(
+        "; not compared: 1 tensor(s) recorded by one run only and declared expected (allow_unmatched), "
+        "first weight/batch_normalization/gamma:0: compare what they compute another way"
+    ), allowed.verdict_text
 
 
 def test_a_variable_created_twice_is_named() -> None:
@@ -686,7 +691,7 @@ def test_a_layout_settled_together_matches_the_per_pair_path(tmp_path, equal_nan
     write_run(logdir, "b", base_steps, lambda s: _layout_run(s, nan_at=12), limit=0)
     write_run(logdir, "c", cand_steps, lambda s: _layout_run(s, nan_at=12, bad=("t4", 30)), limit=0)
     rewrite = write_run(logdir, "c", [5], lambda s: _layout_run(s, bad=("t1", 0)), limit=0)  # t1 differs at 5
-    os.rename(rewrite, os.path.join(logdir, "c", "events.out.tfevents.9999999999.rewrite"))  # sorts last: wins
+    os.rename(rewrite, _rewrite_path(os.path.join(logdir, "c"), "rewrite"))  # sorts last: wins
     policy = TolerancePolicy(equal_nan=equal_nan)
     reader = LogdirReader(logdir)
     reader.reload()
@@ -712,6 +717,14 @@ def test_a_layout_settled_together_matches_the_per_pair_path(tmp_path, equal_nan
     write_run(logdir, "c", range(40, 60), lambda s: _layout_run(s, bad=("t4", 30)), limit=0)
     _refresh_matches_fresh(batched, reader, lambda b, c: _PerPair(b, c, policy))
     reader.close()
+
+
+def _rewrite_path(run_dir: str, tail: str) -> str:
+    """A name for a file that rewrites steps of ``run_dir``: the time of its first file (the same
+    second: a rewrite, last write wins, not a restart that supersedes the later steps), sorting
+    after it."""
+    first = min(n.split(".")[3] for n in os.listdir(run_dir) if n.startswith("events.out.tfevents."))
+    return os.path.join(run_dir, f"events.out.tfevents.{first}.~{tail}")
 
 
 def _refresh_matches_fresh(cmp: Comparison, reader: LogdirReader, fresh_of: Callable[..., Any] = Comparison) -> None:
@@ -754,7 +767,7 @@ def test_a_refresh_keeps_pairs_only_while_their_inputs_are_unchanged(tmp_path) -
     _refresh_matches_fresh(cmp, reader)
     assert cmp.report().agree and cmp.report().steps_compared == 30
     rewrite = write_run(logdir, "c", [3], lambda s: _layout_run(s, bad=("t5", 0)), limit=0)
-    os.rename(rewrite, os.path.join(logdir, "c", "events.out.tfevents.9999999999.rewrite"))
+    os.rename(rewrite, _rewrite_path(os.path.join(logdir, "c"), "rewrite"))
     _refresh_matches_fresh(cmp, reader)
     first = cmp.report().first_divergence
     assert (first.step, first.tensor) == (3, "t5")
@@ -903,7 +916,7 @@ def test_layers_told_apart_by_initial_weights_are_paired_anew_when_the_first_ste
     cmp = Comparison(reader.run("b"), reader.run("c"))
     assert not cmp.report().agree  # no common first step: paired by name, the roles crossed
     late = write_run(str(tmp_path), "c", [0], cand_at)
-    os.rename(late, os.path.join(tmp_path, "c", "events.out.tfevents.9999999999.late"))
+    os.rename(late, _rewrite_path(os.path.join(tmp_path, "c"), "late"))
     reader.reload()
     b2, c2 = reader.run("b"), reader.run("c")
     cmp.update(b2, c2)

@@ -140,7 +140,7 @@ class ParityReport:
             )
         by_stats, by_values = self.evidence.get("statistics", 0), self.evidence.get("values", 0)
         if not by_stats:
-            return "AGREE: no divergence within tolerance (every tensor compared element-wise)"
+            return "AGREE: no divergence within tolerance (every compared tensor element-wise)" + self._declared_text()
         sampled = self.evidence.get("sampled", 0)
         samples = (
             f", {sampled} of them with a sample of {metadata.SAMPLE_SIZE} elements that agrees element-wise"
@@ -153,6 +153,19 @@ class ParityReport:
             f"AGREE within statistics: {by_stats} of {by_stats + by_values} tensors were compared by statistics "
             f"at some or every step{some}{samples}; their min/max/mean/std/L2 stay within what the tolerance allows, "
             f"which is weaker evidence than element-wise agreement (the other {by_values} agree element-wise)"
+            + self._declared_text()
+        )
+
+    def _declared_text(self) -> str:
+        """What an agreement leaves out: tensors recorded by one run only that ``allow_unmatched``
+        declared expected are not compared at all. "every tensor compared" misled two new users
+        whose LSTM cell and partitioned embedding were never checked."""
+        only = [e for entries in (self.structure.get("only_in") or {}).values() for e in entries if e.get("expected")]
+        if not only:
+            return ""
+        return (
+            f"; not compared: {len(only)} tensor(s) recorded by one run only and declared expected "
+            f"(allow_unmatched), first {only[0]['tag']}: compare what they compute another way"
         )
 
     @property
