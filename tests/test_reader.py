@@ -216,12 +216,15 @@ def test_duplicate_steps_last_write_wins_and_a_restart_supersedes_the_later_step
 def test_a_rerun_from_step_0_into_a_used_directory_is_compared_alone(tmp_path):
     """A new user's wrong port (steps 0-37) and its fixed rerun (0-14) in one run directory: the
     comparison stitched the old run's steps 15-37 onto the rerun and reported a divergence at step
-    15 that the rerun never had. The rerun now stands alone, and the report says what was left out."""
+    15 that the rerun never had. The rerun now stands alone, and the report says what was left out:
+    the whole run restarts, not each layout (the old run's partial-batch layout of step 18 would
+    otherwise survive)."""
     for side, drift_from in (("tf1", None), ("tf2", 10)):
         writer = BlockWriter(str(tmp_path / side), side=side)
         for step in range(38):
             off = drift_from is not None and step >= drift_from
-            writer.write_arrays(step, [("weight", "w", np.full(4, step + (0.5 if off else 0.0), np.float32))])
+            size = 3 if step == 18 else 4  # a partial batch: its own layout, which the shorter rerun never writes
+            writer.write_arrays(step, [("weight", "w", np.full(size, step + (0.5 if off else 0.0), np.float32))])
         writer.close()
         if side == "tf2":
             os.rename(writer.path, os.path.join(str(tmp_path / side), "events.out.tfevents.0000000001.old"))
