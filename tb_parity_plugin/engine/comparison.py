@@ -29,7 +29,6 @@ from tb_parity_plugin.records import metadata
 
 __all__ = ["Comparison", "compare_runs"]
 
-_SIZE = metadata.STAT_INDEX["size"]
 _MIN_MAX = [metadata.STAT_INDEX["min"], metadata.STAT_INDEX["max"]]
 
 #: Bytes of data one scan chunk touches: big enough to amortise per-call overhead,
@@ -246,13 +245,14 @@ class Comparison:
                 f"{metadata.SAMPLE_SIZE} elements at fixed positions of {parent}, recorded beside its statistics "
                 "for the steps whose full values it does not keep: these elements differ beyond tolerance"
             )
-        if pair.reason[k] == VALUE and b.kind == "weight" and not found.get("note"):
-            found["note"] = self._moved_by_the_update(pair, k)
-        if pair.reason[k] == VALUE and b.kind == "grad" and kink:
-            found["note"] = f"{found['note']}; {kink}" if found.get("note") else kink
-        marginal = _marginal_note(b.kind, found)
-        if pair.reason[k] == VALUE and marginal:
-            found["note"] = f"{found['note']}; {marginal}" if found.get("note") else marginal
+        if pair.reason[k] == VALUE:
+            notes = [
+                found.get("note"),
+                self._moved_by_the_update(pair, k) if b.kind == "weight" and not found.get("note") else None,
+                kink if b.kind == "grad" else None,
+                _marginal_note(b.kind, found),
+            ]
+            found["note"] = "; ".join(n for n in notes if n) or None
         return Divergence(
             step=int(self.steps[k]),
             tensor=b.name,
@@ -323,13 +323,11 @@ class Comparison:
     def _elements_out(self, pair: Pair, k: int) -> Optional[np.ndarray]:
         """Flat indices of a pair's elements out of tolerance at compared step ``k`` (None
         without full values on both sides there)."""
-        if not pair.use_values:
+        both = pair.step_values(k)
+        if both is None:
             return None
-        rb, rc = int(pair.ib[k]), int(pair.ic[k])
-        n = int(pair.base.stats[rb, _SIZE])
-        b, c = pair.base.values[rb][:n], pair.cand.values[rc][:n]
-        atol = float(np.max(pair.tol.atols(pair.base.stats[rb : rb + 1])))
-        close = allclose.isclose(c, b, pair.tol.rtol_at(k), atol, self.policy.equal_nan)
+        b, c = both
+        close = allclose.isclose(c, b, pair.tol.rtol_at(k), pair.atol_at(k), self.policy.equal_nan)
         found: np.ndarray = np.flatnonzero(~close)
         return found
 

@@ -15,9 +15,6 @@ from typing import Optional, Sequence
 import numpy as np
 
 from tb_parity_plugin.engine.pair import Pair
-from tb_parity_plugin.records import metadata
-
-_SIZE = metadata.STAT_INDEX["size"]
 
 #: How far from 0, relative to the activation's largest element, rounding can leave a unit that is
 #: exactly 0 in the other run: 8 float32 ulps. A unit further off (but within atol) differs by more
@@ -32,15 +29,10 @@ def kinked(pairs: Sequence[Pair], k: int) -> list[tuple[str, int, float, float]]
     only pairs with some."""
     found = []
     for p in pairs:
-        if p.base.kind != "activation" or not p.use_values:
+        both = p.step_values(k) if p.base.kind == "activation" else None
+        if both is None:
             continue
-        rb, rc = int(p.ib[k]), int(p.ic[k])
-        if rb < 0 or rc < 0:
-            continue
-        n = int(p.base.stats[rb, _SIZE])
-        if int(p.cand.stats[rc, _SIZE]) != n:
-            continue
-        b, c = p.base.values[rb][:n], p.cand.values[rc][:n]
+        b, c = both
         flips = (b == 0) != (c == 0)
         if not flips.any():
             continue

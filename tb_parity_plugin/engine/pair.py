@@ -322,6 +322,20 @@ class Pair:
         dims = [d for d in shape if d is not None]
         return flat.reshape(dims) if len(dims) == len(shape) and int(np.prod(dims)) == flat.size else flat
 
+    def step_values(self, k: int) -> Optional[tuple[np.ndarray, np.ndarray]]:
+        """Compared step ``k``'s full values, (baseline, candidate), flat and cut to the step's size
+        (a resized tensor's rows are zero-padded past it); None unless both runs kept them there
+        at one size."""
+        if not self.use_values:
+            return None
+        rb, rc = int(self.ib[k]), int(self.ic[k])
+        if rb < 0 or rc < 0:
+            return None
+        n = int(self.base.stats[rb, _IDX["size"]])
+        if int(self.cand.stats[rc, _IDX["size"]]) != n:
+            return None
+        return self.base.values[rb][:n], self.cand.values[rc][:n]
+
     def runtime_shape(self, side: str, row: int) -> list[Optional[int]]:
         """The runtime shape of one step of one side, ``None`` where unrecorded."""
         series = self.base if side == "base" else self.cand
