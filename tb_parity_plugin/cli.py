@@ -40,7 +40,8 @@ def comparison_options() -> _Parser:
     p.add_argument(
         "--warmup-steps",
         type=int,
-        help="first N compared steps use rtol=1e-7, numpy's default, as the guide's check does (default 10)",
+        help="the first N training steps, from the first step both runs logged, use rtol=1e-7, numpy's default, "
+        "as the guide's check does (default 10)",
     )
     p.add_argument("--equal-nan", action="store_true", help="NaN equals NaN at the same position")
     p.add_argument(

@@ -301,11 +301,11 @@ def expected(model: Model) -> tuple[np.ndarray, np.ndarray]:
     out = np.zeros((len(steps), len(model.compared())), dtype=np.uint8)
     for k, s in enumerate(steps):
         for j, i in enumerate(model.compared()):
-            out[k, j] = _cell(model, int(s), k, i)
+            out[k, j] = _cell(model, int(s), int(s - steps[0]), i)  # the warm-up counts training steps
     return steps, out
 
 
-def _cell(model: Model, s: int, k: int, i: int) -> int:
+def _cell(model: Model, s: int, since: int, i: int) -> int:
     pb, pc = model.present("b", s, i), model.present("c", s, i)
     if not (pb or pc):
         return ABSENT
@@ -320,13 +320,13 @@ def _cell(model: Model, s: int, k: int, i: int) -> int:
     if b.shape != c.shape:  # the dynamic tensor transposed: the same size, another shape
         return SHAPE
     if ev == "same":  # only rewrites can set them apart (they are drawn where no event is)
-        return _rewritten_cell(model, k, i, b, c)
+        return _rewritten_cell(model, since, i, b, c)
     if np.array_equal(b, c, equal_nan=True) and ev not in ("nan_both", "nan_big"):
         return OK  # identical, or identical but for a rewrite of both sides
     if ev == "same":
         return VALUE  # a "big" rewrite won in one run only
     tol = model.policy().for_tag(f"{model.kinds[i]}/t{i}")
-    rtol = tol.rtol_at(k)  # 1e-7 in warm-up, 1e-4 for slots
+    rtol = tol.rtol_at(since)  # 1e-7 in warm-up, 1e-4 for slots
     if ev == "permute":  # the statistics cannot tell: only full values can
         return VALUE if model.values_compared(i) and not np.allclose(c, b, rtol, _atol(tol, b)) else OK
     return {
@@ -346,14 +346,14 @@ def _atol(tol: Any, b: np.ndarray) -> float:
     return float(tol.atol + tol.atol_of_max * (finite.max() if finite.size else 0.0))
 
 
-def _rewritten_cell(model: Model, k: int, i: int, b: np.ndarray, c: np.ndarray) -> int:
+def _rewritten_cell(model: Model, since: int, i: int, b: np.ndarray, c: np.ndarray) -> int:
     """The cell of two arrays that only rewrites (:func:`_rewrite`) may have set apart, from numpy."""
     counts = [(np.isnan(a).sum(), (a == np.inf).sum(), (a == -np.inf).sum()) for a in (b, c)]
     if counts[0] != counts[1] or (counts[0][0] and not model.equal_nan):
         return NONFINITE
     if model.values_compared(i):
         tol = model.policy().for_tag(f"{model.kinds[i]}/t{i}")
-        ok = np.isclose(c, b, rtol=tol.rtol_at(k), atol=_atol(tol, b), equal_nan=model.equal_nan)
+        ok = np.isclose(c, b, rtol=tol.rtol_at(since), atol=_atol(tol, b), equal_nan=model.equal_nan)
         return OK if ok.all() else VALUE
     # statistics only: the same elements in another order prove nothing; x -> 3x + 10 is proven
     return OK if np.array_equal(np.sort(b, axis=None), np.sort(c, axis=None), equal_nan=True) else VALUE

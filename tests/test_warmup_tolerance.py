@@ -103,10 +103,68 @@ def test_a_divergence_names_the_tolerance_its_step_was_held_to(tmp_path) -> None
     write_run(str(tmp_path), "tf2", range(STEPS), lambda s: tensors(s, 1e-3), side="tf2")
     report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
     assert report.first_divergence.step == 0
-    want = "tolerance of loss/loss at step 0: atol 1e-05, rtol 1e-07 (the warm-up: the first 10 compared steps)"
+    want = "tolerance of loss/loss at step 0: atol 1e-05, rtol 1e-07 (the warm-up: the first 10 training steps from step 0)"
     assert report.tolerance_text == want and report.to_dict()["tolerance_text"] == want
     assert want in cli.format_report(report)
     with pytest.raises(AssertionError, match=r"rtol 1e-07 \(the warm-up"):
         api.assert_parity(str(tmp_path))
     after = compare(str(tmp_path), baseline="tf1", candidate="tf2", warmup_steps=0, atol=1e-6, rtol=1e-4)
     assert after.tolerance_text == "tolerance of loss/loss at step 0: atol 1e-06, rtol 0.0001"
+
+
+def _eval_runs(logdir: str, cand_at: dict[int, float]) -> dict[int, float]:
+    """An evaluation loss logged every 10 training steps (10, 20, 30) by the shim's TF2 recorder in
+    each run, as a user's eval loop logs it; the candidate's value at each step is given."""
+    import tensorflow as tf
+
+    from tb_parity_plugin import summary_v2
+
+    base = {10: 3.1618624, 20: 4.477705, 30: 4.3158016}  # a new user's faithful CNN port's eval losses
+    for run, series in (("tf1", base), ("tf2", cand_at)):
+        rec = summary_v2.Recorder(f"{logdir}/{run}")
+        for step, value in series.items():
+            with rec.step(step):
+                rec.metric("eval_loss", tf.constant(value, tf.float32))
+        rec.close()
+    return base
+
+
+def _guide_at(step: int, first: int, cand: float, base: float) -> bool:
+    """The guide's checks by training step: assert_allclose(atol=1e-5) for the first 10 training
+    steps, then rtol=0.05 (we keep atol 1e-5 there too)."""
+    rtol = 1e-7 if step - first < 10 else 0.05
+    return bool(np.isclose(np.float32(cand), np.float32(base), rtol=rtol, atol=1e-5))
+
+
+def test_the_warm_up_counts_training_steps_not_compared_steps(tmp_path) -> None:
+    """A pair of evaluation runs logged every 10 steps was held to the warm-up's rtol 1e-7 for its
+    first 10 evaluations (through step 100): a faithful port's eval loss 1e-3 apart at step 20 (noise
+    grown over 20 training steps) was a false DIVERGE. Step 10 is the first compared step, so only it
+    is in the warm-up; numpy's verdict per step is the guide's check for that training step."""
+    cand = {10: 3.1618624 * (1 + 3e-6), 20: 4.477705 * (1 + 1e-3), 30: 4.3158016 * (1 - 5e-4)}
+    base = _eval_runs(str(tmp_path), cand)
+    assert all(_guide_at(s, 10, cand[s], base[s]) for s in base)
+    assert not np.isclose(np.float32(cand[20]), np.float32(base[20]), rtol=1e-7, atol=1e-5)  # the old rule's
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2", warmup_steps=10)
+    assert report.first_divergence is None, report.first_divergence
+
+
+def test_a_difference_in_the_first_training_steps_is_still_held_to_the_warm_up(tmp_path) -> None:
+    """The other side of the rule: 1e-4 relative at the first evaluation is inside the warm-up."""
+    cand = {10: 3.1618624 * (1 + 1e-4), 20: 4.477705, 30: 4.3158016}
+    base = _eval_runs(str(tmp_path), cand)
+    assert not _guide_at(10, 10, cand[10], base[10])
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert first is not None and (first.step, first.tensor, first.reason) == (10, "eval_loss", "value")
+
+
+def test_a_warm_up_of_11_steps_reaches_the_second_evaluation(tmp_path) -> None:
+    cand = {10: 3.1618624, 20: 4.477705 * (1 + 1e-3), 30: 4.3158016}
+    _eval_runs(str(tmp_path), cand)
+    assert compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence is None
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2", warmup_steps=11).first_divergence
+    assert first is not None and (first.step, first.tensor) == (20, "eval_loss")
+    assert (
+        "the warm-up: the first 11 training steps from step 10"
+        in compare(str(tmp_path), baseline="tf1", candidate="tf2", warmup_steps=11).tolerance_text
+    )

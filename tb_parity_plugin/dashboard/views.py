@@ -21,7 +21,7 @@ import numpy as np
 
 from tb_parity_plugin.engine import ParityMatrix, ParityReport, TensorDetail, colour_scale
 from tb_parity_plugin.engine.matrix import ABSENT, REASONS
-from tb_parity_plugin.engine.tolerance import Tolerance, TolerancePolicy
+from tb_parity_plugin.engine.tolerance import TolerancePolicy, since_first
 from tb_parity_plugin.records import metadata
 
 #: Full values sent for one step at most (the detail table shows the first few hundred).
@@ -131,8 +131,7 @@ def tensor_payload(d: TensorDetail, base: Any, cand: Any, values_at: Optional[in
         size = max((np.asarray(v).size for v in (d.base_values, d.cand_values, d.diff) if v is not None), default=0)
         tol = None
         if d.base_values is not None:
-            k = int(np.searchsorted(d.steps, values_at))
-            rtol = Tolerance(d.atol, d.rtol, d.warmup_steps).rtol_at(k)
+            rtol = d.rtol if d.step_rtol is None else d.step_rtol
             atol = d.atol if d.step_atol is None else d.step_atol
             tol = atol + rtol * np.abs(np.asarray(d.base_values, dtype=np.float64))
         body["values"] = {
@@ -207,7 +206,7 @@ def _scalar_diff(
     bv = np.asarray(b[1], dtype=np.float64)[ib]
     cv = np.asarray(c[1], dtype=np.float64)[ic]
     tol = policy.for_tag(tag)
-    rtol = tol.rtols(np.arange(len(steps)))
+    rtol = tol.rtols(since_first(steps))
     with np.errstate(invalid="ignore"):
         return {
             "steps": steps.tolist(),

@@ -243,9 +243,11 @@ def _tolerances(
     pairs: list[Pair], ks: np.ndarray, blk_b: np.ndarray, cols_b: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """(rtol, atol) per compared step ``ks`` and pair, ``[steps, pairs]``: the warm-up rule reads
-    ``ks``, a slot's atol its baseline rows (``blk_b``'s columns ``cols_b``: Tolerance.atols)."""
+    ``ks``' training steps (the pairs' shared clock), a slot's atol its baseline rows (``blk_b``'s
+    columns ``cols_b``: Tolerance.atols)."""
     by_tol: dict[Any, np.ndarray] = {}
-    rtol = np.stack([by_tol.setdefault(p.tol, p.tol.rtols(ks)) for p in pairs], axis=1)
+    since = pairs[0].clock.since(ks)
+    rtol = np.stack([by_tol.setdefault(p.tol, p.tol.rtols(since)) for p in pairs], axis=1)
     atol = np.empty(rtol.shape, dtype=np.float64)
     atol[:] = [p.tol.atol for p in pairs]
     for j, p in enumerate(pairs):

@@ -22,7 +22,7 @@ from tb_parity_plugin.engine import align, allclose, batch, kinks, refresh, repl
 from tb_parity_plugin.engine.matrix import ABSENT, OK, REASONS, VALUE, ParityMatrix
 from tb_parity_plugin.engine.nonfinite import FirstNonfinite
 from tb_parity_plugin.engine.pair import Pair
-from tb_parity_plugin.engine.tolerance import MARGINAL_RATIO, TolerancePolicy
+from tb_parity_plugin.engine.tolerance import MARGINAL_RATIO, StepClock, TolerancePolicy
 from tb_parity_plugin.engine.verdict_table import VerdictTable
 from tb_parity_plugin.engine.verdicts import Divergence, ParityReport, TensorDetail
 from tb_parity_plugin.records import metadata
@@ -72,6 +72,7 @@ class Comparison:
         self._nonfinite_scans: dict[str, FirstNonfinite] = {}
         self._replicas: dict[str, replicas.Replicas] = {}
         self.steps = np.zeros(0, dtype=np.int64)
+        self._clock = StepClock()  # self.steps, for the pairs' warm-up rule
         self.base = base
         self.cand = cand
         self.update(base, cand)
@@ -141,6 +142,7 @@ class Comparison:
                 ic=ic,
                 reason=np.zeros(n, dtype=np.uint8),
                 ratio=np.full(n, np.nan, dtype=np.float32),
+                clock=self._clock,
             )
             if prefix and old is not None:
                 reuse.copy_verdicts(old, pair)
@@ -156,7 +158,7 @@ class Comparison:
         if not (same_tensors and kept == len(pairs) == len(self._pairs) and len(grown) == grouped):
             # else every pair was kept and every group grew whole: the groups are still the same
             self._groups = batch.groups(pairs)
-        self.steps = steps
+        self.steps = self._clock.steps = steps
         self.base, self.cand = base, cand
         self._nonfinite = {run.name: self._first_nonfinite(run) for run in (base, cand)}
 
@@ -327,7 +329,7 @@ class Comparison:
         if both is None:
             return None
         b, c = both
-        close = allclose.isclose(c, b, pair.tol.rtol_at(k), pair.atol_at(k), self.policy.equal_nan)
+        close = allclose.isclose(c, b, pair.rtol_at(k), pair.atol_at(k), self.policy.equal_nan)
         found: np.ndarray = np.flatnonzero(~close)
         return found
 
@@ -588,7 +590,7 @@ class Comparison:
                 raise KeyError(f"step {step} was not logged by both runs")
             k = int(hits[0])
             d.step, d.figures = int(step), p.figures(k, self.policy.equal_nan)
-            d.step_atol = p.atol_at(k)
+            d.step_atol, d.step_rtol = p.atol_at(k), p.rtol_at(k)
             rb, rc = int(p.ib[k]), int(p.ic[k])
             if rb >= 0:
                 d.base_values = p.values_at("base", rb)

@@ -15,7 +15,7 @@ import numpy as np
 
 from tb_parity_plugin.engine import align, allclose, stat_bounds
 from tb_parity_plugin.engine.matrix import ABSENT, DTYPE, MISSING, NONFINITE, OK, SHAPE, VALUE
-from tb_parity_plugin.engine.tolerance import Tolerance
+from tb_parity_plugin.engine.tolerance import StepClock, Tolerance
 from tb_parity_plugin.engine.verdicts import FIGURES, json_float
 from tb_parity_plugin.records import metadata
 
@@ -112,6 +112,7 @@ class Pair:
     ic: np.ndarray
     reason: np.ndarray  # uint8, valid for [:done] (may be longer than the compared steps: a table column)
     ratio: np.ndarray  # float32, valid for [:ratio_done]
+    clock: StepClock  # the comparison's compared steps: the warm-up counts training steps
     done: int = 0
     ratio_done: int = 0
     first_bad: int = -1  # first compared-step index with a divergence among [:done], -1 none
@@ -423,6 +424,11 @@ class Pair:
         found: np.ndarray = atol + self.allowance(int(ks[-1]) + 1)[ks]
         return found
 
+    def rtol_at(self, k: int) -> float:
+        """The rtol compared step ``k`` was held to (the warm-up's until ``warmup_steps`` training
+        steps after the first compared step)."""
+        return self.tol.rtol_at(int(self.clock.since(k)))
+
     def atol_at(self, k: int) -> float:
         """The atol compared step ``k`` was held to (:meth:`_atols`): what a detail view draws per
         element must be what the verdict used, a slot's share of its largest element and its
@@ -437,7 +443,7 @@ class Pair:
     ) -> np.ndarray:
         """VALUE/NONFINITE/OK for rows whose shape, dtype and NaN/Inf counts agree."""
         r = np.zeros(len(rb), dtype=np.uint8)
-        for sel, rtol in self.tol.phases(ks):  # ks ascending
+        for sel, rtol in self.tol.phases(self.clock.since(ks)):  # ks ascending
             atol = self._atols(ks[sel], sb[sel])  # one float, or one per row (slots)
             if self.use_values:
                 cv, bv = take_rows(self.cand.values, rc[sel]), take_rows(self.base.values, rb[sel])
@@ -457,7 +463,7 @@ class Pair:
         if not len(both):
             return out
         rb, rc = ib[both], ic[both]
-        rtol = self.tol.rtols(ks)
+        rtol = self.tol.rtols(self.clock.since(ks))
         sb = take_rows(self.base.stats, rb)
         atol = self._atols(ks, sb)
         if self.use_values:
@@ -561,7 +567,7 @@ class Pair:
         rb, rc = int(self.ib[k]), int(self.ic[k])
         if rb < 0 or rc < 0:
             return dict.fromkeys(FIGURES)
-        rtol = self.tol.rtol_at(k)
+        rtol = self.rtol_at(k)
         atol = self.atol_at(k)
         if self.use_values:
             n = int(self.base.stats[rb, _IDX["size"]])  # rows of a resized tensor are zero-padded past it

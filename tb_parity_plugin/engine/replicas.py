@@ -19,7 +19,7 @@ import numpy as np
 
 from tb_parity_plugin.engine import stat_bounds
 from tb_parity_plugin.engine.structure import VARIABLE_KINDS
-from tb_parity_plugin.engine.tolerance import Tolerance, TolerancePolicy
+from tb_parity_plugin.engine.tolerance import Tolerance, TolerancePolicy, since_first
 from tb_parity_plugin.records import metadata
 
 Key = tuple[str, str]
@@ -108,11 +108,12 @@ def disagreements(run: Any, replicas: Replicas, policy: TolerancePolicy) -> list
 
 def _first_difference(single: Any, copy: Any, tol: Tolerance) -> Optional[tuple[int, float]]:
     """(first step, error ratio) where ``copy`` breaks the tolerance against ``single``, or None.
-    The warm-up counts the steps both hold, as a comparison counts the steps both runs logged."""
+    The warm-up counts training steps from the first step both hold, as a comparison counts
+    them from its first compared step."""
     steps, ia, ib = np.intersect1d(single.steps, copy.steps, return_indices=True)
     if not len(steps):
         return None
-    rtol = tol.rtols(np.arange(len(steps)))
+    rtol = tol.rtols(since_first(steps))
     atol = np.broadcast_to(np.asarray(tol.atols(single.stats[ia]), dtype=np.float64), (len(steps),))
     if single.values is not None and copy.values is not None and single.values.shape[1:] == copy.values.shape[1:]:
         a = single.values[ia].reshape(len(steps), -1).astype(np.float64)

@@ -177,14 +177,14 @@ class ParityReport:
         if first is None or first.reason in ("structure", "missing", "shape"):
             return None
         tol = self.policy.for_tag(f"{first.kind}/{first.tensor}")
-        steps = None if self.comparison is None else self.comparison.steps
-        index = int(np.searchsorted(steps, first.step)) if steps is not None else None
-        if index is None:
-            rtol = f"rtol {tol.rtol_at(0):g} for the first {tol.warmup_steps} compared steps, then {tol.rtol:g}"
-        elif index < tol.warmup_steps:
-            rtol = f"rtol {tol.rtol_at(index):g} (the warm-up: the first {tol.warmup_steps} compared steps)"
+        steps = None if self.comparison is None or not len(self.comparison.steps) else self.comparison.steps
+        if steps is None:
+            rtol = f"rtol {tol.rtol_at(0):g} for the first {tol.warmup_steps} training steps, then {tol.rtol:g}"
         else:
-            rtol = f"rtol {tol.rtol_at(index):g}"
+            since = first.step - int(steps[0])
+            rtol = f"rtol {tol.rtol_at(since):g}"
+            if since < tol.warmup_steps:
+                rtol += f" (the warm-up: the first {tol.warmup_steps} training steps from step {int(steps[0])})"
         atol = f"atol {tol.atol:g}" + (
             f" + {tol.atol_of_max:g} x its largest |element| at the step" if tol.atol_of_max else ""
         )
@@ -301,6 +301,8 @@ class TensorDetail:
     #: The atol ``step`` was held to: ``atol`` plus, for an optimizer slot, its share of the step's
     #: largest element and its gradient's allowance (the per-element tolerance a view draws).
     step_atol: Optional[float] = None
+    #: The rtol ``step`` was held to (the warm-up's, or ``rtol`` after it).
+    step_rtol: Optional[float] = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe: non-finite numbers become None."""
@@ -322,6 +324,7 @@ class TensorDetail:
             "candidate": {"steps": self.cand_steps.tolist(), "stats": clean(self.cand_stats)},
             "step": self.step,
             "step_atol": self.step_atol,
+            "step_rtol": self.step_rtol,
             "figures": self.figures,
             "base_values": clean(self.base_values),
             "cand_values": clean(self.cand_values),
