@@ -584,6 +584,29 @@ def test_a_variable_created_twice_is_named() -> None:
     ]
 
 
+def test_a_slot_of_another_layers_same_shaped_bias_is_not_created_twice() -> None:
+    """A slot is placed under its variable's layer: the Adam slot of an attention's ``query/bias``
+    (recorded by one run only) repeats no ``input_proj/bias`` slot of the same shape (a new user's
+    faithful attention port got 16 such notes). The same layer built twice is still named."""
+    v = [np.ones(4, np.float32)]
+
+    def tensors(extra: bool) -> list:
+        out = [
+            series("weight", "input_proj/bias:0", v),
+            series("slot", "input_proj/bias/Adam:0", v, order=1),
+            series("weight", "attention/query/bias:0", v, order=2),
+        ]
+        if extra:  # recorded by the candidate only
+            out.append(series("slot", "attention/query/bias/Adam:0", v, order=3))
+            out.append(series("slot", "input_proj_1/bias/Adam:0", v, order=4))  # the layer built again
+        return out
+
+    report = compare_runs(run("b", tensors(False)), run("c", tensors(True)))
+    assert report.structure["created_twice"]["c"] == [
+        {"tag": "slot/input_proj_1/bias/Adam:0", "like": "slot/input_proj/bias/Adam:0"}
+    ]
+
+
 # -- pairs of one layout settled together (engine/batch.py) ------------------------------
 def _layout_run(step: int, nan_at: int = -1, bad: tuple[str, int] = ("", -1)) -> list:
     """Statistics-only tensors of one layout; ``bad`` = (name, step) scaled from that step on."""

@@ -162,7 +162,10 @@ SLOT_ROLES = {
     "Adam": "m",
     "Adam_1": "v",
     "RMSProp": "v",
-    "RMSProp_1": "m",
+    "RMSProp_1": "m",  # "mg" when the variable also has RMSProp_2 (:func:`centered_rmsprop`)
+    "RMSProp_2": "m",
+    "mg": "mg",
+    "average_gradient": "mg",
     "Adagrad": "accumulator",
     "momentum": "m",
     "m": "m",
@@ -172,16 +175,16 @@ SLOT_ROLES = {
     "rms": "v",
     "accumulator": "accumulator",
 }
-_PREFIX_SLOT_ROLES = ("m", "v", "vhat", "momentum", "velocity", "accumulator")
+_PREFIX_SLOT_ROLES = ("m", "v", "vhat", "momentum", "velocity", "accumulator", "average_gradient")
 #: The power of the gradient each role sums: first moments and momenta ``g``, second moments and
 #: accumulators ``g²`` (``Pair.allowance``; a role not listed is held to both).
-ROLE_MOMENT = {"m": 1, "v": 2, "vhat": 2, "accumulator": 2}
+ROLE_MOMENT = {"m": 1, "mg": 1, "v": 2, "vhat": 2, "accumulator": 2}
 #: Spellings of slots that hold a moving average (``b s + (1 - b) g^p``: Adam's moments, RMSprop's
 #: mean square), which move by at most the largest difference of what they average, and of slots
 #: that sum (momentum ``m s + g``, Adagrad's accumulator), which move by the sum. tf_keras spells
 #: both SGD's momentum and Adam's first moment ``m``: a slot is averaging only when a side says so
 #: and neither says it sums (``Pair.allowance``; unknown: summing, the looser bound).
-AVERAGING_SPELLINGS = frozenset({"Adam", "Adam_1", "RMSProp", "v", "vhat", "velocity", "rms"})
+AVERAGING_SPELLINGS = frozenset({"Adam", "Adam_1", "RMSProp", "v", "vhat", "velocity", "rms", "mg", "average_gradient"})
 SUMMING_SPELLINGS = frozenset({"Momentum", "momentum", "Adagrad", "accumulator"})
 
 
@@ -202,9 +205,27 @@ def slot_rule(base_name: str, cand_name: str) -> tuple[int, bool]:
     return moment, bool(spelled & AVERAGING_SPELLINGS) and not spelled & SUMMING_SPELLINGS
 
 
-def slot_canonical(name: str) -> str:
-    """``<variable>/<role>`` for a slot's name in any optimizer family's spelling (:data:`SLOT_ROLES`)."""
+#: TF1's ``RMSPropOptimizer`` makes its slots in the order rms, mg (``centered=True`` only),
+#: momentum (made even with momentum 0), named by TF1's uniquifier ``<variable>/RMSProp``,
+#: ``/RMSProp_1``, ``/RMSProp_2``: ``RMSProp_1`` is the momentum unless the variable also has an
+#: ``RMSProp_2``, and then it is the centered mean gradient. Taken as the momentum, a new user's
+#: faithful centered port compared mg with Keras's momentum: a false DIVERGE at step 1.
+_TF1_RMSPROP_2 = "/RMSProp_2"
+
+
+def centered_rmsprop(names: Iterable[str]) -> frozenset[str]:
+    """The variables among one run's slot ``names`` whose TF1 RMSProp is centered (they have an
+    ``RMSProp_2``): pass it to :func:`slot_canonical` and the functions built on it."""
+    stripped = (_strip_output_index(n) for n in names)
+    return frozenset(n[: -len(_TF1_RMSPROP_2)] for n in stripped if n.endswith(_TF1_RMSPROP_2))
+
+
+def slot_canonical(name: str, centered: frozenset[str] = frozenset()) -> str:
+    """``<variable>/<role>`` for a slot's name in any optimizer family's spelling (:data:`SLOT_ROLES`);
+    ``centered``: its run's :func:`centered_rmsprop` (else ``RMSProp_1`` is read as the momentum)."""
     var, spelled = _slot_parts(name)
+    if spelled == "RMSProp_1" and var in centered:
+        return f"{var}/mg"
     return f"{var}/{SLOT_ROLES[spelled]}" if spelled else name
 
 
@@ -226,29 +247,29 @@ def average_canonical(name: str) -> str:
     return name
 
 
-def role_canonical(kind: str, name: str) -> str:
+def role_canonical(kind: str, name: str, centered: frozenset[str] = frozenset()) -> str:
     """``<variable>/<role>`` for a slot or a moving average (``state``), else ``name`` as it is."""
     if kind == "slot":
-        return slot_canonical(name)
+        return slot_canonical(name, centered)
     if kind == "state":
         return average_canonical(name)
     return name
 
 
-def variable_and_role(kind: str, name: str) -> tuple[str, str, str]:
+def variable_and_role(kind: str, name: str, centered: frozenset[str] = frozenset()) -> tuple[str, str, str]:
     """``(variable, "/", role)`` of a slot's or moving average's name (``:0`` stripped; the variable
     is empty when the name has no scope)."""
-    return role_canonical(kind, _strip_output_index(name)).rpartition("/")
+    return role_canonical(kind, _strip_output_index(name), centered).rpartition("/")
 
 
-def variable_of(kind: str, name: str) -> Optional[tuple[str, str]]:
+def variable_of(kind: str, name: str, centered: frozenset[str] = frozenset()) -> Optional[tuple[str, str]]:
     """(variable, role) a weight, gradient, slot or moving average is named after (role "" for a
     weight or gradient: named after the variable itself); None for any other tensor."""
     if kind in ("weight", "grad"):
         return _strip_output_index(name), ""
     if kind not in ("slot", "state"):
         return None
-    var, _, role = variable_and_role(kind, name)
+    var, _, role = variable_and_role(kind, name, centered)
     return (var, role) if var and (kind == "slot" or role == "average") else None
 
 
@@ -275,7 +296,8 @@ def gradient_matches(matches: Sequence[Match]) -> dict[int, int]:
 
 def _canonical_names(series: Sequence[SeriesLike], renumber: bool) -> list[str]:
     stripped = [_strip_output_index(s.name) for s in series]
-    names = _strip_shared_prefix([role_canonical(s.kind, n) for s, n in zip(series, stripped)])
+    centered = centered_rmsprop(n for s, n in zip(series, stripped) if s.kind == "slot")
+    names = _strip_shared_prefix([role_canonical(s.kind, n, centered) for s, n in zip(series, stripped)])
     return _renumber(names) if renumber else names
 
 
@@ -524,7 +546,9 @@ class _Pairing:
         # Scope pairs of the guessed pairs of layer variables, and their variables by (kind, leaf).
         scopes: dict[tuple[str, str], dict[tuple[str, str], tuple[Key, Key]]] = {}
         for m in self.matches:
-            if m.base[0] in _LAYER_KINDS and m.how in _GUESSED:
+            # not a moving average named after a variable (EMA shadows): it follows its variable
+            # (follow_variables), and one layer may have one where its same-shaped twin has none
+            if m.base[0] in _LAYER_KINDS and m.how in _GUESSED and not (m.base[0] == "state" and variable_of(*m.base)):
                 b_scope, c_scope = _scope_name(m.base[1]), _scope_name(m.cand[1])
                 if b_scope and c_scope:
                     leaf = (m.base[0], m.base[1][len(b_scope) + 1 :])
@@ -656,7 +680,11 @@ class _Pairing:
         self, new_c: dict[str, str], c_of: dict[str, str], b_of: dict[str, str], current: dict[Key, Match]
     ) -> Optional[list[tuple[str, str]]]:
         """Move every match under the base scopes of ``new_c`` to the partner that the same relative
-        name has under the new candidate scope; None (nothing moved) if one has no such partner."""
+        name has under the new candidate scope; None (nothing moved) if one has no such partner.
+        A gradient, slot or moving average without one is left to :meth:`follow_variables`, which
+        pairs it as its variable is paired: two same-shaped layers under different optimizers, or
+        with an EMA of one only, have no namesakes, and a new user's port that created them in
+        another order was left paired crosswise, silently (a false DIVERGE at step 0)."""
         plan: list[tuple[Match, Key]] = []
         for b_scope, c_scope in new_c.items():
             if c_scope == c_of[b_scope]:
@@ -675,6 +703,8 @@ class _Pairing:
                 rel = key[1][len(b_scope) + 1 :]
                 other = current.get((key[0], f"{donor}/{rel}"))
                 if other is None or other.how not in _GUESSED:
+                    if key[0] in ("grad", "slot", "state") and variable_of(*key) is not None:
+                        continue  # named after a variable: it follows it
                     return None
                 plan.append((m, other.cand))
         if not plan:
@@ -724,15 +754,16 @@ class _Pairing:
             return
 
         named: dict[tuple[str, str, str], list[Key]] = {}
+        centered = [centered_rmsprop(s.name for s in side if s.kind == "slot") for side in (self.base, self.cand)]
         for s in self.cand:
             if s.kind in ("grad", "slot", "state"):
-                found = variable_of(s.kind, s.name)
+                found = variable_of(s.kind, s.name, centered[1])
                 if found is not None:
                     named.setdefault((s.kind, *found), []).append((s.kind, s.name))
         by_base = {m.base: m for m in self.matches}
         by_cand = {m.cand: m for m in self.matches}
         for s in self.base:
-            found = variable_of(s.kind, s.name) if s.kind in ("grad", "slot", "state") else None
+            found = variable_of(s.kind, s.name, centered[0]) if s.kind in ("grad", "slot", "state") else None
             if found is None or found[0] not in partner:
                 continue
             targets = named.get((s.kind, partner[found[0]], found[1]), [])

@@ -15,6 +15,8 @@ import re
 from collections.abc import Collection, Sequence
 from typing import Any
 
+import numpy as np
+
 from tb_parity_plugin.engine import align, patterns
 from tb_parity_plugin.records import metadata
 
@@ -124,8 +126,11 @@ def _created_twice(run: Any, unmatched: Sequence[tuple[str, str]]) -> list[dict[
 
     ``dense_3/kernel`` beside ``dense/kernel`` with the same shape is the TF1 ``variable_scope``
     reuse bug ported wrongly: the layer was built twice instead of shared. Slots and moving
-    averages compare as ``<variable>/<role>`` (``align.role_canonical``): Keras's ``average/dense/kernel``
-    is no second ``m/dense/kernel``.
+    averages compare as their variable's layer and ``<variable leaf>/<role>``
+    (``align.variable_of``): Keras's ``average/dense/kernel`` is no second ``m/dense/kernel``,
+    and the Adam slot of one attention's ``query/bias`` no repeat of another layer's ``bias`` (16
+    false notes on a new user's faithful port). Of several repeated tensors, the one that starts
+    with the same statistics is named (the layer built twice copies its twin's initial values).
     """
     free = set(unmatched)
     found = []
@@ -133,16 +138,32 @@ def _created_twice(run: Any, unmatched: Sequence[tuple[str, str]]) -> list[dict[
         s = run.tensors[key]
         if s.kind not in VARIABLE_KINDS:
             continue
-        scope, _, leaf = align.role_canonical(s.kind, s.name).rpartition("/")
+        scope, leaf = _layer_and_leaf(s.kind, s.name)
         layer_type = _SUFFIX.sub("", scope.rpartition("/")[2])
+        like = []
         for other_key, o in run.tensors.items():
             if other_key in free or o.kind != s.kind or tuple(o.shape) != tuple(s.shape):
                 continue
-            o_scope, _, o_leaf = align.role_canonical(o.kind, o.name).rpartition("/")
+            o_scope, o_leaf = _layer_and_leaf(o.kind, o.name)
             if o_leaf == leaf and o_scope != scope and _SUFFIX.sub("", o_scope.rpartition("/")[2]) == layer_type:
-                found.append({"tag": f"{s.kind}/{s.name}", "like": f"{o.kind}/{o.name}"})
-                break
+                like.append(o)
+        if like:
+            same = [o for o in like if len(o.stats) and len(s.stats) and np.array_equal(o.stats[0], s.stats[0])]
+            o = (same or like)[0]
+            found.append({"tag": f"{s.kind}/{s.name}", "like": f"{o.kind}/{o.name}"})
     return found
+
+
+def _layer_and_leaf(kind: str, name: str) -> tuple[str, str]:
+    """(the layer's scope, the name under it) of a variable, slot or moving average: a slot or an
+    average is placed under its variable's layer, ``<variable leaf>/<role>``."""
+    found = align.variable_of(kind, name) if kind in ("slot", "state") else None
+    if found is None or not found[1]:
+        scope, _, leaf = align.role_canonical(kind, name).rpartition("/")
+        return scope, leaf
+    var, role = found
+    scope, _, var_leaf = var.rpartition("/")
+    return scope, f"{var_leaf}/{role}"
 
 
 def describe_entry(run: str, entry: dict[str, Any], side: str) -> str:

@@ -1,0 +1,193 @@
+"""Slots and moving averages paired by what they hold, on ports written the way users write them.
+
+* TF1's ``RMSPropOptimizer(centered=True)`` names its slots by creation order: rms
+  ``<v>/RMSProp``, mg ``<v>/RMSProp_1``, momentum ``<v>/RMSProp_2``. Read as the momentum,
+  ``RMSProp_1`` was compared with Keras's momentum: a new user's faithful port diverged at step 1.
+* Two same-shaped layers created in another order by the port, one of them under an
+  ``ExponentialMovingAverage`` the other lacks: the first-values repair gave up (the EMA had no
+  namesake under the other layer) and left the weights paired crosswise, silently: a false
+  DIVERGE at step 0 with cosine 0.11.
+
+Each expectation is checked on values fetched from both frameworks directly (not from the tool).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from tb_parity_plugin import compare, summary_v1, summary_v2
+
+RNG = np.random.default_rng(0)
+STEPS = 5
+X = RNG.normal(size=(STEPS, 8, 4)).astype(np.float32)
+Y1 = RNG.normal(size=(STEPS, 8, 1)).astype(np.float32)
+Y4 = RNG.normal(size=(STEPS, 8, 4)).astype(np.float32)
+K = RNG.normal(size=(4, 1)).astype(np.float32) * 0.5
+INIT = {n: RNG.normal(size=(4, 4)).astype(np.float32) * 0.5 for n in ("enc", "dec")}
+ROLES = ("rms", "mg", "momentum")  # TF1's slot names, in creation order
+
+
+def _rmsprop_tf1(run_dir: str) -> dict[str, list[np.ndarray]]:
+    """TF1 centered RMSProp with momentum; returns each slot by role, read before each step."""
+    seen: dict[str, list[np.ndarray]] = {r: [] for r in ROLES}
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4])
+        y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+        p = tf.compat.v1.layers.dense(x, 1, kernel_initializer=tf.constant_initializer(K), name="dense")
+        loss = rec.loss(tf.reduce_mean(tf.square(p - y)))
+        opt = tf.compat.v1.train.RMSPropOptimizer(0.01, decay=0.9, momentum=0.5, epsilon=1e-10, centered=True)
+        train = rec.minimize(opt, loss, global_step=gs)
+        rec.variables(optimizer=opt)
+        kernel = tf.compat.v1.trainable_variables()[0]
+        slots = {r: opt.get_slot(kernel, r) for r in ROLES}
+        assert [slots[r].name for r in ROLES] == [
+            "dense/kernel/RMSProp:0",
+            "dense/kernel/RMSProp_1:0",
+            "dense/kernel/RMSProp_2:0",
+        ]
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for s in range(STEPS):
+                for r, v in sess.run(slots).items():
+                    seen[r].append(v)
+                rec.write(sess.run([train, fetches], {x: X[s], y: Y1[s]})[1])
+        rec.close()
+    return seen
+
+
+def _rmsprop_port(run_dir: str) -> dict[str, list[np.ndarray]]:
+    """The Keras port: RMSprop(centered=True) with TF1's mean square starting at 1 (README)."""
+    model = tf.keras.Sequential(
+        [tf.keras.Input((4,)), tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(K), name="dense")]
+    )
+    opt = tf.keras.optimizers.RMSprop(0.01, rho=0.9, momentum=0.5, epsilon=1e-10, centered=True)
+    opt.build(model.trainable_variables)
+    for v in opt._velocities:
+        v.assign(tf.ones_like(v))
+    keras_of = {"rms": opt._velocities[0], "mg": opt._average_gradients[0], "momentum": opt._momentums[0]}
+    seen: dict[str, list[np.ndarray]] = {r: [] for r in ROLES}
+    rec = summary_v2.Recorder(run_dir)
+
+    @tf.function
+    def step(x: tf.Tensor, y: tf.Tensor) -> None:
+        with rec.step(opt.iterations, variables=model, optimizer=opt):
+            with tf.GradientTape() as tape:
+                loss = rec.loss(tf.reduce_mean(tf.square(model(x) - y)))
+            rec.minimize(opt, loss, model.trainable_variables, tape)
+
+    for s in range(STEPS):
+        for r, v in keras_of.items():
+            seen[r].append(v.numpy())
+        step(tf.constant(X[s]), tf.constant(Y1[s]))
+    rec.close()
+    return seen
+
+
+def test_a_faithful_centered_rmsprop_port_pairs_each_slot_by_what_it_holds(tmp_path) -> None:
+    tf1, port = _rmsprop_tf1(str(tmp_path / "tf1")), _rmsprop_port(str(tmp_path / "tf2"))
+    for role in ROLES:  # the frameworks' own slots agree role by role...
+        np.testing.assert_allclose(port[role], tf1[role], rtol=1e-5, atol=1e-7)
+    # ...and the mean gradient is not the momentum: pairing them by position is a divergence
+    assert not np.allclose(tf1["mg"][1], port["momentum"][1], rtol=0.05, atol=1e-5)
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert report.agree, report.first_divergence
+    slots = {m["baseline"]: m["candidate"] for m in report.to_dict()["mapping"] if m["kind"] == "slot"}
+    assert slots["dense/kernel/RMSProp_1:0"] == "average_gradient/dense/kernel", slots
+    assert slots["dense/kernel/RMSProp_2:0"] == "momentum/dense/kernel", slots
+    assert slots["dense/kernel/RMSProp:0"] == "velocity/dense/kernel", slots
+
+
+def _swapped_tf1(run_dir: str) -> list[np.ndarray]:
+    """TF1: enc -> dec, both [4, 4]; momentum; an EMA of enc's variables only. Returns enc's kernel
+    before each step."""
+    seen = []
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4])
+        y = tf.compat.v1.placeholder(tf.float32, [None, 4])
+        init = tf.constant_initializer
+        h = tf.compat.v1.layers.dense(x, 4, tf.nn.relu, kernel_initializer=init(INIT["enc"]), name="enc")
+        p = tf.compat.v1.layers.dense(h, 4, kernel_initializer=init(INIT["dec"]), name="dec")
+        loss = rec.loss(tf.reduce_mean(tf.square(p - y)))
+        opt = tf.compat.v1.train.MomentumOptimizer(0.1, 0.9)
+        train = rec.minimize(opt, loss, global_step=gs)
+        enc_vars = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES, scope="enc")
+        with tf.control_dependencies([train]):
+            train = tf.compat.v1.train.ExponentialMovingAverage(0.99).apply(enc_vars)
+        rec.variables(optimizer=opt)
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for s in range(STEPS):
+                seen.append(sess.run(enc_vars[0]))
+                rec.write(sess.run([train, fetches], {x: X[s], y: Y4[s]})[1])
+        rec.close()
+    return seen
+
+
+class _Port(tf.keras.Model):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dec = tf.keras.layers.Dense(4)  # created first: Keras names it dense, enc dense_1
+        self.enc = tf.keras.layers.Dense(4, activation="relu")
+
+    def call(self, x: tf.Tensor) -> tf.Tensor:
+        return self.dec(self.enc(x))
+
+
+def _swapped_port(run_dir: str, decay: float = 0.99) -> list[np.ndarray]:
+    model = _Port()
+    model(X[0])
+    model.enc.set_weights([INIT["enc"], np.zeros(4, np.float32)])
+    model.dec.set_weights([INIT["dec"], np.zeros(4, np.float32)])
+    opt = tf.keras.optimizers.SGD(0.1, momentum=0.9)
+    ema = tf.train.ExponentialMovingAverage(decay)
+    ema.apply(model.enc.trainable_variables)
+    shadows = [ema.average(v) for v in model.enc.trainable_variables]
+    rec = summary_v2.Recorder(run_dir)
+
+    @tf.function
+    def step(x: tf.Tensor, y: tf.Tensor) -> None:
+        with rec.step(opt.iterations, variables=[model, shadows], optimizer=opt):
+            with tf.GradientTape() as tape:
+                loss = rec.loss(tf.reduce_mean(tf.square(model(x) - y)))
+            rec.minimize(opt, loss, model.trainable_variables, tape)
+            ema.apply(model.enc.trainable_variables)
+
+    seen = []
+    for s in range(STEPS):
+        seen.append(model.enc.kernel.numpy())
+        step(tf.constant(X[s]), tf.constant(Y4[s]))
+    rec.close()
+    return seen
+
+
+def test_same_shaped_layers_in_another_order_with_an_ema_of_one_are_paired_by_their_values(tmp_path) -> None:
+    tf1, port = _swapped_tf1(str(tmp_path / "tf1")), _swapped_port(str(tmp_path / "tf2"))
+    np.testing.assert_allclose(port, tf1, rtol=1e-5, atol=1e-6)  # enc trains the same on both sides
+    assert not np.allclose(INIT["enc"], INIT["dec"], atol=1e-3)  # paired crosswise, they differ at step 0
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert report.agree, report.first_divergence
+    pairs = {(m["kind"], m["baseline"]): m["candidate"] for m in report.to_dict()["mapping"]}
+    for kind, name in (
+        ("weight", "enc/kernel:0"),
+        ("grad", "enc/kernel:0"),
+        ("state", "enc/kernel/ExponentialMovingAverage:0"),
+        ("slot", "enc/kernel/Momentum:0"),
+    ):
+        assert "port/dense_1/kernel" in pairs[(kind, name)], (kind, name, pairs)
+    assert any(w.startswith("paired enc/* with ") and "dense_1/*" in w for w in report.warnings), report.warnings
+
+
+def test_a_wrong_ema_decay_on_the_swapped_layer_is_found_on_its_average_at_step_1(tmp_path) -> None:
+    _swapped_tf1(str(tmp_path / "tf1"))
+    _swapped_port(str(tmp_path / "tf2"), decay=0.9)
+    # numpy: the shadow after step 0 is decay * w0 + (1 - decay) * w1, 0.09 (w1 - w0) apart
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert first is not None
+    assert (first.step, first.kind, first.tensor) == (1, "state", "enc/kernel/ExponentialMovingAverage:0"), first
