@@ -127,3 +127,25 @@ def test_a_divergence_just_past_tolerance_says_what_amplifies_noise(gap: float) 
     ratio = float(np.abs(cand[1] - act[1]).max() / (1e-5 + tolerance.WARMUP_RTOL * 1.0))  # numpy
     assert found.step == 1 and found.error_ratio == pytest.approx(ratio, rel=1e-3)
     assert ("just past tolerance" in (found.note or "")) == (ratio < tolerance.MARGINAL_RATIO), (ratio, found.note)
+
+
+def test_a_difference_just_past_tolerance_beside_a_loud_one_is_not_called_noise() -> None:
+    """A new user's layer-norm epsilon bug put its activation 3378 times past tolerance at step 0;
+    two gradients 1.4 and 1.6 past at that step were told "faithful ports reach this". Beside a
+    divergence past what noise reaches, no tensor of that step gets the marginal note."""
+    ones = [np.ones(4, np.float32) for _ in range(2)]
+
+    def shifted(by: float) -> list:
+        out = [a.copy() for a in ones]
+        out[1][0] += np.float32(by)
+        return out
+
+    base = run("tf1", [series("activation", "ln", ones), series("grad", "q/bias:0", ones, order=1)])
+    alone = run("tf2", [series("activation", "ln", ones), series("grad", "q/bias:0", shifted(1.5e-5), order=1)])
+    loud = run("tf2", [series("activation", "ln", shifted(0.03)), series("grad", "q/bias:0", shifted(1.5e-5), order=1)])
+    quiet = Comparison(base, alone).report().divergences_at_first_step
+    assert [d.kind for d in quiet] == ["grad"] and "just past tolerance" in quiet[0].note
+    both = Comparison(base, loud).report().divergences_at_first_step
+    assert [d.kind for d in both] == ["activation", "grad"] and both[0].error_ratio > 1000
+    assert 1 < both[1].error_ratio < tolerance.MARGINAL_RATIO
+    assert all("just past tolerance" not in (d.note or "") for d in both), [d.note for d in both]

@@ -236,8 +236,9 @@ class Comparison:
             p.ensure_ratios(n)
 
     # -- results -----------------------------------------------------------------
-    def _divergence(self, pair: Pair, k: int, kink: Optional[str] = None) -> Divergence:
-        """``kink``: the step's :func:`kinks.note`, for a gradient."""
+    def _divergence(self, pair: Pair, k: int, kink: Optional[str] = None, loud: bool = False) -> Divergence:
+        """``kink``: the step's :func:`kinks.note`, for a gradient; ``loud``: another tensor diverges
+        past the noise at this step (:func:`_loud`), so no difference there is called marginal."""
         b, c = pair.base, pair.cand
         found = pair.finding(k, self.policy.equal_nan)
         parent = metadata.sample_parent(b.name)
@@ -252,7 +253,7 @@ class Comparison:
                 found.get("note"),
                 self._moved_by_the_update(pair, k) if b.kind == "weight" and not found.get("note") else None,
                 kink if b.kind == "grad" else None,
-                _marginal_note(b.kind, found),
+                None if loud else _marginal_note(b.kind, found),
             ]
             found["note"] = "; ".join(n for n in notes if n) or None
         return Divergence(
@@ -269,7 +270,8 @@ class Comparison:
         """Every pair's divergence at compared step ``k``, in execution order."""
         diverged = [p for p in self._pairs if p.first_bad == k]
         kink = kinks.note(kinks.kinked(self._pairs, k)) if any(p.base.kind == "grad" for p in diverged) else None
-        return [self._divergence(p, k, kink) for p in diverged]
+        loud = any(_loud(p, k, self.policy.equal_nan) for p in diverged)
+        return [self._divergence(p, k, kink, loud) for p in diverged]
 
     def _moved_by_the_update(self, pair: Pair, k: int) -> Optional[str]:
         """What a weight diverging at step ``k`` after its gradient agreed element-wise at every
@@ -315,8 +317,9 @@ class Comparison:
         )
         if largest < g.tol.atol:
             note += (
-                f", below atol {g.tol.atol:g}: likely rounding noise (a bias right before batch normalization, "
-                "an embedding row seldom looked up), which an adaptive optimizer (Adam, RMSprop, Adagrad) turns "
+                f", below atol {g.tol.atol:g}: likely rounding noise (a gradient 0 in exact math: a bias right "
+                "before batch normalization, an attention key's bias, which softmax cancels; or an embedding row "
+                "seldom looked up), which an adaptive optimizer (Adam, RMSprop, Adagrad) turns "
                 "into steps near its learning rate, so faithful runs drift apart there. Check the optimizer's "
                 "epsilon first (TF1 Adam 1e-8, Keras 1e-7); README: What counts as a divergence"
             )
@@ -620,6 +623,18 @@ class Comparison:
             shape = tuple(copy.shape) if None not in tuple(copy.shape) else (-1,)
             d.cand_values = np.asarray(copy.values[int(rows[0])]).reshape(shape)
         return d
+
+
+def _loud(pair: Pair, k: int, equal_nan: bool) -> bool:
+    """Whether ``pair`` diverges at compared step ``k`` past anything float32 noise reaches: another
+    reason than values (NaN/Inf, shape, dtype, missing), or an error ratio of at least
+    :data:`MARGINAL_RATIO`. Then a tensor just past tolerance at that step is that divergence's
+    effect, not noise: a new user's layer-norm epsilon bug (ratio 3378) had its gradients at 1.4 and
+    1.6 told "faithful ports reach this"."""
+    if pair.reason[k] != VALUE:
+        return True
+    ratio = pair.finding(k, equal_nan).get("error_ratio")
+    return ratio is None or not ratio < MARGINAL_RATIO
 
 
 def _marginal_note(kind: str, found: dict[str, Any]) -> Optional[str]:
