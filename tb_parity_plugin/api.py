@@ -186,6 +186,8 @@ def assert_parity(
             lines.append(f"  ... and {len(others) - 10} more")
         if report.unproven_text:
             lines.append(report.unproven_text)
+        if report.hparam_text:
+            lines.append(report.hparam_text)
         raise AssertionError("\n".join(lines + problem_lines(report)))
     if report.incomplete:  # what was not read may diverge: not a pass
         raise AssertionError("\n".join([report.verdict_text, *problem_lines(report)]))

@@ -144,6 +144,8 @@ def format_report(report: ParityReport) -> str:
             lines.append(report.tolerance_text)
         if report.unproven_text:
             lines.append(report.unproven_text)
+        if report.hparam_text:
+            lines.append(report.hparam_text)
     for run, hit in report.first_nonfinite.items():
         if hit is not None:
             lines.append(f"first NaN/Inf in {run!r}: step {hit['step']}, {hit['kind']}/{hit['tensor']}")

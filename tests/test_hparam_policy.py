@@ -59,3 +59,42 @@ def test_another_schedule_diverges_on_lr_where_the_schedules_part(logdir: str, p
         first_step,
         "lr",
     )
+
+
+def test_a_schedule_diverging_after_the_first_divergent_step_is_still_named(tmp_path) -> None:
+    """A new user's warm-up off by one step moved the lr at step 5, behind a weight drifting past
+    tolerance at step 3 (an attention key's bias under Adam): every front end named step 3 alone,
+    and the lr showed only in the chart. A hyper-parameter's later divergence is now listed."""
+    from engine_helpers import write_run
+
+    from tb_parity_plugin import api, cli
+    from tb_parity_plugin.report import page
+
+    lr_b = [1e-3 * (s + 1) / 10 for s in range(8)]
+    lr_c = [1e-3 * min(s + 2, 10) / 10 if s >= 5 else lr_b[s] for s in range(8)]  # off by one from step 5
+
+    def tensors(lr: list, drift: float):
+        return lambda s: [
+            ("lr", "lr", np.float32(lr[s])),
+            ("weight", "key/bias", np.full(4, 1 + drift * (s >= 3), np.float32)),
+        ]
+
+    write_run(str(tmp_path), "tf1", range(8), tensors(lr_b, 0.0), side="tf1")
+    write_run(str(tmp_path), "tf2", range(8), tensors(lr_c, 2e-5), side="tf2")
+    # numpy: the weight is past atol 1e-5 from step 3, the lr past float32 resolution from step 5
+    assert not np.isclose(np.float32(lr_c[5]), np.float32(lr_b[5]), rtol=2.0**-22, atol=0)
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert (report.first_divergence.step, report.first_divergence.kind) == (3, "weight")
+    hp = report.hparam_divergence
+    assert hp is not None and (hp.step, hp.kind, hp.tensor) == (5, "lr", "lr")
+    text = report.hparam_text
+    assert text.startswith("also: the hyper-parameter lr/lr diverges from step 5")
+    assert text in cli.format_report(report) and report.to_dict()["hparam_text"] == text
+    assert text in page.render_fragment(report.to_dict())
+    with pytest.raises(AssertionError, match="the hyper-parameter lr/lr diverges from step 5"):
+        api.assert_parity(str(tmp_path), baseline="tf1", candidate="tf2")
+    # a schedule that diverges first is the first divergence itself, not listed again
+    write_run(str(tmp_path / "b"), "tf1", range(8), tensors(lr_b, 0.0), side="tf1")
+    write_run(str(tmp_path / "b"), "tf2", range(8), tensors(lr_c, 0.0), side="tf2")
+    alone = compare(str(tmp_path / "b"), baseline="tf1", candidate="tf2")
+    assert (alone.first_divergence.step, alone.first_divergence.kind) == (5, "lr") and alone.hparam_divergence is None

@@ -83,6 +83,7 @@ export interface Summary {
   warnings: string[];
   /** Tensors before the first divergent one that only statistics compared at its step, in words (or null). */
   unproven_text?: string | null;
+  hparam_text?: string | null;
   generations: Record<string, number>;
 }
 

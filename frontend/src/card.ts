@@ -183,6 +183,7 @@ export function renderCard(card: HTMLElement, alerts: HTMLElement, s: Summary, r
     alerts.appendChild(alert("problems-alert", `⚠ ${s.problems.length} read problem(s): the verdict covers what was read`, s.problems.map((p) => `${p.run}: ${p.path} @${p.offset}: ${p.message}`)));
   }
   if (s.unproven_text) alerts.appendChild(alert("unproven-alert", "The divergence may start earlier than named", [s.unproven_text]));
+  if (s.hparam_text) alerts.appendChild(alert("hparam-alert", "A hyper-parameter diverges later", [s.hparam_text]));
   if (s.warnings?.length) alerts.appendChild(alert("warnings-alert", "Warnings", s.warnings));
   for (const run of [s.baseline, s.candidate]) {
     const nf = s.first_nonfinite[run];

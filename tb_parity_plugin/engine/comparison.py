@@ -22,7 +22,7 @@ from tb_parity_plugin.engine import align, allclose, batch, kinks, refresh, repl
 from tb_parity_plugin.engine.matrix import ABSENT, OK, REASONS, VALUE, ParityMatrix
 from tb_parity_plugin.engine.nonfinite import FirstNonfinite
 from tb_parity_plugin.engine.pair import Pair
-from tb_parity_plugin.engine.tolerance import MARGINAL_RATIO, StepClock, TolerancePolicy
+from tb_parity_plugin.engine.tolerance import HPARAM_KINDS, MARGINAL_RATIO, StepClock, TolerancePolicy
 from tb_parity_plugin.engine.verdict_table import VerdictTable
 from tb_parity_plugin.engine.verdicts import Divergence, ParityReport, TensorDetail
 from tb_parity_plugin.records import metadata
@@ -416,6 +416,7 @@ class Comparison:
             unproven_earlier=(
                 self._unproven_earlier(k) if k is not None and at_first and at_first[0] is from_pairs else []
             ),
+            hparam_divergence=self._later_hparam(at_step[0].step if at_step else None),
             evidence={
                 "values": sum(1 for p in tensors if p.use_values),
                 "statistics": sum(1 for p in tensors if not p.use_values),
@@ -428,6 +429,22 @@ class Comparison:
             },
             comparison=self,
         )
+
+    def _later_hparam(self, first_step: Optional[int]) -> Optional[Divergence]:
+        """The first divergence of an ``lr`` or ``hparam`` pair after ``first_step`` (the first
+        divergent step among the pairs' and replicas'), scanning those few scalar pairs to the end:
+        the report's scan stops at the first divergent step, and a schedule that differs later is
+        never noise."""
+        if first_step is None:
+            return None
+        n, found = len(self.steps), None
+        for p in self._pairs:
+            if p.base.kind in HPARAM_KINDS:
+                p.ensure(n, self.policy.equal_nan)
+                if p.first_bad >= 0 and int(self.steps[p.first_bad]) > first_step:
+                    if found is None or p.first_bad < found[1]:
+                        found = (p, p.first_bad)
+        return None if found is None else self._divergence(*found)
 
     def _unproven_before(self, k: int) -> list[str]:
         """Tags logged by both runs at compared step ``k`` and compared there by statistics only,

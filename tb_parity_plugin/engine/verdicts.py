@@ -98,6 +98,9 @@ class ParityReport:
     #: Tags compared by statistics only at some compared step before the first divergent one: a
     #: difference smaller than the statistics prove may predate the step named.
     unproven_earlier: list[str] = dataclasses.field(default_factory=list)
+    #: The first divergence of a learning rate or a recorded hyper-parameter, when it comes after
+    #: the first divergent step (:attr:`hparam_text`).
+    hparam_divergence: Optional[Divergence] = None
     #: Runs recorded under a distribution strategy: run -> {count, tensors (with per-replica
     #: copies), disagreements (variables whose replica copies are out of sync)}.
     replicas: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
@@ -218,6 +221,20 @@ class ParityReport:
             )
         return "; ".join(parts) + ": record them with full values to know"
 
+    @property
+    def hparam_text(self) -> Optional[str]:
+        """A hyper-parameter diverging after the first divergent step, worded once for every front
+        end (None if none). No rounding makes a schedule differ, so it is never noise: a new user's
+        warm-up off by one step showed only in the lr chart, behind a weight's drift at step 3."""
+        d = self.hparam_divergence
+        if d is None:
+            return None
+        return (
+            f"also: the hyper-parameter {d.kind}/{d.tensor} diverges from step {d.step} ({d.reason}, error ratio "
+            f"{d.error_ratio if d.error_ratio is None else f'{d.error_ratio:.3g}'}): compared at float32 resolution, "
+            "no rounding explains it; whatever diverges after it may be its effect"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "baseline": self.baseline,
@@ -231,6 +248,8 @@ class ParityReport:
             "unproven_before_first": list(self.unproven_before_first),
             "unproven_earlier": list(self.unproven_earlier),
             "unproven_text": self.unproven_text,
+            "hparam_divergence": self.hparam_divergence.to_dict() if self.hparam_divergence else None,
+            "hparam_text": self.hparam_text,
             "tolerance_text": self.tolerance_text,
             "steps_compared": self.steps_compared,
             "tensors_compared": self.tensors_compared,

@@ -293,9 +293,13 @@ def _unmatched_and_mapping(summary: Mapping[str, Any]) -> str:
 
 
 def _unproven(summary: Mapping[str, Any]) -> str:
-    """The tensors before the first divergent one that only statistics compared (``unproven_text``)."""
-    text = summary.get("unproven_text")
-    return f'<p class="warnings" data-testid="unproven">{_e(text)}</p>' if text else ""
+    """The tensors before the first divergent one that only statistics compared (``unproven_text``),
+    and a hyper-parameter diverging after the first divergent step (``hparam_text``)."""
+    out = ""
+    for key, testid in (("unproven_text", "unproven"), ("hparam_text", "hparam")):
+        text = summary.get(key)
+        out += f'<p class="warnings" data-testid="{testid}">{_e(text)}</p>' if text else ""
+    return out
 
 
 def _warnings(summary: Mapping[str, Any]) -> str:
