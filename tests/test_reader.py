@@ -210,7 +210,7 @@ def test_duplicate_steps_last_write_wins_and_a_restart_supersedes_the_later_step
     np.testing.assert_array_equal(run.scalars["lr"][0], np.arange(8))
     (notice,) = run.notices
     assert "run/events.out.tfevents.0000000002.a restarts the run at step 5" in notice
-    assert "the steps from 5 to 9 written before it by run/events.out.tfevents.0000000001.a are left out" in notice
+    assert "the steps from 5 to 9 of run/events.out.tfevents.0000000001.a (created earlier" in notice
 
 
 def test_a_rerun_from_step_0_into_a_used_directory_is_compared_alone(tmp_path):
@@ -870,3 +870,47 @@ def test_tags_are_ours_by_their_metadata_not_their_name(tmp_path, monkeypatch, f
     assert run.tensors[("weight", "w")].steps.tolist() == [0, 1, 2]
     np.testing.assert_array_equal(run.tensors[("weight", "w")].stats, np.repeat(stats, 3, axis=0))
     assert len(run.problems) == 1 and "unsupported tb_parity metadata" in run.problems[0].message
+
+
+def test_a_file_written_beside_another_is_another_writer_not_a_restart(tmp_path):
+    """``summary_v2.Recorder`` writes steps of relaxed shapes (a partial batch) to a second file it
+    opens when it first meets one. Opened in a later second, that file was taken for a restart at
+    its first step (9) and cut the first file's later steps: a reviewer's single run lost steps
+    10-29, and a bug at step 22 went unseen (a false AGREE). A file still written after another
+    began is another writer (the records' wall times say so), not a restart."""
+    run_dir = tmp_path / "run"
+    main = write_run(str(run_dir), range(9))
+    side = write_run(str(run_dir), [9])
+    for step in range(10, 30):
+        (side if step == 19 else main).write_arrays(step, step_tensors(step))
+    main.close()
+    side.close()
+    os.rename(main.path, run_dir / "events.out.tfevents.0000000001.a")
+    os.rename(side.path, run_dir / "events.out.tfevents.0000000002.a")
+    run = LogdirReader(str(tmp_path)).run("run")
+    weight = run.tensors[("weight", "dense/kernel:0")]
+    np.testing.assert_array_equal(weight.steps, np.arange(30))
+    for step in (9, 10, 22, 29):
+        np.testing.assert_array_equal(weight.values[step], step_tensors(step)[1][2].reshape(-1))
+    assert run.notices == []
+
+
+def test_files_of_one_second_are_ordered_by_their_numbers_and_a_second_writer_is_named(tmp_path):
+    """TensorFlow names its files ``...tfevents.<time>.<host>.<pid>.<N>.v2`` with N unpadded: a
+    process's tenth writer (``.10.v2``) sorted before its ninth, so a retry's rewrite of steps 5-9
+    lost to the crashed attempt's values. And a step written by two files is named, not silent."""
+    run_dir = tmp_path / "run"
+    first = write_run(str(run_dir), range(10))
+    first.close()
+    retry = write_run(str(run_dir), [])
+    for step in range(5, 10):
+        retry.write_arrays(step, step_tensors(step + 100))
+    retry.close()
+    os.rename(first.path, run_dir / "events.out.tfevents.0000000001.h.12.9.v2")
+    os.rename(retry.path, run_dir / "events.out.tfevents.0000000001.h.12.10.v2")
+    run = LogdirReader(str(tmp_path)).run("run")
+    weight = run.tensors[("weight", "dense/kernel:0")]
+    for step in range(10):
+        want = step_tensors(step + 100 if step >= 5 else step)[1][2].reshape(-1)
+        np.testing.assert_array_equal(weight.values[step], want)
+    assert any("5 step(s) from step 5 written by more than one file" in n for n in run.notices), run.notices

@@ -82,6 +82,24 @@ def frame(buf: Any, end: int, marker: bytes) -> Framed:
     return Framed(starts, lengths, records, pos, HEAD if pos < end else 0, None)
 
 
+_WALL_TIME_TAG = 0x09  # Event field 1 (wall_time), a double: serialized first when set
+
+
+def wall_span(buf: Any, starts: list[int]) -> Optional[tuple[float, float]]:
+    """(earliest, latest) wall time of the events starting at ``starts`` (the records' data), or
+    None when none carries one: which of a run's files were still written after another began."""
+    if not starts:
+        return None
+    u8 = np.frombuffer(buf, np.uint8)
+    at = np.asarray(starts, dtype=np.int64)
+    at = at[u8[at] == _WALL_TIME_TAG] + 1
+    if not len(at):
+        return None
+    walls = u8[at[:, None] + np.arange(8)].copy().view("<f8").ravel()
+    walls = walls[np.isfinite(walls)]
+    return (float(walls.min()), float(walls.max())) if len(walls) else None
+
+
 class Uniform(NamedTuple):
     """``count`` records of ``length`` bytes whose data start at ``first``, ``stride`` apart."""
 

@@ -245,8 +245,9 @@ class LogdirReader:
                 fs.stopped = True
             left = size - fs.offset  # from this chunk on, so the chunk's own blocks count
             hint = (left * framed.records // used if used else 0, left)
+            walls = event_scan.wall_span(buf, framed.starts)
             with self._lock:
-                state.ingest(fs, items, problems, hint)
+                state.ingest(fs, items, problems, hint, walls)
             changed |= bool(items or problems)
             fs.offset += used
             self.bytes_read += used

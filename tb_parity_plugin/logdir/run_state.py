@@ -56,6 +56,24 @@ def _created(rel: str) -> int:
     return int(found.group(1)) if found else -1
 
 
+_DIGITS = re.compile(r"(\d+)")
+
+
+def _in_name_order(files: dict[str, FileState]) -> list[str]:
+    """Paths in name order with numbers compared as numbers: TensorFlow names its files
+    ``...tfevents.<time>.<host>.<pid>.<N>.v2`` with ``N`` unpadded, so a process's tenth writer
+    (``.10.v2``) sorted before its ninth and a retry's steps lost to the crashed attempt's."""
+    return sorted(files, key=lambda path: [int(p) if p.isdigit() else p for p in _DIGITS.split(path)])
+
+
+def _after(earlier: FileState, later: FileState) -> bool:
+    """Whether ``later`` began after ``earlier``'s last record was written (by the records' wall
+    times; True when either has none, as for files written before wall times were read)."""
+    if earlier.walls is None or later.walls is None:
+        return True
+    return earlier.walls[1] <= later.walls[0]
+
+
 class _Column:
     """Step blocks of one tag, copied straight into one growable ``[capacity, *row]`` array.
 
@@ -108,6 +126,21 @@ class _Column:
         """Drop rows ``n`` and later, added by the call being filed (no snapshot has seen them)."""
         self._n = min(self._n, n)
         self._resolved = None
+
+    def rewritten(self, timeline: Timeline) -> Optional[tuple[int, int, np.ndarray]]:
+        """(how many steps, the first, the file ids) of steps that more than one file wrote among
+        the rows ``timeline`` keeps (None if none): two writers of one tag in one run, of which
+        the last write wins. Only a column whose steps did not only increase can have any."""
+        if self._increasing:
+            return None
+        meta = self._meta[: self._n]
+        live = meta[meta[:, 0] < timeline.cut_of[meta[:, 1]]]
+        by_file = np.unique(live[:, :2], axis=0)  # (step, file id), one row per pair
+        steps, counts = np.unique(by_file[:, 0], return_counts=True)
+        twice = steps[counts > 1]
+        if not len(twice):
+            return None
+        return len(twice), int(twice[0]), np.unique(by_file[np.isin(by_file[:, 0], twice), 1])
 
     def resolve(self, timeline: Timeline) -> Resolved:
         """(unique sorted steps, row index, file ranks, offsets) of the winning rows: a row a later
@@ -175,6 +208,8 @@ class FileState:
     #: store's append), anything else a replacement.
     identity: Hashable = None
     tail: bytes = b""
+    #: (earliest, latest) wall time of our records read so far (``event_scan.wall_span``)
+    walls: Optional[tuple[float, float]] = None
 
 
 class Item(NamedTuple):
@@ -208,6 +243,7 @@ class RunState:
         self._gaps: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] = []  # steps left out (snapshot)
         self._timeline = Timeline(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
         self._span: dict[int, tuple[int, int, int]] = {}  # file_id -> (first record offset, its step, last step)
+        self._twice: list[tuple[tuple[str, str], int]] = []  # (tensor, first step) two layouts hold
         self._hint: tuple[int, int] = (0, 0)
         self._snapshot: Optional[RunData] = None
 
@@ -218,25 +254,32 @@ class RunState:
         return state
 
     def _retime(self) -> None:
-        """A new :class:`Timeline` from the files' name order and the steps each began at. Only a
-        file created in a later second (the time in its name) restarts an earlier one: two files
-        of one second (one process's writers, a test's) are not ordered by their names."""
-        ordered = sorted(self.files)
+        """A new :class:`Timeline` from the files' name order and the steps each began at (the
+        same object when nothing changed, so resolved columns stay cached). Only a file created in
+        a later second (the time in its name) restarts an earlier one: two files of one second
+        (one process's writers, a test's) are not ordered by their names."""
+        ordered = _in_name_order(self.files)
         ranks = np.empty(len(self.files), dtype=np.int64)
         for rank, name in enumerate(ordered):
             ranks[self.files[name].file_id] = rank
         cuts = np.full(len(self.files), _NO_CUT, dtype=np.int64)
         for q, r in self._restarting_pairs(ordered):
             cuts[q.file_id] = min(cuts[q.file_id], self._span[r.file_id][1])
-        self._timeline = Timeline(ranks, cuts)
+        old = self._timeline
+        if not (np.array_equal(old.rank_of, ranks) and np.array_equal(old.cut_of, cuts)):
+            self._timeline = Timeline(ranks, cuts)
 
     def _restarting_pairs(self, ordered: list[str]) -> Iterator[tuple[FileState, FileState]]:
-        """(earlier file, later file created in a later second that has step records)."""
+        """(earlier file, later file created in a later second that has step records and began after
+        the earlier one's last record). A file still written after the later one began is another
+        writer, not a run restarted: ``summary_v2.Recorder`` opens a second file for steps of
+        relaxed shapes when it first meets one, and an evaluation process may write beside training;
+        taken for restarts they cut a single run's later steps (a reviewer's false AGREE)."""
         for i, older in enumerate(ordered):
             q = self.files[older]
             for newer in ordered[i + 1 :]:
                 r = self.files[newer]
-                if r.file_id in self._span and _created(r.rel) > _created(q.rel) >= 0:
+                if r.file_id in self._span and _created(r.rel) > _created(q.rel) >= 0 and _after(q, r):
                     yield q, r
 
     def _note_steps(self, file_id: int, item: Item) -> None:
@@ -256,7 +299,7 @@ class RunState:
         """Each file that restarts the run at or before a step an earlier file reached, in words:
         what it supersedes is left out of the run, so the report must say so."""
         earlier: dict[str, list[FileState]] = {}
-        for q, r in self._restarting_pairs(sorted(self.files)):
+        for q, r in self._restarting_pairs(_in_name_order(self.files)):
             earlier.setdefault(r.path, []).append(q)
         out = []
         for path in sorted(earlier):
@@ -266,17 +309,59 @@ class RunState:
             if cut:
                 reached = max(self._span[q.file_id][2] for q in cut)
                 out.append(
-                    f"{r.rel} restarts the run at step {start}: the steps from {start} to {reached} written "
-                    f"before it by {', '.join(q.rel for q in cut)} are left out (superseded, as TensorBoard drops "
-                    "them); write a rerun to a new directory to compare both"
+                    f"{r.rel} restarts the run at step {start}: the steps from {start} to {reached} of "
+                    f"{', '.join(q.rel for q in cut)} (created earlier by the time in its name, and written to "
+                    "its end before this file began) are left out (superseded, as TensorBoard drops them); write a "
+                    "rerun to a new directory to compare both (a clock set back between the two misorders them)"
                 )
         return out
 
+    def _twice_notice(self) -> list[str]:
+        """Tensors that two layouts hold at the same step (after restarts): one writer writes a
+        step once, so two wrote them (an evaluation recorder logging training's activations)."""
+        if not self._twice:
+            return []
+        (kind, name), step = min(self._twice, key=lambda t: t[1])
+        return [
+            f"{len(self._twice)} tensor(s) written at the same steps by two writers (first {kind}/{name} at step "
+            f"{step}); the last written is used: two writers in one run directory (an evaluation recorder beside "
+            "training?) overwrite each other, give each its own"
+        ]
+
+    def rewrites(self) -> list[str]:
+        """Each tag that more than one file of the run wrote at the same steps, in words: the last
+        write wins, which hid a second writer's values (a reviewer's evaluation recorder logging
+        ``loss`` into the training run replaced training's loss at steps 10, 20, 30, silently)."""
+        rel = {fs.file_id: fs.rel for fs in self.files.values()}
+        out = []
+        for what, columns in (("statistics of layout", self.stats), ("scalar", self.scalars)):
+            for key, column in sorted(columns.items()):
+                found = column.rewritten(self._timeline)
+                if found is not None:
+                    n, first, ids = found
+                    out.append(
+                        f"{what} {key}: {n} step(s) from step {first} written by more than one file "
+                        f"({', '.join(rel[int(i)] for i in ids)}); the last written is used: two writers in one run "
+                        "directory (an evaluation recorder beside training?) overwrite each other, give each its own"
+                    )
+        return out
+
     def ingest(
-        self, fs: FileState, items: list[Item], problems: list[ReadProblem], hint: tuple[int, int] = (0, 0)
+        self,
+        fs: FileState,
+        items: list[Item],
+        problems: list[ReadProblem],
+        hint: tuple[int, int] = (0, 0),
+        walls: Optional[tuple[float, float]] = None,
     ) -> None:
-        """File one chunk's items; ``hint`` = (records, bytes) left in the file."""
+        """File one chunk's items; ``hint`` = (records, bytes) left in the file; ``walls``: the
+        chunk's (earliest, latest) record wall time (whether files were written concurrently)."""
         self._hint = hint
+        if walls is not None:
+            old = fs.walls
+            fs.walls = walls if old is None else (min(old[0], walls[0]), max(old[1], walls[1]))
+            if fs.walls != old and len(self.files) > 1:
+                self._retime()
         for item in items:
             self._file(fs, item)
         self.problems.extend(problems)
@@ -408,6 +493,8 @@ class RunState:
                 for tensor_key, part in self._layout_parts(layout_hash, layout):
                     merged.setdefault(tensor_key, []).append(part)
         tensors = {key: _merge(parts) for key, parts in merged.items()}
+        twice = [(key, _first_twice(parts)) for key, parts in merged.items() if len(parts) > 1]
+        self._twice = [(key, step) for key, step in twice if step is not None]
         scalars: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for key, column in self.scalars.items():
             steps, index, _, _ = column.resolve(self._timeline)
@@ -421,7 +508,7 @@ class RunState:
             steps=np.unique(np.concatenate(all_steps)) if all_steps else np.zeros(0, dtype=np.int64),
             problems=self.all_problems() + self._layoutless() + self._gap_problems(),
             generation=self.generation,
-            notices=self.restarts(),
+            notices=self.restarts() + self.rewrites() + self._twice_notice(),
         )
         return self._snapshot
 
@@ -480,6 +567,13 @@ def _align(steps: np.ndarray, resolved: Resolved, column: _Column) -> Optional[n
         return None
     rows = np.arange(len(column.rows()))[v_index][pos]
     return _readonly(column.rows()[rows])
+
+
+def _first_twice(parts: list[Part]) -> Optional[int]:
+    """The first step that more than one of a tensor's layouts holds (None if none)."""
+    steps = np.sort(np.concatenate([p[1] for p in parts]))
+    same = steps[1:][steps[1:] == steps[:-1]]
+    return int(same[0]) if len(same) else None
 
 
 def _merge(parts: list[Part]) -> TensorSeries:
