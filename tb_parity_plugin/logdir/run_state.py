@@ -243,7 +243,6 @@ class RunState:
         self._gaps: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] = []  # steps left out (snapshot)
         self._timeline = Timeline(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
         self._span: dict[int, tuple[int, int, int]] = {}  # file_id -> (first record offset, its step, last step)
-        self._twice: list[tuple[tuple[str, str], int]] = []  # (tensor, first step) two layouts hold
         self._hint: tuple[int, int] = (0, 0)
         self._snapshot: Optional[RunData] = None
 
@@ -316,18 +315,6 @@ class RunState:
                 )
         return out
 
-    def _twice_notice(self) -> list[str]:
-        """Tensors that two layouts hold at the same step (after restarts): one writer writes a
-        step once, so two wrote them (an evaluation recorder logging training's activations)."""
-        if not self._twice:
-            return []
-        (kind, name), step = min(self._twice, key=lambda t: t[1])
-        return [
-            f"{len(self._twice)} tensor(s) written at the same steps by two writers (first {kind}/{name} at step "
-            f"{step}); the last written is used: two writers in one run directory (an evaluation recorder beside "
-            "training?) overwrite each other, give each its own"
-        ]
-
     def rewrites(self) -> list[str]:
         """Each tag that more than one file of the run wrote at the same steps, in words: the last
         write wins, which hid a second writer's values (a reviewer's evaluation recorder logging
@@ -341,8 +328,7 @@ class RunState:
                     n, first, ids = found
                     out.append(
                         f"{what} {key}: {n} step(s) from step {first} written by more than one file "
-                        f"({', '.join(rel[int(i)] for i in ids)}); the last written is used: two writers in one run "
-                        "directory (an evaluation recorder beside training?) overwrite each other, give each its own"
+                        f"({', '.join(rel[int(i)] for i in ids)}){_TWO_WRITERS}"
                     )
         return out
 
@@ -493,8 +479,6 @@ class RunState:
                 for tensor_key, part in self._layout_parts(layout_hash, layout):
                     merged.setdefault(tensor_key, []).append(part)
         tensors = {key: _merge(parts) for key, parts in merged.items()}
-        twice = [(key, _first_twice(parts)) for key, parts in merged.items() if len(parts) > 1]
-        self._twice = [(key, step) for key, step in twice if step is not None]
         scalars: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for key, column in self.scalars.items():
             steps, index, _, _ = column.resolve(self._timeline)
@@ -508,7 +492,7 @@ class RunState:
             steps=np.unique(np.concatenate(all_steps)) if all_steps else np.zeros(0, dtype=np.int64),
             problems=self.all_problems() + self._layoutless() + self._gap_problems(),
             generation=self.generation,
-            notices=self.restarts() + self.rewrites() + self._twice_notice(),
+            notices=self.restarts() + self.rewrites() + _twice_notice(merged),
         )
         return self._snapshot
 
@@ -567,6 +551,26 @@ def _align(steps: np.ndarray, resolved: Resolved, column: _Column) -> Optional[n
         return None
     rows = np.arange(len(column.rows()))[v_index][pos]
     return _readonly(column.rows()[rows])
+
+
+_TWO_WRITERS = (
+    "; the last written is used: two writers in one run directory (an evaluation recorder beside training?) "
+    "overwrite each other, give each its own"
+)
+
+
+def _twice_notice(merged: dict[tuple[str, str], list[Part]]) -> list[str]:
+    """Tensors that two layouts hold at the same step (after restarts): one writer writes a step
+    once, so two wrote them (an evaluation recorder logging training's activations)."""
+    twice = [(key, _first_twice(parts)) for key, parts in merged.items() if len(parts) > 1]
+    found = [(key, step) for key, step in twice if step is not None]
+    if not found:
+        return []
+    (kind, name), step = min(found, key=lambda t: t[1])
+    return [
+        f"{len(found)} tensor(s) written at the same steps by two writers (first {kind}/{name} at step {step})"
+        + _TWO_WRITERS
+    ]
 
 
 def _first_twice(parts: list[Part]) -> Optional[int]:
