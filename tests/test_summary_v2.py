@@ -119,3 +119,45 @@ def test_bad_use_gives_clear_errors(tmp_path) -> None:
     rec.close()
     got = tensors_by_step(str(tmp_path / "bad"))
     assert list(got) == [1] and got[1][("metric", "ok")][1][metadata.STAT_INDEX["dtype"]] == 3
+
+
+def test_a_partial_batch_file_opened_a_second_later_keeps_every_step_of_the_run(tmp_path) -> None:
+    """A user's ``tf.function(reduce_retracing=True)`` loop over ``None``-batch data with a partial
+    batch at step 4: the Recorder writes that step's relaxed shapes to a second file, opened here in
+    a later second than its first. The reader took it for a restart and cut the first file's steps
+    5-9, so a planted lr x2 at step 7 was never compared (a reviewer's false AGREE). Every step must
+    be read, each lr as numpy computes it."""
+    import time
+
+    from tb_parity_plugin.logdir.reader import LogdirReader
+
+    run_dir = tmp_path / "tf2"
+    model = Model()
+    model(X)
+    opt = tf.keras.optimizers.SGD(LR)
+    rec = summary_v2.Recorder(str(run_dir))
+    loss_fn = tf.keras.losses.CategoricalCrossentropy(from_logits=True)
+
+    @tf.function(reduce_retracing=True)
+    def step(x: tf.Tensor, y: tf.Tensor, factor: tf.Tensor) -> None:
+        with rec.step(opt.iterations, variables=model, optimizer=opt):
+            rec.lr(tf.constant(LR) * factor)
+            with tf.GradientTape() as tape:
+                loss = rec.loss(loss_fn(y, rec.activation("logits", model(x))))
+            grads = tape.gradient(loss, model.trainable_variables)
+            opt.apply_gradients([(g * factor, v) for g, v in zip(grads, model.trainable_variables)])
+
+    for s in range(10):
+        if s == 4:
+            time.sleep(1.1)  # the second file is opened now: in a later second than the first
+        n = 5 if s == 4 else len(X)
+        step(tf.constant(X[:n]), tf.constant(Y[:n]), tf.constant(2.0 if s == 7 else 1.0))
+    rec.close()
+    files = sorted(p.name for p in run_dir.iterdir())
+    assert len(files) == 2 and len({name.split(".")[3] for name in files}) == 2, files  # two seconds
+    run = LogdirReader(str(tmp_path)).run("tf2")
+    steps, lrs = run.scalars["lr"]
+    np.testing.assert_array_equal(steps, np.arange(10))
+    np.testing.assert_allclose(lrs, [LR * (2.0 if s == 7 else 1.0) for s in range(10)], rtol=1e-7)
+    np.testing.assert_array_equal(run.tensors[("activation", "logits")].steps, np.arange(10))
+    assert run.notices == []
