@@ -36,8 +36,7 @@ def load_runs(
     only = (baseline, candidate) if baseline is not None and candidate is not None else None
     try:
         reader = LogdirReader(logdir, runs=only, finished=True)  # the CLI reads only what it compares
-        if only is None:
-            _refuse_ambiguous(reader, baseline, candidate, logdir)
+        _refuse_from_listing(reader, baseline, candidate, logdir)
         reader.reload() if reload is None else reload(reader)
     except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
         raise ParityInputError(str(exc) or f"cannot read {logdir}") from None
@@ -59,11 +58,12 @@ def load_runs(
     return runs
 
 
-def _refuse_ambiguous(reader: LogdirReader, baseline: Optional[str], candidate: Optional[str], logdir: str) -> None:
-    """Without both names the pair is only decidable among exactly two runs: say so from the
-    listing, before a byte of a logdir holding other (possibly huge) runs is read."""
-    names = reader.list_runs()
-    if len(names) == 2:
+def _refuse_from_listing(reader: LogdirReader, baseline: Optional[str], candidate: Optional[str], logdir: str) -> None:
+    """Refuse a missing run or an undecidable pair from the listing, before a byte of a logdir
+    holding other (possibly huge) runs is read; a missing run's error lists every run, not only
+    the ones that would have been read."""
+    names = reader.list_runs(every=True)
+    if baseline is None and candidate is None and len(names) == 2:
         return  # both are read anyway: their run_info decides which is the TF1 baseline
     try:
         run_pairs.choose_pair(dict.fromkeys(names, ""), baseline, candidate, where=logdir)

@@ -117,6 +117,10 @@ def test_missing_logdir_and_run_exit_2_one_line(tmp_path) -> None:
     logdir = make_pair(str(tmp_path / "ok"))
     code, _, err = run_cli("diff", logdir, "--baseline", "tf3")
     assert code == 2 and "tf3" in err and "tf1, tf2" in err and err.count("\n") == 1
+    # Both named, one missing: only the named runs would be read, yet the error lists every run
+    # (it listed "tf1" alone, hiding the name the user meant).
+    code, _, err = run_cli("diff", logdir, "--baseline", "tf1", "--candidate", "tf3")
+    assert code == 2 and "no run 'tf3'" in err and "(runs: tf1, tf2)" in err and err.count("\n") == 1
     assert run_cli("diff")[0] == 2
     assert run_cli("frobnicate")[0] == 2
     assert run_cli("diff", logdir, "--atol", "-1")[0] == 2

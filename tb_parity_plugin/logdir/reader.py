@@ -136,15 +136,16 @@ class LogdirReader:
         for path in state.files:
             self._storage.forget(path)
 
-    def list_runs(self) -> list[str]:
-        """The run names, from a listing alone (no event file is read).
+    def list_runs(self, every: bool = False) -> list[str]:
+        """The run names, from a listing alone (no event file is read); ``every`` includes runs
+        outside the reader's ``runs`` (an error naming a missing run lists them all).
 
         A caller that must choose two runs among them can refuse an ambiguous logdir before
         reading gigabytes of runs it would not compare.
         """
         if not self._storage.is_dir():
             raise FileNotFoundError(f"logdir {self.logdir!r} does not exist or is not a directory")
-        return sorted(n for n in self._storage.discover() if self._only is None or n in self._only)
+        return sorted(n for n in self._storage.discover() if every or self._only is None or n in self._only)
 
     @property
     def listing_errors(self) -> list[str]:
