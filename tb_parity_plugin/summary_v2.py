@@ -93,8 +93,8 @@ __all__ = ["Recorder", "forward_pass", "instrument", "instrument_layer"]
 _PER_REPLICA = (
     "recorded inside a replica context: under a tf.distribute strategy, strategy.run (and Keras fit, "
     "which calls train_step through it) runs the step once per replica, each with its share of the "
-    "batch; record in the cross-replica context around strategy.run in a custom loop (README: "
-    "'Distributed training')"
+    "batch; return what to record from the replica function and record it in the cross-replica "
+    "context around strategy.run in a custom loop (README: 'Distributed training')"
 )
 
 
@@ -150,12 +150,14 @@ class Recorder(BaseRecorder):
 
     def tensor(self, kind: str, name: str, value: Any, reduction: Optional[str] = None) -> tf.Tensor:
         """Record ``value``; a per-replica value (or mirrored variable) also keeps each replica's copy."""
+        if tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context():  # inside strategy.run
+            # checked first: a plain tensor recorded in step_fn came once per replica and was
+            # refused as "logged twice in one step", which the user had not done
+            raise RuntimeError(f"{kind}/{name!r}: {_PER_REPLICA}")
         if not isinstance(value, tf.distribute.DistributedValues):
             if reduction is not None:
                 raise ValueError(f"{kind}/{name!r}: reduction= applies to per-replica values only")
             return super().tensor(kind, name, value)
-        if tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context():  # inside strategy.run
-            raise RuntimeError(f"{kind}/{name!r}: {_PER_REPLICA}")
         components = value.values  # one per replica, in replica order (as experimental_local_results)
         if isinstance(value, tf.Variable):
             parts = [tf.identity(v.read_value()) for v in components]

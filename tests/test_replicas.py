@@ -223,4 +223,10 @@ def test_recording_inside_a_replica_context_says_what_records_instead(tmp_path: 
 
     with pytest.raises(RuntimeError, match="once per replica"):
         strategy.run(custom_step)
+
+    # The step entered around strategy.run, an intermediate recorded inside the replica function:
+    # refused as "logged twice in one step; give each a distinct name" (a reviewer recorded it once)
+    with pytest.raises(RuntimeError, match="activation/'h'.*return what to record from the replica function"):
+        with rec.step(0):
+            strategy.run(lambda: rec.activation("h", tf.constant([1.0, 2.0])))
     rec.close()
