@@ -77,6 +77,34 @@ def test_align_user_mappings_exact_tag_and_regex() -> None:
         align.align(base, cand, ["no-equals-sign"])
 
 
+def test_a_mapping_may_abbreviate_names_as_a_user_writes_them() -> None:
+    """A new user's ``--map dense/kernel=dense_3/kernel`` paired nothing: the names were
+    ``dense/kernel:0`` and ``sequential/dense_3/kernel:0``. A name without ``:0`` or its outer scopes
+    now pairs when it fits one tensor of the kind; one that fits several says which."""
+    base = [
+        series("weight", "dense/kernel:0", steady(1)),
+        series("weight", "dense_1/kernel:0", steady(1), order=1),
+        series("grad", "dense/kernel:0", steady(1), order=2),
+    ]
+    cand = [
+        series("weight", "sequential/dense_3/kernel:0", steady(1)),
+        series("weight", "sequential/dense_2/kernel:0", steady(1), order=1),
+        series("grad", "sequential/dense_3/kernel:0", steady(1), order=2),
+    ]
+    result = align.align(base, cand, ["dense/kernel=dense_3/kernel", "weight/dense_1/kernel=weight/dense_2/kernel:0"])
+    assert sorted(names(result)) == [
+        ("dense/kernel:0", "sequential/dense_3/kernel:0", "map"),
+        ("dense/kernel:0", "sequential/dense_3/kernel:0", "map"),
+        ("dense_1/kernel:0", "sequential/dense_2/kernel:0", "map"),
+    ]
+    assert not result.warnings
+    vague = align.align(base, cand, ["weight/kernel=weight/dense_3/kernel"])
+    assert vague.warnings[0] == (
+        "mapping 'weight/kernel=weight/dense_3/kernel' paired no tensors: 'kernel' fits 2 weight tensors "
+        "(dense/kernel:0, dense_1/kernel:0); give the full name"
+    )
+
+
 def test_a_mapping_across_kinds_says_why_it_paired_nothing() -> None:
     """A tensor is compared with one of its own kind: a mapping onto another kind's name says so."""
     base = [series("state", "w/avg", steady(1)), series("slot", "w/m", steady(1), order=1)]

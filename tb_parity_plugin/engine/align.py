@@ -301,6 +301,12 @@ def _canonical_names(series: Sequence[SeriesLike], renumber: bool) -> list[str]:
     return _renumber(names) if renumber else names
 
 
+def _abbreviates(short: str, name: str) -> bool:
+    """Whether a mapping's ``short`` names ``name``: itself, without ``:0``, or its last scopes
+    (``dense_3/kernel`` for ``sequential/dense_3/kernel:0``)."""
+    return any(name == form or name.endswith("/" + form) for form in (short, short + ":0"))
+
+
 def parse_mapping(item: str) -> tuple[Optional[Any], str, str]:
     """``OLD=NEW`` or ``re:PATTERN=REPL`` (the first ``=`` separates; RE2, engine/patterns.py);
     ``ValueError`` if malformed, including a replacement naming a group the regex lacks."""
@@ -439,22 +445,19 @@ class _Pairing:
             regex, old, new = parse_mapping(item)
             used = False
             elsewhere: list[str] = []  # targets the candidate records under another kind
-            for s in self.base:
+            ambiguous: list[str] = []  # a short name that fits several tensors of one kind
+            sources = (
+                self._mapped_sources(old, new, ambiguous)
+                if regex is None
+                else [(s, regex.sub(new, s.name)) for s in self.base if regex.search(s.name) is not None]
+            )
+            for s, target in sources:
                 b = (s.kind, s.name)
                 if b not in self.free_base:
                     continue
-                if regex is None:
-                    if old == s.name:
-                        target = new
-                    elif old == f"{s.kind}/{s.name}":
-                        target = new[len(s.kind) + 1 :] if new.startswith(s.kind + "/") else new
-                    else:
-                        continue
-                else:
-                    if regex.search(s.name) is None:
-                        continue
-                    target = regex.sub(new, s.name)
                 c = (s.kind, target)
+                if c not in cand_names and regex is None:
+                    c = (s.kind, self._short_name(s.kind, target, self.cand, ambiguous) or target)
                 if c in cand_names and c in self.free_cand:
                     self.pair(b, c, "map")
                     used = True
@@ -467,8 +470,41 @@ class _Pairing:
                         f": a mapping pairs tensors of one kind, and the candidate records its target under another "
                         f"({', '.join(elsewhere[:3])})"
                     )
+                elif ambiguous:
+                    why = f": {'; '.join(ambiguous[:3])}; give the full name"
                 warnings.append(f"mapping {item!r} paired no tensors{why}")
         return warnings
+
+    def _mapped_sources(self, old: str, new: str, ambiguous: list[str]) -> list[tuple[SeriesLike, str]]:
+        """(baseline tensor, target name) of an exact ``OLD=NEW``: the tensors named or tagged ``OLD``;
+        if none, per kind the one tensor ``OLD`` abbreviates (:func:`_abbreviates`). A new user's
+        ``dense/kernel=dense_3/kernel`` paired nothing: the names were ``dense/kernel:0`` and
+        ``sequential/dense_3/kernel:0``."""
+        exact = [
+            (s, new[len(s.kind) + 1 :] if old != s.name and new.startswith(s.kind + "/") else new)
+            for s in self.base
+            if old in (s.name, f"{s.kind}/{s.name}")
+        ]
+        if exact:
+            return exact
+        found = []
+        for kind in dict.fromkeys(s.kind for s in self.base):
+            short, target = old, new
+            if old.startswith(kind + "/"):
+                short, target = old[len(kind) + 1 :], new[len(kind) + 1 :] if new.startswith(kind + "/") else new
+            name = self._short_name(kind, short, self.base, ambiguous)
+            if name is not None:
+                found.append((next(s for s in self.base if (s.kind, s.name) == (kind, name)), target))
+        return found
+
+    @staticmethod
+    def _short_name(kind: str, short: str, side: Sequence[SeriesLike], ambiguous: list[str]) -> Optional[str]:
+        """The one name of ``kind`` on ``side`` that ``short`` abbreviates, else None (several are
+        noted in ``ambiguous``)."""
+        fits = [s.name for s in side if s.kind == kind and _abbreviates(short, s.name)]
+        if len(fits) > 1:
+            ambiguous.append(f"{short!r} fits {len(fits)} {kind} tensors ({', '.join(fits[:3])})")
+        return fits[0] if len(fits) == 1 else None
 
     def _free_groups(self, kind: str) -> dict[tuple[Any, ...], tuple[list[SeriesLike], list[SeriesLike]]]:
         """Free tensors of ``kind`` grouped by static shape: shape -> (base list, cand list), execution order.
