@@ -271,7 +271,52 @@ class Comparison:
         diverged = [p for p in self._pairs if p.first_bad == k]
         kink = kinks.note(kinks.kinked(self._pairs, k)) if any(p.base.kind == "grad" for p in diverged) else None
         loud = any(_loud(p, k, self.policy.equal_nan) for p in diverged)
-        return [self._divergence(p, k, kink, loud) for p in diverged]
+        found = [self._divergence(p, k, kink, loud) for p in diverged]
+        first = diverged[0] if diverged else None
+        if first is not None and first.base.kind in ("activation", "loss") and first.reason[k] == VALUE:
+            # past the noise only: a difference rounding can reach is no sign of another input
+            note = self._input_note(first, k) if _loud(first, k, self.policy.equal_nan) else None
+            if note:
+                found[0].note = "; ".join(n for n in (found[0].note, note) if n)
+        return found
+
+    def _input_note(self, first: Pair, k: int) -> Optional[str]:
+        """What an output diverging first at step ``k`` (nothing before it in execution order
+        does) means when every weight recorded at ``k`` agrees there: its input differs, or the
+        layer computes another function of it. A new user's faithful port under Keras ``fit``'s
+        default ``shuffle=True`` diverged on its first layer's output at step 0, with nothing to
+        say that the batches differed."""
+        weights = [p for p in self._pairs if p.base.kind == "weight" and p.ib[k] >= 0 and p.ic[k] >= 0]
+        if not weights:
+            return None
+        for p in weights:
+            p.ensure(k + 1, self.policy.equal_nan)
+        if any(p.reason[k] != OK for p in weights):
+            return None
+        earlier = [
+            p
+            for p in self._pairs
+            if p.base.kind == "activation" and p.base.order < first.base.order and p.ib[k] >= 0 and p.ic[k] >= 0
+        ]
+        loss = first.base.kind == "loss"
+        if earlier:
+            if loss:
+                return (
+                    "every recorded weight and output agrees at this step: the loss is computed differently "
+                    "(reduction, from_logits, label smoothing, regularization terms), its labels differ, or a "
+                    "layer after the last recorded output does"
+                )
+            return (
+                "every recorded weight and the outputs recorded before it agree at this step: this layer computes "
+                "another function of its input (activation, padding, epsilon, training flag), or reads an input "
+                "not recorded"
+            )
+        return (
+            "every recorded weight agrees at this step and no output is recorded before it: its input differs "
+            "(another batch: Keras fit shuffles unless shuffle=False, a tf.data shuffle or batching on one side), "
+            f"or {'the model or the loss' if loss else 'the layer'} computes another function of it"
+            + ("" if loss else " (activation, padding, data format)")
+        )
 
     def _moved_by_the_update(self, pair: Pair, k: int) -> Optional[str]:
         """What a weight diverging at step ``k`` after its gradient agreed element-wise at every

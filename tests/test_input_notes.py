@@ -1,0 +1,92 @@
+"""What an output diverging first, with every weight agreeing, tells: another input, or another function.
+
+From a trial of Keras defaults: a faithful port trained with ``model.fit(x, y, batch_size=8)``
+(``shuffle=True`` unless told otherwise) against a TF1 loop feeding batches in order diverged at
+step 0 on its first layer's output. True, but nothing said why; the note now does. Each
+expectation is checked on the recorded values with numpy, not on the tool.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+import tf1_session
+from shim_readback import tensors_by_step
+
+from tb_parity_plugin import compare, summary_v1, summary_v2
+
+RNG = np.random.default_rng(3)
+STEPS, BATCH, D, H, C = 3, 8, 5, 6, 3
+X = RNG.standard_normal((STEPS * BATCH, D)).astype(np.float32)
+Y = RNG.integers(0, C, STEPS * BATCH).astype(np.int64)
+W1 = (RNG.standard_normal((D, H)) * 0.5).astype(np.float32)
+W2 = (RNG.standard_normal((H, C)) * 0.5).astype(np.float32)
+
+
+def _tf1(run_dir: str) -> None:
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, D])
+        y = tf.compat.v1.placeholder(tf.int64, [None])
+        dense = tf.compat.v1.layers.dense(
+            x, H, tf.nn.relu, name="dense", kernel_initializer=tf.constant_initializer(W1)
+        )
+        h = rec.activation("dense", dense)
+        logits = tf.compat.v1.layers.dense(h, C, name="dense_1", kernel_initializer=tf.constant_initializer(W2))
+        rec.activation("dense_1", logits)
+        loss = rec.loss(tf.compat.v1.losses.sparse_softmax_cross_entropy(y, logits))
+        rec.lr(tf.constant(0.1))
+        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.1), loss, global_step=gs)
+        tf1_session.train(rec, train_op, (x, y), (X, Y), STEPS, BATCH)
+
+
+def _fit(run_dir: str, shuffle: bool, second: str = "linear") -> None:
+    first, out = tf.keras.layers.Dense(H, "relu", name="dense"), tf.keras.layers.Dense(C, second, name="dense_1")
+    inputs = tf.keras.Input((D,))
+    model = tf.keras.Model(inputs, out(first(inputs)))
+    first.set_weights([W1, np.zeros(H, np.float32)])
+    out.set_weights([W2, np.zeros(C, np.float32)])
+    loss = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(tf.keras.optimizers.SGD(0.1), loss)
+    rec = summary_v2.Recorder(run_dir)
+    summary_v2.instrument(model, rec, layers=[first, out])
+    kwargs = {} if shuffle else {"shuffle": False}  # the default, as users leave it
+    model.fit(X, Y, batch_size=BATCH, epochs=1, verbose=0, **kwargs)
+    rec.close()
+
+
+def _first_layer(run_dir: str, step: int) -> np.ndarray:
+    got = tensors_by_step(run_dir)[step][("activation", "dense")][2]
+    return np.asarray(got).reshape(BATCH, H)
+
+
+def test_fit_shuffling_by_default_is_named_on_the_first_output(tmp_path) -> None:
+    _tf1(str(tmp_path / "tf1"))
+    _fit(str(tmp_path / "tf2"), shuffle=True)
+    # numpy: TF1's step 0 saw rows 0..7; the port's rows are other rows of X (fit shuffled them)
+    every = np.maximum(X @ W1, 0.0)
+    np.testing.assert_allclose(_first_layer(str(tmp_path / "tf1"), 0), every[:BATCH], rtol=1e-5, atol=1e-6)
+    port = _first_layer(str(tmp_path / "tf2"), 0)
+    rows = [int(np.argmin(np.abs(every - r).max(axis=1))) for r in port]
+    np.testing.assert_allclose(port, every[rows], rtol=1e-5, atol=1e-6)
+    assert sorted(rows) != list(range(BATCH))
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert (first.step, first.kind, first.tensor) == (0, "activation", "dense")
+    assert "every recorded weight agrees at this step" in first.note
+    assert "Keras fit shuffles unless shuffle=False" in first.note
+
+
+def test_the_same_batches_agree_and_a_wrong_activation_is_named_as_the_layers_own(tmp_path) -> None:
+    _tf1(str(tmp_path / "tf1"))
+    _fit(str(tmp_path / "tf2"), shuffle=False)
+    assert compare(str(tmp_path), baseline="tf1", candidate="tf2").agree
+    _fit(str(tmp_path / "tf2_tanh"), shuffle=False, second="tanh")
+    # numpy: the first layer's output is the same; the logits are tanh of TF1's
+    logits = np.asarray(tensors_by_step(str(tmp_path / "tf1"))[0][("activation", "dense_1")][2]).reshape(BATCH, C)
+    port = np.asarray(tensors_by_step(str(tmp_path / "tf2_tanh"))[0][("activation", "dense_1")][2]).reshape(BATCH, C)
+    np.testing.assert_allclose(port, np.tanh(logits), rtol=1e-5, atol=1e-6)
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2_tanh").first_divergence
+    assert (first.step, first.kind, first.tensor) == (0, "activation", "dense_1")
+    assert "the outputs recorded before it agree at this step: this layer computes another function" in first.note
+    assert "shuffle" not in first.note
