@@ -16,6 +16,8 @@ still found at step 1 on ``v``.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -62,7 +64,7 @@ def _tf1(run_dir: str, optimizer: str) -> None:
         tf1_session.train(rec, train_op, (x, y), (X, Y), STEPS, BATCH)
 
 
-def _keras(run_dir: str, optimizer: str, beta_2: float = 0.999) -> None:
+def _keras(run_dir: str, optimizer: str, beta_2: float = 0.999, clipnorm: Optional[float] = None) -> None:
     """The port: Keras layers with their defaults, the TF1 weights copied in, trained by ``fit``."""
     model = tf.keras.Sequential(
         [
@@ -78,7 +80,7 @@ def _keras(run_dir: str, optimizer: str, beta_2: float = 0.999) -> None:
     if optimizer == "momentum":
         opt = tf.keras.optimizers.SGD(LR, momentum=0.9)
     else:  # TF1 Adam's epsilon is 1e-8, Keras's 1e-7
-        opt = tf.keras.optimizers.Adam(LR, beta_2=beta_2, epsilon=1e-8)
+        opt = tf.keras.optimizers.Adam(LR, beta_2=beta_2, epsilon=1e-8, clipnorm=clipnorm)
     model.compile(opt, tf.keras.losses.CategoricalCrossentropy(from_logits=True))
     rec = summary_v2.Recorder(run_dir)
     summary_v2.instrument(model, rec)
@@ -346,3 +348,33 @@ def test_the_detail_view_holds_each_element_to_the_atol_the_verdict_used() -> No
     assert (
         comparison.detail("grad/dense/bias:0", step=4).step_atol == comparison.policy.for_tag("grad/dense/bias:0").atol
     )
+
+
+CLIPNORM, ATOL = 0.5, 3e-4  # clipped, and loose enough that Adam's epsilon under clipping moves only tiny gradients
+
+
+def test_a_port_clipping_its_update_is_not_told_rounding_noise(tmp_path) -> None:
+    """A new user's ``clipnorm`` where TF1 clipped otherwise (here: not at all): the gradients
+    recorded before the clipping agree; Adam is scale-free but for its epsilon, so the first weight
+    out of tolerance moved only elements of tiny gradient, and its note said "likely rounding noise
+    ... check the epsilon" beside Adam slots 40-140% apart (the user's CNN at atol 1e-4). A slot
+    that far apart is past what its gradient's differences allow, and the note now says so."""
+    _tf1(str(tmp_path / "tf1"), "adam")
+    _keras(str(tmp_path / "tf2"), "adam", clipnorm=CLIPNORM)
+    tf1, tf2 = tensors_by_step(str(tmp_path / "tf1")), tensors_by_step(str(tmp_path / "tf2"))
+    g_tf1, g_tf2 = _by_kind(tf1, 0, "grad", "dense/kernel"), _by_kind(tf2, 0, "grad", "dense/kernel")
+    np.testing.assert_allclose(g_tf2, g_tf1, rtol=1e-5, atol=1e-6)  # numpy: recorded before the clipping
+    m_tf1, m_tf2 = _by_kind(tf1, 1, "slot", "dense/kernel/Adam:"), _by_kind(tf2, 1, "slot", "m/dense/kernel")
+    np.testing.assert_allclose(m_tf1, 0.1 * g_tf1, rtol=1e-5, atol=1e-9)  # numpy: m = (1 - beta1) g
+    clipped = g_tf1 * min(1.0, CLIPNORM / np.linalg.norm(g_tf1))  # Keras clips each gradient to its norm
+    np.testing.assert_allclose(m_tf2, 0.1 * clipped, rtol=1e-4, atol=1e-9)
+    assert np.abs(m_tf2 - m_tf1).max() > 10 * ATOL
+    found = compare(str(tmp_path), baseline="tf1", candidate="tf2", atol=ATOL).first_divergence
+    assert (found.step, found.kind) == (1, "weight"), found
+    assert "agreed element-wise at every earlier step" in found.note, found.note
+    assert "rounding noise" not in found.note and "epsilon" not in found.note, found.note
+    assert "the update's input differs beyond rounding" in found.note, found.note
+    # the faithful port under the same policy: its bias drifts on noise, and is still told so
+    _keras(str(tmp_path / "tf2_faithful"), "adam")
+    same = compare(str(tmp_path), baseline="tf1", candidate="tf2_faithful", atol=ATOL).first_divergence
+    assert same is not None and same.tensor == "dense/bias:0" and "rounding noise" in same.note, same

@@ -236,9 +236,17 @@ class Comparison:
             p.ensure_ratios(n)
 
     # -- results -----------------------------------------------------------------
-    def _divergence(self, pair: Pair, k: int, kink: Optional[str] = None, loud: bool = False) -> Divergence:
+    def _divergence(
+        self,
+        pair: Pair,
+        k: int,
+        kink: Optional[str] = None,
+        loud: bool = False,
+        slot_gaps: Sequence[tuple[str, float]] = (),
+    ) -> Divergence:
         """``kink``: the step's :func:`kinks.note`, for a gradient; ``loud``: another tensor diverges
-        past the noise at this step (:func:`_loud`), so no difference there is called marginal."""
+        past the noise at this step (:func:`_loud`), so no difference there is called marginal;
+        ``slot_gaps``: (tag, largest difference) of the slots diverging at this step."""
         b, c = pair.base, pair.cand
         found = pair.finding(k, self.policy.equal_nan)
         parent = metadata.sample_parent(b.name)
@@ -251,7 +259,7 @@ class Comparison:
         if pair.reason[k] == VALUE:
             notes = [
                 found.get("note"),
-                self._moved_by_the_update(pair, k) if b.kind == "weight" and not found.get("note") else None,
+                self._moved_by_the_update(pair, k, slot_gaps) if b.kind == "weight" and not found.get("note") else None,
                 kink if b.kind == "grad" else None,
                 None if loud else _marginal_note(b.kind, found),
             ]
@@ -271,7 +279,12 @@ class Comparison:
         diverged = [p for p in self._pairs if p.first_bad == k]
         kink = kinks.note(kinks.kinked(self._pairs, k)) if any(p.base.kind == "grad" for p in diverged) else None
         loud = any(_loud(p, k, self.policy.equal_nan) for p in diverged)
-        found = [self._divergence(p, k, kink, loud) for p in diverged]
+        slot_gaps = [
+            (f"{p.base.kind}/{p.base.name}", float(p.finding(k, self.policy.equal_nan).get("max_abs_diff") or np.inf))
+            for p in diverged
+            if p.base.kind == "slot" and p.reason[k] == VALUE
+        ]
+        found = [self._divergence(p, k, kink, loud, slot_gaps) for p in diverged]
         first = diverged[0] if diverged else None
         if first is not None and first.base.kind in ("activation", "loss") and first.reason[k] == VALUE:
             # past the noise only: a difference rounding can reach is no sign of another input
@@ -318,13 +331,20 @@ class Comparison:
             + ("" if loss else " (activation, padding, data format)")
         )
 
-    def _moved_by_the_update(self, pair: Pair, k: int) -> Optional[str]:
+    def _moved_by_the_update(self, pair: Pair, k: int, slot_gaps: Sequence[tuple[str, float]] = ()) -> Optional[str]:
         """What a weight diverging at step ``k`` after its gradient agreed element-wise at every
         earlier step means (None otherwise): the update that moved it differs although its input
         agreed. When the gradient of the elements out of tolerance stayed below its atol at every
         earlier step, that is likely rounding noise, which an adaptive optimizer turns into steps
         near its learning rate: new users' faithful Adam ports diverged on a dense bias before batch
-        normalization (the whole tensor) and on an embedding row first looked up at step 2."""
+        normalization (the whole tensor) and on an embedding row first looked up at step 2.
+
+        Not called noise when a slot diverges at this step (past what its gradient's differences
+        allow: ``Pair.allowance``) by more than that gradient's atol (``slot_gaps``): noise in a
+        gradient that cancels leaves its slots at rounding scale, so the update's input differs
+        beyond rounding. A new user's
+        ``clipnorm`` in place of ``global_clipnorm`` (clipping between the recorded gradient and
+        the update) was told "likely rounding noise" beside Adam slots 40-140% apart."""
         if self._grad_of is None:  # once per set of pairs, when a weight first diverges
             self._grad_of = {id(self._pairs[i]): self._pairs[j] for i, j in self._weight_grads.items()}
         g = self._grad_of.get(id(pair))
@@ -334,18 +354,30 @@ class Comparison:
             return None
         kept = pair.update_note  # each refresh's report asks again: kept while both pairs are
         if kept is not None and kept[0] is g and kept[1] == k and k < pair.done:
-            return kept[2]
-        g.ensure(k, self.policy.equal_nan)
-        seen = (g.ib[:k] >= 0) & (g.ic[:k] >= 0)
-        note = None
-        if seen.any() and not ((g.reason[:k] != OK) & (g.reason[:k] != ABSENT)).any():
-            note = self._update_note(pair, g, k, seen)
-        pair.update_note = (g, k, note)
-        return note
+            note, noise = kept[2]
+        else:
+            g.ensure(k, self.policy.equal_nan)
+            seen = (g.ib[:k] >= 0) & (g.ic[:k] >= 0)
+            note, noise = None, None
+            if seen.any() and not ((g.reason[:k] != OK) & (g.reason[:k] != ABSENT)).any():
+                note, noise = self._update_note(pair, g, k, seen)
+            pair.update_note = (g, k, (note, noise))
+        if note is None or noise is None:
+            return note
+        far = [(tag, gap) for tag, gap in slot_gaps if gap > g.tol.atol]
+        if far:
+            tag, gap = far[0]
+            return (
+                f"{note}; yet the optimizer's slot {tag} differs by {gap:.3g} at this step, past atol and past what "
+                "its gradient's differences allow: the update's input differs beyond rounding (clipping or scaling "
+                "between the recorded gradient and the update, or another optimizer setting)"
+            )
+        return note + noise
 
-    def _update_note(self, pair: Pair, g: Pair, k: int, seen: np.ndarray) -> str:
+    def _update_note(self, pair: Pair, g: Pair, k: int, seen: np.ndarray) -> tuple[str, Optional[str]]:
         """:meth:`_moved_by_the_update`'s note, from the gradient's values at the steps ``seen``
-        before ``k`` (only the elements out of tolerance read, when they are known)."""
+        before ``k`` (only the elements out of tolerance read, when they are known), and what it
+        adds when those gradients stayed below atol (None when they did not)."""
         rows = (g.ib[:k][seen], g.ic[:k][seen])
         out = self._elements_out(pair, k)
         width = min(g.base.values.shape[1], g.cand.values.shape[1])
@@ -360,15 +392,16 @@ class Comparison:
             f"its gradient {g.base.kind}/{g.base.name} agreed element-wise at every earlier step: the update "
             f"that moved it differs; {what} had gradients of at most {largest:.3g} there"
         )
+        noise = None
         if largest < g.tol.atol:
-            note += (
+            noise = (
                 f", below atol {g.tol.atol:g}: likely rounding noise (a gradient 0 in exact math: a bias right "
                 "before batch normalization, an attention key's bias, which softmax cancels; or an embedding row "
                 "seldom looked up), which an adaptive optimizer (Adam, RMSprop, Adagrad) turns "
                 "into steps near its learning rate, so faithful runs drift apart there. Check the optimizer's "
                 "epsilon first (TF1 Adam 1e-8, Keras 1e-7); README: What counts as a divergence"
             )
-        return note
+        return note, noise
 
     def _elements_out(self, pair: Pair, k: int) -> Optional[np.ndarray]:
         """Flat indices of a pair's elements out of tolerance at compared step ``k`` (None

@@ -133,8 +133,11 @@ class Pair:
     feeder_moment: int = 0
     feeder_averages: bool = False
     #: A weight's last note on its update (``Comparison._moved_by_the_update``): (its gradient's
-    #: pair, the compared step, the note), valid while both pairs are kept and the step settled
-    update_note: Optional[tuple[Pair, int, Optional[str]]] = dataclasses.field(default=None, repr=False, compare=False)
+    #: pair, the compared step, (the note, what it adds for gradients below atol)), valid while
+    #: both pairs are kept and the step settled
+    update_note: Optional[tuple[Pair, int, tuple[Optional[str], Optional[str]]]] = dataclasses.field(
+        default=None, repr=False, compare=False
+    )
     #: :meth:`allowance` per compared step, computed for ``[:len]``
     _through: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
 
