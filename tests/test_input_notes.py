@@ -8,12 +8,16 @@ expectation is checked on the recorded values with numpy, not on the tool.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import tensorflow as tf
 import tf1_session
+from engine_helpers import run, series
 from shim_readback import tensors_by_step
 
 from tb_parity_plugin import compare, summary_v1, summary_v2
+from tb_parity_plugin.engine import Comparison
 
 RNG = np.random.default_rng(3)
 STEPS, BATCH, D, H, C = 3, 8, 5, 6, 3
@@ -90,3 +94,35 @@ def test_the_same_batches_agree_and_a_wrong_activation_is_named_as_the_layers_ow
     assert (first.step, first.kind, first.tensor) == (0, "activation", "dense_1")
     assert "the outputs recorded before it agree at this step: this layer computes another function" in first.note
     assert "shuffle" not in first.note
+
+
+def test_no_input_note_while_a_weight_is_compared_by_statistics_only() -> None:
+    """A faithful Adam port's 3000-row embedding, compared by statistics and an element sample, held
+    one element 2.7e-5 apart from step 3 (numpy on both runs' dumps); its lookup's output diverged
+    at step 6, and the note said every weight agreed and sent the user to the data. Statistics
+    cannot prove a weight agrees: the note is left out then."""
+    w = [np.ones(5000, np.float32) for _ in range(2)]
+    out = [np.ones(4, np.float32) for _ in range(2)]
+    moved = [o + np.float32(0.5) for o in out]
+    for keep, noted in ((True, True), (False, False)):
+        base = run("tf1", [series("weight", "emb", w, keep_values=keep), series("activation", "emb", out, order=1)])
+        cand = run("tf2", [series("weight", "emb", w, keep_values=keep), series("activation", "emb", moved, order=1)])
+        first = Comparison(base, cand).report().first_divergence
+        assert (first.step, first.kind) == (0, "activation")
+        assert ("every recorded weight agrees" in (first.note or "")) == noted, first.note
+
+
+def test_a_partial_batch_traced_again_is_one_warning_per_run() -> None:
+    """Every tf.function loop over a None batch retraces for its partial last batch; a new user's
+    every diff ended with one warning per recorded output. One line per run now names how many."""
+    changed = "was traced for several batch sizes (float32 [16, 3]; float32 [4, 3]): each step is compared at the shape"
+    tensors = [series("activation", name, [np.ones(3, np.float32)], order=i) for i, name in enumerate("abc")]
+    cand = [dataclasses.replace(t, layout_change=changed) if t.name != "c" else t for t in tensors]
+    warnings = Comparison(run("tf1", tensors), run("tf2", cand)).report().warnings
+    assert warnings == [
+        "tf2: 2 tensors were traced for several batch sizes, e.g. activation/a (float32 [16, 3]; float32 [4, 3]): "
+        "each step is compared at the shape"
+    ]
+    other = dataclasses.replace(tensors[2], layout_change="changed layout mid-run: float32 [3]; float64 [3]")
+    warnings = Comparison(run("tf1", tensors), run("tf2", [*cand[:2], other])).report().warnings
+    assert warnings[0] == "tf2: activation/c changed layout mid-run: float32 [3]; float64 [3]"

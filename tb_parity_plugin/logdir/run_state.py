@@ -620,9 +620,7 @@ def _merge(parts: list[Part]) -> TensorSeries:
                 and all(len(sh) for _, sh in kinds)
             ):
                 # Only the leading dimension: a function traced again for a partial last batch.
-                change = (
-                    f"was traced for several batch sizes ({listed}): each step is compared at the shape it ran with"
-                )
+                change = f"was {metadata.BATCH_SIZES} ({listed}): each step is compared at the shape it ran with"
             else:
                 change = "changed layout mid-run: " + listed
         each = [_dims(p[0], p[2]) for p in parts]
