@@ -193,3 +193,62 @@ def test_a_wrong_ema_decay_on_the_swapped_layer_is_found_on_its_average_at_step_
     first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
     assert first is not None
     assert (first.step, first.kind, first.tensor) == (1, "state", "enc/kernel/ExponentialMovingAverage:0"), first
+
+
+def _momentum_tf1(run_dir: str) -> list[np.ndarray]:
+    """TF1 MomentumOptimizer under a staircase schedule halving the lr at step 2; returns the
+    kernel's weights read before each step."""
+    weights = []
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4])
+        y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+        p = tf.compat.v1.layers.dense(x, 1, kernel_initializer=tf.constant_initializer(K), name="dense")
+        loss = rec.loss(tf.reduce_mean(tf.square(p - y)))
+        lr = rec.lr(tf.compat.v1.train.exponential_decay(0.05, gs, 2, 0.5, staircase=True))
+        opt = tf.compat.v1.train.MomentumOptimizer(lr, 0.9)
+        train = rec.minimize(opt, loss, global_step=gs)
+        rec.variables(optimizer=opt)
+        kernel = tf.compat.v1.trainable_variables()[0]
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for s in range(STEPS):
+                weights.append(sess.run(kernel))
+                rec.write(sess.run([train, fetches], {x: X[s], y: Y1[s]})[1])
+        rec.close()
+    return weights
+
+
+def _momentum_port(run_dir: str) -> list[np.ndarray]:
+    """The Keras port as users write it: SGD with momentum and the same staircase schedule, fit."""
+    model = tf.keras.Sequential(
+        [tf.keras.Input((4,)), tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(K), name="dense")]
+    )
+    schedule = tf.keras.optimizers.schedules.ExponentialDecay(0.05, 2, 0.5, staircase=True)
+    model.compile(tf.keras.optimizers.SGD(schedule, momentum=0.9), "mse")
+    rec = summary_v2.Recorder(run_dir)
+    summary_v2.instrument(model, rec)
+    weights = []
+    for s in range(STEPS):
+        weights.append(model.get_layer("dense").kernel.numpy())
+        model.fit(X[s], Y1[s], batch_size=8, epochs=1, shuffle=False, verbose=0)
+    rec.close()
+    return weights
+
+
+def test_keras_momentum_under_a_schedule_is_told_where_its_rule_parts_from_tf1s(tmp_path) -> None:
+    """TF1 applies a new lr to the whole accumulator, Keras SGD only to the new gradient: the two part
+    at the first lr change (step 2) and the weights differ from step 3 (numpy below). The slot, kept
+    by Keras as -lr x accumulator and recorded divided by this step's lr, differs at step 2 by
+    exactly lr(1)/lr(2) = 2, and the note now says why instead of leaving a bare factor of 2."""
+    w_tf1 = _momentum_tf1(str(tmp_path / "tf1"))
+    w_port = _momentum_port(str(tmp_path / "tf2"))
+    for s in range(3):  # numpy: the same weights through step 2 (the update at 2 is the first to part)
+        np.testing.assert_allclose(w_port[s], w_tf1[s], rtol=1e-6, atol=1e-7)
+    assert np.abs(w_port[3] - w_tf1[3]).max() > 1e-4
+    found = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert (found.step, found.kind) == (2, "slot"), found
+    assert "times lr(step 1) / lr(step 2) = 2:" in found.note, found.note
+    assert "their rules part" in found.note

@@ -260,6 +260,7 @@ class Comparison:
             notes = [
                 found.get("note"),
                 self._moved_by_the_update(pair, k, slot_gaps) if b.kind == "weight" and not found.get("note") else None,
+                self._momentum_at_lr_change(pair, k) if b.kind == "slot" else None,
                 kink if b.kind == "grad" else None,
                 None if loud else _marginal_note(b.kind, found),
             ]
@@ -404,6 +405,35 @@ class Comparison:
                 "epsilon first (TF1 Adam 1e-8, Keras 1e-7); README: What counts as a divergence"
             )
         return note, noise
+
+    def _momentum_at_lr_change(self, pair: Pair, k: int) -> Optional[str]:
+        """For a slot diverging at step ``k`` right after the lr changed, when one run's slot is
+        the other's times ``lr(k-1) / lr(k)`` (within its tolerance): Keras SGD's momentum kept as
+        ``-lr x accumulator``, recorded divided by this step's lr. A new user's port of
+        ``MomentumOptimizer`` under a staircase schedule diverged by 2x on a slot, with nothing to
+        say that the two optimizers' rules part at an lr change (README: Slots align without a map)."""
+        lr = next((p for p in self._pairs if p.base.kind == "lr"), None)
+        if lr is None or k == 0 or int(self.steps[k - 1]) != int(self.steps[k]) - 1 or not lr.use_values:
+            return None
+        rows = (int(lr.ib[k - 1]), int(lr.ib[k]))
+        if min(rows) < 0:
+            return None
+        before, now = (float(np.ravel(lr.base.values[r])[0]) for r in rows)
+        both = pair.step_values(k)
+        if both is None or not (before > 0 and now > 0) or abs(before - now) <= 1e-6 * now:
+            return None
+        b, c = both
+        scale = before / now
+        rtol, atol = pair.rtol_at(k), pair.atol_at(k)
+        if not any(allclose.isclose(x * scale, y, rtol, atol, True).all() for x, y in ((b, c), (c, b))):
+            return None
+        return (
+            f"one run's slot is the other's times lr(step {int(self.steps[k - 1])}) / lr(step {int(self.steps[k])}) "
+            f"= {scale:.4g}: Keras SGD keeps momentum as -lr x accumulator (recorded divided by this step's lr), "
+            "TF1's MomentumOptimizer as the accumulator, and at an lr change their rules part (TF1 applies the new "
+            "lr to the whole accumulator, Keras to the new gradient only): a real difference from this step's "
+            "update on, which a port needs its own update rule to remove"
+        )
 
     def _elements_out(self, pair: Pair, k: int) -> Optional[np.ndarray]:
         """Flat indices of a pair's elements out of tolerance at compared step ``k`` (None
