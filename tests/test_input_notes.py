@@ -110,6 +110,16 @@ def test_no_input_note_while_a_weight_is_compared_by_statistics_only() -> None:
         first = Comparison(base, cand).report().first_divergence
         assert (first.step, first.kind) == (0, "activation")
         assert ("every recorded weight agrees" in (first.note or "")) == noted, first.note
+    # the same for an output before it that only its statistics compare
+    small = [np.ones(3, np.float32) for _ in range(2)]
+    big = [np.ones(5000, np.float32) for _ in range(2)]
+    for keep, noted in ((True, True), (False, False)):
+        tensors = [series("weight", "w", small), series("activation", "a", big, order=1, keep_values=keep)]
+        base = run("tf1", [*tensors, series("activation", "b", out, order=2)])
+        cand = run("tf2", [*tensors, series("activation", "b", moved, order=2)])
+        first = Comparison(base, cand).report().first_divergence
+        assert (first.step, first.tensor) == (0, "b")
+        assert ("the outputs recorded before it agree" in (first.note or "")) == noted, first.note
 
 
 def test_a_partial_batch_traced_again_is_one_warning_per_run() -> None:

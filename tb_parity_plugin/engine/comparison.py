@@ -314,11 +314,14 @@ class Comparison:
             for p in self._pairs
             if p.base.kind == "activation" and p.base.order < first.base.order and p.ib[k] >= 0 and p.ic[k] >= 0
         ]
+        if not all(p.by_values_at(k) for p in earlier):
+            return None  # an output compared by statistics only is no proof that it agrees
         loss = first.base.kind == "loss"
         if earlier:
             if loss:
                 return (
-                    "every recorded weight and output agrees at this step: the loss is computed differently "
+                    "every recorded weight and the outputs recorded before it agree at this step: the loss is "
+                    "computed differently "
                     "(reduction, from_logits, label smoothing, regularization terms), its labels differ, or a "
                     "layer after the last recorded output does"
                 )
