@@ -136,3 +136,62 @@ def test_a_partial_batch_traced_again_is_one_warning_per_run() -> None:
     other = dataclasses.replace(tensors[2], layout_change="changed layout mid-run: float32 [3]; float64 [3]")
     warnings = Comparison(run("tf1", tensors), run("tf2", [*cand[:2], other])).report().warnings
     assert warnings[0] == "tf2: activation/c changed layout mid-run: float32 [3]; float64 [3]"
+
+
+RATE = 0.3
+
+
+def _dropout_tf1(run_dir: str) -> None:
+    with tf.Graph().as_default():
+        tf.compat.v1.set_random_seed(2)
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, D])
+        y = tf.compat.v1.placeholder(tf.int64, [None])
+        dense = tf.compat.v1.layers.dense(
+            x, H, tf.nn.relu, name="dense", kernel_initializer=tf.constant_initializer(W1)
+        )
+        h = rec.activation("dense", dense)
+        dropped = rec.activation("dropout", tf.compat.v1.layers.dropout(h, RATE, training=True))
+        logits = tf.compat.v1.layers.dense(dropped, C, name="dense_1", kernel_initializer=tf.constant_initializer(W2))
+        loss = rec.loss(tf.compat.v1.losses.sparse_softmax_cross_entropy(y, logits))
+        rec.lr(tf.constant(0.1))
+        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.1), loss, global_step=gs)
+        tf1_session.train(rec, train_op, (x, y), (X, Y), STEPS, BATCH)
+
+
+def _dropout_fit(run_dir: str) -> None:
+    tf.keras.utils.set_random_seed(7)
+    first, drop = tf.keras.layers.Dense(H, "relu", name="dense"), tf.keras.layers.Dropout(RATE, name="dropout")
+    out = tf.keras.layers.Dense(C, name="dense_1")
+    inputs = tf.keras.Input((D,))
+    model = tf.keras.Model(inputs, out(drop(first(inputs))))
+    first.set_weights([W1, np.zeros(H, np.float32)])
+    out.set_weights([W2, np.zeros(C, np.float32)])
+    model.compile(tf.keras.optimizers.SGD(0.1), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    rec = summary_v2.Recorder(run_dir)
+    summary_v2.instrument(model, rec, layers=[first, drop])
+    model.fit(X, Y, batch_size=BATCH, epochs=1, verbose=0, shuffle=False)
+    rec.close()
+
+
+def test_dropout_masks_drawn_otherwise_are_named_as_such(tmp_path) -> None:
+    """A new user's port seeded its dropout otherwise (both in training mode): the divergence on the
+    dropout's output is real, and the note said "this layer computes another function (... training
+    flag)". Numpy: every element out of tolerance is 0 in one run and h / (1 - rate) in the other."""
+    _dropout_tf1(str(tmp_path / "tf1"))
+    _dropout_fit(str(tmp_path / "tf2"))
+    tf1, tf2 = tensors_by_step(str(tmp_path / "tf1")), tensors_by_step(str(tmp_path / "tf2"))
+    h = np.asarray(tf1[0][("activation", "dense")][2]).reshape(-1)
+    np.testing.assert_allclose(np.asarray(tf2[0][("activation", "dense")][2]).reshape(-1), h, rtol=1e-6, atol=1e-7)
+    a, b = (np.asarray(run[0][("activation", "dropout")][2]).reshape(-1) for run in (tf1, tf2))
+    apart = ~np.isclose(a, b, rtol=1e-7, atol=1e-5)
+    assert apart.any()
+    for one, other in ((a, b), (b, a)):  # each element apart: kept (h / (1 - rate)) in one run, dropped in the other
+        kept = apart & (one != 0)
+        np.testing.assert_allclose(one[kept], h[kept] / (1 - RATE), rtol=1e-6)
+        assert (other[kept] == 0).all()
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert (first.step, first.kind, first.tensor) == (0, "activation", "dropout"), first
+    assert f"each of its {int(apart.sum())} elements out of tolerance is exactly 0 in one run only" in first.note
+    assert "a different random mask" in first.note and "training flag" not in first.note

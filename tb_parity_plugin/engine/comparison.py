@@ -316,6 +316,14 @@ class Comparison:
         ]
         if not all(p.by_values_at(k) for p in earlier):
             return None  # an output compared by statistics only is no proof that it agrees
+        masked = self._zero_in_one_run(first, k)
+        if masked:
+            agree = "every recorded weight" + (" and the outputs recorded before it agree" if earlier else " agrees")
+            return (
+                f"{agree} at this step, and each of its {masked} elements out of tolerance is exactly 0 in one run "
+                "only: a different random mask (dropout: its seed, or another random op drawn before it; README: "
+                "Porting a real model, step 1), or units a ReLU switched off in one run"
+            )
         loss = first.base.kind == "loss"
         if earlier:
             if loss:
@@ -336,6 +344,20 @@ class Comparison:
             f"or {'the model or the loss' if loss else 'the layer'} computes another function of it"
             + ("" if loss else " (activation, padding, data format)")
         )
+
+    def _zero_in_one_run(self, pair: Pair, k: int) -> int:
+        """How many elements are out of tolerance at step ``k`` when each of them is exactly 0 in
+        one run and not in the other (a dropout mask drawn differently), else 0. A new user's
+        dropout seeded otherwise was told "this layer computes another function (... training
+        flag)" though both ran in training mode."""
+        both = pair.step_values(k)
+        if both is None:
+            return 0
+        b, c = both
+        out = ~allclose.isclose(c, b, pair.rtol_at(k), pair.atol_at(k), self.policy.equal_nan)
+        if not out.any() or not ((b[out] == 0) != (c[out] == 0)).all():
+            return 0
+        return int(out.sum())
 
     def _moved_by_the_update(self, pair: Pair, k: int, slot_gaps: Sequence[tuple[str, float]] = ()) -> Optional[str]:
         """What a weight diverging at step ``k`` after its gradient agreed element-wise at every
