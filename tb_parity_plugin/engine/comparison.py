@@ -390,8 +390,13 @@ class Comparison:
             if seen.any() and not ((g.reason[:k] != OK) & (g.reason[:k] != ABSENT)).any():
                 note, noise = self._update_note(pair, g, k, seen)
             pair.update_note = (g, k, (note, noise))
-        if note is None or noise is None:
-            return note
+        if note is None:
+            return None
+        if noise is None:  # the update itself: what a port most often sets otherwise
+            return (
+                f"{note}: compare the optimizers' settings (epsilon: TF1 Adam 1e-8, Keras 1e-7; betas, momentum, "
+                "nesterov, clipping, weight decay)"
+            )
         far = [(tag, gap) for tag, gap in slot_gaps if gap > g.tol.atol]
         if far:
             tag, gap = far[0]
