@@ -383,3 +383,36 @@ def test_a_port_clipping_its_update_is_not_told_rounding_noise(tmp_path) -> None
     _keras(str(tmp_path / "tf2_faithful"), "adam")
     same = compare(str(tmp_path), baseline="tf1", candidate="tf2_faithful", atol=ATOL).first_divergence
     assert same is not None and same.tensor == "dense/bias:0" and "rounding noise" in same.note, same
+
+
+def _weight_with_slots(cand: bool, own_slot_apart: bool) -> list:
+    """A bias drifting on noise gradients (1e-9) beside another variable whose Adam slot is 2x apart
+    (another beta1: its own divergence, no evidence about the bias's update); the bias's own slot
+    apart too when ``own_slot_apart``."""
+    f32, n = np.float32, 3
+    bias = [np.zeros(4, f32) for _ in range(n)]
+    own = [np.full(4, 0.01 * i, f32) for i in range(n)]
+    other = [np.full(6, 0.01 * i, f32) for i in range(n)]
+    if cand:
+        bias[2] = bias[2] + f32(1e-3)
+        other[2] = other[2] * 2
+        if own_slot_apart:
+            own[2] = own[2] * 2
+    return [
+        series("weight", "gen/bias:0", bias, order=0),
+        series("weight", "disc/kernel:0", [np.ones(6, f32)] * n, order=1),
+        series("grad", "gen/bias:0", [np.full(4, 1e-9, f32)] * n, order=10),
+        series("grad", "disc/kernel:0", [np.full(6, 0.1, f32)] * n, order=11),
+        series("slot", "gen/bias/Adam:0", own, order=20),
+        series("slot", "disc/kernel/Adam:0", other, order=21),
+    ]
+
+
+def test_only_the_weights_own_slot_overrules_the_noise_note() -> None:
+    """A review of the clipping note: it blamed another optimizer's slot (a GAN's discriminator,
+    its beta1 changed) for a generator bias drifting on noise whose own slot agreed."""
+    base = run("tf1", _weight_with_slots(False, False))
+    found = Comparison(base, run("tf2", _weight_with_slots(True, False))).report().first_divergence
+    assert (found.step, found.tensor) == (2, "gen/bias:0") and "rounding noise" in found.note, found.note
+    found = Comparison(base, run("tf2", _weight_with_slots(True, True))).report().first_divergence
+    assert "rounding noise" not in found.note and "its optimizer slot slot/gen/bias/Adam:0" in found.note, found.note

@@ -98,6 +98,17 @@ def test_a_mapping_may_abbreviate_names_as_a_user_writes_them() -> None:
         ("dense_1/kernel:0", "sequential/dense_2/kernel:0", "map"),
     ]
     assert not result.warnings
+    # a name that only drops ":0" is meant as is, even where it also ends another name; a kind where
+    # the short name fits several still gets its warning when another kind paired (a review)
+    scoped = [*base, series("weight", "enc/dense/kernel:0", steady(1), order=3)]
+    both = align.align(scoped, cand, ["dense/kernel=dense_3/kernel"])
+    assert ("dense/kernel:0", "sequential/dense_3/kernel:0", "map") in names(both)
+    kernels = [*base, series("weight", "x/kernel:0", steady(1), order=3)]
+    partly = align.align(kernels, cand, ["kernel=dense_3/kernel"])
+    assert any(
+        w.startswith("mapping 'kernel=dense_3/kernel' paired no tensor where 'kernel' fits 3 weight")
+        for w in partly.warnings
+    )
     vague = align.align(base, cand, ["weight/kernel=weight/dense_3/kernel"])
     assert vague.warnings[0] == (
         "mapping 'weight/kernel=weight/dense_3/kernel' paired no tensors: 'kernel' fits 2 weight tensors "

@@ -18,6 +18,7 @@ from shim_readback import tensors_by_step
 
 from tb_parity_plugin import compare, summary_v1, summary_v2
 from tb_parity_plugin.engine import Comparison
+from tb_parity_plugin.engine.tolerance import TolerancePolicy
 
 RNG = np.random.default_rng(3)
 STEPS, BATCH, D, H, C = 3, 8, 5, 6, 3
@@ -195,3 +196,23 @@ def test_dropout_masks_drawn_otherwise_are_named_as_such(tmp_path) -> None:
     assert (first.step, first.kind, first.tensor) == (0, "activation", "dropout"), first
     assert f"each of its {int(apart.sum())} elements out of tolerance is exactly 0 in one run only" in first.note
     assert "a different random mask" in first.note and "training flag" not in first.note
+
+
+def test_no_batch_hint_when_the_input_agrees_or_a_weight_is_one_runs_only() -> None:
+    """From a review: a recorded input (kind ``input``) that agrees rules out another batch, so the
+    note speaks of the layer; a weight one run alone records (a bias the port dropped, declared
+    with ``allow_unmatched``) is not known to agree, so there is no note."""
+    x = [np.arange(4, dtype=np.float32)] * 2
+    w = [np.ones(4, np.float32)] * 2
+    out = [np.ones(4, np.float32)] * 2
+    moved = [o + np.float32(0.5) for o in out]
+    common = [series("input", "x", x), series("weight", "dense/kernel:0", w, order=1)]
+    base = run("tf1", [*common, series("activation", "dense", out, order=2)])
+    first = Comparison(base, run("tf2", [*common, series("activation", "dense", moved, order=2)])).report()
+    note = first.first_divergence.note
+    assert "the outputs recorded before it agree" in note and "shuffle" not in note, note
+    bias = series("weight", "dense/bias:0", [np.zeros(4, np.float32)] * 2, order=1)
+    base = run("tf1", [common[1], bias, series("activation", "dense", out, order=2)])
+    cand = run("tf2", [common[1], series("activation", "dense", moved, order=2)])
+    policy = TolerancePolicy(allow_unmatched=("weight/dense/bias*",))
+    assert Comparison(base, cand, policy).report().first_divergence.note is None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
+from shim_readback import tensors_by_step
 
 from tb_parity_plugin import compare, summary_v1, summary_v2
 
@@ -248,7 +249,31 @@ def test_keras_momentum_under_a_schedule_is_told_where_its_rule_parts_from_tf1s(
     for s in range(3):  # numpy: the same weights through step 2 (the update at 2 is the first to part)
         np.testing.assert_allclose(w_port[s], w_tf1[s], rtol=1e-6, atol=1e-7)
     assert np.abs(w_port[3] - w_tf1[3]).max() > 1e-4
+    # numpy on the records (TensorBoard's loader, not the engine): the port's slot is TF1's times 2
+    logged = [tensors_by_step(str(tmp_path / side))[2] for side in ("tf1", "tf2")]
+    slots = [np.asarray(next(v[2] for (kind, _), v in at.items() if kind == "slot")) for at in logged]
+    np.testing.assert_allclose(slots[1], 2 * slots[0], rtol=1e-5)
     found = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
     assert (found.step, found.kind) == (2, "slot"), found
-    assert "times lr(step 1) / lr(step 2) = 2:" in found.note, found.note
+    assert "times lr/lr(step 1) / (step 2) = 2:" in found.note, found.note
     assert "their rules part" in found.note
+
+
+def test_an_adam_slot_under_a_decaying_lr_is_not_told_momentum() -> None:
+    """From a review: an Adam first moment 13% apart (another beta1) under an lr decaying 10% per
+    step, its slot rule loosened by an override, was told Keras SGD's momentum rule (ratio 1.11)."""
+    from engine_helpers import run, series
+
+    from tb_parity_plugin.engine import Comparison
+    from tb_parity_plugin.engine.tolerance import ToleranceOverride, TolerancePolicy
+
+    lrs = [np.float32(0.1 * 0.9**s) for s in range(3)]
+    m = [np.full(4, 0.01 * s, np.float32) for s in range(3)]
+    for name, scale, noted in (("dense/kernel/Adam:0", 1 / 0.9, False), ("dense/kernel/Momentum:0", 1 / 0.9, True)):
+        moved = [m[0], m[1] * np.float32(scale), m[2] * np.float32(scale)]
+        base = run("tf1", [series("lr", "lr", lrs), series("slot", name, m, order=1)])
+        cand = run("tf2", [series("lr", "lr", lrs), series("slot", name, moved, order=1)])
+        policy = TolerancePolicy(overrides=(ToleranceOverride("slot/*", rtol=0.05),))
+        found = Comparison(base, cand, policy).report().first_divergence
+        assert found is not None and found.kind == "slot", found
+        assert ("Keras SGD keeps momentum" in (found.note or "")) == noted, found.note

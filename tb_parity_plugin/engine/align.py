@@ -473,6 +473,10 @@ class _Pairing:
                 elif ambiguous:
                     why = f": {'; '.join(ambiguous[:3])}; give the full name"
                 warnings.append(f"mapping {item!r} paired no tensors{why}")
+            elif ambiguous:  # paired in one kind, not in another: say which it left
+                warnings.append(
+                    f"mapping {item!r} paired no tensor where {'; '.join(ambiguous[:3])}; give the full name"
+                )
         return warnings
 
     def _mapped_sources(self, old: str, new: str, ambiguous: list[str]) -> list[tuple[SeriesLike, str]]:
@@ -502,6 +506,8 @@ class _Pairing:
         """The one name of ``kind`` on ``side`` that ``short`` abbreviates, else None (several are
         noted in ``ambiguous``)."""
         fits = [s.name for s in side if s.kind == kind and _abbreviates(short, s.name)]
+        whole = [name for name in fits if name in (short, short + ":0")]  # only ":0" dropped: meant as is
+        fits = whole or fits
         if len(fits) > 1:
             ambiguous.append(f"{short!r} fits {len(fits)} {kind} tensors ({', '.join(fits[:3])})")
         return fits[0] if len(fits) == 1 else None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -22,7 +23,7 @@ from tb_parity_plugin.engine import align, allclose, batch, kinks, refresh, repl
 from tb_parity_plugin.engine.matrix import ABSENT, OK, REASONS, VALUE, ParityMatrix
 from tb_parity_plugin.engine.nonfinite import FirstNonfinite
 from tb_parity_plugin.engine.pair import Pair
-from tb_parity_plugin.engine.tolerance import HPARAM_KINDS, MARGINAL_RATIO, StepClock, TolerancePolicy
+from tb_parity_plugin.engine.tolerance import HPARAM_KINDS, HPARAM_RTOL, MARGINAL_RATIO, StepClock, TolerancePolicy
 from tb_parity_plugin.engine.verdict_table import VerdictTable
 from tb_parity_plugin.engine.verdicts import Divergence, ParityReport, TensorDetail
 from tb_parity_plugin.records import metadata
@@ -242,11 +243,12 @@ class Comparison:
         k: int,
         kink: Optional[str] = None,
         loud: bool = False,
-        slot_gaps: Sequence[tuple[str, float]] = (),
+        slot_gaps: Sequence[tuple[Pair, float]] = (),
     ) -> Divergence:
         """``kink``: the step's :func:`kinks.note`, for a gradient; ``loud``: another tensor diverges
         past the noise at this step (:func:`_loud`), so no difference there is called marginal;
-        ``slot_gaps``: (tag, largest difference) of the slots diverging at this step."""
+        ``slot_gaps``: (pair, largest element difference) of the slots diverging at this step
+        element-wise."""
         b, c = pair.base, pair.cand
         found = pair.finding(k, self.policy.equal_nan)
         parent = metadata.sample_parent(b.name)
@@ -281,13 +283,14 @@ class Comparison:
         kink = kinks.note(kinks.kinked(self._pairs, k)) if any(p.base.kind == "grad" for p in diverged) else None
         loud = any(_loud(p, k, self.policy.equal_nan) for p in diverged)
         slot_gaps = [
-            (f"{p.base.kind}/{p.base.name}", float(p.finding(k, self.policy.equal_nan).get("max_abs_diff") or np.inf))
+            (p, float(gap))
             for p in diverged
-            if p.base.kind == "slot" and p.reason[k] == VALUE
+            if p.base.kind == "slot" and p.reason[k] == VALUE and p.by_values_at(k)
+            if (gap := p.finding(k, self.policy.equal_nan).get("max_abs_diff")) is not None
         ]
         found = [self._divergence(p, k, kink, loud, slot_gaps) for p in diverged]
         first = diverged[0] if diverged else None
-        if first is not None and first.base.kind in ("activation", "loss") and first.reason[k] == VALUE:
+        if first is not None and first.base.kind in ("activation", "output", "loss") and first.reason[k] == VALUE:
             # past the noise only: a difference rounding can reach is no sign of another input
             note = self._input_note(first, k) if _loud(first, k, self.policy.equal_nan) else None
             if note:
@@ -300,6 +303,11 @@ class Comparison:
         layer computes another function of it. A new user's faithful port under Keras ``fit``'s
         default ``shuffle=True`` diverged on its first layer's output at step 0, with nothing to
         say that the batches differed."""
+        alignment = self._alignment
+        if alignment is not None and any(
+            kind in ("weight", "state") for kind, _ in [*alignment.unmatched_base, *alignment.unmatched_cand]
+        ):
+            return None  # a weight one run alone has (a bias the port dropped) is not known to agree
         weights = [p for p in self._pairs if p.base.kind == "weight" and p.ib[k] >= 0 and p.ic[k] >= 0]
         if not weights or not all(p.by_values_at(k) for p in weights):
             # statistics cannot prove a weight agrees: a faithful Adam port's embedding, compared by
@@ -312,7 +320,7 @@ class Comparison:
         earlier = [
             p
             for p in self._pairs
-            if p.base.kind == "activation" and p.base.order < first.base.order and p.ib[k] >= 0 and p.ic[k] >= 0
+            if p.base.kind in _RECORDED_BEFORE and p.base.order < first.base.order and p.ib[k] >= 0 and p.ic[k] >= 0
         ]
         if not all(p.by_values_at(k) for p in earlier):
             return None  # an output compared by statistics only is no proof that it agrees
@@ -359,7 +367,7 @@ class Comparison:
             return 0
         return int(out.sum())
 
-    def _moved_by_the_update(self, pair: Pair, k: int, slot_gaps: Sequence[tuple[str, float]] = ()) -> Optional[str]:
+    def _moved_by_the_update(self, pair: Pair, k: int, slot_gaps: Sequence[tuple[Pair, float]] = ()) -> Optional[str]:
         """What a weight diverging at step ``k`` after its gradient agreed element-wise at every
         earlier step means (None otherwise): the update that moved it differs although its input
         agreed. When the gradient of the elements out of tolerance stayed below its atol at every
@@ -367,8 +375,9 @@ class Comparison:
         near its learning rate: new users' faithful Adam ports diverged on a dense bias before batch
         normalization (the whole tensor) and on an embedding row first looked up at step 2.
 
-        Not called noise when a slot diverges at this step (past what its gradient's differences
-        allow: ``Pair.allowance``) by more than that gradient's atol (``slot_gaps``): noise in a
+        Not called noise when a slot of this weight (one its gradient feeds) diverges at this step
+        (past what its gradient's differences allow: ``Pair.allowance``) by more than that
+        gradient's atol (``slot_gaps``), another optimizer's slots being no evidence: noise in a
         gradient that cancels leaves its slots at rounding scale, so the update's input differs
         beyond rounding. A new user's
         ``clipnorm`` in place of ``global_clipnorm`` (clipping between the recorded gradient and
@@ -397,11 +406,11 @@ class Comparison:
                 f"{note}: compare the optimizers' settings (epsilon: TF1 Adam 1e-8, Keras 1e-7; betas, momentum, "
                 "nesterov, clipping, weight decay)"
             )
-        far = [(tag, gap) for tag, gap in slot_gaps if gap > g.tol.atol]
+        far = [(p, gap) for p, gap in slot_gaps if p.feeder is g and gap > g.tol.atol]
         if far:
-            tag, gap = far[0]
+            slot, gap = far[0]
             return (
-                f"{note}; yet the optimizer's slot {tag} differs by {gap:.3g} at this step, past atol and past what "
+                f"{note}; yet its optimizer slot {slot.base.kind}/{slot.base.name} differs by {gap:.3g} at this step, past atol and past what "
                 "its gradient's differences allow: the update's input differs beyond rounding (clipping or scaling "
                 "between the recorded gradient and the update, or another optimizer setting)"
             )
@@ -437,33 +446,41 @@ class Comparison:
         return note, noise
 
     def _momentum_at_lr_change(self, pair: Pair, k: int) -> Optional[str]:
-        """For a slot diverging at step ``k`` right after the lr changed, when one run's slot is
-        the other's times ``lr(k-1) / lr(k)`` (within its tolerance): Keras SGD's momentum kept as
-        ``-lr x accumulator``, recorded divided by this step's lr. A new user's port of
-        ``MomentumOptimizer`` under a staircase schedule diverged by 2x on a slot, with nothing to
-        say that the two optimizers' rules part at an lr change (README: Slots align without a map)."""
-        lr = next((p for p in self._pairs if p.base.kind == "lr"), None)
-        if lr is None or k == 0 or int(self.steps[k - 1]) != int(self.steps[k]) - 1 or not lr.use_values:
+        """For a momentum slot diverging at step ``k`` right after an lr changed, when the
+        candidate's slot is the baseline's times ``lr(k-1) / lr(k)`` of one recorded lr (within
+        ``HPARAM_RTOL``, not the slot's own tolerance, which an override may loosen): Keras SGD's
+        momentum kept as ``-lr x accumulator``, recorded divided by this step's lr, against TF1's
+        accumulator. A new user's port of ``MomentumOptimizer`` under a staircase schedule diverged
+        by 2x on a slot, with nothing to say that the two optimizers' rules part at an lr change."""
+        if not _MOMENTUM.search(f"{pair.base.name} {pair.cand.name}") or k == 0:
             return None
-        rows = (int(lr.ib[k - 1]), int(lr.ib[k]))
-        if min(rows) < 0:
+        if int(self.steps[k - 1]) != int(self.steps[k]) - 1:
             return None
-        before, now = (float(np.ravel(lr.base.values[r])[0]) for r in rows)
         both = pair.step_values(k)
-        if both is None or not (before > 0 and now > 0) or abs(before - now) <= 1e-6 * now:
+        if both is None:
             return None
-        b, c = both
-        scale = before / now
-        rtol, atol = pair.rtol_at(k), pair.atol_at(k)
-        if not any(allclose.isclose(x * scale, y, rtol, atol, True).all() for x, y in ((b, c), (c, b))):
+        b, c = (np.asarray(x, np.float64) for x in both)
+        large = np.abs(b) > pair.tol.atol
+        if not large.any():
             return None
-        return (
-            f"one run's slot is the other's times lr(step {int(self.steps[k - 1])}) / lr(step {int(self.steps[k])}) "
-            f"= {scale:.4g}: Keras SGD keeps momentum as -lr x accumulator (recorded divided by this step's lr), "
-            "TF1's MomentumOptimizer as the accumulator, and at an lr change their rules part (TF1 applies the new "
-            "lr to the whole accumulator, Keras to the new gradient only): a real difference from this step's "
-            "update on, which a port needs its own update rule to remove"
-        )
+        ratio = c[large] / b[large]
+        for lr in self._pairs:
+            if lr.base.kind != "lr" or not lr.use_values or min(int(lr.ib[k - 1]), int(lr.ib[k])) < 0:
+                continue
+            before, now = (float(np.ravel(lr.base.values[int(lr.ib[j])])[0]) for j in (k - 1, k))
+            if not (before > 0 and now > 0) or abs(before - now) <= HPARAM_RTOL * now:
+                continue
+            scale = before / now
+            if np.all(np.abs(ratio - scale) <= 1e-4 * scale):
+                return (
+                    f"the candidate's slot is the baseline's times {lr.base.kind}/{lr.base.name}(step "
+                    f"{int(self.steps[k - 1])}) / (step {int(self.steps[k])}) = {scale:.4g}: Keras SGD keeps "
+                    "momentum as -lr x accumulator (recorded divided by this step's lr), TF1's MomentumOptimizer as "
+                    "the accumulator, and at an lr change their rules part (TF1 applies the new lr to the whole "
+                    "accumulator, Keras to the new gradient only): a real difference from this step's update on, "
+                    "which a port needs its own update rule to remove"
+                )
+        return None
 
     def _elements_out(self, pair: Pair, k: int) -> Optional[np.ndarray]:
         """Flat indices of a pair's elements out of tolerance at compared step ``k`` (None
@@ -777,13 +794,24 @@ class Comparison:
         return d
 
 
+#: Kinds that, recorded before an output, are its input or what led to it (an agreeing one rules
+#: out another batch).
+_RECORDED_BEFORE = frozenset({"input", "activation", "output"})
+
+#: A momentum slot's name on either side (TF1 ``Momentum``, tf_keras ``momentum``, Keras 3 ``velocity``).
+_MOMENTUM = re.compile(r"momentum|velocity", re.IGNORECASE)
+
+#: Kinds computed from a batch: a partial last batch retraces them (one warning per run for those).
+_BATCHED_KINDS = frozenset({"input", "activation", "output", "loss", "metric"})
+
+
 def _layout_warnings(run: Any) -> list[str]:
     """A run's tensors whose layout changed mid-run, one warning each, but those only traced again
     for a partial last batch (every ``tf.function`` loop over a ``None`` batch has them) in one
     line: a new user's every diff ended with one such warning per recorded output."""
     changed = [s for s in run.tensors.values() if getattr(s, "layout_change", None)]
     prefix = "was " + metadata.BATCH_SIZES
-    batch = [s for s in changed if s.layout_change.startswith(prefix)]
+    batch = [s for s in changed if s.layout_change.startswith(prefix) and s.kind in _BATCHED_KINDS]
     out = [f"{run.name}: {s.kind}/{s.name} {s.layout_change}" for s in changed if s not in batch]
     if len(batch) > 1:
         first = batch[0]

@@ -100,6 +100,10 @@ KIND_PHASE = {
 }
 DEFAULT_PHASE = 6  # kinds not listed above sort last
 
+#: What a series' ``layout_change`` says (after "was ") when only its leading dimension changed
+#: between the run's layouts: a ``tf.function`` traced again for a partial last batch.
+BATCH_SIZES = "traced for several batch sizes"
+
 
 #: A per-replica copy of a tensor is recorded as ``<name>@replica<k>`` beside ``<name>``, which
 #: holds what one device would have computed on the global batch (the reduction, or a
@@ -124,10 +128,6 @@ def split_replica(name: str) -> tuple[str, Optional[int]]:
 #: of tolerance proves a divergence that the statistics alone cannot (they bound differences by
 #: the rounding of a sum over every element, which a small difference of a large tensor hides in).
 #: One convention for the shims (writing) and the engine (pairing a sample with its tensor).
-#: What a series' ``layout_change`` says (after "was ") when only its leading dimension changed
-#: between the run's layouts: a ``tf.function`` traced again for a partial last batch.
-BATCH_SIZES = "traced for several batch sizes"
-
 SAMPLE_MARK = "#sample"
 SAMPLE_SIZE = 256
 #: Where sample position ``j`` falls within its stratum ``[j, j + 1) * size / SAMPLE_SIZE``: the
