@@ -28,8 +28,10 @@ W1 = (RNG.standard_normal((D, H)) * 0.5).astype(np.float32)
 W2 = (RNG.standard_normal((H, C)) * 0.5).astype(np.float32)
 
 
-def _tf1(run_dir: str) -> None:
+def _tf1(run_dir: str, dropout: float = 0.0) -> None:
+    """The original; with ``dropout``, a dropout layer (graph seed 2) recorded after the first."""
     with tf.Graph().as_default():
+        tf.compat.v1.set_random_seed(2)
         rec = summary_v1.Recorder(run_dir)
         gs = tf.compat.v1.train.get_or_create_global_step()
         x = tf.compat.v1.placeholder(tf.float32, [None, D])
@@ -38,8 +40,11 @@ def _tf1(run_dir: str) -> None:
             x, H, tf.nn.relu, name="dense", kernel_initializer=tf.constant_initializer(W1)
         )
         h = rec.activation("dense", dense)
+        if dropout:
+            h = rec.activation("dropout", tf.compat.v1.layers.dropout(h, dropout, training=True))
         logits = tf.compat.v1.layers.dense(h, C, name="dense_1", kernel_initializer=tf.constant_initializer(W2))
-        rec.activation("dense_1", logits)
+        if not dropout:
+            rec.activation("dense_1", logits)
         loss = rec.loss(tf.compat.v1.losses.sparse_softmax_cross_entropy(y, logits))
         rec.lr(tf.constant(0.1))
         train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.1), loss, global_step=gs)
@@ -142,25 +147,6 @@ def test_a_partial_batch_traced_again_is_one_warning_per_run() -> None:
 RATE = 0.3
 
 
-def _dropout_tf1(run_dir: str) -> None:
-    with tf.Graph().as_default():
-        tf.compat.v1.set_random_seed(2)
-        rec = summary_v1.Recorder(run_dir)
-        gs = tf.compat.v1.train.get_or_create_global_step()
-        x = tf.compat.v1.placeholder(tf.float32, [None, D])
-        y = tf.compat.v1.placeholder(tf.int64, [None])
-        dense = tf.compat.v1.layers.dense(
-            x, H, tf.nn.relu, name="dense", kernel_initializer=tf.constant_initializer(W1)
-        )
-        h = rec.activation("dense", dense)
-        dropped = rec.activation("dropout", tf.compat.v1.layers.dropout(h, RATE, training=True))
-        logits = tf.compat.v1.layers.dense(dropped, C, name="dense_1", kernel_initializer=tf.constant_initializer(W2))
-        loss = rec.loss(tf.compat.v1.losses.sparse_softmax_cross_entropy(y, logits))
-        rec.lr(tf.constant(0.1))
-        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.1), loss, global_step=gs)
-        tf1_session.train(rec, train_op, (x, y), (X, Y), STEPS, BATCH)
-
-
 def _dropout_fit(run_dir: str) -> None:
     tf.keras.utils.set_random_seed(7)
     first, drop = tf.keras.layers.Dense(H, "relu", name="dense"), tf.keras.layers.Dropout(RATE, name="dropout")
@@ -180,7 +166,7 @@ def test_dropout_masks_drawn_otherwise_are_named_as_such(tmp_path) -> None:
     """A new user's port seeded its dropout otherwise (both in training mode): the divergence on the
     dropout's output is real, and the note said "this layer computes another function (... training
     flag)". Numpy: every element out of tolerance is 0 in one run and h / (1 - rate) in the other."""
-    _dropout_tf1(str(tmp_path / "tf1"))
+    _tf1(str(tmp_path / "tf1"), dropout=RATE)
     _dropout_fit(str(tmp_path / "tf2"))
     tf1, tf2 = tensors_by_step(str(tmp_path / "tf1")), tensors_by_step(str(tmp_path / "tf2"))
     h = np.asarray(tf1[0][("activation", "dense")][2]).reshape(-1)

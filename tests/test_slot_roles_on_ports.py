@@ -13,6 +13,8 @@ Each expectation is checked on values fetched from both frameworks directly (not
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import tensorflow as tf
 from shim_readback import tensors_by_step
@@ -29,9 +31,10 @@ INIT = {n: RNG.normal(size=(4, 4)).astype(np.float32) * 0.5 for n in ("enc", "de
 ROLES = ("rms", "mg", "momentum")  # TF1's slot names, in creation order
 
 
-def _rmsprop_tf1(run_dir: str) -> dict[str, list[np.ndarray]]:
-    """TF1 centered RMSProp with momentum; returns each slot by role, read before each step."""
-    seen: dict[str, list[np.ndarray]] = {r: [] for r in ROLES}
+def _regression_tf1(run_dir: str, make_opt: Any, watch: Any) -> list[dict[str, np.ndarray]]:
+    """A TF1 dense regression trained by ``make_opt(global_step, rec)``; returns, before each step,
+    what ``watch(opt, kernel)`` names, fetched from the session."""
+    seen = []
     with tf.Graph().as_default():
         rec = summary_v1.Recorder(run_dir)
         gs = tf.compat.v1.train.get_or_create_global_step()
@@ -39,25 +42,40 @@ def _rmsprop_tf1(run_dir: str) -> dict[str, list[np.ndarray]]:
         y = tf.compat.v1.placeholder(tf.float32, [None, 1])
         p = tf.compat.v1.layers.dense(x, 1, kernel_initializer=tf.constant_initializer(K), name="dense")
         loss = rec.loss(tf.reduce_mean(tf.square(p - y)))
-        opt = tf.compat.v1.train.RMSPropOptimizer(0.01, decay=0.9, momentum=0.5, epsilon=1e-10, centered=True)
+        opt = make_opt(gs, rec)
         train = rec.minimize(opt, loss, global_step=gs)
         rec.variables(optimizer=opt)
-        kernel = tf.compat.v1.trainable_variables()[0]
+        watched = watch(opt, tf.compat.v1.trainable_variables()[0])
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for s in range(STEPS):
+                seen.append(sess.run(watched))
+                rec.write(sess.run([train, fetches], {x: X[s], y: Y1[s]})[1])
+        rec.close()
+    return seen
+
+
+def _rmsprop_tf1(run_dir: str) -> dict[str, list[np.ndarray]]:
+    """TF1 centered RMSProp with momentum; returns each slot by role, read before each step."""
+
+    def watch(opt: Any, kernel: Any) -> dict[str, Any]:
         slots = {r: opt.get_slot(kernel, r) for r in ROLES}
         assert [slots[r].name for r in ROLES] == [
             "dense/kernel/RMSProp:0",
             "dense/kernel/RMSProp_1:0",
             "dense/kernel/RMSProp_2:0",
         ]
-        fetches = rec.fetches
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for s in range(STEPS):
-                for r, v in sess.run(slots).items():
-                    seen[r].append(v)
-                rec.write(sess.run([train, fetches], {x: X[s], y: Y1[s]})[1])
-        rec.close()
-    return seen
+        return slots
+
+    seen = _regression_tf1(
+        run_dir,
+        lambda gs, rec: tf.compat.v1.train.RMSPropOptimizer(
+            0.01, decay=0.9, momentum=0.5, epsilon=1e-10, centered=True
+        ),
+        watch,
+    )
+    return {r: [step[r] for step in seen] for r in ROLES}
 
 
 def _rmsprop_port(run_dir: str) -> dict[str, list[np.ndarray]]:
@@ -199,27 +217,13 @@ def test_a_wrong_ema_decay_on_the_swapped_layer_is_found_on_its_average_at_step_
 def _momentum_tf1(run_dir: str) -> list[np.ndarray]:
     """TF1 MomentumOptimizer under a staircase schedule halving the lr at step 2; returns the
     kernel's weights read before each step."""
-    weights = []
-    with tf.Graph().as_default():
-        rec = summary_v1.Recorder(run_dir)
-        gs = tf.compat.v1.train.get_or_create_global_step()
-        x = tf.compat.v1.placeholder(tf.float32, [None, 4])
-        y = tf.compat.v1.placeholder(tf.float32, [None, 1])
-        p = tf.compat.v1.layers.dense(x, 1, kernel_initializer=tf.constant_initializer(K), name="dense")
-        loss = rec.loss(tf.reduce_mean(tf.square(p - y)))
-        lr = rec.lr(tf.compat.v1.train.exponential_decay(0.05, gs, 2, 0.5, staircase=True))
-        opt = tf.compat.v1.train.MomentumOptimizer(lr, 0.9)
-        train = rec.minimize(opt, loss, global_step=gs)
-        rec.variables(optimizer=opt)
-        kernel = tf.compat.v1.trainable_variables()[0]
-        fetches = rec.fetches
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for s in range(STEPS):
-                weights.append(sess.run(kernel))
-                rec.write(sess.run([train, fetches], {x: X[s], y: Y1[s]})[1])
-        rec.close()
-    return weights
+
+    def make_opt(gs: Any, rec: Any) -> Any:
+        return tf.compat.v1.train.MomentumOptimizer(
+            rec.lr(tf.compat.v1.train.exponential_decay(0.05, gs, 2, 0.5, staircase=True)), 0.9
+        )
+
+    return [step["kernel"] for step in _regression_tf1(run_dir, make_opt, lambda opt, kernel: {"kernel": kernel})]
 
 
 def _momentum_port(run_dir: str) -> list[np.ndarray]:
