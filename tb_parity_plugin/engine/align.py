@@ -457,7 +457,8 @@ class _Pairing:
                     continue
                 c = (s.kind, target)
                 if c not in cand_names and regex is None:
-                    c = (s.kind, self._short_name(s.kind, target, self.cand, ambiguous) or target)
+                    fit = self._short_name(s.kind, target, self.cand, ambiguous)
+                    c = (s.kind, fit.name if fit is not None else target)
                 if c in cand_names and c in self.free_cand:
                     self.pair(b, c, "map")
                     used = True
@@ -496,20 +497,20 @@ class _Pairing:
             short, target = old, new
             if old.startswith(kind + "/"):
                 short, target = old[len(kind) + 1 :], new[len(kind) + 1 :] if new.startswith(kind + "/") else new
-            name = self._short_name(kind, short, self.base, ambiguous)
-            if name is not None:
-                found.append((next(s for s in self.base if (s.kind, s.name) == (kind, name)), target))
+            fit = self._short_name(kind, short, self.base, ambiguous)
+            if fit is not None:
+                found.append((fit, target))
         return found
 
     @staticmethod
-    def _short_name(kind: str, short: str, side: Sequence[SeriesLike], ambiguous: list[str]) -> Optional[str]:
-        """The one name of ``kind`` on ``side`` that ``short`` abbreviates, else None (several are
-        noted in ``ambiguous``)."""
-        fits = [s.name for s in side if s.kind == kind and _abbreviates(short, s.name)]
-        whole = [name for name in fits if name in (short, short + ":0")]  # only ":0" dropped: meant as is
+    def _short_name(kind: str, short: str, side: Sequence[SeriesLike], ambiguous: list[str]) -> Optional[SeriesLike]:
+        """The one tensor of ``kind`` on ``side`` whose name ``short`` abbreviates, else None (several
+        are noted in ``ambiguous``)."""
+        fits = [s for s in side if s.kind == kind and _abbreviates(short, s.name)]
+        whole = [s for s in fits if s.name in (short, short + ":0")]  # only ":0" dropped: meant as is
         fits = whole or fits
         if len(fits) > 1:
-            ambiguous.append(f"{short!r} fits {len(fits)} {kind} tensors ({', '.join(fits[:3])})")
+            ambiguous.append(f"{short!r} fits {len(fits)} {kind} tensors ({', '.join(s.name for s in fits[:3])})")
         return fits[0] if len(fits) == 1 else None
 
     def _free_groups(self, kind: str) -> dict[tuple[Any, ...], tuple[list[SeriesLike], list[SeriesLike]]]:

@@ -324,9 +324,9 @@ class Comparison:
         ]
         if not all(p.by_values_at(k) for p in earlier):
             return None  # an output compared by statistics only is no proof that it agrees
+        agree = "every recorded weight" + (" and the outputs recorded before it agree" if earlier else " agrees")
         masked = self._zero_in_one_run(first, k)
         if masked:
-            agree = "every recorded weight" + (" and the outputs recorded before it agree" if earlier else " agrees")
             return (
                 f"{agree} at this step, and each of its {masked} elements out of tolerance is exactly 0 in one run "
                 "only: a different random mask (dropout: its seed, or another random op drawn before it; README: "
@@ -336,18 +336,16 @@ class Comparison:
         if earlier:
             if loss:
                 return (
-                    "every recorded weight and the outputs recorded before it agree at this step: the loss is "
-                    "computed differently "
-                    "(reduction, from_logits, label smoothing, regularization terms), its labels differ, or a "
-                    "layer after the last recorded output does"
+                    f"{agree} at this step: the loss is computed differently (reduction, from_logits, label "
+                    "smoothing, regularization terms), its labels differ, or a layer after the last recorded output "
+                    "does"
                 )
             return (
-                "every recorded weight and the outputs recorded before it agree at this step: this layer computes "
-                "another function of its input (activation, padding, epsilon, training flag), or reads an input "
-                "not recorded"
+                f"{agree} at this step: this layer computes another function of its input (activation, padding, "
+                "epsilon, training flag), or reads an input not recorded"
             )
         return (
-            "every recorded weight agrees at this step and no output is recorded before it: its input differs "
+            f"{agree} at this step and no output is recorded before it: its input differs "
             "(another batch: Keras fit shuffles unless shuffle=False, a tf.data shuffle or batching on one side), "
             f"or {'the model or the loss' if loss else 'the layer'} computes another function of it"
             + ("" if loss else " (activation, padding, data format)")
@@ -358,14 +356,12 @@ class Comparison:
         one run and not in the other (a dropout mask drawn differently), else 0. A new user's
         dropout seeded otherwise was told "this layer computes another function (... training
         flag)" though both ran in training mode."""
+        out = self._elements_out(pair, k)
         both = pair.step_values(k)
-        if both is None:
+        if out is None or not len(out) or both is None:
             return 0
         b, c = both
-        out = ~allclose.isclose(c, b, pair.rtol_at(k), pair.atol_at(k), self.policy.equal_nan)
-        if not out.any() or not ((b[out] == 0) != (c[out] == 0)).all():
-            return 0
-        return int(out.sum())
+        return len(out) if ((b[out] == 0) != (c[out] == 0)).all() else 0
 
     def _moved_by_the_update(self, pair: Pair, k: int, slot_gaps: Sequence[tuple[Pair, float]] = ()) -> Optional[str]:
         """What a weight diverging at step ``k`` after its gradient agreed element-wise at every
