@@ -46,10 +46,17 @@ OPTIMIZERS: dict[str, tuple[Callable[[], Any], Callable[[], Any], Callable[[], A
 }
 
 
-def train_tf1(run_dir: str, optimizer: str = "sgd", update_ops: bool = True, steps: int = STEPS) -> None:
+def train_tf1(
+    run_dir: str,
+    optimizer: str = "sgd",
+    update_ops: bool = True,
+    steps: int = STEPS,
+    moving_means: Optional[list[np.ndarray]] = None,
+) -> None:
     """The TF1 original: the train op waits for ``UPDATE_OPS`` (unless ``update_ops`` is False,
     the classic TF1 bug), built by the user outside any recorder block; every variable and
-    slot is recorded with ``rec.variables``."""
+    slot is recorded with ``rec.variables``. ``moving_means`` gets the moving mean read by the
+    session before each step, apart from the recorder (a test's own reference)."""
     with tf.Graph().as_default():
         rec = summary_v1.Recorder(run_dir)
         gs = tf.compat.v1.train.get_or_create_global_step()
@@ -76,7 +83,10 @@ def train_tf1(run_dir: str, optimizer: str = "sgd", update_ops: bool = True, ste
         rec.variables(optimizer=opt)
         with tf.compat.v1.Session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
+            (moving_mean,) = (v for v in tf.compat.v1.global_variables() if v.op.name.endswith("moving_mean"))
             for step in range(steps):
+                if moving_means is not None:
+                    moving_means.append(sess.run(moving_mean))
                 _, parity = sess.run([train_op, rec.fetches], {x: XS[step], y: YS[step]})
                 rec.write(parity)
         rec.close()
@@ -105,8 +115,13 @@ def train_tf2_loop(
     steps: int = STEPS,
     bn_training: bool = True,
     bn_scale: bool = True,
+    eval_in_training_after: Optional[int] = None,
+    moving_means: Optional[list[np.ndarray]] = None,
 ) -> None:
-    """The TF2 port as a custom ``tf.function`` loop, everything read on entering the step."""
+    """The TF2 port as a custom ``tf.function`` loop, everything read on entering the step.
+    ``eval_in_training_after``: after that step, an evaluation pass calls the layers with
+    ``training=True`` (the slip that moves the moving statistics); ``moving_means`` gets the
+    moving mean before each step, read from the layer apart from the recorder."""
     model = keras_model(scale=bn_scale)
     opt = OPTIMIZERS[optimizer][2 if legacy else 1]()
     rec = summary_v2.Recorder(run_dir)
@@ -125,7 +140,11 @@ def train_tf2_loop(
             opt.apply_gradients(zip(grads, model.trainable_variables))
 
     for step in range(steps):
+        if moving_means is not None:
+            moving_means.append(bn.moving_mean.numpy())
         train_step(tf.constant(XS[step]), tf.constant(YS[step]))
+        if step == eval_in_training_after:
+            bn(dense(tf.constant(XS[-1] * 0.5)), training=True)
     rec.close()
 
 

@@ -40,6 +40,25 @@ def test_tf1_forgetting_update_ops_diverges_at_step_1_on_the_moving_mean(tmp_pat
     assert tags == {("state", MOVING_MEAN), ("state", MOVING_MEAN.replace("mean", "variance"))}
     got = tensors_by_step(str(tmp_path / "tf1"))
     np.testing.assert_array_equal(got[1][("state", MOVING_MEAN)][2], np.zeros(4, np.float32))
+    # the note says which run held the state still, from its own step-0 and step-1 values
+    assert "'tf1' did not update it between steps 0 and 1" in first.note, first.note
+    assert "UPDATE_OPS" in first.note
+
+
+def test_an_evaluation_in_training_mode_is_named_on_the_moving_statistics(tmp_path) -> None:
+    """The port evaluates between steps 1 and 2 with training=True, which updates the moving
+    statistics once more: the state agreed at steps 0 and 1 and parts at step 2."""
+    means_tf1: list[np.ndarray] = []
+    means_tf2: list[np.ndarray] = []
+    train_tf1(str(tmp_path / "tf1"), moving_means=means_tf1)
+    train_tf2_loop(str(tmp_path / "tf2"), eval_in_training_after=1, moving_means=means_tf2)
+    # independent reference: the variables as each session or layer held them, tolerance of the warm-up
+    apart = [not np.allclose(b, c, rtol=1e-7, atol=1e-5) for b, c in zip(means_tf1, means_tf2)]
+    assert apart == [False, False, True, True]
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert (first.step, first.kind, first.tensor) == (2, "state", MOVING_MEAN), first
+    assert "agreed element-wise at the 2 steps compared before (last at step 1)" in first.note, first.note
+    assert "evaluation or validation pass in training mode" in first.note
 
 
 @pytest.mark.parametrize("legacy", [False, True], ids=["keras", "keras_legacy"])
@@ -135,3 +154,29 @@ def test_slot_names_align_across_optimizer_families() -> None:
     want = ["dense/kernel/m", "dense/kernel/m", "dense/kernel/v"]
     for names in (tf1, legacy, current, keras3):
         assert [slot_canonical(n) for n in names] == want
+
+
+def test_a_state_parting_at_its_first_update_names_the_rule_and_statistics_prove_nothing() -> None:
+    """An average whose decay differs parts at its first update (TF1's ExponentialMovingAverage
+    with num_updates caps 0.999 at (1 + 0) / (10 + 0) = 0.1 at step 0); the note names the rule.
+    Compared by statistics only, its own values are not known, so no note."""
+    from engine_helpers import run, series
+
+    from tb_parity_plugin.engine import Comparison
+
+    w = np.linspace(-1.0, 1.0, 6).astype(np.float32)
+    base = [np.zeros(6, np.float32), (0.9 * w).astype(np.float32)]  # decay 0.1: 0.9 of the variable
+    cand = [np.zeros(6, np.float32), (0.001 * w).astype(np.float32)]  # decay 0.999
+    for keep, noted in ((True, True), (False, False)):
+        first = (
+            Comparison(
+                run("tf1", [series("state", "dense/kernel/average", base, keep_values=keep)]),
+                run("tf2", [series("state", "dense/kernel/average", cand, keep_values=keep)]),
+            )
+            .report()
+            .first_divergence
+        )
+        assert (first.step, first.kind) == (1, "state"), first
+        assert ("the only step compared before: its update rule differs" in (first.note or "")) == noted, first.note
+        if noted:
+            assert "num_updates" in first.note and "batch normalization" not in first.note

@@ -290,12 +290,71 @@ class Comparison:
         ]
         found = [self._divergence(p, k, kink, loud, slot_gaps) for p in diverged]
         first = diverged[0] if diverged else None
-        if first is not None and first.base.kind in ("activation", "output", "loss") and first.reason[k] == VALUE:
+        if (
+            first is not None
+            and first.reason[k] == VALUE
+            and first.base.kind in ("activation", "output", "loss", "state")
+        ):
             # past the noise only: a difference rounding can reach is no sign of another input
-            note = self._input_note(first, k) if _loud(first, k, self.policy.equal_nan) else None
+            note = None
+            if _loud(first, k, self.policy.equal_nan):
+                note = self._state_note(first, k) if first.base.kind == "state" else self._input_note(first, k)
             if note:
                 found[0].note = "; ".join(n for n in (found[0].note, note) if n)
         return found
+
+    def _state_note(self, first: Pair, k: int) -> Optional[str]:
+        """What a state tensor (moving statistics, a moving average) diverging first at step ``k``
+        means, from its own values at the last step it agreed: one run did not update it, its
+        first update differs (the rule), or, after updates that agreed, one run updated it once
+        more in between. A new user's Keras validation pass run with ``training=True`` moved the
+        moving statistics, and the divergence said nothing of why."""
+        seen = np.flatnonzero((first.ib[:k] >= 0) & (first.ic[:k] >= 0))
+        if not len(seen):
+            return None
+        j = int(seen[-1])
+        now, before = first.step_values(k), first.step_values(j)
+        if now is None or before is None or len(before[0]) != len(now[0]):
+            return None
+        s_j, s_k = int(self.steps[j]), int(self.steps[k])
+        still = [bool(np.array_equal(a, b, equal_nan=True)) for a, b in zip(before, now)]
+        bn = _MOVING_STATS.search(f"{first.base.name} {first.cand.name}") is not None
+        if still[0] != still[1]:
+            who = (self.base.name, self.cand.name)[still.index(True)]
+            return (
+                f"'{who}' did not update it between steps {s_j} and {s_k} (it still holds its step-{s_j} value) "
+                "and the other did: an update left out of one training step ("
+                + (
+                    "TF1: the train op not run with tf.compat.v1.get_collection(UPDATE_OPS); Keras: the layer "
+                    "called with training=False"
+                    if bn
+                    else "TF1: the op that updates it not run with the train op; Keras: the layer or callback "
+                    "that updates it not called"
+                )
+                + ")"
+            )
+        rule = (
+            "batch normalization's momentum (Keras and tf.compat.v1.layers default 0.99) or epsilon"
+            if bn
+            else "an average's decay (TF1 ExponentialMovingAverage with num_updates caps it at "
+            "(1 + step) / (10 + step); Keras use_ema's ema_momentum)"
+        )
+        if len(seen) == 1:
+            return (
+                f"it agreed at step {s_j}, the only step compared before: its update rule differs ({rule}), or the two runs "
+                "updated it from inputs no recorded tensor shows"
+            )
+        return (
+            f"it agreed element-wise at the {len(seen)} steps compared before (last at step {s_j}), so its "
+            f"updates agreed until then: between steps {s_j} and {s_k} one run updated it otherwise: "
+            + (
+                "once more, by an evaluation or validation pass in training mode (Keras: the model or layer "
+                "called with training=True; TF1: a sess.run of UPDATE_OPS beside the evaluation)"
+                if bn
+                else "once more, outside the training step"
+            )
+            + ", or from an input no recorded tensor shows"
+        )
 
     def _input_note(self, first: Pair, k: int) -> Optional[str]:
         """What an output diverging first at step ``k`` (nothing before it in execution order
@@ -793,6 +852,9 @@ class Comparison:
 #: Kinds that, recorded before an output, are its input or what led to it (an agreeing one rules
 #: out another batch).
 _RECORDED_BEFORE = frozenset({"input", "activation", "output"})
+
+#: Batch normalization's moving statistics, by name on either side (TF1 and Keras alike).
+_MOVING_STATS = re.compile(r"moving_(mean|variance)", re.IGNORECASE)
 
 #: A momentum slot's name on either side (TF1 ``Momentum``, tf_keras ``momentum``, Keras 3 ``velocity``).
 _MOMENTUM = re.compile(r"momentum|velocity", re.IGNORECASE)
