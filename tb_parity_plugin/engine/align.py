@@ -40,6 +40,9 @@ tensors of the same kind and shape on the other side): never paired blindly.
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import math
+import operator
 import re
 from typing import Any, Callable, Hashable, Iterable, Optional, Protocol, Sequence
 
@@ -84,6 +87,27 @@ def shapes_compatible(a: tuple[Optional[int], ...], b: tuple[Optional[int], ...]
     if a == (None,) or b == (None,):
         return True
     return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b))
+
+
+def reshaped(a: Sequence[Optional[int]], b: Sequence[Optional[int]]) -> bool:
+    """Two fully known static shapes, not equal, that hold the same elements in the same
+    row-major order because one is the other with adjacent dimensions merged (or dimensions of 1
+    added): Keras ``MultiHeadAttention``'s query kernel ``[d, heads, key_dim]`` against a TF1
+    dense's ``[d, heads * key_dim]``, its output kernel ``[heads, key_dim, d]`` against
+    ``[heads * key_dim, d]``. Paired by name or ``--map``, they are compared element for element:
+    a faithful attention port was a shape divergence. A transposed layout is not such a pair."""
+    if tuple(a) == tuple(b) or None in a or None in b:
+        return False
+    dims_a, dims_b = [int(x) for x in a if x is not None], [int(x) for x in b if x is not None]
+    if math.prod(dims_a) != math.prod(dims_b) or math.prod(dims_a) == 0:
+        return False
+    cuts_a, cuts_b = set(itertools.accumulate(dims_a, operator.mul)), set(itertools.accumulate(dims_b, operator.mul))
+    return cuts_a <= cuts_b or cuts_b <= cuts_a
+
+
+def same_elements(a: Sequence[Optional[int]], b: Sequence[Optional[int]]) -> bool:
+    """:func:`shapes_compatible` or :func:`reshaped`: a pairing by name compares them element-wise."""
+    return shapes_compatible(tuple(a), tuple(b)) or reshaped(a, b)
 
 
 def execution_key(series: SeriesLike) -> tuple[int, int, str, str]:
@@ -428,11 +452,11 @@ class _Pairing:
         if scoped:
             bad_scopes = set()
             for b, c, k in found:
-                if not shapes_compatible(b.shape, c.shape):
+                if not same_elements(b.shape, c.shape):
                     bad_scopes.add(_scope_of(k))
             found = [(b, c, k) for b, c, k in found if _scope_of(k) not in bad_scopes]
         for b, c, _ in found:
-            if not same_shape or shapes_compatible(b.shape, c.shape):
+            if not same_shape or same_elements(b.shape, c.shape):
                 self.pair((b.kind, b.name), (c.kind, c.name), how)
 
     def by_mapping(self, items: Iterable[str]) -> list[str]:
@@ -1165,13 +1189,28 @@ def align(
     warnings += state.by_output_values()
     state.by_sole_compatible_shape()
     warnings += _pair_samples(state.matches, samples, (state.base, state.cand))
-    shapes = {(s.kind, s.name): tuple(s.shape) for s in [*state.base, *state.cand]}
+    # one dict per side: an exact pairing's two keys are equal
+    shapes_b = {(s.kind, s.name): tuple(s.shape) for s in state.base}
+    shapes_c = {(s.kind, s.name): tuple(s.shape) for s in state.cand}
+    regrouped = []
     for m in state.matches:
-        if m.how in ("map", "exact") and m.base in shapes and not shapes_compatible(shapes[m.base], shapes[m.cand]):
+        b_shape, c_shape = shapes_b.get(m.base), shapes_c.get(m.cand)
+        if b_shape is None or c_shape is None or shapes_compatible(b_shape, c_shape):
+            continue
+        if reshaped(b_shape, c_shape):
+            regrouped.append(f"{m.base[0]}/{m.base[1]} {list(b_shape)} ~ {list(c_shape)}")
+        elif m.how in ("map", "exact"):
             warnings.append(
-                f"{m.how} pairing of {m.base[0]}/{m.base[1]} {list(shapes[m.base])} with "
-                f"{m.cand[1]} {list(shapes[m.cand])}: different shapes (a shape divergence)"
+                f"{m.how} pairing of {m.base[0]}/{m.base[1]} {list(b_shape)} with "
+                f"{m.cand[1]} {list(c_shape)}: different shapes (a shape divergence)"
             )
+    if regrouped:  # one line: an attention port has four kernels, their biases, gradients and slots
+        warnings.append(
+            f"{len(regrouped)} paired tensor(s) hold the same elements in shapes with adjacent dimensions "
+            "merged (a dense [d, heads*key_dim] against MultiHeadAttention's [d, heads, key_dim]) and are "
+            f"compared element for element in row-major order: {', '.join(regrouped[:4])}"
+            + (f" and {len(regrouped) - 4} more" if len(regrouped) > 4 else "")
+        )
     base_rank = {(s.kind, s.name): i for i, s in enumerate(sorted(base, key=execution_key))}
     matches = sorted(state.matches, key=lambda m: base_rank[m.base])
     return Alignment(

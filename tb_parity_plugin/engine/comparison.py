@@ -824,8 +824,9 @@ class Comparison:
             if rc >= 0:
                 d.cand_values = p.values_at("cand", rc)
             if p.by_values_at(k) and d.base_values is not None and d.cand_values is not None:
-                if d.base_values.shape == d.cand_values.shape:
-                    d.diff = d.cand_values.astype(np.float64) - d.base_values.astype(np.float64)
+                cand_values = d.cand_values.reshape(d.base_values.shape) if p.reshaped else d.cand_values
+                if d.base_values.shape == cand_values.shape:  # in the baseline's shape
+                    d.diff = cand_values.astype(np.float64) - d.base_values.astype(np.float64)
         return d
 
     def _replica_detail(self, p: Pair, step: Optional[int], replica: int) -> TensorDetail:

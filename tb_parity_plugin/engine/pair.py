@@ -145,12 +145,28 @@ class Pair:
     def static_reason(self) -> int:
         """SHAPE or DTYPE when every step must differ; static dims unknown to a graph
         (``None``) match anything, since only the runtime shapes decide."""
-        if not align.shapes_compatible(tuple(self.base.shape), tuple(self.cand.shape)):
+        if not align.same_elements(tuple(self.base.shape), tuple(self.cand.shape)):
             return SHAPE
         changed = getattr(self.base, "layout_change", None) or getattr(self.cand, "layout_change", None)
         if self.base.dtype != self.cand.dtype and not changed:  # else judged per step (stats dtype column)
             return DTYPE
         return OK
+
+    @functools.cached_property
+    def reshaped(self) -> bool:
+        """The two static shapes hold the same elements in row-major order (:func:`align.reshaped`):
+        compared element for element, their ranks apart."""
+        return align.reshaped(tuple(self.base.shape), tuple(self.cand.shape))
+
+    @functools.cached_property
+    def check_cols(self) -> slice | np.ndarray:
+        """The statistics columns that must be equal before values decide (:data:`CHECK_COLS`),
+        the rank left out of a reshaped pair."""
+        if not self.reshaped:
+            return CHECK_COLS
+        cols = np.arange(metadata.N_STATS)[CHECK_COLS]
+        kept: np.ndarray = cols[cols != _IDX["rank"]]
+        return kept
 
     @functools.cached_property
     def use_values(self) -> bool:
@@ -268,7 +284,7 @@ class Pair:
             return out
         if (
             static == OK
-            and not (sb[:, CHECK_COLS] != sc[:, CHECK_COLS]).any()
+            and not (sb[:, self.check_cols] != sc[:, self.check_cols]).any()
             and (equal_nan or not sb[:, _IDX["nan"]].any())
         ):  # the common case: only the values (or moments) can differ
             out[both] = self._value_verdicts(rb, rc, ks, sb, sc, equal_nan)
@@ -288,7 +304,8 @@ class Pair:
     ) -> np.ndarray:
         """Reasons row by row, starting from ``r`` (the static or runtime-shape reason)."""
         r[(sb[:, _IDX["dtype"]] != sc[:, _IDX["dtype"]]) & (r < DTYPE)] = DTYPE
-        r[(sb[:, _IDX["rank"]] != sc[:, _IDX["rank"]]) | (sb[:, _IDX["size"]] != sc[:, _IDX["size"]])] = SHAPE
+        rank_apart = np.zeros(len(r), dtype=bool) if self.reshaped else sb[:, _IDX["rank"]] != sc[:, _IDX["rank"]]
+        r[rank_apart | (sb[:, _IDX["size"]] != sc[:, _IDX["size"]])] = SHAPE
         nonfinite = (sb[:, NONFINITE_COLS] != sc[:, NONFINITE_COLS]).any(axis=1)
         if not equal_nan:  # assert_allclose(equal_nan=False): any NaN fails, even NaN vs NaN
             nonfinite |= sb[:, _IDX["nan"]] > 0
@@ -546,7 +563,7 @@ class Pair:
                     )
             elif shapes is not None and shapes[0] != shapes[1] and None not in shapes[0] + shapes[1]:
                 out["note"] = f"shape {shapes[0]} in baseline vs {shapes[1]} in candidate at this step"
-            elif not align.shapes_compatible(tuple(b.shape), tuple(c.shape)):
+            elif not align.same_elements(tuple(b.shape), tuple(c.shape)):
                 out["note"] = f"static shape {list(b.shape)} in baseline vs {list(c.shape)} in candidate"
             else:
                 sb, sc = self.base.stats[rb], self.cand.stats[rc]

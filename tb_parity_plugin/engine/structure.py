@@ -106,7 +106,7 @@ def structure_of(base: Any, cand: Any, alignment: align.Alignment, allow_unmatch
     mismatches = []
     for m in alignment.matches:
         b, c = base.tensors[m.base], cand.tensors[m.cand]
-        if not align.shapes_compatible(b.shape, c.shape):
+        if not align.same_elements(b.shape, c.shape):
             mismatches.append(
                 {
                     "kind": b.kind,
