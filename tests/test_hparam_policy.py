@@ -98,3 +98,97 @@ def test_a_schedule_diverging_after_the_first_divergent_step_is_still_named(tmp_
     write_run(str(tmp_path / "b"), "tf2", range(8), tensors(lr_c, 0.0), side="tf2")
     alone = compare(str(tmp_path / "b"), baseline="tf1", candidate="tf2")
     assert (alone.first_divergence.step, alone.first_divergence.kind) == (5, "lr") and alone.hparam_divergence is None
+
+
+def _lr_runs(base: np.ndarray, cand: np.ndarray) -> tuple:
+    from engine_helpers import run, series
+
+    def lrs(values: np.ndarray) -> list:
+        return [np.float32(v) for v in values]
+
+    return run("tf1", [series("lr", "lr", lrs(base))]), run("tf2", [series("lr", "lr", lrs(cand))])
+
+
+def test_a_schedule_rounding_at_the_scale_of_its_peak_agrees_and_one_step_off_does_not() -> None:
+    """A cosine decay's float32 rounding is at the scale of its peak, not of its decayed value: a new
+    user's faithful warm-up + cosine port was 4 ulps apart at lr 0.35 of the peak (relative 2.7e-7)
+    and diverged on lr. One step off in a slow exponential decay (relative 4.1e-7) is still found."""
+    from tb_parity_plugin.engine import Comparison
+
+    steps = np.arange(40, dtype=np.float64)
+    peak = np.float32(1e-2)
+    cosine = (peak * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * np.minimum(steps, 30) / 30)))).astype(np.float32)
+    noisy = cosine.copy()
+    noisy[25] = np.nextafter(np.nextafter(np.nextafter(np.nextafter(noisy[25], 1), 1), 1), 1)  # 4 ulps
+    assert abs(float(noisy[25]) - float(cosine[25])) / float(cosine[25]) > 2.0**-22  # the old rule's limit
+    assert Comparison(*_lr_runs(cosine, noisy)).report().agree
+    decay = (1e-3 * 0.96 ** (steps / 1e5)).astype(np.float32)
+    late = (1e-3 * 0.96 ** ((steps + 1) / 1e5)).astype(np.float32)
+    assert abs(float(late[0]) - float(decay[0])) / float(decay[0]) > 1.5 * 2.0**-22  # numpy: 4.1e-7
+    first = Comparison(*_lr_runs(decay, late)).report().first_divergence
+    assert first is not None and (first.step, first.kind) == (0, "lr")
+    # a decayed lr 10 ulps of its peak off: past the peak's share
+    wrong = cosine.copy()
+    wrong[30] = wrong[30] + np.float32(10 * 2.0**-24 * 1e-2 * 2)
+    first = Comparison(*_lr_runs(cosine, wrong)).report().first_divergence
+    assert first is not None and (first.step, first.kind) == (30, "lr")
+
+
+def test_a_faithful_keras_cosine_decay_with_warm_up_agrees_with_tf1s_formula(tmp_path) -> None:
+    """TF1's hand-written linear warm-up then cosine_decay, evaluated by a Session, against Keras
+    CosineDecay(warmup_target=..., warmup_steps=...) in a tf.function; numpy's float64 formula says
+    they are the same schedule. The port with its warm-up one step short diverges on lr at step 0."""
+    import tensorflow as tf
+
+    from tb_parity_plugin import summary_v1, summary_v2
+
+    peak, warm, decay, alpha, steps = 1e-2, 25, 20, 0.1, 45
+
+    def formula(s: int) -> float:
+        if s < warm:
+            return peak * s / warm
+        t = min(s - warm, decay) / decay
+        return peak * ((1 - alpha) * 0.5 * (1 + np.cos(np.pi * t)) + alpha)
+
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(str(tmp_path / "tf1"))
+        gs = tf.compat.v1.placeholder(tf.int64, [])
+        lr = tf.cond(
+            gs < warm,
+            lambda: peak * tf.cast(gs, tf.float32) / warm,
+            lambda: tf.compat.v1.train.cosine_decay(peak, gs - warm, decay, alpha=alpha),
+        )
+        rec.lr(lr)
+        rec.set_step(gs)
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            tf1_lr = []
+            for s in range(steps):
+                got, parity = sess.run([lr, fetches], {gs: s})
+                tf1_lr.append(got)
+                rec.write(parity)
+        rec.close()
+
+    def keras_run(run_name: str, warmup: int) -> None:
+        schedule = tf.keras.optimizers.schedules.CosineDecay(
+            0.0, decay, alpha=alpha, warmup_target=peak, warmup_steps=warmup
+        )
+        rec2 = summary_v2.Recorder(str(tmp_path / run_name))
+
+        @tf.function
+        def log(step: tf.Tensor) -> None:
+            with rec2.step(step):
+                rec2.lr(schedule(step))
+
+        for s in range(steps):
+            log(tf.constant(s, tf.int64))
+        rec2.close()
+
+    keras_run("tf2", warm)
+    keras_run("tf2_short", warm - 1)
+    want = np.array([formula(s) for s in range(steps)])
+    np.testing.assert_allclose(np.array(tf1_lr, np.float64), want, rtol=1e-6, atol=1e-12)
+    assert compare(str(tmp_path), baseline="tf1", candidate="tf2").agree
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2_short").first_divergence
+    # numpy: step 0 is 0 in both; step 1 is peak/25 against peak/24
+    assert first is not None and (first.step, first.kind) == (1, "lr"), first

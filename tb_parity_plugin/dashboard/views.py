@@ -207,9 +207,10 @@ def _scalar_diff(
     cv = np.asarray(c[1], dtype=np.float64)[ic]
     tol = policy.for_tag(tag)
     rtol = tol.rtols(since_first(steps))
+    peak = tol.peak_atols(np.abs(np.asarray(b[1], dtype=np.float64)))[ib]  # an lr's share of its peak so far
     with np.errstate(invalid="ignore"):
         return {
             "steps": steps.tolist(),
             "abs_diff": np.abs(cv - bv).tolist(),
-            "tolerance": (tol.atol + rtol * np.abs(bv)).tolist(),
+            "tolerance": (tol.atol + peak + rtol * np.abs(bv)).tolist(),
         }

@@ -41,7 +41,9 @@ def groups(pairs: Sequence[Pair]) -> list[list[Pair]]:
         b, c = p.base, p.cand
         if getattr(b, "block", None) is None or getattr(c, "block", None) is None:
             continue
-        if p.use_values or p.static_reason != OK or p.dynamic or p.partial or p.feeder is not None:
+        if p.use_values or p.static_reason != OK or p.dynamic or p.partial or p.feeder is not None or p.reshaped:
+            continue
+        if p.tol.atol_of_peak:  # its atol reads earlier rows (Pair._peaks)
             continue
         found.setdefault((id(b.block), id(c.block), id(p.ib), id(p.ic)), []).append(p)
     return [g for g in found.values() if len(g) > 1]

@@ -439,9 +439,19 @@ class Pair:
         """atol per compared step ``ks`` (ascending) with baseline statistics rows ``sb``: the
         tolerance's (:meth:`Tolerance.atols`) plus a slot's :meth:`allowance`."""
         atol = self.tol.atols(sb)
+        if self.tol.atol_of_peak and len(ks):
+            atol = atol + self._peaks(self.ib[ks])
         if self.feeder is None or not len(ks):
             return atol
         found: np.ndarray = atol + self.allowance(int(ks[-1]) + 1)[ks]
+        return found
+
+    def _peaks(self, rows: np.ndarray) -> np.ndarray:
+        """A hyper-parameter's :meth:`Tolerance.peak_atols` at baseline rows ``rows`` (ascending
+        steps; scalars: one pass over the rows up to the last)."""
+        upto = self.base.stats[: int(rows.max()) + 1]
+        largest = np.maximum(np.abs(upto[:, _IDX["min"]]), np.abs(upto[:, _IDX["max"]]))
+        found: np.ndarray = self.tol.peak_atols(largest)[rows]
         return found
 
     def rtol_at(self, k: int) -> float:

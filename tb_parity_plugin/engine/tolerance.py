@@ -90,6 +90,9 @@ class Tolerance:
     #: Added to ``atol`` at each step: this fraction of the baseline's largest finite |element| at
     #: that step (0 for all but optimizer slots: see :data:`SLOT_ATOL_OF_MAX`).
     atol_of_max: float = 0.0
+    #: Added to ``atol`` at each step: this fraction of the baseline's largest finite |element| at
+    #: any step up to that one (0 for all but hyper-parameters: see :data:`HPARAM_ATOL_OF_PEAK`).
+    atol_of_peak: float = 0.0
 
     def atols(self, base_stats: np.ndarray) -> float | np.ndarray:
         """atol per baseline statistics row (``[rows, N_STATS]``): ``atol`` itself when it does not
@@ -102,6 +105,16 @@ class Tolerance:
         largest = np.where(np.isfinite(largest), largest, 0.0)
         out: np.ndarray = self.atol + self.atol_of_max * largest
         return out
+
+    def peak_atols(self, largest: np.ndarray) -> np.ndarray:
+        """What :attr:`atol_of_peak` adds per baseline row, from each row's largest |element|
+        (rows in ascending steps, every row of the baseline from its first): that fraction of the
+        largest finite one so far (zeros when the tolerance has no such share)."""
+        largest = np.asarray(largest, dtype=np.float64)
+        if not self.atol_of_peak:
+            return np.zeros(len(largest))
+        found: np.ndarray = self.atol_of_peak * np.maximum.accumulate(np.where(np.isfinite(largest), largest, 0.0))
+        return found
 
     # The warm-up rule lives here only: rtol is WARMUP_RTOL for the first ``warmup_steps``
     # training steps counted from the first compared step (``since``: a compared step's step
@@ -146,10 +159,17 @@ def since_first(steps: np.ndarray) -> np.ndarray:
 
 #: Kinds that set training rather than result from it: compared by :attr:`TolerancePolicy.hparam_rtol`.
 HPARAM_KINDS = frozenset({"lr", "hparam"})
-#: Two float32 ulps, relative: a learning rate computed by the same formula in TF1 and TF2 agrees
-#: to float32 resolution; anything more is another schedule (the migration guide compares lr with
-#: assert_allclose's defaults, rtol 1e-7, atol 0).
-HPARAM_RTOL = 2.0**-22
+#: One float32 ulp, relative, plus :data:`HPARAM_ATOL_OF_PEAK`: a learning rate computed by the
+#: same formula in TF1 and TF2 agrees to float32 resolution; anything more is another schedule
+#: (the migration guide compares lr with assert_allclose's defaults, rtol 1e-7, atol 0).
+HPARAM_RTOL = 2.0**-23
+#: ...plus this fraction of the largest |value| the baseline recorded up to the step. Why: a
+#: schedule's formula rounds at the scale of its peak, not of its value: a new user's faithful
+#: warm-up + cosine port (TF1 cosine_decay in a Session, Keras CosineDecay in a tf.function, the
+#: same formula to the last float64 bit) was 4 ulps apart at step 38, lr 0.35 of its peak, and
+#: diverged on lr (relative 2.7e-7 > 2^-22). At the peak the two add up to 1.5 x 2^-22: an
+#: exponential decay off by one step of 1e5 (4e-7 relative) is still found at step 0.
+HPARAM_ATOL_OF_PEAK = 2.0**-22
 
 
 #: A value divergence whose error ratio (largest |c - b| over what the tolerance allows) is below
@@ -209,22 +229,22 @@ class TolerancePolicy:
     def for_tag(self, tag: str) -> Tolerance:
         """The tolerance for tensor ``tag`` after applying every matching override in order (an
         element sample's is its tensor's: the same elements, fewer of them)."""
-        atol, rtol, warmup, of_max = self.atol, self.rtol, self.warmup_steps, 0.0
+        atol, rtol, warmup, of_max, of_peak = self.atol, self.rtol, self.warmup_steps, 0.0, 0.0
         kind, _, name = tag.partition("/")
         parent = metadata.sample_parent(name)
         if parent is not None:
             tag = f"{kind}/{parent}"
         if kind in HPARAM_KINDS:
-            atol, rtol, warmup = 0.0, self.hparam_rtol, 0
+            atol, rtol, warmup, of_peak = 0.0, self.hparam_rtol, 0, HPARAM_ATOL_OF_PEAK
         elif kind in SLOT_KINDS:
             atol, rtol, warmup, of_max = self.atol * SLOT_ATOL_SCALE, SLOT_RTOL, 0, SLOT_ATOL_OF_MAX
         for override in self.overrides:
             if override.matches(tag):
                 if override.atol is not None:  # an atol you set is the whole atol
-                    atol, of_max = override.atol, 0.0
+                    atol, of_max, of_peak = override.atol, 0.0, 0.0
                 rtol = override.rtol if override.rtol is not None else rtol
                 warmup = override.warmup_steps if override.warmup_steps is not None else warmup
-        return Tolerance(float(atol), float(rtol), int(warmup), float(of_max))
+        return Tolerance(float(atol), float(rtol), int(warmup), float(of_max), float(of_peak))
 
     def to_dict(self) -> dict[str, Any]:
         return {

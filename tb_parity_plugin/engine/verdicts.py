@@ -188,8 +188,10 @@ class ParityReport:
             rtol = f"rtol {tol.rtol_at(since):g}"
             if since < tol.warmup_steps:
                 rtol += f" (the warm-up: the first {tol.warmup_steps} training steps from step {int(steps[0])})"
-        atol = f"atol {tol.atol:g}" + (
-            f" + {tol.atol_of_max:g} x its largest |element| at the step" if tol.atol_of_max else ""
+        atol = (
+            f"atol {tol.atol:g}"
+            + (f" + {tol.atol_of_max:g} x its largest |element| at the step" if tol.atol_of_max else "")
+            + (f" + {tol.atol_of_peak:g} x its largest |value| up to the step" if tol.atol_of_peak else "")
         )
         allowed = 0.0 if self.comparison is None else self.comparison.allowance(first.kind, first.tensor, first.step)
         if allowed:
