@@ -319,6 +319,10 @@ class Comparison:
         s_j, s_k = int(self.steps[j]), int(self.steps[k])
         still = [bool(np.array_equal(a, b, equal_nan=True)) for a, b in zip(before, now)]
         bn = _MOVING_STATS.search(f"{first.base.name} {first.cand.name}") is not None
+        average = any(
+            align.average_canonical(re.sub(r":\d+$", "", n)).endswith("/average")
+            for n in (first.base.name, first.cand.name)
+        )
         if still[0] != still[1]:
             who = (self.base.name, self.cand.name)[still.index(True)]
             return (
@@ -334,14 +338,16 @@ class Comparison:
                 + ")"
             )
         rule = (
-            "batch normalization's momentum (Keras and tf.compat.v1.layers default 0.99) or epsilon"
+            " (batch normalization's momentum: Keras and tf.compat.v1.layers default 0.99)"
             if bn
-            else "an average's decay (TF1 ExponentialMovingAverage with num_updates caps it at "
+            else " (an average's decay: TF1 ExponentialMovingAverage with num_updates caps it at "
             "(1 + step) / (10 + step); Keras use_ema's ema_momentum)"
+            if average
+            else " (an accumulator or counter reset, scaled or written otherwise)"
         )
         if len(seen) == 1:
             return (
-                f"it agreed at step {s_j}, the only step compared before: its update rule differs ({rule}), or the two runs "
+                f"it agreed at step {s_j}, the only step compared before: its update rule differs{rule}, or the two runs "
                 "updated it from inputs no recorded tensor shows"
             )
         return (
