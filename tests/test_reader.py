@@ -208,9 +208,12 @@ def test_duplicate_steps_last_write_wins_and_a_restart_supersedes_the_later_step
         np.testing.assert_array_equal(weight.values[step], array)
     np.testing.assert_allclose(run.scalars["lr"][1][5], np.float32(0.1 / 106))
     np.testing.assert_array_equal(run.scalars["lr"][0], np.arange(8))
-    (notice,) = run.notices
+    (notice, *again) = run.notices
     assert "run/events.out.tfevents.0000000002.a restarts the run at step 5" in notice
     assert "the steps from 5 to 9 of run/events.out.tfevents.0000000001.a (created earlier" in notice
+    # step 3 written twice by the first file, 5-7 by the second (each its own): named, not as two writers
+    assert again and all("4 step(s) from step 3 written again by run/" in n for n in again), again
+    assert all("more than one file" not in n for n in again)
 
 
 def test_a_rerun_from_step_0_into_a_used_directory_is_compared_alone(tmp_path):
@@ -914,3 +917,21 @@ def test_files_of_one_second_are_ordered_by_their_numbers_and_a_second_writer_is
         want = step_tensors(step + 100 if step >= 5 else step)[1][2].reshape(-1)
         np.testing.assert_array_equal(weight.values[step], want)
     assert any("5 step(s) from step 5 written by more than one file" in n for n in run.notices), run.notices
+
+
+def test_a_step_written_again_by_one_file_is_named_and_the_last_write_kept(tmp_path):
+    """A TF1 ParityHook under gradient accumulation writes on every micro-batch's sess.run, and
+    global_step advances once per update: each step was written 4 times in one file, and 3 of 4
+    were dropped without a word (a new user's)."""
+    writer = write_run(str(tmp_path / "run"), [])
+    for step in range(3):
+        for micro in range(4):
+            writer.write_arrays(step, step_tensors(10 * step + micro))
+    writer.close()
+    run = LogdirReader(str(tmp_path)).run("run")
+    weight = run.tensors[("weight", "dense/kernel:0")]
+    np.testing.assert_array_equal(weight.steps, np.arange(3))
+    for step in range(3):  # the last write of each step
+        np.testing.assert_array_equal(weight.values[step], step_tensors(10 * step + 3)[1][2].reshape(-1))
+    once = [n for n in run.notices if "3 step(s) from step 0 written again by" in n]
+    assert once and "gradient accumulation" in once[0] and "more than one file" not in once[0], run.notices

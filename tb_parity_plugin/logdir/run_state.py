@@ -127,20 +127,25 @@ class _Column:
         self._n = min(self._n, n)
         self._resolved = None
 
-    def rewritten(self, timeline: Timeline) -> Optional[tuple[int, int, np.ndarray]]:
-        """(how many steps, the first, the file ids) of steps that more than one file wrote among
-        the rows ``timeline`` keeps (None if none): two writers of one tag in one run, of which
-        the last write wins. Only a column whose steps did not only increase can have any."""
+    def rewritten(self, timeline: Timeline) -> list[tuple[bool, int, int, np.ndarray]]:
+        """Steps written more than once among the rows ``timeline`` keeps, of which the last
+        write wins: ``(by several files, how many steps, the first, the file ids)`` for the steps
+        more than one file wrote (two writers of one tag in one run), then for those one file
+        wrote again (a TF1 ``ParityHook`` under gradient accumulation writes on every micro-batch's
+        ``sess.run``: 3 of 4 were dropped without a word). Only a column whose steps did not only
+        increase can have any."""
         if self._increasing:
-            return None
+            return []
         meta = self._meta[: self._n]
         live = meta[meta[:, 0] < timeline.cut_of[meta[:, 1]]]
-        by_file = np.unique(live[:, :2], axis=0)  # (step, file id), one row per pair
-        steps, counts = np.unique(by_file[:, 0], return_counts=True)
-        twice = steps[counts > 1]
-        if not len(twice):
-            return None
-        return len(twice), int(twice[0]), np.unique(by_file[np.isin(by_file[:, 0], twice), 1])
+        pairs, per_pair = np.unique(live[:, :2], axis=0, return_counts=True)  # (step, file id)
+        steps, files = np.unique(pairs[:, 0], return_counts=True)
+        found = []
+        for several, twice in ((True, steps[files > 1]), (False, np.unique(pairs[per_pair > 1, 0]))):
+            if len(twice):
+                chosen = np.isin(pairs[:, 0], twice) & (several | (per_pair > 1))
+                found.append((several, len(twice), int(twice[0]), np.unique(pairs[chosen, 1])))
+        return found
 
     def resolve(self, timeline: Timeline) -> Resolved:
         """(unique sorted steps, row index, file ranks, offsets) of the winning rows: a row a later
@@ -323,13 +328,14 @@ class RunState:
         out = []
         for what, columns in (("statistics of layout", self.stats), ("scalar", self.scalars)):
             for key, column in sorted(columns.items()):
-                found = column.rewritten(self._timeline)
-                if found is not None:
-                    n, first, ids = found
-                    out.append(
-                        f"{what} {key}: {n} step(s) from step {first} written by more than one file "
-                        f"({', '.join(rel[int(i)] for i in ids)}){_TWO_WRITERS}"
-                    )
+                for several, n, first, ids in column.rewritten(self._timeline):
+                    files = ", ".join(rel[int(i)] for i in ids)
+                    if several:
+                        out.append(
+                            f"{what} {key}: {n} step(s) from step {first} written by more than one file ({files}){_TWO_WRITERS}"
+                        )
+                    else:
+                        out.append(f"{what} {key}: {n} step(s) from step {first} written again by {files}{_ONE_WRITER}")
         return out
 
     def ingest(
@@ -559,17 +565,28 @@ _TWO_WRITERS = (
 )
 
 
+_ONE_WRITER = (
+    "; the last written is used: a step counter that advanced less often than the writes (gradient "
+    "accumulation: global_step moves once per update, and TF1's ParityHook writes on every sess.run of the "
+    "train op); record one micro-batch per step, or give each its own name"
+)
+
+
 def _twice_notice(merged: dict[tuple[str, str], list[Part]]) -> list[str]:
-    """Tensors that two layouts hold at the same step (after restarts): one writer writes a step
-    once, so two wrote them (an evaluation recorder logging training's activations)."""
+    """Tensors that two layouts hold at the same step (after restarts): two writers (an evaluation
+    recorder logging training's activations), or two traced functions of one recorder logging the
+    same tensors under one step counter (a new user's micro-batch function and update function
+    under gradient accumulation, told "two writers" though it had one)."""
     twice = [(key, _first_twice(parts)) for key, parts in merged.items() if len(parts) > 1]
     found = [(key, step) for key, step in twice if step is not None]
     if not found:
         return []
     (kind, name), step = min(found, key=lambda t: t[1])
     return [
-        f"{len(found)} tensor(s) written at the same steps by two writers (first {kind}/{name} at step {step})"
-        + _TWO_WRITERS
+        f"{len(found)} tensor(s) written at the same steps by two layouts (first {kind}/{name} at step {step}): "
+        "two writers, or two traced functions of one recorder logging them under one step counter (gradient "
+        "accumulation: a function per micro-batch beside the update's); the last written is used: give each "
+        "writer its own run directory, or each micro-batch's tensors their own names"
     ]
 
 
