@@ -395,3 +395,61 @@ def test_dense_layers_of_other_widths_created_in_another_order_pair_their_biases
         for kind in ("weight", "grad"):
             assert paired[(kind, f"{tf1_name}/bias:0")] == port[r]
             assert paired[(kind, f"{tf1_name}/kernel:0")] == port[r].replace("bias", "kernel")
+
+
+def _two_layer_runs(port_outputs_in_name_order: bool) -> tuple:
+    """Two same-shaped dense layers whose port holds each other's initial weights under each
+    other's names. Created in another order, the port's ``dense_2`` runs first (its output is
+    recorded first, like the baseline's ``dense_1``); with a checkpoint that loaded them crosswise,
+    each runs where its name says."""
+    from engine_helpers import run, series
+
+    rng = np.random.default_rng(5)
+    v1, v2 = (rng.standard_normal((4, 4)).astype(np.float32) for _ in range(2))
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    base_out = [x @ v1, x @ v1 @ v2]
+    base = run(
+        "tf1",
+        [
+            series("weight", "dense_1/kernel:0", [v1], order=0),
+            series("weight", "dense_2/kernel:0", [v2], order=1),
+            series("activation", "dense_1", [base_out[0]], order=2),
+            series("activation", "dense_2", [base_out[1]], order=3),
+        ],
+    )
+    if port_outputs_in_name_order:  # loaded crosswise: dense_1 (first) holds v2
+        outs = {"dense_1": x @ v2, "dense_2": x @ v2 @ v1}
+        orders = {"dense_1": 2, "dense_2": 3}
+    else:  # created in another order: dense_2 (holding v1) runs first, as faithful as the baseline
+        outs = {"dense_2": base_out[0], "dense_1": base_out[1]}
+        orders = {"dense_2": 2, "dense_1": 3}
+    cand = run(
+        "tf2",
+        [
+            series("weight", "dense_1/kernel:0", [v2], order=0),
+            series("weight", "dense_2/kernel:0", [v1], order=1),
+            *(series("activation", n, [outs[n]], order=orders[n]) for n in ("dense_1", "dense_2")),
+        ],
+    )
+    return base, cand
+
+
+def test_layers_loaded_crosswise_diverge_on_their_weights_not_behind_an_output() -> None:
+    """A new user's port restored a TF1 checkpoint with dense_1 and dense_2 swapped: the tool paired
+    the layers by their first values, said every weight agreed and blamed the output. Their outputs
+    run in the order of their names, which a port created in another order does not do."""
+    from tb_parity_plugin.engine import Comparison
+
+    report = Comparison(*_two_layer_runs(port_outputs_in_name_order=True)).report()
+    first = report.first_divergence
+    assert (first.step, first.kind, first.tensor, first.candidate_tensor) == (
+        0,
+        "weight",
+        "dense_1/kernel:0",
+        "dense_1/kernel:0",
+    )
+    assert any("dense_1 starts like the port's dense_2" in w and "paired by name" in w for w in report.warnings)
+    # created in another order: re-paired by values, and faithful
+    report = Comparison(*_two_layer_runs(port_outputs_in_name_order=False)).report()
+    assert report.agree, report.first_divergence
+    assert any("paired dense_1/* with dense_2/* by their first-step values" in w for w in report.warnings)

@@ -110,6 +110,22 @@ def same_elements(a: Sequence[Optional[int]], b: Sequence[Optional[int]]) -> boo
     return shapes_compatible(tuple(a), tuple(b)) or reshaped(a, b)
 
 
+def _output_orders(series: Sequence[SeriesLike], scopes: Iterable[str]) -> Optional[dict[str, int]]:
+    """Each scope's output's execution order: the one tensor of an output kind named after the
+    scope; None when a scope has none, or several."""
+    named: dict[str, list[int]] = {}
+    for s in series:
+        if s.kind in _OUTPUT_KINDS:
+            named.setdefault(s.name, []).append(s.order)
+    found = {}
+    for scope in scopes:
+        orders = named.get(scope, [])
+        if len(orders) != 1:
+            return None
+        found[scope] = orders[0]
+    return found
+
+
 def execution_key(series: SeriesLike) -> tuple[int, int, str, str]:
     """Sort key for execution order within a step (ties broken by phase, then tag)."""
     return (series.order, metadata.kind_phase(series.kind), series.kind, series.name)
@@ -678,6 +694,16 @@ class _Pairing:
                 continue  # every layer of the group is paired, each with another: else two would share one
             if left_b:  # one layer starts differently (a port's wrong initializer): it pairs with the one left
                 chosen[left_b[0]] = left_c[0]
+            if self._against_forward_order(chosen, c_of):
+                crossed = ", ".join(
+                    f"{b} starts like the port's {c}" for b, c in sorted(chosen.items()) if c != c_of[b]
+                )
+                warnings.append(
+                    f"layers {', '.join(sorted(chosen))} start like other layers of the port than their names say "
+                    f"({crossed}), but their outputs run in the order of their names: paired by name; weights "
+                    "loaded into the wrong layers (a checkpoint's name mapping) diverge on those weights"
+                )
+                continue
             moves = self._repair_scopes(chosen, c_of, b_of, current)
             if moves is None:
                 continue
@@ -692,6 +718,26 @@ class _Pairing:
                     "layers of one type by creation order, and these have the same shapes"
                 )
         return warnings
+
+    def _against_forward_order(self, chosen: dict[str, str], c_of: dict[str, str]) -> bool:
+        """Whether pairing the base scopes as ``chosen`` (by values) crosses the order in which
+        their outputs ran while pairing them as ``c_of`` (by name) keeps it: each scope's output
+        named after it (``rec.activation("dense_1", ...)``, instrument's layer names) on both
+        sides. A port created in another order runs its layers where their values say; one whose
+        checkpoint loaded dense_1's weights into dense_2 runs them where their names say, and
+        re-pairing by values hid the swapped weights behind an output (a new user's, told "every
+        weight agrees"). Without outputs on both sides, no evidence: False."""
+        order_b = _output_orders(self.base, chosen)
+        order_c = _output_orders(self.cand, {*chosen.values(), *(c_of[b] for b in chosen)})
+        if order_b is None or order_c is None:
+            return False
+        ranked = sorted(chosen, key=order_b.__getitem__)
+
+        def keeps_order(pairing: dict[str, str]) -> bool:
+            runs = [order_c[pairing[b]] for b in ranked]
+            return all(x < y for x, y in zip(runs, runs[1:]))
+
+        return keeps_order(c_of) and not keeps_order(chosen)
 
     def _by_first_difference(
         self,
