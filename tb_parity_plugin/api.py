@@ -137,7 +137,11 @@ def compare(
     except ValueError as exc:  # a malformed mapping
         raise ParityInputError(str(exc)) from None
     if report.steps_compared == 0:
-        raise ParityInputError(f"runs {base.name!r} and {cand.name!r} share no logged step")
+        raise ParityInputError(
+            f"runs {base.name!r} and {cand.name!r} share no logged step ({_step_range(base)} against "
+            f"{_step_range(cand)}: both must number a step alike, e.g. a port resumed from a checkpoint counts from "
+            "the restored global step, not from a fresh optimizer.iterations)"
+        )
     if report.tensors_compared == 0:
         raise ParityInputError(f"no tensor of {base.name!r} could be paired with one of {cand.name!r}")
     return report
@@ -188,12 +192,20 @@ def assert_parity(
             lines.append(report.unproven_text)
         if report.hparam_text:
             lines.append(report.hparam_text)
+        # how the runs were paired (a layer re-paired by its values, a map that matched nothing)
+        lines += [f"warning: {w}" for w in report.warnings]
         raise AssertionError("\n".join(lines + problem_lines(report)))
     if report.incomplete:  # what was not read may diverge: not a pass
         raise AssertionError("\n".join([report.verdict_text, *problem_lines(report)]))
     if require_values and report.statistics_only:
         raise AssertionError(f"{report.verdict_text}\n{statistics_only_line(report)}")
     return report
+
+
+def _step_range(run: Any) -> str:
+    """``steps A-B`` of a run (how a run numbers its steps, for an error)."""
+    steps = run.steps
+    return f"steps {int(steps[0])}-{int(steps[-1])}" if len(steps) else "no step"
 
 
 def statistics_only_line(report: ParityReport) -> str:

@@ -258,6 +258,11 @@ def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None, 
     if report.incomplete:
         return EXIT_INCOMPLETE
     if getattr(args, "require_values", False) and report.statistics_only:
+        print(
+            f"{prog}: --require-values: the agreement rests on statistics for {len(report.statistics_only)} "
+            f"tensor(s) (exit {EXIT_STATISTICS})",
+            file=err,
+        )
         return EXIT_STATISTICS
     return EXIT_AGREE
 
