@@ -11,6 +11,7 @@ from tb_parity_plugin.engine import Comparison, Divergence, ParityReport
 from tb_parity_plugin.engine.tolerance import TolerancePolicy
 from tb_parity_plugin.engine.verdicts import mismatch_text
 from tb_parity_plugin.logdir import run_pairs
+from tb_parity_plugin.records import metadata
 
 if TYPE_CHECKING:  # imported when used: the reader is not needed to compare runs already read
     from tb_parity_plugin.logdir.reader import LogdirReader
@@ -157,10 +158,13 @@ def describe(d: Divergence) -> str:
     mismatch = mismatch_text(d.mismatch_fraction)
     if d.reason == "structure":  # no figures: nothing was compared
         return f"{d.kind}/{d.tensor or d.candidate_tensor}: structure; {d.note}"
+    # a sample's figures are of its elements, not of its tensor (a new user read mismatch=0.391% as
+    # the tensor's, where 1 element of 1M was out)
+    of = f" (of its {metadata.SAMPLE_SIZE} sampled elements)" if d.evidence == "sample" else ""
     return (
         f"{d.kind}/{d.tensor}{alias}: {d.reason}; max_abs_diff={_fmt(d.max_abs_diff)} "
         f"max_rel_diff={_fmt(d.max_rel_diff)} cosine={_fmt(d.cosine)} mismatch={mismatch} "
-        f"error_ratio={_fmt(d.error_ratio)}" + (f"; {d.note}" if d.note else "")
+        f"error_ratio={_fmt(d.error_ratio)}{of}" + (f"; {d.note}" if d.note else "")
     )
 
 

@@ -1300,3 +1300,18 @@ def test_rmsprop_mean_squares_pair_across_spellings(tmp_path) -> None:
         "dense/kernel/RMSProp",
         "velocity/dense/kernel",
     )
+
+
+def test_the_unproven_tensors_are_worded_nearest_first() -> None:
+    """A new user's culprit, the lookup right before the divergent tensor, was cut from the CLI's
+    line as "and 3 more" behind weights and slots listed in execution order: the text lists the
+    nearest first (the report's list keeps execution order)."""
+    big = [np.linspace(-1, 1, 5000, dtype=np.float32)]
+    k = [np.ones(3, np.float32)]
+    tensors = [series("weight", f"w{i:02d}", big, order=i, keep_values=False) for i in range(12)]
+    base = run("tf1", [*tensors, series("activation", "k", k, order=12)])
+    cand = run("tf2", [*tensors, series("activation", "k", [k[0] + 1], order=12)])
+    report = Comparison(base, cand).report()
+    assert report.unproven_before_first == [f"weight/w{i:02d}" for i in range(12)]
+    assert "nearest first: weight/w11, weight/w10, weight/w09," in report.unproven_text
+    assert report.unproven_text.count("weight/w") == 10 and "and 2 more" in report.unproven_text

@@ -139,6 +139,9 @@ def test_a_square_kernel_loaded_transposed_diverges_on_its_sample_at_step_0(tmp_
     first = report.first_divergence
     assert (first.step, first.kind, first.tensor, first.evidence) == (0, "weight", "dense/kernel:0#sample", "sample")
     np.testing.assert_allclose(first.max_abs_diff, np.abs(flat_t[pos] - flat[pos]).max(), rtol=1e-6)
+    from tb_parity_plugin import api
+
+    assert "(of its 256 sampled elements)" in api.describe(first)  # not the whole tensor's figures
 
 
 def test_a_size_crossing_the_limit_is_no_divergence_where_one_run_sampled_it_only(tmp_path) -> None:

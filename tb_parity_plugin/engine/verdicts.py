@@ -212,7 +212,9 @@ class ParityReport:
         if tags:
             parts.append(
                 f"before {first.kind}/{first.tensor} in execution order, compared at step {first.step} by statistics "
-                f"only (and their element samples, where recorded): {listed(tags)}; a difference there smaller than "
+                # nearest first: a new user's culprit, the lookup right before, was cut as "and 3 more"
+                f"only (and their element samples, where recorded), nearest first: {listed(tags[::-1])}; a "
+                "difference there smaller than "
                 "the statistics can prove is not ruled out, so the divergence may start upstream"
             )
         if earlier:
