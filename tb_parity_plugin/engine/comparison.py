@@ -264,6 +264,7 @@ class Comparison:
                 self._moved_by_the_update(pair, k, slot_gaps) if b.kind == "weight" and not found.get("note") else None,
                 self._momentum_at_lr_change(pair, k) if b.kind == "slot" else None,
                 kink if b.kind == "grad" else None,
+                self._grad_scale(pair, k) if b.kind == "grad" else None,
                 None if loud else _marginal_note(b.kind, found),
             ]
             found["note"] = "; ".join(n for n in notes if n) or None
@@ -463,6 +464,14 @@ class Comparison:
         if note is None:
             return None
         if noise is None:  # the update itself: what a port most often sets otherwise
+            scale = self._update_scale(pair, k)
+            if scale is not None:
+                return (
+                    f"{note}: the update is the baseline's times {scale:.4g} at every element (the same direction, "
+                    "another size): the learning rate as applied, or Adam's bias correction, which follows the "
+                    "optimizer's step count (a checkpoint restored without the optimizer's iterations restarts it "
+                    "at 0; README: optimizer counters are not recorded)"
+                )
             return (
                 f"{note}: compare the optimizers' settings (epsilon: TF1 Adam 1e-8, Keras 1e-7; betas, momentum, "
                 "nesterov, clipping, weight decay)"
@@ -505,6 +514,36 @@ class Comparison:
                 "epsilon first (TF1 Adam 1e-8, Keras 1e-7); README: What counts as a divergence"
             )
         return note, noise
+
+    def _grad_scale(self, pair: Pair, k: int) -> Optional[str]:
+        """A gradient that is the baseline's times one factor at every element (compared by
+        values): a new user's gradient accumulation not divided by its 4 micro-batches showed every
+        gradient with max_rel_diff=3 and cosine 1, and nothing said "times 4"."""
+        both = pair.step_values(k)
+        scale = None if both is None else _uniform_scale(both[0], both[1], pair.tol.atol)
+        if scale is None:
+            return None
+        return (
+            f"every element is the baseline's times {scale:.4g} (the same direction, another size): a scale between "
+            "the loss and this gradient (the loss's reduction: a sum against a mean, a global batch size under a "
+            "strategy; accumulated gradients not divided by their micro-batches; a loss scale not undone)"
+        )
+
+    def _update_scale(self, pair: Pair, k: int) -> Optional[float]:
+        """The one factor, not 1, by which the candidate's update of a weight from the step before
+        ``k`` to ``k`` is the baseline's at every element it moved (None otherwise). A new user's
+        port restored Adam's slots but not its step count: every weight's update was 1.9531 times
+        TF1's, which is the ratio of the two bias corrections, and the note listed epsilon."""
+        if k == 0 or int(self.steps[k - 1]) != int(self.steps[k]) - 1:
+            return None
+        now, before = pair.step_values(k), pair.step_values(k - 1)
+        if now is None or before is None or len(now[0]) != len(before[0]):
+            return None
+        (nb, nc), (bb, bc) = ((np.asarray(x, np.float64) for x in both) for both in (now, before))
+        # each difference of two float32 weights carries their rounding: 1e-5 updates of weights
+        # near 0.1 are 6e-4 apart in ratio from rounding alone
+        rounding = (2.0**-23 * (np.abs(nb) + np.abs(bb)), 2.0**-23 * (np.abs(nc) + np.abs(bc)))
+        return _uniform_scale(nb - bb, nc - bc, pair.tol.atol, rounding)
 
     def _momentum_at_lr_change(self, pair: Pair, k: int) -> Optional[str]:
         """For a momentum slot diverging at step ``k`` right after an lr changed, when the
@@ -868,6 +907,29 @@ _MOMENTUM = re.compile(r"momentum|velocity", re.IGNORECASE)
 
 #: Kinds computed from a batch: a partial last batch retraces them (one warning per run for those).
 _BATCHED_KINDS = frozenset({"input", "activation", "output", "loss", "metric"})
+
+
+def _uniform_scale(
+    b: np.ndarray, c: np.ndarray, floor: float, rounding: tuple[Any, Any] = (0.0, 0.0)
+) -> Optional[float]:
+    """The one factor ``c / b`` takes at every element where ``|b|`` is above ``floor`` (``c``
+    within 1e-4 of ``scale x b``, plus ``rounding``: each side's rounding error per element; at
+    least 2 such elements, none where ``b`` is below ``floor`` but ``c`` is not), when it is not 1:
+    the same direction, another size (None otherwise)."""
+    b, c = np.asarray(b, np.float64).ravel(), np.asarray(c, np.float64).ravel()
+    if not (np.isfinite(b).all() and np.isfinite(c).all()):
+        return None
+    large = np.abs(b) > floor
+    if large.sum() < 2:
+        return None
+    scale = float(np.median(c[large] / b[large]))
+    round_b, round_c = (np.broadcast_to(np.asarray(r, np.float64).ravel(), b.shape)[large] for r in rounding)
+    allowed = 1e-4 * np.abs(scale * b[large]) + abs(scale) * round_b + round_c
+    if not np.all(np.abs(c[large] - scale * b[large]) <= allowed) or abs(scale - 1) <= 1e-3:
+        return None
+    if np.any(np.abs(c[~large]) > abs(scale) * floor * 2):  # what b left small, c did not
+        return None
+    return scale
 
 
 def _layout_warnings(run: Any) -> list[str]:

@@ -1,0 +1,60 @@
+"""Notes for a tensor that is the baseline's times one factor: a gradient (a new user's gradient
+accumulation not divided by its 4 micro-batches: max_rel_diff=3, cosine 1, and no word of "times
+4"), and a weight's update after its gradients agreed (a new user's port restored Adam's slots but
+not its step count: every update 1.9531 times TF1's, the ratio of the two bias corrections, and the
+note listed epsilon). Each expectation is built with numpy here."""
+
+from __future__ import annotations
+
+import numpy as np
+from engine_helpers import run, series
+
+from tb_parity_plugin.engine import Comparison
+
+RNG = np.random.default_rng(4)
+G = RNG.standard_normal((6, 5)).astype(np.float32)
+
+
+def _first(base: list, cand: list):
+    return Comparison(run("tf1", base), run("tf2", cand)).report().first_divergence
+
+
+def test_a_gradient_scaled_by_one_factor_says_so_and_one_scaled_otherwise_does_not() -> None:
+    first = _first([series("grad", "dense/kernel:0", [G])], [series("grad", "dense/kernel:0", [G * np.float32(4)])])
+    assert first.kind == "grad" and "every element is the baseline's times 4 (the same direction" in first.note
+    bent = G * np.float32(4)
+    bent[2, 3] *= np.float32(1.01)  # one element off the factor by 1%: not one scale
+    first = _first([series("grad", "dense/kernel:0", [G])], [series("grad", "dense/kernel:0", [bent])])
+    assert first.kind == "grad" and "times" not in (first.note or "")
+    # one element the baseline has at 0 and the candidate does not: not one scale either
+    zeroed, moved = G.copy(), G * np.float32(4)
+    zeroed[0, 0] = 0.0
+    first = _first([series("grad", "dense/kernel:0", [zeroed])], [series("grad", "dense/kernel:0", [moved])])
+    assert "times" not in (first.note or "")
+
+
+def _adam_like(scale: float, bend: float = 0.0) -> tuple[list, list]:
+    """Weights at steps 0 and 1 from one update of equal gradients, the candidate's update
+    ``scale`` times the baseline's (``bend``: plus a relative difference on one half)."""
+    w0 = RNG.uniform(-0.2, 0.2, (8, 8)).astype(np.float32)
+    update = (RNG.uniform(0.5, 1.0, (8, 8)) * 1e-3).astype(np.float32) * np.sign(G[0, 0])
+    bent = update.copy()
+    bent[:4] *= np.float32(1 + bend)
+    w_b = [w0, (w0 - update).astype(np.float32)]
+    w_c = [w0, (w0 - np.float32(scale) * bent).astype(np.float32)]
+    grads = [RNG.standard_normal((8, 8)).astype(np.float32) for _ in range(2)]
+    base = [series("weight", "dense/kernel:0", w_b), series("grad", "dense/kernel:0", grads, order=2)]
+    cand = [series("weight", "dense/kernel:0", w_c), series("grad", "dense/kernel:0", grads, order=2)]
+    return base, cand
+
+
+def test_an_update_scaled_by_one_factor_names_the_bias_correction() -> None:
+    # numpy: Adam's bias correction at step 1 against step 21 (betas 0.9, 0.999)
+    ratio = (np.sqrt(1 - 0.999**1) / (1 - 0.9**1)) / (np.sqrt(1 - 0.999**21) / (1 - 0.9**21))
+    assert abs(ratio - 1.9531) < 1e-4
+    first = _first(*_adam_like(ratio))
+    assert (first.step, first.kind) == (1, "weight"), first
+    assert f"the update is the baseline's times {ratio:.4g} at every element" in first.note, first.note
+    assert "bias correction" in first.note
+    first = _first(*_adam_like(1.0, bend=0.5))  # half the elements moved 1.5x: settings, not one scale
+    assert (first.step, first.kind) == (1, "weight") and "compare the optimizers' settings" in first.note
