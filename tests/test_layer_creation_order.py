@@ -397,7 +397,7 @@ def test_dense_layers_of_other_widths_created_in_another_order_pair_their_biases
             assert paired[(kind, f"{tf1_name}/kernel:0")] == port[r].replace("bias", "kernel")
 
 
-def _two_layer_runs(port_outputs_in_name_order: bool) -> tuple:
+def _two_layer_runs(port_outputs_in_name_order: bool, branches: bool = False) -> tuple:
     """Two same-shaped dense layers whose port holds each other's initial weights under each
     other's names. Created in another order, the port's ``dense_2`` runs first (its output is
     recorded first, like the baseline's ``dense_1``); with a checkpoint that loaded them crosswise,
@@ -417,7 +417,19 @@ def _two_layer_runs(port_outputs_in_name_order: bool) -> tuple:
             series("activation", "dense_2", [base_out[1]], order=3),
         ],
     )
-    if port_outputs_in_name_order:  # loaded crosswise: dense_1 (first) holds v2
+    if branches:  # two towers on one input, run in either order: the port's dense_1 is tower 2
+        base = run(
+            "tf1",
+            [
+                series("weight", "dense_1/kernel:0", [v1], order=0),
+                series("weight", "dense_2/kernel:0", [v2], order=1),
+                series("activation", "dense_1", [x @ v1], order=2),
+                series("activation", "dense_2", [x @ v2], order=3),
+            ],
+        )
+        outs = {"dense_1": x @ v2, "dense_2": x @ v1}
+        orders = {"dense_1": 2, "dense_2": 3}
+    elif port_outputs_in_name_order:  # loaded crosswise: dense_1 (first) holds v2
         outs = {"dense_1": x @ v2, "dense_2": x @ v2 @ v1}
         orders = {"dense_1": 2, "dense_2": 3}
     else:  # created in another order: dense_2 (holding v1) runs first, as faithful as the baseline
@@ -453,3 +465,7 @@ def test_layers_loaded_crosswise_diverge_on_their_weights_not_behind_an_output()
     report = Comparison(*_two_layer_runs(port_outputs_in_name_order=False)).report()
     assert report.agree, report.first_divergence
     assert any("paired dense_1/* with dense_2/* by their first-step values" in w for w in report.warnings)
+    # a review's two towers, created in the other order and run in the order of their names: their
+    # outputs agree paired by values, so they are re-paired (the order of branches proves nothing)
+    report = Comparison(*_two_layer_runs(port_outputs_in_name_order=True, branches=True)).report()
+    assert report.agree, report.first_divergence

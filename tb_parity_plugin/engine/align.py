@@ -694,14 +694,15 @@ class _Pairing:
                 continue  # every layer of the group is paired, each with another: else two would share one
             if left_b:  # one layer starts differently (a port's wrong initializer): it pairs with the one left
                 chosen[left_b[0]] = left_c[0]
-            if self._against_forward_order(chosen, c_of):
+            if self._against_forward_order(chosen, c_of) and self._outputs_agree(chosen) is False:
                 crossed = ", ".join(
                     f"{b} starts like the port's {c}" for b, c in sorted(chosen.items()) if c != c_of[b]
                 )
                 warnings.append(
                     f"layers {', '.join(sorted(chosen))} start like other layers of the port than their names say "
-                    f"({crossed}), but their outputs run in the order of their names: paired by name; weights "
-                    "loaded into the wrong layers (a checkpoint's name mapping) diverge on those weights"
+                    f"({crossed}), but their outputs run in the order of their names and, paired by values, "
+                    "differ: paired by name; weights loaded into the wrong layers (a checkpoint's name mapping) "
+                    "diverge on those weights"
                 )
                 continue
             moves = self._repair_scopes(chosen, c_of, b_of, current)
@@ -738,6 +739,33 @@ class _Pairing:
             return all(x < y for x, y in zip(runs, runs[1:]))
 
         return keeps_order(c_of) and not keeps_order(chosen)
+
+    def _outputs_agree(self, chosen: dict[str, str]) -> Optional[bool]:
+        """Whether the outputs named after the layers of ``chosen`` (base scope -> candidate scope)
+        agree, paired so, at their first common step (statistics within 1e-3 of their scale); None
+        when that is not known. Independent branches run in either order: a review's faithful
+        two-tower port, created in the other order, ran its towers in the order of their names,
+        and only its outputs, which agree when paired by values, showed it faithful."""
+        named: list[dict[str, list[Any]]] = [{}, {}]
+        for side, series in enumerate((self.base, self.cand)):
+            for s in series:
+                if s.kind in _OUTPUT_KINDS:
+                    named[side].setdefault(s.name, []).append(s)
+        pairs = []
+        for b, c in chosen.items():
+            ours, theirs = named[0].get(b, []), named[1].get(c, [])
+            if len(ours) != 1 or len(theirs) != 1:
+                return None
+            pairs.append((ours[0], theirs[0]))
+        steps = self._first_common_steps(pairs)
+        if not steps:
+            return None
+        dist = _distances(
+            {i: (self.row_at(0, x, steps[0]), self.row_at(1, y, steps[0])) for i, (x, y) in enumerate(pairs)}
+        )
+        if any(d is None for d in dist.values()):
+            return None
+        return all(d is not None and d <= 1e-3 for d in dist.values())
 
     def _by_first_difference(
         self,
@@ -1103,8 +1131,24 @@ class _Pairing:
                         self.pair((b.kind, b.name), (c.kind, c.name), "fallback")
                 else:
                     for b in bs:
-                        candidates[(b.kind, b.name)] = [(c.kind, c.name) for c in cs]
+                        candidates[(b.kind, b.name)] = [(c.kind, c.name) for c in cs if _same_role(b, c)]
         return candidates
+
+
+def _same_role(b: SeriesLike, c: SeriesLike) -> bool:
+    """A slot's possible partner holds the same role when both roles are known (a new user's
+    ``Adam_1``, the second moment, was listed as ambiguous with Keras's ``m/`` slots beside the
+    ``v/`` ones); any other tensor, or an unknown role, may be."""
+    if b.kind != "slot":
+        return True
+    roles = []
+    for s in (b, c):
+        name = _strip_output_index(s.name)
+        canonical = slot_canonical(name)
+        if canonical == name:  # a spelling of no known role
+            return True
+        roles.append(canonical.rpartition("/")[2])
+    return roles[0] == roles[1]
 
 
 def _fits(a: tuple[Optional[int], ...], b: tuple[Optional[int], ...]) -> bool:
