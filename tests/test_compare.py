@@ -646,6 +646,25 @@ def test_a_slot_of_another_layers_same_shaped_bias_is_not_created_twice() -> Non
     ]
 
 
+def test_layers_of_one_type_under_other_scopes_are_not_created_twice() -> None:
+    """BERT's ``attention/output/dense`` and ``output/dense`` are two layers: a new user's faithful
+    port, before its --map, was asked whether the first repeated the second. A layer built twice
+    differs from its twin by ``_N`` suffixes only (``block_1/dense`` beside ``block/dense``)."""
+    v = [np.ones(4, np.float32)]
+    base = [series("weight", "output/dense/bias:0", v)]
+    only = [
+        series("weight", "attention/output/dense/bias:0", v, order=1),
+        series("weight", "block_1/output/dense/bias:0", v, order=2),
+    ]
+    report = compare_runs(run("b", base), run("c", [*base, *only]))
+    assert report.structure["created_twice"]["c"] == []
+    twice = [series("weight", "block/dense/bias:0", v), series("weight", "block_1/dense/bias:0", v, order=1)]
+    report = compare_runs(run("b", twice[:1]), run("c", twice))
+    assert report.structure["created_twice"]["c"] == [
+        {"tag": "weight/block_1/dense/bias:0", "like": "weight/block/dense/bias:0"}
+    ]
+
+
 # -- pairs of one layout settled together (engine/batch.py) ------------------------------
 def _layout_run(step: int, nan_at: int = -1, bad: tuple[str, int] = ("", -1)) -> list:
     """Statistics-only tensors of one layout; ``bad`` = (name, step) scaled from that step on."""
@@ -1315,3 +1334,26 @@ def test_the_unproven_tensors_are_worded_nearest_first() -> None:
     assert report.unproven_before_first == [f"weight/w{i:02d}" for i in range(12)]
     assert "nearest first: weight/w11, weight/w10, weight/w09," in report.unproven_text
     assert report.unproven_text.count("weight/w") == 10 and "and 2 more" in report.unproven_text
+
+
+def test_an_unpaired_slot_lists_candidates_of_its_own_role() -> None:
+    """A new user's TF1 ``Adam_1`` (the second moment) was listed as ambiguous with Keras's ``m/``
+    slots beside the ``v/`` ones: a slot's possible partners hold its role when both are known."""
+    v = [np.ones(4, np.float32)]
+    base = run(
+        "tf1",
+        [
+            series("slot", f"{n}/bias/{r}:0", v, order=i)
+            for i, (n, r) in enumerate([("a", "Adam"), ("a", "Adam_1"), ("b", "Adam_1")])
+        ],
+    )
+    cand = run(
+        "tf2",
+        [
+            series("slot", f"{r}/{n}/bias", v, order=i)
+            for i, (r, n) in enumerate([("m", "y"), ("v", "y"), ("v", "z"), ("m", "z")])
+        ],
+    )
+    only = {e["tag"]: e["candidates"] for e in compare_runs(base, cand).structure["only_in"]["tf1"]}
+    assert only["slot/a/bias/Adam:0"] == ["slot/m/y/bias", "slot/m/z/bias"]
+    assert only["slot/a/bias/Adam_1:0"] == only["slot/b/bias/Adam_1:0"] == ["slot/v/y/bias", "slot/v/z/bias"]

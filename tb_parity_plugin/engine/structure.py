@@ -139,19 +139,27 @@ def _created_twice(run: Any, unmatched: Sequence[tuple[str, str]]) -> list[dict[
         if s.kind not in VARIABLE_KINDS:
             continue
         scope, leaf = _layer_and_leaf(s.kind, s.name)
-        layer_type = _SUFFIX.sub("", scope.rpartition("/")[2])
+        path = _unnumbered(scope)
         like = []
         for other_key, o in run.tensors.items():
             if other_key in free or o.kind != s.kind or tuple(o.shape) != tuple(s.shape):
                 continue
             o_scope, o_leaf = _layer_and_leaf(o.kind, o.name)
-            if o_leaf == leaf and o_scope != scope and _SUFFIX.sub("", o_scope.rpartition("/")[2]) == layer_type:
+            if o_leaf == leaf and o_scope != scope and _unnumbered(o_scope) == path:
                 like.append(o)
         if like:
             same = [o for o in like if len(o.stats) and len(s.stats) and np.array_equal(o.stats[0], s.stats[0])]
             o = (same or like)[0]
             found.append({"tag": f"{s.kind}/{s.name}", "like": f"{o.kind}/{o.name}"})
     return found
+
+
+def _unnumbered(scope: str) -> str:
+    """A scope with every part's ``_N`` suffix dropped: a layer built twice differs from its twin
+    by such suffixes only (``block_1/dense`` beside ``block/dense``, ``dense_3`` beside ``dense``);
+    BERT's ``attention/output/dense`` and ``output/dense`` are two layers (a new user's faithful
+    port was asked whether one was created twice)."""
+    return "/".join(_SUFFIX.sub("", part) for part in scope.split("/"))
 
 
 def _layer_and_leaf(kind: str, name: str) -> tuple[str, str]:
