@@ -172,10 +172,10 @@ def test_scalars_both_runs_with_diff_and_tolerance(client: werkzeug_test.Client)
     assert diff["abs_diff"][4] == 0 and diff["abs_diff"][5] > diff["tolerance"][5]
     # issue 9: lr is a hyper-parameter: relative float32 resolution, atol 0, no warm-up
     b0 = abs(lr["baseline"]["values"][0])
-    # one ulp of the value plus 2^-22 of the largest lr so far (the first: the schedule decays)
-    assert diff["tolerance"][0] == pytest.approx(2.0**-23 * b0 + 2.0**-22 * b0) and diff["tolerance"][0] < 1e-5
+    # one ulp of the value plus 2^-23 of the largest lr so far (the first: the schedule decays)
+    assert diff["tolerance"][0] == pytest.approx(2.0**-23 * b0 + 2.0**-23 * b0) and diff["tolerance"][0] < 1e-5
     values = [abs(v) for v in lr["baseline"]["values"]]
-    assert diff["tolerance"][10] == pytest.approx(2.0**-23 * values[10] + 2.0**-22 * max(values[:11]))
+    assert diff["tolerance"][10] == pytest.approx(2.0**-23 * values[10] + 2.0**-23 * max(values[:11]))
     assert body["loss"]["diff"]["steps"] == list(range(20))
 
 

@@ -448,11 +448,23 @@ class Pair:
 
     def _peaks(self, rows: np.ndarray) -> np.ndarray:
         """A hyper-parameter's :meth:`Tolerance.peak_atols` at baseline rows ``rows`` (ascending
-        steps; scalars: one pass over the rows up to the last)."""
-        upto = self.base.stats[: int(rows.max()) + 1]
-        largest = np.maximum(np.abs(upto[:, _IDX["min"]]), np.abs(upto[:, _IDX["max"]]))
-        found: np.ndarray = self.tol.peak_atols(largest)[rows]
-        return found
+        steps; one pass over the rows up to the last). A hyper-parameter of several elements gets
+        the smallest of its elements' own (a review's ``[beta1, beta2, epsilon]`` had epsilon's
+        1e-8 against 1e-7 passed by beta2's share); one compared by statistics only, none."""
+        upto = int(rows.max()) + 1
+        if self.base.values is None or self.base.values.shape[1] == 1:
+            stats = self.base.stats[:upto]
+            largest = np.maximum(np.abs(stats[:, _IDX["min"]]), np.abs(stats[:, _IDX["max"]]))
+            if self.base.values is None and (stats[:, _IDX["size"]] > 1).any():
+                largest = np.zeros(upto)
+            found: np.ndarray = self.tol.peak_atols(largest)[rows]
+            return found
+        size = int(self.base.stats[:upto, _IDX["size"]].min())
+        values = np.abs(np.asarray(self.base.values[:upto, :size], dtype=np.float64))
+        values = np.where(np.isfinite(values), values, 0.0)
+        each: np.ndarray = np.maximum.accumulate(values, axis=0).min(axis=1, initial=np.inf)
+        shares: np.ndarray = self.tol.peak_atols(np.where(np.isfinite(each), each, 0.0))[rows]
+        return shares
 
     def rtol_at(self, k: int) -> float:
         """The rtol compared step ``k`` was held to (the warm-up's until ``warmup_steps`` training

@@ -163,13 +163,14 @@ HPARAM_KINDS = frozenset({"lr", "hparam"})
 #: same formula in TF1 and TF2 agrees to float32 resolution; anything more is another schedule
 #: (the migration guide compares lr with assert_allclose's defaults, rtol 1e-7, atol 0).
 HPARAM_RTOL = 2.0**-23
-#: ...plus this fraction of the largest |value| the baseline recorded up to the step. Why: a
-#: schedule's formula rounds at the scale of its peak, not of its value: a new user's faithful
-#: warm-up + cosine port (TF1 cosine_decay in a Session, Keras CosineDecay in a tf.function, the
-#: same formula to the last float64 bit) was 4 ulps apart at step 38, lr 0.35 of its peak, and
-#: diverged on lr (relative 2.7e-7 > 2^-22). At the peak the two add up to 1.5 x 2^-22: an
-#: exponential decay off by one step of 1e5 (4e-7 relative) is still found at step 0.
-HPARAM_ATOL_OF_PEAK = 2.0**-22
+#: ...plus this fraction of the largest |value| the baseline recorded up to the step (of each
+#: element's own, for a hyper-parameter of several). Why: a schedule's formula rounds at the scale
+#: of its peak, not of its value: a new user's faithful warm-up + cosine port (TF1 cosine_decay in a
+#: Session, Keras CosineDecay in a tf.function, the same formula to the last float64 bit) was 4 ulps
+#: apart at step 38, lr 0.35 of its peak, and diverged on lr (relative 2.7e-7 > 2^-22). At the
+#: peak the two add up to 2^-22, the rule before: an exponential decay 0.97 per 1e5 steps one step
+#: off (3e-7 relative) is still found at step 0 (a review found 2^-22 here missed it).
+HPARAM_ATOL_OF_PEAK = 2.0**-23
 
 
 #: A value divergence whose error ratio (largest |c - b| over what the tolerance allows) is below
