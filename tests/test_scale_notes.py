@@ -58,3 +58,16 @@ def test_an_update_scaled_by_one_factor_names_the_bias_correction() -> None:
     assert "bias correction" in first.note
     first = _first(*_adam_like(1.0, bend=0.5))  # half the elements moved 1.5x: settings, not one scale
     assert (first.step, first.kind) == (1, "weight") and "compare the optimizers' settings" in first.note
+
+
+def test_a_negated_or_vanished_gradient_is_no_scale() -> None:
+    """A review: a sign flipped was told "times -1 (the same direction)", a gradient of zeros
+    "times 0", and a frozen weight's update "times 0 ... Adam's bias correction"."""
+    for factor in (-1.0, 0.0):
+        first = _first(
+            [series("grad", "dense/kernel:0", [G])], [series("grad", "dense/kernel:0", [G * np.float32(factor)])]
+        )
+        assert first.kind == "grad" and "times" not in (first.note or ""), first.note
+    for factor in (-1.0, 0.0):
+        first = _first(*_adam_like(factor))
+        assert first.kind == "weight" and "the update is the baseline's times" not in first.note, first.note

@@ -351,9 +351,21 @@ class Comparison:
                 f"it agreed at step {s_j}, the only step compared before: its update rule differs{rule}, or the two runs "
                 "updated it from inputs no recorded tensor shows"
             )
+        b_j, c_j = (np.asarray(x, np.float64) for x in before)
+        with np.errstate(invalid="ignore"):
+            gap = float(np.nanmax(np.abs(c_j - b_j), initial=0.0))
+            scale = float(np.nanmax(np.abs(b_j), initial=0.0))
+        if not gap <= 2.0**-20 * scale:  # apart already, within tolerance: its rule, grown past it
+            # a review's momentum 0.999 against 0.99 stayed within atol for a step, then was told
+            # "its updates agreed ... once more, by an evaluation pass"
+            return (
+                f"it was within tolerance at the {len(seen)} steps compared before but already apart ({gap:.3g} at "
+                f"step {s_j}): its update rule differs{rule} and the difference grew past tolerance, or the two runs "
+                "updated it from inputs no recorded tensor shows"
+            )
         return (
-            f"it agreed element-wise at the {len(seen)} steps compared before (last at step {s_j}), so its "
-            f"updates agreed until then: between steps {s_j} and {s_k} one run updated it otherwise: "
+            f"it agreed element-wise at the {len(seen)} steps compared before (last at step {s_j}, to float32 "
+            f"rounding), so its updates agreed until then: between steps {s_j} and {s_k} one run updated it otherwise: "
             + (
                 "once more, by an evaluation or validation pass in training mode (Keras: the model or layer "
                 "called with training=True; TF1: a sess.run of UPDATE_OPS beside the evaluation)"
@@ -530,8 +542,9 @@ class Comparison:
         n = int(pair.base.stats[ib[0], metadata.STAT_INDEX["size"]])
         b = take_rows(pair.base.values, ib[rows])[:, :n].astype(np.float64)
         c = take_rows(pair.cand.values, ic[rows])[:, :n].astype(np.float64)
-        with np.errstate(invalid="ignore"):
-            gaps = np.nanmax(np.abs(c - b), axis=1, initial=0.0)
+        if not (np.isfinite(b).all() and np.isfinite(c).all()):
+            return None  # a NaN/Inf later is its own finding (first NaN/Inf), not growth
+        gaps = np.abs(c - b).max(axis=1, initial=0.0)
         later = int(np.argmax(gaps[1:])) + 1
         return float(gaps[0]), float(gaps[later]), int(self.steps[k + rows[later]])
 
@@ -949,6 +962,8 @@ def _uniform_scale(
     if large.sum() < 2:
         return None
     scale = float(np.median(c[large] / b[large]))
+    if not scale > 0:  # a sign flipped, or nothing moved: not "the same direction" (a review's)
+        return None
     round_b, round_c = (np.broadcast_to(np.asarray(r, np.float64).ravel(), b.shape)[large] for r in rounding)
     allowed = 1e-4 * np.abs(scale * b[large]) + abs(scale) * round_b + round_c
     if not np.all(np.abs(c[large] - scale * b[large]) <= allowed) or abs(scale - 1) <= 1e-3:
