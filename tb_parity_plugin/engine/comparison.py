@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -265,7 +265,7 @@ class Comparison:
                 self._momentum_at_lr_change(pair, k) if b.kind == "slot" else None,
                 kink if b.kind == "grad" else None,
                 self._grad_scale(pair, k) if b.kind == "grad" else None,
-                None if loud else _marginal_note(b.kind, found, self._growth(pair, k)),
+                None if loud else _marginal_note(b.kind, found, lambda: self._growth(pair, k)),
             ]
             found["note"] = "; ".join(n for n in notes if n) or None
         return Divergence(
@@ -1005,20 +1005,22 @@ def _loud(pair: Pair, k: int, equal_nan: bool) -> bool:
 
 
 def _marginal_note(
-    kind: str, found: dict[str, Any], growth: Optional[tuple[float, float, int]] = None
+    kind: str, found: dict[str, Any], growth: Callable[[], Optional[tuple[float, float, int]]] = lambda: None
 ) -> Optional[str]:
     """For an activation or gradient compared element-wise just past tolerance (an error ratio
     under :data:`MARGINAL_RATIO`): what can amplify float32 noise that far on a faithful port, and
     how to tell noise from a bug; when its largest difference grows :data:`GROWTH_FACTOR` times
-    within the next steps (``growth``: :meth:`Comparison._growth`), that instead, and no advice to
-    loosen atol, which hid a new user's weight-decay bug. The divergence is real and stays one."""
+    within the next steps (``growth()``: :meth:`Comparison._growth`, asked only here: it reads those
+    steps' values), that instead, and no advice to loosen atol, which hid a new user's weight-decay
+    bug. The divergence is real and stays one."""
     ratio = found.get("error_ratio")
     if kind not in ("activation", "grad") or found.get("evidence") != "values" or ratio is None:
         return None
     if not 1.0 < ratio < MARGINAL_RATIO:
         return None
-    if growth is not None and growth[0] > 0 and growth[1] >= GROWTH_FACTOR * growth[0]:
-        now, later, step = growth
+    grown = growth()
+    if grown is not None and grown[0] > 0 and grown[1] >= GROWTH_FACTOR * grown[0]:
+        now, later, step = grown
         return (
             f"just past tolerance here (error ratio {ratio:.3g}), but its largest difference grows from {now:.3g} to "
             f"{later:.3g} by step {step} ({later / now:.3g}x): follow it upstream before loosening atol (the weights' "
