@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -161,3 +163,53 @@ def test_a_partial_batch_file_opened_a_second_later_keeps_every_step_of_the_run(
     np.testing.assert_allclose(lrs, [LR * (2.0 if s == 7 else 1.0) for s in range(10)], rtol=1e-7)
     np.testing.assert_array_equal(run.tensors[("activation", "logits")].steps, np.arange(10))
     assert run.notices == []
+
+
+_AUTOGRAPH_SCRIPT = """
+import os, sys
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import tensorflow as tf
+from tb_parity_plugin import summary_v2
+rec = summary_v2.Recorder(sys.argv[1])
+model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(2), tf.keras.layers.Dense(2)])
+opt = tf.keras.optimizers.Adam(0.1)
+def forward(x):
+    h = x
+    for layer in model.layers:
+        h = layer(h)
+        if rec is not None:
+            rec.activation(layer.name, h)
+    return tf.reduce_sum(h)
+@tf.function
+def step(x):
+    with rec.step(opt.iterations, variables=model, optimizer=opt):
+        rec.lr(opt.learning_rate)  # a variable: read through the hook
+        with tf.GradientTape() as tape:
+            loss = rec.loss(forward(x))
+        rec.minimize(opt, loss, model.trainable_variables, tape)
+step(tf.ones((4, 3)))
+rec.close()
+"""
+
+
+def test_recording_inside_python_control_flow_gives_no_autograph_warning(tmp_path) -> None:
+    """A tf.function that records the optimizer's learning-rate variable and, in a Python loop
+    under an ``if``, each layer's output (a user's helper, and bench_p1's) had AutoGraph print
+    "could not transform ... _after_read ... Please report this to the TensorFlow team" (a
+    docstring-only hook). Run as a script file, as users run training."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"  # a file: AutoGraph converts only functions whose source it can read
+    script.write_text(_AUTOGRAPH_SCRIPT)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "could not transform" not in done.stdout + done.stderr, done.stderr[-2000:]
+    assert tensors_by_step(str(tmp_path / "run"))[0]  # it recorded
