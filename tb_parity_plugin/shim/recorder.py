@@ -193,7 +193,7 @@ class BaseRecorder:
     # AutoGraph strips the docstring of a body that is only a docstring and fails on what is left:
     # a tf.function recording inside Python control flow (a loop over layers) printed "AutoGraph
     # could not transform ... _after_read ... Please report this to the TensorFlow team"
-    @tf.autograph.experimental.do_not_convert
+    @tf.autograph.experimental.do_not_convert  # type: ignore[untyped-decorator]  # TensorFlow has no stubs
     def _after_read(self, read: VariableRead) -> None:
         """Called once a variable's read is recorded (TF1 orders its writers after it)."""
 
