@@ -8,7 +8,8 @@ each stage pairing only what earlier stages left:
    substitution on baseline names); ``OLD`` may be a name or a ``kind/name`` tag. A mapping
    that pairs tensors of different shapes is kept (the user asked for it) with a warning;
 2. ``exact``: identical names, a scope at a time: when a tensor under a scope has another shape
-   on the other side, none of that scope's tensors is paired by name (Keras names layers of
+   on the other side (one that is not the same elements regrouped: :func:`reshaped`), none of
+   that scope's tensors is paired by name (Keras names layers of
    other widths created in another order alike: ``dense_2/bias`` may be another layer's bias of
    the same shape); identical names of other shapes are paired after every other stage, as a
    shape divergence;
