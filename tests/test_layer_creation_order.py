@@ -450,6 +450,8 @@ def test_layers_loaded_crosswise_diverge_on_their_weights_not_behind_an_output()
     """A new user's port restored a TF1 checkpoint with dense_1 and dense_2 swapped: the tool paired
     the layers by their first values, said every weight agreed and blamed the output. Their outputs
     run in the order of their names, which a port created in another order does not do."""
+    from engine_helpers import series
+
     from tb_parity_plugin.engine import Comparison
 
     report = Comparison(*_two_layer_runs(port_outputs_in_name_order=True)).report()
@@ -469,3 +471,12 @@ def test_layers_loaded_crosswise_diverge_on_their_weights_not_behind_an_output()
     # outputs agree paired by values, so they are re-paired (the order of branches proves nothing)
     report = Comparison(*_two_layer_runs(port_outputs_in_name_order=True, branches=True)).report()
     assert report.agree, report.first_divergence
+    # the next review's: a real bug in one tower (a relu the port adds) leaves the other agreeing,
+    # which is evidence enough; the first divergence is that tower's output, not a weight
+    base, cand = _two_layer_runs(port_outputs_in_name_order=True, branches=True)
+    bent = cand.tensors[("activation", "dense_2")]
+    cand.tensors[("activation", "dense_2")] = series(
+        "activation", "dense_2", [np.maximum(bent.values[0].reshape(3, 4), 0)], order=bent.order
+    )
+    first = Comparison(base, cand).report().first_divergence
+    assert (first.kind, first.tensor, first.candidate_tensor) == ("activation", "dense_1", "dense_2"), first

@@ -173,3 +173,22 @@ def test_a_difference_just_past_tolerance_that_keeps_growing_is_not_told_noise()
         assert (found.step, found.kind) == (4, "activation") and 1 < found.error_ratio < 2, found
         assert ("but its largest difference grows" in found.note) == grows, found.note
         assert ("--override" in found.note) != grows
+
+
+def test_growth_reads_past_masked_elements_and_stops_at_a_one_sided_nan() -> None:
+    """The next review: masked attention scores at -inf on both sides, or the port turning NaN three
+    steps later, cancelled the growth check and brought back the advice to loosen atol."""
+    act = [np.linspace(1, 2, 8, dtype=np.float32) for _ in range(8)]
+    for a in act:
+        a[0] = -np.inf  # masked on both sides
+    cand = [a.copy() for a in act]
+    cand[2][3] += np.float32(1.5e-5)
+    cand[3][3] += np.float32(1e-3)
+    cand[6][5] = np.nan  # one side only, later
+    base = run("tf1", [series("activation", "scores", act)])
+    found = Comparison(
+        base, run("tf2", [series("activation", "scores", cand)]), tolerance.TolerancePolicy(equal_nan=True)
+    ).report()
+    first = found.first_divergence
+    assert (first.step, first.kind) == (2, "activation") and 1 < first.error_ratio < 2, first
+    assert "but its largest difference grows from 1.5e-05 to 0.001 by step 3" in first.note, first.note

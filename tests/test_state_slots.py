@@ -211,3 +211,32 @@ def test_a_momentum_that_stayed_within_tolerance_for_a_while_is_not_told_an_extr
     )
     assert (first.step, first.kind) == (2, "state")
     assert "already apart" in first.note and "momentum" in first.note and "evaluation" not in first.note, first.note
+
+
+def test_rounding_noise_before_an_extra_update_is_not_called_a_rule() -> None:
+    """The next review: a faithful port's moving mean, 6e-8 apart from float32 noise, then one
+    extra update at step 4 (an evaluation pass with training=True), was told its momentum differs."""
+    from engine_helpers import run, series
+
+    from tb_parity_plugin.engine import Comparison
+
+    rng = np.random.default_rng(2)
+    means = [rng.uniform(0.01, 0.05, 4) for _ in range(6)]  # numpy: the batches' means
+    tf1, port = [np.zeros(4)], [np.zeros(4)]
+    for s, m in enumerate(means):
+        tf1.append(tf1[-1] * 0.99 + m * 0.01)
+        nxt = port[-1] * 0.99 + m * (1 + 4e-6) * 0.01  # float32 noise in the port's batch mean
+        port.append(nxt * 0.99 + means[0] * 0.01 * 50 if s == 3 else nxt)  # the extra update after step 3
+    tf1, port = [a.astype(np.float32) for a in tf1], [a.astype(np.float32) for a in port]
+    gaps = [float(np.abs(p.astype(np.float64) - t).max()) for t, p in zip(tf1, port)]
+    assert 0 < gaps[3] < 1e-7 and gaps[4] > 1e-5  # apart by noise only, then the extra update
+    first = (
+        Comparison(
+            run("tf1", [series("state", "bn/moving_mean:0", tf1)]),
+            run("tf2", [series("state", "bn/moving_mean:0", port)]),
+        )
+        .report()
+        .first_divergence
+    )
+    assert (first.step, first.kind) == (4, "state")
+    assert "evaluation or validation pass" in first.note and "already apart" not in first.note, first.note

@@ -742,31 +742,33 @@ class _Pairing:
         return keeps_order(c_of) and not keeps_order(chosen)
 
     def _outputs_agree(self, chosen: dict[str, str]) -> Optional[bool]:
-        """Whether the outputs named after the layers of ``chosen`` (base scope -> candidate scope)
-        agree, paired so, at their first common step (statistics within 1e-3 of their scale); None
-        when that is not known. Independent branches run in either order: a review's faithful
-        two-tower port, created in the other order, ran its towers in the order of their names,
-        and only its outputs, which agree when paired by values, showed it faithful."""
+        """Whether pairing the layers as ``chosen`` (base scope -> candidate scope) makes some of
+        the outputs named after them agree, each at its own first common step (statistics within
+        1e-3 of their scale); None when no such output is known. Independent branches run in
+        either order: a review's faithful two-tower port, created in the other order, ran its
+        towers in the order of their names, and only its outputs, which agree when paired by values,
+        showed it faithful; with a real bug in one tower the other still agrees, which is evidence
+        enough (the next review's). Weights loaded crosswise leave every output apart."""
         named: list[dict[str, list[Any]]] = [{}, {}]
         for side, series in enumerate((self.base, self.cand)):
             for s in series:
                 if s.kind in _OUTPUT_KINDS:
                     named[side].setdefault(s.name, []).append(s)
-        pairs = []
+        found: Optional[bool] = None
         for b, c in chosen.items():
             ours, theirs = named[0].get(b, []), named[1].get(c, [])
             if len(ours) != 1 or len(theirs) != 1:
-                return None
-            pairs.append((ours[0], theirs[0]))
-        steps = self._first_common_steps(pairs)
-        if not steps:
-            return None
-        dist = _distances(
-            {i: (self.row_at(0, x, steps[0]), self.row_at(1, y, steps[0])) for i, (x, y) in enumerate(pairs)}
-        )
-        if any(d is None for d in dist.values()):
-            return None
-        return all(d is not None and d <= 1e-3 for d in dist.values())
+                continue
+            steps = self._first_common_steps([(ours[0], theirs[0])])  # its own: one may start later
+            if not steps:
+                continue
+            (d,) = _distances({0: (self.row_at(0, ours[0], steps[0]), self.row_at(1, theirs[0], steps[0]))}).values()
+            if d is None:
+                continue
+            if d <= 1e-3:
+                return True
+            found = False
+        return found
 
     def _by_first_difference(
         self,
@@ -1125,6 +1127,7 @@ class _Pairing:
         and shape (its possible partners), so the report can list them.
         """
         candidates: dict[Key, list[Key]] = {}
+        centered = [centered_rmsprop(s.name for s in side if s.kind == "slot") for side in (self.base, self.cand)]
         for kind in sorted({s.kind for s in self.base}):
             for bs, cs in self._free_groups(kind).values():
                 if len(bs) == len(cs):
@@ -1132,24 +1135,28 @@ class _Pairing:
                         self.pair((b.kind, b.name), (c.kind, c.name), "fallback")
                 else:
                     for b in bs:
-                        candidates[(b.kind, b.name)] = [(c.kind, c.name) for c in cs if _same_role(b, c)]
+                        candidates[(b.kind, b.name)] = [(c.kind, c.name) for c in cs if _same_role(b, c, centered)]
         return candidates
 
 
-def _same_role(b: SeriesLike, c: SeriesLike) -> bool:
+def _same_role(b: SeriesLike, c: SeriesLike, centered: Sequence[frozenset[str]]) -> bool:
     """A slot's possible partner holds the same role when both roles are known (a new user's
     ``Adam_1``, the second moment, was listed as ambiguous with Keras's ``m/`` slots beside the
-    ``v/`` ones); any other tensor, or an unknown role, may be."""
+    ``v/`` ones); any other tensor, or an unknown role, may be. ``centered``: each run's
+    :func:`centered_rmsprop` (TF1's centered ``RMSProp_1`` is the mean gradient, not a momentum)."""
     if b.kind != "slot":
         return True
     roles = []
-    for s in (b, c):
-        name = _strip_output_index(s.name)
-        canonical = slot_canonical(name)
-        if canonical == name:  # a spelling of no known role
+    for s, side in zip((b, c), centered):
+        role = slot_canonical(_strip_output_index(s.name), side).rpartition("/")[2]
+        if role not in _KNOWN_ROLES:  # a spelling of no known role
             return True
-        roles.append(canonical.rpartition("/")[2])
+        roles.append(role)
     return roles[0] == roles[1]
+
+
+#: Every slot role a spelling canonicalises to (:data:`SLOT_ROLES`, and centered RMSProp's mg).
+_KNOWN_ROLES = frozenset({*SLOT_ROLES.values(), "mg"})
 
 
 def _fits(a: tuple[Optional[int], ...], b: tuple[Optional[int], ...]) -> bool:

@@ -355,9 +355,11 @@ class Comparison:
         with np.errstate(invalid="ignore"):
             gap = float(np.nanmax(np.abs(c_j - b_j), initial=0.0))
             scale = float(np.nanmax(np.abs(b_j), initial=0.0))
-        if not gap <= 2.0**-20 * scale:  # apart already, within tolerance: its rule, grown past it
-            # a review's momentum 0.999 against 0.99 stayed within atol for a step, then was told
-            # "its updates agreed ... once more, by an evaluation pass"
+        # apart already, within tolerance, past rounding and past 1% of atol: its rule, grown past
+        # tolerance (a review's momentum 0.999 against 0.99, 6e-6 apart at step 1, was told "its
+        # updates agreed ... once more, by an evaluation pass"); a faithful port's 6e-8 of float32
+        # noise before an extra update is no such sign (the next review's)
+        if not gap <= max(2.0**-20 * scale, 0.01 * first.atol_at(j)):
             return (
                 f"it was within tolerance at the {len(seen)} steps compared before but already apart ({gap:.3g} at "
                 f"step {s_j}): its update rule differs{rule} and the difference grew past tolerance, or the two runs "
@@ -542,9 +544,15 @@ class Comparison:
         n = int(pair.base.stats[ib[0], metadata.STAT_INDEX["size"]])
         b = take_rows(pair.base.values, ib[rows])[:, :n].astype(np.float64)
         c = take_rows(pair.cand.values, ic[rows])[:, :n].astype(np.float64)
-        if not (np.isfinite(b).all() and np.isfinite(c).all()):
-            return None  # a NaN/Inf later is its own finding (first NaN/Inf), not growth
-        gaps = np.abs(c - b).max(axis=1, initial=0.0)
+        # elements non-finite on both sides (masked scores at -inf) are left out; the window ends
+        # before a row where one side alone is not finite (a NaN/Inf is its own finding)
+        fin_b, fin_c = np.isfinite(b), np.isfinite(c)
+        one_sided = (fin_b != fin_c).any(axis=1)
+        end = int(np.argmax(one_sided)) if one_sided.any() else len(rows)
+        if end < 2:
+            return None
+        with np.errstate(invalid="ignore"):
+            gaps = np.where(fin_b[:end] & fin_c[:end], np.abs(c[:end] - b[:end]), 0.0).max(axis=1, initial=0.0)
         later = int(np.argmax(gaps[1:])) + 1
         return float(gaps[0]), float(gaps[later]), int(self.steps[k + rows[later]])
 

@@ -163,8 +163,9 @@ HPARAM_KINDS = frozenset({"lr", "hparam"})
 #: same formula in TF1 and TF2 agrees to float32 resolution; anything more is another schedule
 #: (the migration guide compares lr with assert_allclose's defaults, rtol 1e-7, atol 0).
 HPARAM_RTOL = 2.0**-23
-#: ...plus this fraction of the largest |value| the baseline recorded up to the step (of each
-#: element's own, for a hyper-parameter of several). Why: a schedule's formula rounds at the scale
+#: ...plus this fraction of the largest |value| the baseline recorded up to the step (for a
+#: hyper-parameter of several values, the smallest of its elements' own: one atol per row, which
+#: never passes more than an element's own share would). Why: a schedule's formula rounds at the scale
 #: of its peak, not of its value: a new user's faithful warm-up + cosine port (TF1 cosine_decay in a
 #: Session, Keras CosineDecay in a tf.function, the same formula to the last float64 bit) was 4 ulps
 #: apart at step 38, lr 0.35 of its peak, and diverged on lr (relative 2.7e-7 > 2^-22). At the
