@@ -54,7 +54,7 @@ import tensorflow as tf
 from tensorboard.plugins.scalar import metadata as scalar_metadata
 
 from tb_parity_plugin.records import metadata, writer
-from tb_parity_plugin.shim import ordering
+from tb_parity_plugin.shim import ordering, slots
 from tb_parity_plugin.shim.fit import forward_pass, instrument, instrument_layer
 from tb_parity_plugin.shim.recorder import (
     DEFAULT_FULL_VALUES_LIMIT,
@@ -145,11 +145,20 @@ class Recorder(BaseRecorder):
     def _variable(self, kind: str, var: Any, name: Optional[str] = None, lr: Optional[tf.Tensor] = None) -> tf.Tensor:
         """A mirrored variable keeps each replica's copy beside its single copy (see :meth:`tensor`)."""
         if isinstance(var, tf.distribute.DistributedValues):
-            return self.tensor(kind, name or variable_name(var), var)
+            # a Keras SGD momentum slot is mirrored too: it is recorded in lr units like any other (a
+            # new user's faithful MirroredStrategy port had its raw -lr x accumulator compared with
+            # TF1's accumulator: a false DIVERGE at step 1, cosine -1)
+            return self._distributed(kind, name or variable_name(var), var, None, lr)
         return super()._variable(kind, var, name, lr)
 
     def tensor(self, kind: str, name: str, value: Any, reduction: Optional[str] = None) -> tf.Tensor:
         """Record ``value``; a per-replica value (or mirrored variable) also keeps each replica's copy."""
+        return self._distributed(kind, name, value, reduction)
+
+    def _distributed(
+        self, kind: str, name: str, value: Any, reduction: Optional[str], lr: Optional[tf.Tensor] = None
+    ) -> tf.Tensor:
+        """:meth:`tensor`; ``lr``: a mirrored slot's copies recorded in lr units (``slots.in_lr_units``)."""
         if tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context():  # inside strategy.run
             # checked first: a plain tensor recorded in step_fn came once per replica and was
             # refused as "logged twice in one step", which the user had not done
@@ -162,6 +171,8 @@ class Recorder(BaseRecorder):
         if isinstance(value, tf.Variable):
             parts = [tf.identity(v.read_value()) for v in components]
             single = tf.identity(value.read_value())
+            if lr is not None:
+                parts, single = [slots.in_lr_units(p, lr) for p in parts], slots.in_lr_units(single, lr)
         else:
             parts = [tf.convert_to_tensor(v) for v in components]
             single = combine_replicas(parts, reduction or REPLICA_REDUCTIONS.get(kind), f"{kind}/{name!r}")

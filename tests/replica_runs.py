@@ -15,7 +15,10 @@ TF guides write it. Variants of the TF2 port:
   value, but the replicas' copies differ, the unsynchronised batch-norm statistic;
 - ``unsynced_var``: the same for a running variance that starts at 1 with momentum 0.99 (a
   batch-norm moving variance), the running mean synchronised: its replicas are about 1% apart,
-  out of the warm-up's tolerance (rtol 1e-7) and within the 5% after it.
+  out of the warm-up's tolerance (rtol 1e-7) and within the 5% after it;
+- ``momentum``: faithful, with Keras SGD's momentum against TF1's ``MomentumOptimizer``
+  (``tf1_momentum``), the slots recorded: a mirrored momentum slot was recorded as Keras keeps
+  it (``-lr x accumulator``), not in lr units as on one device (a new user's false DIVERGE).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import numpy as np
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-STEPS, BATCH, FEATURES, CLASSES, LR = 4, 8, 4, 3, 0.1
+STEPS, BATCH, FEATURES, CLASSES, LR, MOMENTUM = 4, 8, 4, 3, 0.1, 0.9
 
 
 def data() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -40,11 +43,13 @@ def data() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return x, y, w0
 
 
-def numpy_reference() -> dict[str, list[np.ndarray]]:
-    """One device, in float64: the weights before each step, the gradients and losses."""
+def numpy_reference(momentum: float = 0.0) -> dict[str, list[np.ndarray]]:
+    """One device, in float64: the weights before each step, the gradients and losses; with
+    ``momentum``, TF1's accumulator of the kernel before each step too (``accum``)."""
     x, y, w0 = data()
     w, b = w0.astype(np.float64), np.zeros(CLASSES)
-    out: dict[str, list[np.ndarray]] = {"kernel": [], "bias": [], "grad_kernel": [], "loss": []}
+    acc_w, acc_b = np.zeros_like(w), np.zeros(CLASSES)
+    out: dict[str, list[np.ndarray]] = {"kernel": [], "bias": [], "grad_kernel": [], "loss": [], "accum": []}
     for step in range(STEPS):
         xb, yb = x[step * BATCH : (step + 1) * BATCH].astype(np.float64), y[step * BATCH : (step + 1) * BATCH]
         logits = xb @ w + b
@@ -58,11 +63,13 @@ def numpy_reference() -> dict[str, list[np.ndarray]]:
         out["kernel"].append(w.copy())
         out["bias"].append(b.copy())
         out["grad_kernel"].append(gw)
-        w, b = w - LR * gw, b - LR * gb
+        out["accum"].append(acc_w.copy())
+        acc_w, acc_b = momentum * acc_w + gw, momentum * acc_b + gb
+        w, b = w - LR * acc_w, b - LR * acc_b
     return out
 
 
-def tf1(logdir: str) -> None:
+def tf1(logdir: str, momentum: float = 0.0) -> None:
     import tensorflow as tf
 
     from tb_parity_plugin import summary_v1
@@ -92,7 +99,14 @@ def tf1(logdir: str) -> None:
                 running.assign(0.5 * running + 0.5 * tf.reduce_mean(logits, axis=0)),
                 running_var.assign(0.99 * running_var + 0.01 * tf.reduce_mean(tf.square(logits), axis=0)),
             )
-        train = tf.group(rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(LR), loss, global_step=gs), update)
+        opt = (
+            tf.compat.v1.train.MomentumOptimizer(LR, momentum)
+            if momentum
+            else tf.compat.v1.train.GradientDescentOptimizer(LR)
+        )
+        train = tf.group(rec.minimize(opt, loss, global_step=gs), update)
+        if momentum:
+            rec.slots(opt, [w, b])
         with tf.compat.v1.Session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
             for step in range(STEPS):
@@ -125,7 +139,8 @@ def tf2(logdir: str, variant: str) -> None:
         model = tf.keras.Sequential(
             [tf.keras.layers.Dense(CLASSES, kernel_initializer=tf.constant_initializer(w0), input_shape=(FEATURES,))]
         )
-        optimizer = tf.keras.optimizers.SGD(LR)
+        optimizer = tf.keras.optimizers.SGD(LR, momentum=MOMENTUM if variant == "momentum" else 0.0)
+        optimizer.build(model.trainable_variables)  # its slots, mirrored, made in the strategy's scope
         running = _running("running_mean", tf.zeros(CLASSES), synced=variant != "unsynced")
         running_var = _running("running_var", tf.ones(CLASSES), synced=variant != "unsynced_var")
     rec = summary_v2.Recorder(logdir)
@@ -151,6 +166,8 @@ def tf2(logdir: str, variant: str) -> None:
         with rec.step(optimizer.iterations):
             rec.lr(tf.constant(LR))
             rec.weights(model.trainable_variables)
+            if variant == "momentum":
+                rec.slots(optimizer, model.trainable_variables)
             rec.weight(running, name="running_mean:0")
             rec.weight(running_var, name="running_var:0")
             loss, grads, logits = strategy.run(step_fn, args=(xb, yb))
@@ -165,4 +182,7 @@ def tf2(logdir: str, variant: str) -> None:
 
 if __name__ == "__main__":
     target, which = sys.argv[1], sys.argv[2]
-    tf1(target) if which == "tf1" else tf2(target, which)
+    if which.startswith("tf1"):
+        tf1(target, MOMENTUM if which == "tf1_momentum" else 0.0)
+    else:
+        tf2(target, which)

@@ -21,7 +21,7 @@ import replica_runs as rr
 from tb_parity_plugin import api
 from tb_parity_plugin.logdir.reader import LogdirReader
 
-VARIANTS = ("faithful", "local_mean", "unsynced", "unsynced_var")
+VARIANTS = ("faithful", "local_mean", "unsynced", "unsynced_var", "momentum")
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,8 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> str:
     """``<variant>/{tf1,tf2}`` per variant; each run written by its own process (logical devices)."""
     root = tmp_path_factory.mktemp("replicas")
     script = os.path.join(os.path.dirname(__file__), "replica_runs.py")
-    jobs = {"tf1": str(root / "_tf1")} | {v: str(root / v / "tf2") for v in VARIANTS}
+    jobs = {"tf1": str(root / "_tf1"), "tf1_momentum": str(root / "_tf1_momentum")}
+    jobs |= {v: str(root / v / "tf2") for v in VARIANTS}
     procs = [
         subprocess.Popen([sys.executable, script, path, which], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         for which, path in jobs.items()
@@ -38,7 +39,7 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> str:
         _, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err.decode()[-3000:]
     for v in VARIANTS:
-        shutil.copytree(jobs["tf1"], root / v / "tf1")
+        shutil.copytree(jobs["tf1_momentum" if v == "momentum" else "tf1"], root / v / "tf1")
     return str(root)
 
 
@@ -91,6 +92,21 @@ def test_a_faithful_port_under_mirrored_strategy_agrees(logdir: str) -> None:
     assert report.replicas["tf2"]["count"] == 2 and not report.replicas["tf2"]["disagreements"]
     assert not report.unmatched["tf2"]  # per-replica copies are not unmatched tensors
     assert report.to_dict()["replicas"]["tf2"]["count"] == 2
+
+
+def test_a_momentum_slot_under_mirrored_strategy_is_recorded_in_lr_units(logdir: str) -> None:
+    """Keras SGD keeps momentum as -lr x TF1's accumulator; the shim records it divided by -lr, and
+    under MirroredStrategy it recorded the raw mirrored slot: a new user's faithful port diverged
+    at step 1 on the slot with cosine -1. numpy's accumulator first, then the verdict."""
+    ref = rr.numpy_reference(rr.MOMENTUM)
+    tf2 = series(logdir, "momentum", "tf2", "slot", "m/dense/kernel")
+    tf1 = series(logdir, "momentum", "tf1", "slot", "dense/kernel/Momentum:0")
+    for step in range(rr.STEPS):
+        np.testing.assert_allclose(tf1.values[step], ref["accum"][step], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(tf2.values[step], ref["accum"][step], rtol=1e-5, atol=1e-6)
+    report = api.compare(os.path.join(logdir, "momentum"))
+    assert report.agree, report.first_divergence
+    assert {m["kind"] for m in report.to_dict()["mapping"]} >= {"slot"}
 
 
 def test_a_loss_not_scaled_for_the_global_batch_diverges_on_the_gradient_at_step_0(logdir: str) -> None:
