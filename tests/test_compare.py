@@ -228,9 +228,24 @@ def test_reason_shape_dtype_missing() -> None:
     # equal values (numpy: 0 apart): the note says the figures are not the reason (an error ratio of 0
     # beside "dtype" read as a contradiction to a new user)
     assert dtype.first_divergence.error_ratio == 0
-    assert "dtype float32 in baseline vs float64 in candidate; the values agree within tolerance" in (
+    assert "dtype float32 in baseline vs float64 in candidate; the values agree within tolerance element-wise" in (
         dtype.first_divergence.note
     )
+    # a new user's float16 activation, 288x past atol, was told its values agreed: its figures came
+    # from statistics; they are the elements' when both runs kept them (numpy: 2.94e-3 apart)
+    b32 = np.linspace(-1, 1, 16, dtype=np.float32)
+    c16 = b32.astype(np.float16)
+    c16[5] += np.float16(2.94e-3)
+    half = compare_runs(run("b", [series("a", "h", [b32])]), run("c", [series("a", "h", [c16])])).first_divergence
+    gap = float(np.abs(c16.astype(np.float64) - b32).max())
+    assert half.reason == "dtype" and half.max_abs_diff == pytest.approx(gap) and half.error_ratio > 1
+    assert "agree" not in half.note, half.note
+    big = np.linspace(-1, 1, 5000, dtype=np.float32)  # statistics only: no claim about the elements
+    stats = compare_runs(
+        run("b", [series("a", "h", [big], keep_values=False)]),
+        run("c", [series("a", "h", [big.astype(np.float16)], keep_values=False)]),
+    ).first_divergence
+    assert stats.reason == "dtype" and "proves nothing of its elements" in stats.note, stats.note
     # both runs logged step 1 (via another tensor), only the baseline logged w there
     base = run("b", [series("w", "w", [np.ones(2)] * 3), series("loss", "l", [np.ones(())] * 3, order=1)])
     cand = run("c", [series("w", "w", [np.ones(2)] * 2, steps=[0, 2]), series("loss", "l", [np.ones(())] * 3, order=1)])

@@ -572,6 +572,7 @@ class Pair:
         elif reason in (SHAPE, DTYPE):
             if reason == SHAPE:  # elements of different shapes do not correspond: no figure means anything
                 out.update(dict.fromkeys(FIGURES))
+            by_values = out.get("evidence") == "values"  # the figures' own evidence, before it is the reason's
             out["evidence"] = "shape" if reason == SHAPE else "dtype"
             b, c = self.base, self.cand
             shapes = (self.runtime_shape("base", rb), self.runtime_shape("cand", rc)) if rb >= 0 and rc >= 0 else None
@@ -580,8 +581,11 @@ class Pair:
                 ratio = out.get("error_ratio")
                 if ratio is not None and ratio <= 1:  # the figures are not the reason: say so
                     out["note"] += (
-                        f"; the values agree within tolerance (error ratio {_g(ratio)}), but what ran differs "
-                        "(README: Mixed precision)"
+                        f"; the values agree within tolerance element-wise (error ratio {_g(ratio)}), but what ran "
+                        "differs (README: Mixed precision)"
+                        if by_values
+                        else f"; its statistics show no difference past tolerance (error ratio {_g(ratio)}), which "
+                        "proves nothing of its elements, and what ran differs (README: Mixed precision)"
                     )
             elif shapes is not None and shapes[0] != shapes[1] and None not in shapes[0] + shapes[1]:
                 out["note"] = f"shape {shapes[0]} in baseline vs {shapes[1]} in candidate at this step"
@@ -619,4 +623,12 @@ class Pair:
             b, c = self._row_values("base", rb), self._row_values("cand", rc)
             if b is not None and c is not None and b.shape == c.shape:
                 return {**allclose.figures(c, b, rtol, atol, equal_nan), "evidence": "values"}
+        if self.static_reason == DTYPE and self.base.values is not None and self.cand.values is not None:
+            # another dtype (float16 against float32): the figures are still the elements' (a new
+            # user's float16 activation was told its values agreed, from statistics, 288x apart)
+            n = int(self.base.stats[rb, _IDX["size"]])
+            if int(self.cand.stats[rc, _IDX["size"]]) == n:
+                b64 = np.asarray(self.base.values[rb][:n], np.float64)
+                c64 = np.asarray(self.cand.values[rc][:n], np.float64)
+                return {**allclose.figures(c64, b64, rtol, atol, equal_nan), "evidence": "values"}
         return statistics_figures(self.base.stats[rb : rb + 1], self.cand.stats[rc : rc + 1], atol, rtol)
