@@ -166,7 +166,9 @@ def test_a_layer_with_several_outputs_records_each_as_layer_slash_index(tmp_path
     lstm = model.get_layer("lstm")
     expected = [t.numpy() for t in lstm(tf.constant(x))]  # the initial weights' outputs on the one batch
     rec = summary_v2.Recorder(str(tmp_path / "tf2"))
-    summary_v2.instrument(model, rec, layers=[lstm])
+    with pytest.raises(ValueError, match="no_such_layer"):  # a name the model lacks, named
+        summary_v2.instrument(model, rec, layers=["no_such_layer"])
+    summary_v2.instrument(model, rec, layers=["lstm"])  # by name, as outputs are named (a new user's)
     model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
     rec.close()
     got = tensors_by_step(str(tmp_path / "tf2"))[0]

@@ -117,7 +117,8 @@ def instrument(
     Args:
       model: a compiled Keras model (tf_keras, or Keras 3 on the TensorFlow backend).
       recorder: where to record.
-      layers: layers whose outputs to record (see :func:`instrument_layer`).
+      layers: layers whose outputs to record (see :func:`instrument_layer`), or their names
+        (``model.get_layer(name)``).
       gradients: record each trainable variable's gradient.
       slots: record the optimizer's slots (none for plain SGD).
 
@@ -129,7 +130,9 @@ def instrument(
     """
     check_supported(model)
     for layer in layers:
-        instrument_layer(recorder, layer)
+        # a name is the model's layer of that name (a new user's layers=["dense"] failed with
+        # "type object 'str' has no attribute 'call'"); get_layer names the ones it lacks
+        instrument_layer(recorder, model.get_layer(layer) if isinstance(layer, str) else layer)
 
     def train_step(data: Any) -> Any:
         check_supported(model)
