@@ -263,6 +263,7 @@ class Comparison:
                 found.get("note"),
                 self._moved_by_the_update(pair, k, slot_gaps) if b.kind == "weight" and not found.get("note") else None,
                 self._momentum_at_lr_change(pair, k) if b.kind == "slot" else None,
+                self._noise_fed(pair, k) if b.kind == "slot" else None,
                 kink if b.kind == "grad" else None,
                 self._grad_scale(pair, k) if b.kind == "grad" else None,
                 None if loud else _marginal_note(b.kind, found, lambda: self._growth(pair, k)),
@@ -555,6 +556,39 @@ class Comparison:
             gaps = np.where(fin_b[:end] & fin_c[:end], np.abs(c[:end] - b[:end]), 0.0).max(axis=1, initial=0.0)
         later = int(np.argmax(gaps[1:])) + 1
         return float(gaps[0]), float(gaps[later]), int(self.steps[k + rows[later]])
+
+    def _noise_fed(self, pair: Pair, k: int) -> Optional[str]:
+        """For a slot diverging at step ``k`` whose gradient (its elements out of tolerance, when
+        known) stayed below the gradient's atol at every earlier step, compared element-wise: that
+        it sums rounding noise. A new user's faithful port diverged at step 3 on the momentum of a
+        bias right before batch normalization, 2.6e-8 apart, every other tensor agreeing, and
+        nothing said why."""
+        g = pair.feeder
+        if g is None or not g.use_values or k == 0:
+            return None
+        seen = (g.ib[:k] >= 0) & (g.ic[:k] >= 0)
+        if not seen.any() or ((g.reason[:k] != OK) & (g.reason[:k] != ABSENT)).any():
+            return None
+        out = self._elements_out(pair, k)
+        width = min(g.base.values.shape[1], g.cand.values.shape[1])
+        cols = out if out is not None and len(out) and out.max() < width else slice(None)
+        grads = [
+            take_rows(side.values, r)[:, cols].astype(np.float64)
+            for side, r in ((g.base, g.ib[:k][seen]), (g.cand, g.ic[:k][seen]))
+        ]
+        largest = max(float(np.abs(a).max(initial=0.0)) for a in grads)
+        apart = float(np.abs(grads[1] - grads[0]).max(initial=0.0))
+        # noise: below atol, and apart by a good share of itself (a small gradient computed alike is
+        # 1e-6 of itself apart, and a slot that parts from it has another rule, not noise)
+        if not (largest < g.tol.atol and apart >= 0.01 * largest):
+            return None
+        return (
+            f"its gradient {g.base.kind}/{g.base.name} stayed below atol {g.tol.atol:g} at every earlier step (at "
+            f"most {largest:.3g}): rounding noise (a gradient 0 in exact math: a bias right before batch "
+            "normalization, an attention key's bias), which a momentum or moving average sums past the slot's own "
+            "tolerance on faithful ports; drop that bias on both sides (use_bias=False) or loosen this slot with "
+            "--override"
+        )
 
     def _grad_scale(self, pair: Pair, k: int) -> Optional[str]:
         """A gradient that is the baseline's times one factor at every element (compared by
