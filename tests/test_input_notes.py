@@ -202,3 +202,39 @@ def test_no_batch_hint_when_the_input_agrees_or_a_weight_is_one_runs_only() -> N
     cand = run("tf2", [common[1], series("activation", "dense", moved, order=2)])
     policy = TolerancePolicy(allow_unmatched=("weight/dense/bias*",))
     assert Comparison(base, cand, policy).report().first_divergence.note is None
+
+
+def test_a_batch_norm_output_under_a_strategy_names_per_replica_statistics() -> None:
+    """A new user's port under MirroredStrategy used a plain BatchNormalization: each replica
+    normalized its half of the batch (numpy: 1.8e-7 from batch norm per half, 1.09 from batch norm
+    over the batch), and the note spoke of activations and padding."""
+    rng = np.random.default_rng(0)
+    h = rng.standard_normal((16, 4)).astype(np.float32) * 3 + 1
+    w = [np.ones(4, np.float32)]
+
+    def norm(x: np.ndarray) -> np.ndarray:
+        return ((x - x.mean(0)) / np.sqrt(x.var(0) + 1e-3)).astype(np.float32)
+
+    whole, halves = norm(h), np.concatenate([norm(h[:8]), norm(h[8:])])
+    assert np.abs(whole - halves).max() > 1e-2  # numpy: the two differ
+    base = run(
+        "tf1",
+        [
+            series("weight", "dense/kernel:0", w),
+            series("activation", "dense", [h], order=1),
+            series("activation", "batch_normalization", [whole], order=2),
+        ],
+    )
+    cand = run(
+        "tf2",
+        [
+            series("weight", "dense/kernel:0", w),
+            series("activation", "dense", [h], order=1),
+            series("activation", "batch_normalization", [halves], order=2),
+            series("activation", "batch_normalization@replica0", [halves[:8]], order=2),
+            series("activation", "batch_normalization@replica1", [halves[8:]], order=2),
+        ],
+    )
+    first = Comparison(base, cand).report().first_divergence
+    assert (first.step, first.tensor) == (0, "batch_normalization"), first
+    assert "ran 1 and 2 replicas" in first.note and "SyncBatchNormalization" in first.note, first.note

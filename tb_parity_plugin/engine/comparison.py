@@ -414,6 +414,16 @@ class Comparison:
                 "Porting a real model, step 1), or units a ReLU switched off in one run"
             )
         loss = first.base.kind == "loss"
+        counts = [self._replicas[run.name].count for run in (self.base, self.cand) if run.name in self._replicas]
+        if len(set(counts)) > 1 and _BATCH_NORM.search(f"{first.base.name} {first.cand.name}"):
+            # a new user's port under MirroredStrategy normalized each replica's half of the batch
+            # (numpy: 1.8e-7 from per-half batch norm) and was told of activations and padding
+            return (
+                f"{agree} at this step, and the runs ran {min(counts)} and {max(counts)} replicas: a batch "
+                "normalization under a strategy normalizes each replica's share of the batch with that share's "
+                "statistics unless it is synchronized (Keras SyncBatchNormalization, or "
+                "BatchNormalization(synchronized=True))"
+            )
         if earlier:
             if loss:
                 return (
@@ -976,6 +986,9 @@ _RECORDED_BEFORE = frozenset({"input", "activation", "output"})
 
 #: Batch normalization's moving statistics, by name on either side (TF1 and Keras alike).
 _MOVING_STATS = re.compile(r"moving_(mean|variance)", re.IGNORECASE)
+
+#: A batch normalization's output, by the names both frameworks give it.
+_BATCH_NORM = re.compile(r"batch_?norm|(^|/)bn\d*(/|$)", re.IGNORECASE)
 
 #: A momentum slot's name on either side (TF1 ``Momentum``, tf_keras ``momentum``, Keras 3 ``velocity``).
 _MOMENTUM = re.compile(r"momentum|velocity", re.IGNORECASE)
