@@ -1362,23 +1362,12 @@ def test_an_unpaired_slot_lists_candidates_of_its_own_role() -> None:
             for i, (n, r) in enumerate([("a", "Adam"), ("a", "Adam_1"), ("b", "Adam_1")])
         ],
     )
-    cand = run(
-        "tf2",
-        [
-            series("slot", f"{r}/{n}/bias", v, order=i)
-            for i, (r, n) in enumerate([("m", "y"), ("v", "y"), ("v", "z"), ("m", "z")])
-        ],
-    )
+    port = [("m", "y"), ("v", "y"), ("v", "z"), ("m", "z")]
+    cand = run("tf2", [series("slot", f"{r}/{n}/bias", v, order=i) for i, (r, n) in enumerate(port)])
     only = {e["tag"]: e["candidates"] for e in compare_runs(base, cand).structure["only_in"]["tf1"]}
     assert only["slot/a/bias/Adam:0"] == ["slot/m/y/bias", "slot/m/z/bias"]
     assert only["slot/a/bias/Adam_1:0"] == only["slot/b/bias/Adam_1:0"] == ["slot/v/y/bias", "slot/v/z/bias"]
     # tf_keras's own spelling, <variable>/<role>:0 (a review: already canonical, it was read as unknown)
-    keras = run(
-        "tf2",
-        [
-            series("slot", f"{n}/bias/{r}:0", v, order=i)
-            for i, (r, n) in enumerate([("m", "y"), ("v", "y"), ("v", "z"), ("m", "z")])
-        ],
-    )
+    keras = run("tf2", [series("slot", f"{n}/bias/{r}:0", v, order=i) for i, (r, n) in enumerate(port)])
     only = {e["tag"]: e["candidates"] for e in compare_runs(base, keras).structure["only_in"]["tf1"]}
     assert only["slot/a/bias/Adam_1:0"] == ["slot/y/bias/v:0", "slot/z/bias/v:0"]

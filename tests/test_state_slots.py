@@ -189,10 +189,6 @@ def test_a_state_parting_at_its_first_update_names_the_rule_and_statistics_prove
 def test_a_momentum_that_stayed_within_tolerance_for_a_while_is_not_told_an_extra_update() -> None:
     """A review's moving variance, momentum 0.999 against 0.99, was 6e-6 apart at step 1 (within
     atol) and diverged at step 2: the note said its updates agreed and blamed an evaluation pass."""
-    from engine_helpers import run, series
-
-    from tb_parity_plugin.engine import Comparison
-
     # numpy: the batches' variances, the first near the initial 1
     batch_var = [np.array([1.0003, 0.9997, 1.0002, 0.9999]), np.array([1.5, 0.7, 1.3, 0.8]), np.ones(4)]
     tf1, port = [np.ones(4)], [np.ones(4)]
@@ -201,14 +197,7 @@ def test_a_momentum_that_stayed_within_tolerance_for_a_while_is_not_told_an_extr
         port.append(port[-1] * 0.99 + var * 0.01)
     tf1, port = [a.astype(np.float32) for a in tf1], [a.astype(np.float32) for a in port]
     assert np.allclose(port[1], tf1[1], rtol=1e-7, atol=1e-5) and not np.allclose(port[2], tf1[2], rtol=1e-7, atol=1e-5)
-    first = (
-        Comparison(
-            run("tf1", [series("state", "bn/moving_variance:0", tf1)]),
-            run("tf2", [series("state", "bn/moving_variance:0", port)]),
-        )
-        .report()
-        .first_divergence
-    )
+    first = _first_of_states("bn/moving_variance:0", tf1, port)
     assert (first.step, first.kind) == (2, "state")
     assert "already apart" in first.note and "momentum" in first.note and "evaluation" not in first.note, first.note
 
@@ -216,10 +205,6 @@ def test_a_momentum_that_stayed_within_tolerance_for_a_while_is_not_told_an_extr
 def test_rounding_noise_before_an_extra_update_is_not_called_a_rule() -> None:
     """The next review: a faithful port's moving mean, 6e-8 apart from float32 noise, then one
     extra update at step 4 (an evaluation pass with training=True), was told its momentum differs."""
-    from engine_helpers import run, series
-
-    from tb_parity_plugin.engine import Comparison
-
     rng = np.random.default_rng(2)
     means = [rng.uniform(0.01, 0.05, 4) for _ in range(6)]  # numpy: the batches' means
     tf1, port = [np.zeros(4)], [np.zeros(4)]
@@ -230,13 +215,16 @@ def test_rounding_noise_before_an_extra_update_is_not_called_a_rule() -> None:
     tf1, port = [a.astype(np.float32) for a in tf1], [a.astype(np.float32) for a in port]
     gaps = [float(np.abs(p.astype(np.float64) - t).max()) for t, p in zip(tf1, port)]
     assert 0 < gaps[3] < 1e-7 and gaps[4] > 1e-5  # apart by noise only, then the extra update
-    first = (
-        Comparison(
-            run("tf1", [series("state", "bn/moving_mean:0", tf1)]),
-            run("tf2", [series("state", "bn/moving_mean:0", port)]),
-        )
-        .report()
-        .first_divergence
-    )
+    first = _first_of_states("bn/moving_mean:0", tf1, port)
     assert (first.step, first.kind) == (4, "state")
     assert "evaluation or validation pass" in first.note and "already apart" not in first.note, first.note
+
+
+def _first_of_states(name: str, tf1: list, port: list):
+    """The first divergence of one state tensor recorded as ``tf1`` and ``port`` (numpy arrays per step)."""
+    from engine_helpers import run, series
+
+    from tb_parity_plugin.engine import Comparison
+
+    base, cand = run("tf1", [series("state", name, tf1)]), run("tf2", [series("state", name, port)])
+    return Comparison(base, cand).report().first_divergence
