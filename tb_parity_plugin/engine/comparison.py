@@ -576,6 +576,7 @@ class Comparison:
         g = pair.feeder
         if g is None or not g.use_values or k == 0:
             return None
+        g.ensure(k, self.policy.equal_nan)  # its verdicts before k are read below
         seen = (g.ib[:k] >= 0) & (g.ic[:k] >= 0)
         if not seen.any() or ((g.reason[:k] != OK) & (g.reason[:k] != ABSENT)).any():
             return None
