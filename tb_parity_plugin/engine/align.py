@@ -111,19 +111,25 @@ def same_elements(a: Sequence[Optional[int]], b: Sequence[Optional[int]]) -> boo
     return shapes_compatible(tuple(a), tuple(b)) or reshaped(a, b)
 
 
+def _outputs_named(series: Sequence[SeriesLike]) -> dict[str, list[SeriesLike]]:
+    """The tensors of an output kind by name (a layer's output is named after its scope)."""
+    named: dict[str, list[SeriesLike]] = {}
+    for s in series:
+        if s.kind in _OUTPUT_KINDS:
+            named.setdefault(s.name, []).append(s)
+    return named
+
+
 def _output_orders(series: Sequence[SeriesLike], scopes: Iterable[str]) -> Optional[dict[str, int]]:
     """Each scope's output's execution order: the one tensor of an output kind named after the
     scope; None when a scope has none, or several."""
-    named: dict[str, list[int]] = {}
-    for s in series:
-        if s.kind in _OUTPUT_KINDS:
-            named.setdefault(s.name, []).append(s.order)
+    named = _outputs_named(series)
     found = {}
     for scope in scopes:
-        orders = named.get(scope, [])
-        if len(orders) != 1:
+        outputs = named.get(scope, [])
+        if len(outputs) != 1:
             return None
-        found[scope] = orders[0]
+        found[scope] = outputs[0].order
     return found
 
 
@@ -749,11 +755,7 @@ class _Pairing:
         towers in the order of their names, and only its outputs, which agree when paired by values,
         showed it faithful; with a real bug in one tower the other still agrees, which is evidence
         enough (the next review's). Weights loaded crosswise leave every output apart."""
-        named: list[dict[str, list[Any]]] = [{}, {}]
-        for side, series in enumerate((self.base, self.cand)):
-            for s in series:
-                if s.kind in _OUTPUT_KINDS:
-                    named[side].setdefault(s.name, []).append(s)
+        named = [_outputs_named(self.base), _outputs_named(self.cand)]
         found: Optional[bool] = None
         for b, c in chosen.items():
             ours, theirs = named[0].get(b, []), named[1].get(c, [])

@@ -30,7 +30,6 @@ from tb_parity_plugin.records import metadata
 
 __all__ = ["Comparison", "compare_runs"]
 
-_MIN_MAX = [metadata.STAT_INDEX["min"], metadata.STAT_INDEX["max"]]
 
 #: Bytes of data one scan chunk touches: big enough to amortise per-call overhead,
 #: small enough that a divergence early in the run is found without reading the rest.
@@ -321,10 +320,7 @@ class Comparison:
         s_j, s_k = int(self.steps[j]), int(self.steps[k])
         still = [bool(np.array_equal(a, b, equal_nan=True)) for a, b in zip(before, now)]
         bn = _MOVING_STATS.search(f"{first.base.name} {first.cand.name}") is not None
-        average = any(
-            align.average_canonical(re.sub(r":\d+$", "", n)).endswith("/average")
-            for n in (first.base.name, first.cand.name)
-        )
+        average = any(align.variable_of("state", n) is not None for n in (first.base.name, first.cand.name))
         if still[0] != still[1]:
             who = (self.base.name, self.cand.name)[still.index(True)]
             return (
@@ -480,11 +476,8 @@ class Comparison:
         if kept is not None and kept[0] is g and kept[1] == k and k < pair.done:
             note, noise = kept[2]
         else:
-            g.ensure(k, self.policy.equal_nan)
-            seen = (g.ib[:k] >= 0) & (g.ic[:k] >= 0)
-            note, noise = None, None
-            if seen.any() and not ((g.reason[:k] != OK) & (g.reason[:k] != ABSENT)).any():
-                note, noise = self._update_note(pair, g, k, seen)
+            earlier = self._earlier_gradients(pair, g, k)
+            note, noise = (None, None) if earlier is None else self._update_note(g, *earlier)
             pair.update_note = (g, k, (note, noise))
         if note is None:
             return None
@@ -511,19 +504,37 @@ class Comparison:
             )
         return note + noise
 
-    def _update_note(self, pair: Pair, g: Pair, k: int, seen: np.ndarray) -> tuple[str, Optional[str]]:
-        """:meth:`_moved_by_the_update`'s note, from the gradient's values at the steps ``seen``
-        before ``k`` (only the elements out of tolerance read, when they are known), and what it
-        adds when those gradients stayed below atol (None when they did not)."""
-        rows = (g.ib[:k][seen], g.ic[:k][seen])
+    def _earlier_gradients(
+        self, pair: Pair, g: Pair, k: int
+    ) -> Optional[tuple[list[np.ndarray], Optional[np.ndarray]]]:
+        """The values of ``pair``'s gradient ``g`` (compared by values) at the compared steps before
+        ``k`` both runs logged, ``[baseline, candidate]`` in float64, only at ``pair``'s elements out
+        of tolerance at ``k`` when they are known (returned with them, else None); None unless the
+        gradient agreed at every one of those steps (its verdicts settled here). What a weight's
+        update note and a slot's noise note both read."""
+        g.ensure(k, self.policy.equal_nan)
+        seen = (g.ib[:k] >= 0) & (g.ic[:k] >= 0)
+        if not seen.any() or ((g.reason[:k] != OK) & (g.reason[:k] != ABSENT)).any():
+            return None
         out = self._elements_out(pair, k)
         width = min(g.base.values.shape[1], g.cand.values.shape[1])
-        if out is not None and len(out) and out.max() < width:
+        known = out if out is not None and len(out) and out.max() < width else None
+        cols = slice(None) if known is None else known
+        grads = [
+            take_rows(side.values, r)[:, cols].astype(np.float64)
+            for side, r in ((g.base, g.ib[:k][seen]), (g.cand, g.ic[:k][seen]))
+        ]
+        return grads, known
+
+    def _update_note(self, g: Pair, grads: list[np.ndarray], out: Optional[np.ndarray]) -> tuple[str, Optional[str]]:
+        """:meth:`_moved_by_the_update`'s note, from the gradient's values at the earlier steps
+        (:meth:`_earlier_gradients`: at the elements out of tolerance ``out``, when known), and what
+        it adds when those gradients stayed below atol (None when they did not)."""
+        if out is not None:
             what = f"the {len(out)} elements out of tolerance" if len(out) > 1 else "the element out of tolerance"
-            grads = [side.values[np.ix_(r, out)] for side, r in zip((g.base, g.cand), rows)]
-        else:
+        else:  # every element, the finite ones as a tensor's min and max are
             what = "its elements"
-            grads = [side.stats[r][:, _MIN_MAX] for side, r in zip((g.base, g.cand), rows)]
+            grads = [np.where(np.isfinite(a), a, 0.0) for a in grads]
         largest = max(float(np.abs(a).max(initial=0.0)) for a in grads)
         note = (
             f"its gradient {g.base.kind}/{g.base.name} agreed element-wise at every earlier step: the update "
@@ -576,17 +587,10 @@ class Comparison:
         g = pair.feeder
         if g is None or not g.use_values or k == 0:
             return None
-        g.ensure(k, self.policy.equal_nan)  # its verdicts before k are read below
-        seen = (g.ib[:k] >= 0) & (g.ic[:k] >= 0)
-        if not seen.any() or ((g.reason[:k] != OK) & (g.reason[:k] != ABSENT)).any():
+        earlier = self._earlier_gradients(pair, g, k)
+        if earlier is None:
             return None
-        out = self._elements_out(pair, k)
-        width = min(g.base.values.shape[1], g.cand.values.shape[1])
-        cols = out if out is not None and len(out) and out.max() < width else slice(None)
-        grads = [
-            take_rows(side.values, r)[:, cols].astype(np.float64)
-            for side, r in ((g.base, g.ib[:k][seen]), (g.cand, g.ic[:k][seen]))
-        ]
+        grads = earlier[0]
         largest = max(float(np.abs(a).max(initial=0.0)) for a in grads)
         apart = float(np.abs(grads[1] - grads[0]).max(initial=0.0))
         # noise: below atol, and apart by a good share of itself (a small gradient computed alike is
