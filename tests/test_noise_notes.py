@@ -173,6 +173,10 @@ def test_a_difference_just_past_tolerance_that_keeps_growing_is_not_told_noise()
         assert (found.step, found.kind) == (4, "activation") and 1 < found.error_ratio < 2, found
         assert ("but its largest difference grows" in found.note) == grows, found.note
         assert ("--override" in found.note) != grows
+        # numpy: the largest difference after step 4, where, and how many times step 4's
+        later = int(np.argmax(gaps[5:])) + 5
+        steady = f"Here it does not grow: over the next steps both runs logged (up to 50), its largest difference is {gaps[later]:.3g} (step {later}), {gaps[later] / gaps[4]:.3g}x this step's {gaps[4]:.3g}"
+        assert (steady in found.note) != grows, found.note
 
 
 def test_growth_reads_past_masked_elements_and_stops_at_a_one_sided_nan() -> None:

@@ -259,7 +259,7 @@ def test_keras_momentum_under_a_schedule_is_told_where_its_rule_parts_from_tf1s(
     np.testing.assert_allclose(slots[1], 2 * slots[0], rtol=1e-5)
     found = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
     assert (found.step, found.kind) == (2, "slot"), found
-    assert "times lr/lr(step 1) / (step 2) = 2:" in found.note, found.note
+    assert "times lr/lr at step 1 / at step 2 = 2:" in found.note, found.note
     assert "their rules part" in found.note
 
 

@@ -458,13 +458,14 @@ class Comparison:
         near its learning rate: new users' faithful Adam ports diverged on a dense bias before batch
         normalization (the whole tensor) and on an embedding row first looked up at step 2.
 
-        Not called noise when a slot of this weight (one its gradient feeds) diverges at this step
-        (past what its gradient's differences allow: ``Pair.allowance``) by more than that
-        gradient's atol (``slot_gaps``), another optimizer's slots being no evidence: noise in a
-        gradient that cancels leaves its slots at rounding scale, so the update's input differs
-        beyond rounding. A new user's
-        ``clipnorm`` in place of ``global_clipnorm`` (clipping between the recorded gradient and
-        the update) was told "likely rounding noise" beside Adam slots 40-140% apart."""
+        When a slot of this weight (one its gradient feeds) diverges at this step (past what its
+        gradient's differences allow: ``Pair.allowance``) by more than that gradient's atol
+        (``slot_gaps``), another optimizer's slots being no evidence, that is said first and
+        nothing else: noise in a gradient that cancels leaves its slots at rounding scale, so the
+        update's input differs beyond rounding. A new user's ``clipnorm`` in place of
+        ``global_clipnorm`` (clipping between the recorded gradient and the update) was told
+        "likely rounding noise" beside Adam slots 40-140% apart, and under Momentum (every
+        update a per-variable factor of TF1's) "the learning rate or Adam's bias correction"."""
         if self._grad_of is None:  # once per set of pairs, when a weight first diverges
             self._grad_of = {id(self._pairs[i]): self._pairs[j] for i, j in self._weight_grads.items()}
         g = self._grad_of.get(id(pair))
@@ -481,28 +482,39 @@ class Comparison:
             pair.update_note = (g, k, (note, noise))
         if note is None:
             return None
+        far = [(p, gap) for p, gap in slot_gaps if p.feeder is g and gap > g.tol.atol]
+        if far:  # read first: the update's input differs, whatever the update's size
+            slot, gap = far[0]
+            return (
+                f"{note}; yet its optimizer slot {slot.base.kind}/{slot.base.name} differs by {gap:.3g} at this step, past atol and past what "
+                "its gradient's differences allow: the update's input differs beyond rounding (clipping or scaling "
+                "between the recorded gradient and the update: clipnorm, which clips each variable by its own norm, "
+                "against clip_by_global_norm / global_clipnorm; or another optimizer setting)"
+            )
         if noise is None:  # the update itself: what a port most often sets otherwise
             scale = self._update_scale(pair, k)
             if scale is not None:
                 return (
                     f"{note}: the update is the baseline's times {scale:.4g} at every element (the same direction, "
-                    "another size): the learning rate as applied, or Adam's bias correction, which follows the "
+                    "another size): the learning rate as applied; Adam's bias correction, which follows the "
                     "optimizer's step count (a checkpoint restored without the optimizer's iterations restarts it "
-                    "at 0; README: optimizer counters are not recorded)"
+                    "at 0; README: optimizer counters are not recorded); or clipping between the recorded gradient "
+                    "and the update (clipnorm clips each variable by its own factor, global clipping all by one)"
+                    + (_nesterov_hint(scale) if self._momentum_only(g) else "")
                 )
             return (
                 f"{note}: compare the optimizers' settings (epsilon: TF1 Adam 1e-8, Keras 1e-7; betas, momentum, "
                 "nesterov, clipping, weight decay)"
             )
-        far = [(p, gap) for p, gap in slot_gaps if p.feeder is g and gap > g.tol.atol]
-        if far:
-            slot, gap = far[0]
-            return (
-                f"{note}; yet its optimizer slot {slot.base.kind}/{slot.base.name} differs by {gap:.3g} at this step, past atol and past what "
-                "its gradient's differences allow: the update's input differs beyond rounding (clipping or scaling "
-                "between the recorded gradient and the update, or another optimizer setting)"
-            )
         return note + noise
+
+    def _momentum_only(self, g: Pair) -> bool:
+        """Whether the slots ``g`` feeds are momentum's alone (a summing first moment, no second
+        moment: not Adam, whose bias correction gives a factor of the same size)."""
+        rules = [
+            align.slot_rule(p.base.name, p.cand.name) for p in self._pairs if p.base.kind == "slot" and p.feeder is g
+        ]
+        return any(rule == (1, False) for rule in rules) and not any(power == 2 for power, _ in rules)
 
     def _earlier_gradients(
         self, pair: Pair, g: Pair, k: int
@@ -616,7 +628,9 @@ class Comparison:
         return (
             f"every element is the baseline's times {scale:.4g} (the same direction, another size): a scale between "
             "the loss and this gradient (the loss's reduction: a sum against a mean, a global batch size under a "
-            "strategy; accumulated gradients not divided by their micro-batches; a loss scale not undone)"
+            "strategy; accumulated gradients not divided by their micro-batches; a loss scale not undone), or "
+            "gradients recorded after clipping by one run and before it by the other (every gradient then has one "
+            "factor, the global norm over the clip norm, and the weights agree)"
         )
 
     def _update_scale(self, pair: Pair, k: int) -> Optional[float]:
@@ -663,8 +677,8 @@ class Comparison:
             scale = before / now
             if np.all(np.abs(ratio - scale) <= 1e-4 * scale):
                 return (
-                    f"the candidate's slot is the baseline's times {lr.base.kind}/{lr.base.name}(step "
-                    f"{int(self.steps[k - 1])}) / (step {int(self.steps[k])}) = {scale:.4g}: Keras SGD keeps "
+                    f"the candidate's slot is the baseline's times {lr.base.kind}/{lr.base.name} at step "
+                    f"{int(self.steps[k - 1])} / at step {int(self.steps[k])} = {scale:.4g}: Keras SGD keeps "
                     "momentum as -lr x accumulator (recorded divided by this step's lr), TF1's MomentumOptimizer as "
                     "the accumulator, and at an lr change their rules part (TF1 applies the new lr to the whole "
                     "accumulator, Keras to the new gradient only): a real difference from this step's update on, "
@@ -1033,6 +1047,22 @@ def _uniform_scale(
     return scale
 
 
+def _nesterov_hint(scale: float) -> str:
+    """For an update ``scale`` times the baseline's: ``1 + mu`` (or its inverse) is what Nesterov
+    momentum ``mu`` on one side only gives on the first update, whose accumulator is that step's
+    gradient (a new user's ``nesterov=True`` showed 1.9, and the note named Adam)."""
+    if scale > 1.0:
+        mu, form, side = scale - 1.0, "1 + {mu}", "the candidate"
+    else:
+        mu, form, side = 1.0 / scale - 1.0, "1 / (1 + {mu})", "the baseline"
+    if not 0.0 < mu < 1.0:
+        return ""
+    return (
+        f"; if this is the first update with momentum, {scale:.4g} = {form.format(mu=f'{mu:.3g}')} is Nesterov "
+        f"momentum {mu:.3g} on {side} only (nesterov=True)"
+    )
+
+
 def _layout_warnings(run: Any) -> list[str]:
     """A run's tensors whose layout changed mid-run, one warning each, but those only traced again
     for a partial last batch (every ``tf.function`` loop over a ``None`` batch has them) in one
@@ -1079,7 +1109,14 @@ def _marginal_note(
     if not 1.0 < ratio < MARGINAL_RATIO:
         return None
     grown = growth()
-    if grown is not None and grown[0] > 0 and grown[1] >= GROWTH_FACTOR * grown[0]:
+    steady = ""
+    if grown is not None and grown[0] > 0 and grown[1] < GROWTH_FACTOR * grown[0]:
+        now, later, step = grown
+        steady = (
+            f" Here it does not grow: over the next steps both runs logged (up to {GROWTH_STEPS}), its largest difference "
+            f"is {later:.3g} (step {step}), {later / now:.3g}x this step's {now:.3g}, as noise does."
+        )
+    elif grown is not None and grown[0] > 0:
         now, later, step = grown
         return (
             f"just past tolerance here (error ratio {ratio:.3g}), but its largest difference grows from {now:.3g} to "
@@ -1091,7 +1128,7 @@ def _marginal_note(
         "normalization over features of small batch variance, ties in max-pooling or at a ReLU's 0) reaches "
         "this on faithful ports within a few steps; whether it grows over the next steps (the heat map) tells "
         "noise from a bug. The default atol 1e-5 holds every intermediate tensor: loosen one kind with "
-        "--override 'activation/*:atol=1e-4'"
+        "--override 'activation/*:atol=1e-4'" + steady
     )
 
 

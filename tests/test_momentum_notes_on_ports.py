@@ -1,0 +1,96 @@
+"""Notes on a momentum port's weight that diverges after its gradients agreed, on ports written the
+way users write them (TF1 ``MomentumOptimizer`` in a Session against Keras ``SGD`` under ``fit``).
+
+* ``nesterov=True`` on the port: the first update is ``1 + momentum`` times TF1's; the note named
+  "the learning rate as applied, or Adam's bias correction" (no Adam in sight).
+* ``clipnorm`` where TF1 clipped by the global norm: each variable's update is its own factor of
+  TF1's and its momentum slot differs at once; the note named the learning rate and Adam too.
+
+Each expectation is checked on the frameworks' own weights (numpy), not on the tool.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+
+from tb_parity_plugin import compare, summary_v1, summary_v2
+
+RNG = np.random.default_rng(7)
+STEPS, LR, MOMENTUM, CLIP = 3, 0.05, 0.9, 0.1
+X = RNG.normal(size=(STEPS, 8, 4)).astype(np.float32)
+Y = RNG.normal(size=(STEPS, 8, 1)).astype(np.float32) * 3.0
+K = RNG.normal(size=(4, 1)).astype(np.float32) * 0.5
+
+
+def _tf1(run_dir: str, clip: Optional[float] = None) -> list[list[np.ndarray]]:
+    """TF1 dense regression, MomentumOptimizer, gradients recorded before an optional
+    ``clip_by_global_norm`` (README); returns [kernel, bias] read before each step."""
+    seen = []
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4])
+        y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+        p = tf.compat.v1.layers.dense(x, 1, kernel_initializer=tf.constant_initializer(K), name="dense")
+        loss = rec.loss(tf.reduce_mean(tf.square(p - y)))
+        opt = tf.compat.v1.train.MomentumOptimizer(rec.lr(tf.constant(LR)), MOMENTUM)
+        grads, variables = zip(*rec.grads_and_vars(opt.compute_gradients(loss)))
+        if clip is not None:
+            grads, _ = tf.clip_by_global_norm(list(grads), clip)
+        with rec.before_update(gs):
+            train = opt.apply_gradients(zip(grads, variables), global_step=gs)
+        rec.variables(optimizer=opt)
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for s in range(STEPS):
+                seen.append(sess.run(list(variables)))
+                rec.write(sess.run([train, fetches], {x: X[s], y: Y[s]})[1])
+        rec.close()
+    return seen
+
+
+def _port(run_dir: str, **sgd: object) -> list[list[np.ndarray]]:
+    """The Keras port: SGD with momentum under fit, instrumented (README)."""
+    model = tf.keras.Sequential(
+        [tf.keras.Input((4,)), tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(K), name="dense")]
+    )
+    model.compile(tf.keras.optimizers.SGD(LR, momentum=MOMENTUM, **sgd), "mse")
+    rec = summary_v2.Recorder(run_dir)
+    summary_v2.instrument(model, rec)
+    seen = []
+    for s in range(STEPS):
+        seen.append([v.numpy() for v in model.get_layer("dense").weights])
+        model.fit(X[s], Y[s], batch_size=8, epochs=1, shuffle=False, verbose=0)
+    rec.close()
+    return seen
+
+
+def test_nesterov_on_the_port_is_named_by_its_factor_of_one_plus_momentum(tmp_path) -> None:
+    tf1 = _tf1(str(tmp_path / "tf1"))
+    port = _port(str(tmp_path / "tf2"), nesterov=True)
+    # numpy on the frameworks' weights: the same start, then every element's first update 1.9x TF1's
+    for a, b in zip(port[0], tf1[0]):
+        np.testing.assert_array_equal(a, b)
+    ratio = (port[1][0] - port[0][0]) / (tf1[1][0] - tf1[0][0])
+    np.testing.assert_allclose(ratio, 1 + MOMENTUM, rtol=1e-4)
+    found = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert (found.step, found.kind) == (1, "weight"), found
+    assert "the update is the baseline's times 1.9 at every element" in found.note, found.note
+    assert "Nesterov momentum 0.9 on the candidate only" in found.note, found.note
+
+
+def test_clipnorm_against_global_clipping_is_told_by_the_momentum_slot_not_the_learning_rate(tmp_path) -> None:
+    tf1 = _tf1(str(tmp_path / "tf1"), clip=CLIP)
+    port = _port(str(tmp_path / "tf2"), clipnorm=CLIP)
+    # numpy: each variable's first update is its own factor of TF1's (global norm over its own norm,
+    # both clipped to CLIP), so no one learning rate can explain it
+    factors = [float(np.median((p - p0) / (t - t0))) for p, p0, t, t0 in zip(port[1], port[0], tf1[1], tf1[0])]
+    assert all(f > 1.05 for f in factors) and abs(factors[0] - factors[1]) > 0.05, factors
+    found = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert (found.step, found.kind) == (1, "weight"), found
+    assert "yet its optimizer slot" in found.note and "clipnorm, which clips each variable" in found.note, found.note
+    assert "bias correction" not in found.note and "Nesterov" not in found.note, found.note
