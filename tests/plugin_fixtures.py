@@ -149,6 +149,21 @@ def write_slot_pair(root: str, folder: str, steps: int) -> None:
         writer.close()
 
 
+def write_scaled_grad_pair(root: str, folder: str, steps: int) -> None:
+    """Two gradients the candidate has 4x from step 1 (accumulation not divided by its micro-batches):
+    their notes run to a few hundred characters, in the card and in its table of the step's
+    divergences, and must wrap in the tab, not widen the page."""
+    rng = np.random.default_rng(5)
+    grads = [(rng.standard_normal((6, 5)), rng.standard_normal(5)) for _ in range(steps)]
+    for side in ("tf1", "tf2"):
+        writer = BlockWriter(os.path.join(root, folder, side), side=side)
+        for step in range(steps):
+            scale = 4.0 if side == "tf2" and step >= 1 else 1.0
+            kernel, bias = (np.float32(scale) * g.astype(np.float32) for g in grads[step])
+            writer.write_arrays(step, [("grad", "dense/kernel:0", kernel), ("grad", "dense/bias:0", bias)])
+        writer.close()
+
+
 def append_steps(run_dir: str, side: str, start: int, stop: int, diverge_at: Optional[int] = None) -> None:
     """Append steps to a run with a new event file (a run still training)."""
     writer = BlockWriter(run_dir, side=side)

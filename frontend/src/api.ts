@@ -97,7 +97,9 @@ export interface ColourScale {
   flat: Record<string, string>;
   legend: [string, string][];
 }
-export interface MatrixTensor { tag: string; kind: string; name: string; candidate_tag: string | null }
+/** ``evidence``: how the column's cells were compared; "statistics" means moments within bounds only. */
+export type Evidence = "values" | "partial" | "statistics";
+export interface MatrixTensor { tag: string; kind: string; name: string; candidate_tag: string | null; evidence: Evidence }
 export interface MatrixResponse {
   tensors: MatrixTensor[];
   step_start: number[];
@@ -137,6 +139,7 @@ export interface TensorResponse {
   candidate: RunTensor | null;
   diff: { steps: number[]; error_ratio: Num[]; reason: string[]; mean_abs_diff: Num[] };
   how: string;
+  evidence: Evidence;
   tolerance: { atol: number; rtol: number; warmup_steps: number };
   /** Multi-replica candidate: how many replicas keep copies, and the one shown (null: the one-device value). */
   replicas?: number;

@@ -67,7 +67,7 @@ function divergenceList(s: Summary, act: CardActions): HTMLElement | null {
       el("td", { cls: "l tbp-mono", text: divergenceName(d) }),
       el("td", { cls: "l", text: d.reason }),
       el("td", { cls: "l", text: d.evidence ?? "" }),
-      el("td", { cls: "l", text: d.note ?? "" }),
+      el("td", { cls: "l wrap", text: d.note ?? "" }),
     ),
   );
   return el(

@@ -2,7 +2,7 @@
 // FULL_HEALTH counts with NaN/Inf highlighted, and full values at the chosen step.
 import { num, Num, RunTensor, TensorResponse } from "./api";
 import { Palette, SeriesChart, onto } from "./charts";
-import { el, fmt, replaceChildren } from "./dom";
+import { el, fmt, replaceChildren, shapeText } from "./dom";
 
 const COUNTS = ["neg_inf", "pos_inf", "nan", "neg_finite", "zero", "pos_finite"];
 const COUNT_LABELS: Record<string, string> = { neg_inf: "−Inf", pos_inf: "+Inf", nan: "NaN", neg_finite: "< 0", zero: "= 0", pos_finite: "> 0" };
@@ -83,8 +83,8 @@ export class TensorDetail {
       el("span", { cls: "tensor", attrs: { "data-testid": "detail-tensor" }, text: t.tag }),
       cand && cand.tag && cand.tag !== t.tag ? el("span", { cls: "tbp-mono tbp-hint", text: `↔ ${cand.tag}` }) : null,
       el("span", { cls: "tbp-chip", text: t.kind }),
-      el("span", { cls: "tbp-hint", text: `${t.baseline.dtype} [${t.baseline.shape.join(", ")}]` }),
-      cand ? el("span", { cls: "tbp-hint", text: `candidate ${cand.dtype} [${cand.shape.join(", ")}]` }) : null,
+      el("span", { cls: "tbp-hint", attrs: { "data-testid": "detail-shape" }, text: `${t.baseline.dtype} ${shapeText(t.baseline.shape)}` }),
+      cand ? el("span", { cls: "tbp-hint", text: `candidate ${cand.dtype} ${shapeText(cand.shape)}` }) : null,
       el("span", { cls: "tbp-hint", text: `matched: ${t.how}; atol ${fmt(t.tolerance.atol)}, rtol ${fmt(t.tolerance.rtol)} after ${t.tolerance.warmup_steps} steps` }),
       step !== null ? el("span", { cls: "tbp-chip", attrs: { "data-testid": "detail-step" }, text: `step ${step}` }) : null,
       this.runtimeShapes(t, step),
@@ -99,9 +99,9 @@ export class TensorDetail {
   /** The shapes both runs ran with at `step` (or their first step), when a graph left a dimension unknown. */
   private runtimeShapes(t: TensorResponse, step: number | null): HTMLElement | null {
     const at = (side: RunTensor | null): string => {
-      if (!side?.runtime_shapes) return side ? `[${side.shape.map((d) => (d === null ? "?" : d)).join(", ")}]` : "–";
+      if (!side?.runtime_shapes) return side ? shapeText(side.shape) : "–";
       const i = step === null ? 0 : side.steps.indexOf(step);
-      return i < 0 ? "–" : `[${side.runtime_shapes[i].join(", ")}]`;
+      return i < 0 ? "–" : shapeText(side.runtime_shapes[i]);
     };
     if (!t.baseline.runtime_shapes && !t.candidate?.runtime_shapes) return null;
     return el("span", {
@@ -168,7 +168,8 @@ export class TensorDetail {
     };
     const rows = shown.map((s) => {
       const k = t.diff.steps.indexOf(s);
-      const reason = k >= 0 ? t.diff.reason[k] : "not compared";
+      const verdict = k >= 0 ? t.diff.reason[k] : "not compared";
+      const reason = verdict === "ok" && t.evidence === "statistics" ? "ok (statistics)" : verdict;
       const ratio = k >= 0 ? num(t.diff.error_ratio[k]) : NaN;
       const tr = el(
         "tr",
@@ -178,7 +179,7 @@ export class TensorDetail {
         ...sideCells(rowAt(t.candidate, s), "grp-c"),
         el("td", { cls: "grp-d", text: k >= 0 ? fmt(num(t.diff.mean_abs_diff[k])) : "–" }),
         el("td", { cls: ratio > 1 ? "out" : "", text: fmt(ratio) }),
-        el("td", { cls: "l" + (reason !== "ok" ? " out" : ""), text: reason }),
+        el("td", { cls: "l" + (verdict !== "ok" ? " out" : ""), text: reason }),
       );
       return tr;
     });

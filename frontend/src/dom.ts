@@ -39,6 +39,11 @@ export function replaceChildren(parent: Element, ...children: Child[]): void {
   append(parent, ...children);
 }
 
+/** A shape as "[?, 16]": a dimension the graph left unknown (`None`, sent as null) shows as "?". */
+export function shapeText(dims: readonly (number | null)[]): string {
+  return `[${dims.map((d) => (d === null ? "?" : String(d))).join(", ")}]`;
+}
+
 /** Compact number formatting for figures: 3 significant digits, exponent when tiny/huge. */
 export function fmt(x: number | null | undefined): string {
   if (x === null || x === undefined) return "–";

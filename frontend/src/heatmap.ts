@@ -20,10 +20,11 @@ function mix(a: RGB, b: RGB, t: number): RGB {
  * Colour of one cell under the server's scale: the rule of engine/colour_scale.py's
  * cell_colours (the report's), so both colour one ratio alike. The reason decides the ramp.
  */
-export function cellColor(ratio: number, reason: string, s: ColourScale, dark: boolean): RGB {
+export function cellColor(ratio: number, reason: string, s: ColourScale, dark: boolean, statistics = false): RGB {
   const p = s.palettes[dark ? "dark" : "light"];
   const flat = s.flat[reason];
   if (flat) return p[flat];
+  if (reason === "ok" && statistics) return p.unproven; // moments within bounds: no element was compared
   const r = Number.isNaN(ratio) ? 0 : ratio;
   if (reason === "value") return mix(p.bad_low, p.bad_high, Math.log10(Math.max(r, 1)) / Math.log10(s.bad_ceiling));
   const floor = Math.log10(s.ok_floor);
@@ -133,7 +134,8 @@ export class HeatMap {
       for (let t = 0; t < nt; t++) {
         const i = b * nt + t;
         const code = m.reason[i];
-        const c = cellColor(m.ratio[i], code === m.no_data ? "absent" : m.reason_codes[code] ?? "", m.colour_scale, this.pal.dark);
+        const statistics = m.tensors[t].evidence === "statistics";
+        const c = cellColor(m.ratio[i], code === m.no_data ? "absent" : m.reason_codes[code] ?? "", m.colour_scale, this.pal.dark, statistics);
         const o = (t * nb + b) * 4;
         img.data[o] = c[0];
         img.data[o + 1] = c[1];
@@ -204,13 +206,15 @@ export class HeatMap {
     const s0 = m.step_start[cell.bucket];
     const s1 = m.step_end[cell.bucket];
     const code = m.reason[i];
-    const reason = code === m.no_data ? "not compared" : m.reason_codes[code] || "within tolerance";
+    const name = code === m.no_data ? "not compared" : m.reason_codes[code] || "within tolerance";
+    const byStats = t.evidence === "statistics" && name === "ok";
+    const reason = byStats ? "ok by statistics only: the moments are within their bounds; elements were not compared" : name;
     replaceChildren(
       this.tooltip,
       el("div", { text: t.tag }),
       t.candidate_tag && t.candidate_tag !== t.tag ? el("div", { text: `↔ ${t.candidate_tag}` }) : null,
       el("div", { text: s0 === s1 ? `step ${s0}` : `steps ${s0}–${s1} (worst shown)` }),
-      el("div", { text: `error / tolerance: ${fmt(m.ratio[i])}` }),
+      el("div", { text: `${byStats ? "moment difference / bound" : "error / tolerance"}: ${fmt(m.ratio[i])}` }),
       el("div", { text: reason }),
     );
     this.tooltip.style.display = "block";

@@ -2,11 +2,7 @@
 // run, shape mismatches, variables created twice) and the name mapping the engine used.
 // Read problems sit beside the verdict (card.ts), not here.
 import { ShapeMismatch, Summary } from "./api";
-import { el, replaceChildren } from "./dom";
-
-function shape(dims: (number | null)[]): string {
-  return `[${dims.map((d) => (d === null ? "?" : String(d))).join(", ")}]`;
-}
+import { el, replaceChildren, shapeText as shape } from "./dom";
 
 function table(testid: string, head: string[], rows: string[][]): HTMLElement {
   return el(

@@ -72,8 +72,14 @@ def matrix_payload(m: ParityMatrix, report: ParityReport) -> dict[str, Any]:
     codes = max(k for k in REASONS if k != ABSENT) + 1
     return {
         "tensors": [
-            {"tag": tag, "kind": kind, "name": tag.split("/", 1)[1] if "/" in tag else tag, "candidate_tag": cand}
-            for tag, kind, cand in zip(m.tensors, m.kinds, m.candidate_tensors)
+            {
+                "tag": tag,
+                "kind": kind,
+                "name": tag.split("/", 1)[1] if "/" in tag else tag,
+                "candidate_tag": cand,
+                "evidence": evidence,
+            }
+            for tag, kind, cand, evidence in zip(m.tensors, m.kinds, m.candidate_tensors, m.evidence)
         ],
         "step_start": m.step_start.tolist(),
         "step_end": m.step_end.tolist(),
@@ -112,6 +118,7 @@ def tensor_payload(d: TensorDetail, base: Any, cand: Any, values_at: Optional[in
         "kind": d.kind,
         "name": d.tensor,
         "how": d.how,
+        "evidence": d.evidence,
         "tolerance": {"atol": d.atol, "rtol": d.rtol, "warmup_steps": d.warmup_steps},
         "stats_fields": list(metadata.STATS_FIELDS),
         "baseline": _side(base, d.kind, d.tensor, d.base_steps, d.base_stats),

@@ -10,6 +10,9 @@ a divergence only through their bounds), and a ``value`` divergence is orange to
 
 * ``ok``: pale to darker green as the error ratio rises from :data:`OK_FLOOR` to 1 (log).
 * ``value``: orange to red as it rises from 1 to :data:`BAD_CEILING` (log); beyond, red.
+* ``ok`` in a column compared by statistics alone (``ParityMatrix.evidence``): one flat colour,
+  ``unproven``, whatever its ratio: moments within their bounds say less than elements within
+  tolerance (a new user's embedding cell was pale green, "4.6e-9 ok", with 25 elements 42x out).
 * every other reason has one colour (NaN/Inf pattern, shape or dtype, one run only,
   not logged).
 
@@ -37,6 +40,7 @@ RGB = tuple[int, int, int]
 _COLOURS: tuple[tuple[str, RGB, RGB], ...] = (
     ("ok_low", (232, 245, 233), (52, 64, 56)),
     ("ok_high", (129, 199, 132), (67, 160, 71)),
+    ("unproven", (176, 206, 230), (62, 96, 122)),
     ("bad_low", (255, 183, 77), (255, 183, 77)),
     ("bad_high", (198, 40, 40), (244, 67, 54)),
     ("nonfinite", (142, 36, 170), (186, 104, 200)),
@@ -59,6 +63,7 @@ FLAT = {
 #: The legend both front ends show: (palette key, what it means).
 LEGEND = (
     ("ok_high", "within tolerance (darker = closer to the limit)"),
+    ("unproven", "within bounds by statistics only (elements not compared)"),
     ("bad_high", f"out of tolerance (red = {BAD_CEILING:g}x)"),
     ("nonfinite", "NaN/Inf pattern differs"),
     ("structural", "shape/dtype differs"),
@@ -84,8 +89,12 @@ def _mix(low: RGB, high: RGB, t: npt.NDArray[np.float64]) -> npt.NDArray[np.floa
     return out
 
 
-def cell_colours(ratio: npt.ArrayLike, reason: npt.ArrayLike, theme: str = "light") -> npt.NDArray[np.uint8]:
-    """uint8 RGB ``[..., 3]`` per cell from the engine's error ratio and reason code."""
+def cell_colours(
+    ratio: npt.ArrayLike, reason: npt.ArrayLike, theme: str = "light", statistics: npt.ArrayLike = False
+) -> npt.NDArray[np.uint8]:
+    """uint8 RGB ``[..., 3]`` per cell from the engine's error ratio and reason code; ``statistics``
+    (broadcast against the cells, e.g. ``ParityMatrix.statistics_only`` per column) marks cells
+    compared by statistics alone."""
     p = PALETTES[theme]
     ratio = np.asarray(ratio, np.float64)
     reason = np.asarray(reason)
@@ -96,6 +105,7 @@ def cell_colours(ratio: npt.ArrayLike, reason: npt.ArrayLike, theme: str = "ligh
     rgb = np.where(
         (reason == matrix.VALUE)[..., None], _mix(p["bad_low"], p["bad_high"], u), _mix(p["ok_low"], p["ok_high"], t)
     )
+    rgb[(reason == matrix.OK) & np.broadcast_to(np.asarray(statistics, bool), reason.shape)] = p["unproven"]
     for code, key in FLAT.items():
         rgb[reason == code] = p[key]
     return rgb.astype(np.uint8)

@@ -895,6 +895,7 @@ class Comparison:
             error_ratio=ratio,
             reason=reason,
             first_divergence=first,
+            evidence=[p.evidence for p in self._pairs],
         )
         return m.bucketed(max_steps) if max_steps else m
 
@@ -949,6 +950,7 @@ class Comparison:
             candidate_tensor=p.cand.name,
             kind=p.base.kind,
             how=p.match.how,
+            evidence=p.evidence,
             atol=p.tol.atol,
             rtol=p.tol.rtol,
             warmup_steps=p.tol.warmup_steps,

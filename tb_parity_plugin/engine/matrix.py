@@ -49,6 +49,13 @@ class ParityMatrix:
     error_ratio: np.ndarray  # float32 [rows, cols]
     reason: np.ndarray  # uint8 [rows, cols]
     first_divergence: Optional[tuple[int, int]] = None
+    #: Per column, how its cells were compared (``Pair.evidence``: values, partial, statistics).
+    evidence: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def statistics_only(self) -> np.ndarray:
+        """bool ``[cols]``: columns compared by statistics alone (no step element-wise)."""
+        return np.array([e == "statistics" for e in self.evidence], dtype=bool).reshape(len(self.evidence))
 
     @property
     def steps(self) -> np.ndarray:
@@ -92,6 +99,7 @@ class ParityMatrix:
             error_ratio=ratio.astype(np.float32),
             reason=reason,
             first_divergence=first,
+            evidence=self.evidence,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -106,4 +114,5 @@ class ParityMatrix:
             "reason": self.reason.tolist(),
             "reason_names": {str(code): name for code, name in REASONS.items()},
             "first_divergence": list(self.first_divergence) if self.first_divergence else None,
+            "evidence": list(self.evidence),
         }

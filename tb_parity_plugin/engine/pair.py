@@ -178,6 +178,14 @@ class Pair:
             and self.base.values.shape[1:] == self.cand.values.shape[1:]
         )
 
+    @property
+    def evidence(self) -> str:
+        """How the pair's steps are compared, for the views: ``values`` (element-wise at every step),
+        ``partial`` (element-wise at the steps both runs kept full values, by statistics at the
+        others) or ``statistics`` (moments within their bounds only: weaker evidence, which a new
+        user's heat map showed as plain green beside elements 42x out of tolerance)."""
+        return "values" if self.use_values else "partial" if self.partial else "statistics"
+
     @functools.cached_property
     def partial(self) -> bool:
         """Full values at some compared steps of both runs, not at every one (a size crossing

@@ -303,6 +303,8 @@ class TensorDetail:
     candidate_tensor: str
     kind: str
     how: str
+    #: ``Pair.evidence``: values, partial or statistics (an "ok" by statistics is weaker evidence).
+    evidence: str
     atol: float
     rtol: float
     warmup_steps: int
@@ -338,6 +340,7 @@ class TensorDetail:
             "candidate_tensor": self.candidate_tensor,
             "kind": self.kind,
             "how": self.how,
+            "evidence": self.evidence,
             "tolerance": {"atol": self.atol, "rtol": self.rtol, "warmup_steps": self.warmup_steps},
             "steps": self.steps.tolist(),
             "reason": [REASONS[int(c)] for c in self.reason],

@@ -196,7 +196,9 @@ def _heat_map(matrix: Optional[matrix_mod.ParityMatrix]) -> str:
     n_steps = len(matrix.step_start)
     shown = matrix.bucketed(MAX_COLUMNS)
     n_cols, n_tensors = shown.error_ratio.shape
-    image = png_data_uri(colour_scale.cell_colours(shown.error_ratio, shown.reason).transpose(1, 0, 2))
+    image = png_data_uri(
+        colour_scale.cell_colours(shown.error_ratio, shown.reason, statistics=shown.statistics_only).transpose(1, 0, 2)
+    )
     label_w, plot_w = (220 if n_tensors <= 40 else 0), 760
     row_h = min(16.0, 400 / n_tensors)
     width, height = label_w + plot_w, row_h * n_tensors

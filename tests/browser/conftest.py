@@ -34,7 +34,8 @@ pytest.importorskip("playwright.sync_api")
 def demo_logdir(demo_logs: str) -> str:
     """The demo's three pairs, plus a pair whose first-diverging tensor is named with HTML,
     a port with structure bugs, a statistics-only pair with a corrupt record, a pair that a test
-    grows while the tab shows it, and a divergence after a tensor only statistics compared."""
+    grows while the tab shows it, a divergence after a tensor only statistics compared, and one
+    with a long note."""
     fx.write_pair(demo_logs, "html", 8, diverge_at=2, lr_name=fx.HTML_NAME)
     fx.write_pair(demo_logs, "drift", 8, diverge_at=3, drift=0.01)
     fx.write_structure_pair(demo_logs, "structure", 6)
@@ -45,6 +46,7 @@ def demo_logdir(demo_logs: str) -> str:
     fx.write_pair(demo_logs, "grow", 20)
     fx.write_upstream_pair(demo_logs, "upstream", 4)
     fx.write_slot_pair(demo_logs, "slot", 3)
+    fx.write_scaled_grad_pair(demo_logs, "scaled", 3)
     return demo_logs
 
 

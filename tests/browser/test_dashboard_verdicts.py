@@ -181,6 +181,8 @@ def test_the_detail_names_the_shapes_a_none_batch_ran_with(page, server: str, de
     frame = open_tab(page, server, "none_batch", f"&p.tb_parity.tensor={tag}&p.tb_parity.step={last}")
     shapes = frame.locator("[data-testid=detail-runtime-shape]")
     expect(shapes).to_have_text("ran as [5, 2] | [5, 2]", timeout=TIMEOUT)
+    # the graph's shape names the unknown batch dimension (it read "[, 2]" to a new user)
+    assert frame.locator("[data-testid=detail-shape]").inner_text() == "float32 [?, 2]"
     assert frame.locator("[data-testid=values] tbody tr").count() == 10  # the step's own 5 x 2 values
 
 
@@ -202,3 +204,55 @@ def test_the_values_table_holds_a_slot_to_the_atol_its_verdict_used(page, server
     np.testing.assert_allclose(shown, atol + tolerance.SLOT_RTOL * np.abs(base), rtol=1e-2)  # 3 digits shown
     hint = frame.locator("[data-testid=step-atol]").inner_text()
     assert float(re.search(r"atol at step 2: (\S+)", hint).group(1)) == pytest.approx(atol, rel=1e-2), hint
+
+
+@one_server
+def test_a_statistics_only_cell_is_drawn_apart_from_an_agreement(page, server: str, demo_logdir: str) -> None:
+    """A new user's embedding cell, compared by statistics alone, was pale green and "4.6e-9 ok"
+    while numpy had 25 of its elements 42x out of tolerance: such cells get their own colour, and
+    the tooltip and the detail say the elements were not compared."""
+    from tb_parity_plugin.engine import colour_scale
+
+    report = engine(demo_logdir, "upstream")
+    m = report.matrix()
+    col = m.tensors.index("weight/emb")
+    step = 1  # the fixture's element off by 1e-3 from here on, which no statistic can prove
+    row = int(np.flatnonzero(m.step_start == step)[0])
+    assert m.evidence[col] == "statistics" and m.reason[row, col] == 0  # the engine: "ok" by statistics
+    frame = open_tab(page, server, "upstream")
+    canvas = frame.locator("[data-testid=heatmap]")
+    n_steps, n_tensors = m.error_ratio.shape
+    row_h = max(2, min(16, 480 // n_tensors))  # heatmap.ts's row height
+    box = canvas.bounding_box()
+    x, y = (row + 0.5) * box["width"] / n_steps, (col + 0.5) * row_h
+    pixel = canvas.evaluate(
+        "(c, [x, y]) => { const d = window.devicePixelRatio || 1;"
+        " return Array.from(c.getContext('2d').getImageData(Math.floor(x * d), Math.floor(y * d), 1, 1).data).slice(0, 3); }",
+        [x, y],
+    )
+    assert tuple(pixel) == colour_scale.PALETTES["light"]["unproven"], pixel
+    assert frame.locator("[data-swatch=unproven]").count() == 1
+    canvas.hover(position={"x": x, "y": y})
+    tip = frame.locator("[data-testid=heat-tooltip]")
+    expect(tip).to_contain_text("weight/emb", timeout=TIMEOUT)
+    assert "ok by statistics only" in tip.inner_text() and "elements were not compared" in tip.inner_text()
+    canvas.click(position={"x": x, "y": y})
+    detail = frame.locator("[data-testid=detail]")
+    expect(detail.locator("[data-testid=detail-tensor]")).to_have_text("weight/emb", timeout=TIMEOUT)
+    cells = detail.locator(f"[data-testid=detail-steps] tr[data-step='{step}'] td")
+    expect(cells.last).to_have_text("ok (statistics)", timeout=TIMEOUT)
+
+
+@one_server
+def test_a_long_note_wraps_instead_of_widening_the_page(page, server: str, demo_logdir: str) -> None:
+    """A new user's tab was 1987 px wide in a 1400 px window: a note in a cell that did not wrap."""
+    report = engine(demo_logdir, "scaled")
+    first = report.first_divergence
+    assert first is not None and len(first.note or "") > 250 and len(report.divergences_at_first_step) == 2, first
+    frame = open_tab(page, server, "scaled")
+    assert (first.note or "") in frame.locator("[data-testid=divergence-note]").inner_text()
+    note_cell = frame.locator("[data-testid=divergence] td").last
+    assert (report.divergences_at_first_step[1].note or "") == note_cell.inner_text()
+    widths = frame.locator("body").evaluate("b => [document.documentElement.scrollWidth, window.innerWidth]")
+    assert widths[0] <= widths[1], widths
+    assert note_cell.bounding_box()["height"] > 40  # several lines
