@@ -46,7 +46,7 @@ def load_runs(
         try:
             base_name, cand_name = run_pairs.choose_pair(sides, baseline, candidate, where=logdir)
         except run_pairs.RunPairError as exc:
-            unlisted = "; could not list " + "; ".join(reader.listing_errors) if reader.listing_errors else ""
+            unlisted = "".join(f"; {e}" for e in reader.listing_errors)
             raise ParityInputError(f"{exc}{unlisted}") from None
         runs = reader.run(base_name), reader.run(cand_name)
     finally:
@@ -69,7 +69,7 @@ def _refuse_from_listing(reader: LogdirReader, baseline: Optional[str], candidat
     try:
         run_pairs.choose_pair(dict.fromkeys(names, ""), baseline, candidate, where=logdir)
     except run_pairs.RunPairError as exc:
-        unlisted = "; could not list " + "; ".join(reader.listing_errors) if reader.listing_errors else ""
+        unlisted = "".join(f"; {e}" for e in reader.listing_errors)
         raise ParityInputError(f"{exc}{unlisted}") from None
 
 

@@ -306,6 +306,26 @@ def test_symlinks_leaving_the_logdir_are_not_followed(tmp_path):
     os.symlink(logdir / "inside", logdir / "alias_inside")  # inside the logdir: allowed, read once
     reader = LogdirReader(str(logdir))
     assert reader.run_names() in (["inside"], ["alias_inside"])
+    # not silently: a new user's pair with tf1 linked to another pair's folder showed one run
+    assert reader.listing_errors == [
+        f"escape_dir -> {os.path.realpath(outside / 'secret')}: a link out of the logdir, not followed",
+        f"run2/events.out.tfevents.1.x -> {os.path.realpath(the_file(str(outside / 'secret')))}: a link out of the "
+        "logdir, not followed",
+    ]
+
+
+def test_a_run_linked_from_outside_the_logdir_is_named_in_the_pair_error(tmp_path):
+    from tb_parity_plugin import api
+
+    write_run(str(tmp_path / "faithful" / "tf1"), range(2)).close()
+    write_run(str(tmp_path / "eps7" / "tf2"), range(2)).close()
+    os.symlink(tmp_path / "faithful" / "tf1", tmp_path / "eps7" / "tf1")
+    with pytest.raises(api.ParityInputError) as err:
+        api.compare(str(tmp_path / "eps7"))
+    assert "holds 1 runs (tf2)" in str(err.value)
+    assert f"tf1 -> {os.path.realpath(tmp_path / 'faithful' / 'tf1')}: a link out of the logdir, not followed" in str(
+        err.value
+    )
 
 
 def test_reload_on_a_thread_while_reading_snapshots(tmp_path):

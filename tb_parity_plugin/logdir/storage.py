@@ -84,6 +84,9 @@ class LocalStorage:
         self._handles: dict[str, IO[bytes]] = {}
         #: Directories the last :meth:`discover` could not list, with why.
         self.errors: list[str] = []
+        #: Symlinks the last :meth:`discover` did not follow (they lead out of the logdir), each
+        #: ``link -> target``: a new user's ``tf1 -> ../faithful/tf1`` vanished without a word.
+        self.unfollowed: list[str] = []
 
     def is_dir(self) -> bool:
         return os.path.isdir(self._real)
@@ -95,7 +98,7 @@ class LocalStorage:
     def discover(self) -> dict[str, list[str]]:
         runs: dict[str, list[str]] = {}
         seen: set[str] = set()
-        self.errors = []
+        self.errors, self.unfollowed = [], []
 
         def unlistable(exc: OSError) -> None:
             self.errors.append(f"{self.rel(str(exc.filename))}: {exc.strerror or exc}")
@@ -103,17 +106,15 @@ class LocalStorage:
         for dirpath, dirnames, filenames in os.walk(self._real, onerror=unlistable, followlinks=True):
             real = os.path.realpath(dirpath)
             if real in seen or not self._inside(dirpath):
+                if not self._inside(dirpath):
+                    self.unfollowed.append(f"{self.rel(dirpath)} -> {real}")
                 dirnames[:] = []
                 continue
             seen.add(real)
             dirnames.sort()
-            files = sorted(
-                os.path.join(dirpath, f)
-                for f in filenames
-                if EVENT_MARK in f
-                and self._inside(os.path.join(dirpath, f))
-                and os.path.isfile(os.path.join(dirpath, f))
-            )
+            marked = [os.path.join(dirpath, f) for f in filenames if EVENT_MARK in f]
+            self.unfollowed += [f"{self.rel(f)} -> {os.path.realpath(f)}" for f in marked if not self._inside(f)]
+            files = sorted(f for f in marked if self._inside(f) and os.path.isfile(f))
             if files:
                 runs[self.rel(dirpath)] = files
         return runs
