@@ -17,6 +17,10 @@ Variants are timed side by side in one process with interleaved repetitions
 
 * a roofline: the statistics of the step's logged tensors alone, against one ``reduce_sum`` of
   each (the floor: one read), and the bytes involved at this machine's measured bandwidth.
+* ``--breakdown``: where the shim's own CPU time goes in the TF2 step, from variants of the
+  large-tensor kernel timed side by side in process CPU time (robust to a busy machine): one read
+  per tensor, the four moments (sum, sum of squares, min, max), and the shim's whole kernel, whose
+  rest is the sign counts (neg/zero/pos). The variants compute wrong statistics: timing only.
 
 Target: shim overhead (ratio - 1) <= 1/20 of Debugger V2's overhead.
 
@@ -28,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -263,6 +268,56 @@ def roofline(args, step_ms: float, shim_ms: float) -> None:
     )
 
 
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def breakdown(args, logdir: str) -> None:
+    """CPU ms per TF2 step of the shim with its large-tensor kernel cut down, side by side."""
+    from tb_parity_plugin.shim import health_tf
+
+    def f64(t: tf.Tensor) -> tf.Tensor:
+        return tf.cast(t, tf.float64)
+
+    def one_read(x: tf.Tensor) -> tf.Tensor:
+        return tf.stack([f64(tf.reduce_sum(x))] * 11)
+
+    def moments(x: tf.Tensor) -> tf.Tensor:
+        parts = [f64(tf.nn.l2_loss(x)), f64(tf.reduce_sum(x)), f64(tf.reduce_min(x)), f64(tf.reduce_max(x))]
+        return tf.stack(parts + parts[:1] * 7)
+
+    x, y = (tf.constant(a) for a in _data(args.batch))
+    model, opt = _model(), tf.keras.optimizers.Adam(1e-4)
+    plain = _tf2_step(model, opt)
+    variants: dict = {"none": lambda: plain(x, y)}
+    kernel = health_tf._large_columns
+    try:
+        for name, cols in (("one read", one_read), ("moments", moments), ("shim", kernel)):
+            health_tf._large_columns = cols
+            step = _tf2_step(model, opt, summary_v2.Recorder(os.path.join(logdir, name), args.values_limit))
+            step(x, y)  # traced with this kernel
+            variants[name] = (lambda f: lambda: f(x, y))(step)
+    finally:
+        health_tf._large_columns = kernel
+    cpu: dict = {name: [] for name in variants}
+    for _ in range(args.reps):
+        for name, fn in variants.items():
+            start = _cpu_seconds()
+            _time(fn, args.steps)
+            cpu[name].append((_cpu_seconds() - start) / args.steps)
+    ms = {name: statistics.median(ts) * 1e3 for name, ts in cpu.items()}
+    over = ms["shim"] - ms["none"]
+    parts = (
+        ("one read per tensor", ms["one read"] - ms["none"]),
+        ("+ the other three moments", ms["moments"] - ms["one read"]),
+        ("+ the sign counts", ms["shim"] - ms["moments"]),
+    )
+    print(f"breakdown (process CPU ms per step, medians): none {ms['none']:.1f}, shim {ms['shim']:.1f} (+{over:.1f})")
+    for what, extra in parts:
+        print(f"  {what:<28} {extra:6.2f} ms  {extra / over:6.1%} of the shim's CPU overhead")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="P1: shim overhead vs no logging and Debugger V2")
     parser.add_argument("--steps", type=int, default=5, help="steps per timed repetition")
@@ -271,6 +326,7 @@ def main() -> int:
     parser.add_argument("--values-limit", type=int, default=16, help="full_values_limit for the shim")
     parser.add_argument("--skip-debugger", action="store_true")
     parser.add_argument("--skip-tf1", action="store_true")
+    parser.add_argument("--breakdown", action="store_true", help="only the CPU breakdown of the TF2 shim's kernel")
     parser.add_argument("--debugger-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.debugger_child:
@@ -282,6 +338,10 @@ def main() -> int:
         f"P1: MLP {WIDTH}->{DEPTH}x{WIDTH}->{CLASSES} ({params / 1e6:.2f} M params), batch {args.batch}, Adam, "
         f"{args.reps} reps x {args.steps} steps, medians"
     )
+    if args.breakdown:
+        with tempfile.TemporaryDirectory() as logdir:
+            breakdown(args, logdir)
+        return 0
     with tempfile.TemporaryDirectory() as logdir:
         tf2 = bench_tf2(args, logdir)
         fit = bench_fit(args, logdir)
