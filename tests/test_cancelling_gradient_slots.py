@@ -375,10 +375,12 @@ def test_a_port_clipping_its_update_is_not_told_rounding_noise(tmp_path) -> None
     assert "rounding noise" not in found.note and "epsilon" not in found.note, found.note
     assert "the update's input differs beyond rounding" in found.note, found.note
     # under the default atol the first weight out of tolerance moved elements of gradients past atol:
-    # no noise to speak of, and the note says where a port's update most often differs
+    # no noise to speak of, and the note reads the slot first (a review: it used to list epsilon, which
+    # cannot move a slot, before the clipping that did)
     strict = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
     assert (strict.step, strict.kind) == (1, "weight") and "below atol" not in strict.note, strict
-    assert "compare the optimizers' settings (epsilon: TF1 Adam 1e-8, Keras 1e-7" in strict.note, strict.note
+    assert "the update's input differs beyond rounding" in strict.note, strict.note
+    assert "clipnorm clips each variable by its own norm" in strict.note and "epsilon" not in strict.note
     # the faithful port under the same policy: its bias drifts on noise, and is still told so
     _keras(str(tmp_path / "tf2_faithful"), "adam")
     same = compare(str(tmp_path), baseline="tf1", candidate="tf2_faithful", atol=ATOL).first_divergence

@@ -53,12 +53,12 @@ def _tf1(run_dir: str, clip: Optional[float] = None) -> list[list[np.ndarray]]:
     return seen
 
 
-def _port(run_dir: str, **sgd: object) -> list[list[np.ndarray]]:
+def _port(run_dir: str, momentum: float = MOMENTUM, **sgd: object) -> list[list[np.ndarray]]:
     """The Keras port: SGD with momentum under fit, instrumented (README)."""
     model = tf.keras.Sequential(
         [tf.keras.Input((4,)), tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(K), name="dense")]
     )
-    model.compile(tf.keras.optimizers.SGD(LR, momentum=MOMENTUM, **sgd), "mse")
+    model.compile(tf.keras.optimizers.SGD(LR, momentum=momentum, **sgd), "mse")
     rec = summary_v2.Recorder(run_dir)
     summary_v2.instrument(model, rec)
     seen = []
@@ -81,6 +81,7 @@ def test_nesterov_on_the_port_is_named_by_its_factor_of_one_plus_momentum(tmp_pa
     assert (found.step, found.kind) == (1, "weight"), found
     assert "the update is the baseline's times 1.9 at every element" in found.note, found.note
     assert "Nesterov momentum 0.9 on the candidate only" in found.note, found.note
+    assert "bias correction" not in found.note, found.note  # momentum's slots only: no Adam in sight
 
 
 def test_clipnorm_against_global_clipping_is_told_by_the_momentum_slot_not_the_learning_rate(tmp_path) -> None:
@@ -92,5 +93,22 @@ def test_clipnorm_against_global_clipping_is_told_by_the_momentum_slot_not_the_l
     assert all(f > 1.05 for f in factors) and abs(factors[0] - factors[1]) > 0.05, factors
     found = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
     assert (found.step, found.kind) == (1, "weight"), found
-    assert "yet its optimizer slot" in found.note and "clipnorm, which clips each variable" in found.note, found.note
+    assert "yet its optimizer slot" in found.note and "clipnorm clips each variable by its own norm" in found.note, (
+        found.note
+    )
     assert "bias correction" not in found.note and "Nesterov" not in found.note, found.note
+
+
+def test_another_momentum_is_told_by_the_slots_rule_first(tmp_path) -> None:
+    """A review: TF1 momentum 0.9 against Keras 0.5 was told clipnorm first, once the slot check
+    came before the settings."""
+    tf1 = _tf1(str(tmp_path / "tf1"))
+    port = _port(str(tmp_path / "tf2"), momentum=0.5)
+    # numpy: the first update agrees (the accumulator is that step's gradient), the second does not
+    np.testing.assert_allclose(port[1][0], tf1[1][0], rtol=1e-6)
+    assert np.abs(port[2][0] - tf1[2][0]).max() > 1e-4
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert report.first_divergence.step == 2, report.first_divergence
+    (weight,) = [d for d in report.divergences_at_first_step if d.kind == "weight" and "kernel" in d.tensor]
+    assert "yet its optimizer slot" in weight.note, weight.note
+    assert "the slot's own rule (momentum), clipping" in weight.note and "Nesterov" not in weight.note, weight.note

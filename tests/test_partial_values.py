@@ -143,6 +143,20 @@ def test_a_faithful_port_is_compared_element_wise_at_its_partial_batches(tmp_pat
     assert detail.base_values is not None and detail.base_values.shape == (30, 64)
     assert detail.diff is not None and np.abs(detail.diff).max() <= 1e-5  # the tab's difference view
     assert cmp.detail("activation/hidden", step=1).diff is None  # statistics there
+    # the heat map and the detail mark the steps statistics decided, not the column (a review: a
+    # partial column's statistics steps were drawn as proven agreements)
+    col = cmp.matrix().tensors.index("activation/hidden")
+    by_stats = [step not in PARTIAL for step in range(STEPS)]
+    assert cmp.matrix().statistics[:, col].tolist() == by_stats
+    assert cmp.detail("activation/hidden").by_statistics.tolist() == by_stats
+    assert cmp.matrix().evidence[col] == "partial"
+    from tb_parity_plugin.engine import colour_scale
+
+    m = cmp.matrix()
+    rgb = colour_scale.cell_colours(m.error_ratio, m.reason, statistics=m.statistics)
+    unproven = colour_scale.PALETTES["light"]["unproven"]
+    assert [tuple(rgb[s, col]) == unproven for s in range(STEPS)] == by_stats
+    assert m.bucketed(2).statistics[:, col].tolist() == [True, True]  # a bucket with any such step
     reader.close()
 
 

@@ -71,3 +71,34 @@ def test_a_negated_or_vanished_gradient_is_no_scale() -> None:
     for factor in (-1.0, 0.0):
         first = _first(*_adam_like(factor))
         assert first.kind == "weight" and "the update is the baseline's times" not in first.note, first.note
+
+
+def test_the_nesterov_hint_needs_the_first_update_with_momentum() -> None:
+    """A review: an lr applied 1.5x at a later update of plain momentum was told "Nesterov momentum
+    0.5". The hint needs momentum's slots all 0 before the update (its first); here they are not."""
+    w0 = RNG.uniform(-0.2, 0.2, (8, 8)).astype(np.float32)
+    update = (RNG.uniform(0.5, 1.0, (8, 8)) * 1e-3).astype(np.float32)
+    grads = [RNG.standard_normal((8, 8)).astype(np.float32) for _ in range(3)]
+
+    def runs(slot_before: np.ndarray, scale_at: int, scale: float) -> tuple:
+        w_b = [w0, w0 - update, w0 - 2 * update]
+        w_c = [w0, w0 - update, w0 - update - np.float32(scale) * update]
+        if scale_at == 1:
+            w_c = [w0, w0 - np.float32(scale) * update, w0 - np.float32(scale) * update - update]
+        slots = [slot_before, slot_before + 1.0, slot_before + 2.0]
+        slots[scale_at - 1] = slot_before
+        common = [
+            series("grad", "dense/kernel:0", grads, order=2),
+            series("slot", "dense/kernel/Momentum:0", slots, order=3),
+        ]
+        return (
+            [series("weight", "dense/kernel:0", [w.astype(np.float32) for w in w_b]), *common],
+            [series("weight", "dense/kernel:0", [w.astype(np.float32) for w in w_c]), *common],
+        )
+
+    first = _first(*runs(np.zeros((8, 8), np.float32), 1, 1.9))  # the first update: slots all 0 before it
+    assert (first.step, first.kind) == (1, "weight") and "Nesterov momentum 0.9" in first.note, first.note
+    assert "bias correction" not in first.note
+    later = _first(*runs(np.full((8, 8), 0.5, np.float32), 2, 1.5))  # a later one: the slot holds momentum
+    assert (later.step, later.kind) == (2, "weight"), later
+    assert "the update is the baseline's times 1.5" in later.note and "Nesterov" not in later.note, later.note

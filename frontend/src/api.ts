@@ -107,6 +107,8 @@ export interface MatrixResponse {
   n_steps: number;
   ratio: Float32Array; // decoded; [bucket * n_tensors + tensor]
   reason: Uint8Array;
+  /** 1 where the cell's verdict rests on statistics alone (no element compared), same layout. */
+  by_statistics: Uint8Array;
   reason_codes: string[];
   no_data: number;
   first: { bucket: number; tensor: number; step: number } | null;
@@ -137,7 +139,8 @@ export interface TensorResponse {
   stats_fields: string[];
   baseline: RunTensor;
   candidate: RunTensor | null;
-  diff: { steps: number[]; error_ratio: Num[]; reason: string[]; mean_abs_diff: Num[] };
+  /** ``by_statistics``: per step, its verdict rests on statistics alone (no element compared). */
+  diff: { steps: number[]; error_ratio: Num[]; reason: string[]; by_statistics: boolean[]; mean_abs_diff: Num[] };
   how: string;
   evidence: Evidence;
   tolerance: { atol: number; rtol: number; warmup_steps: number };
@@ -231,8 +234,8 @@ export const api = {
   scalars: (p: Params, signal?: AbortSignal) => getJson<ScalarsResponse>("scalars", p, signal),
   tensor: (p: Params, signal?: AbortSignal) => getJson<TensorResponse>("tensor", p, signal),
   async matrix(p: Params, signal?: AbortSignal): Promise<MatrixResponse> {
-    const raw = await getJson<Omit<MatrixResponse, "ratio" | "reason"> & { ratio: string; reason: string }>("matrix", p, signal);
+    const raw = await getJson<Omit<MatrixResponse, "ratio" | "reason" | "by_statistics"> & { ratio: string; reason: string; by_statistics: string }>("matrix", p, signal);
     const bytes = b64(raw.ratio);
-    return { ...raw, ratio: new Float32Array(bytes.buffer, 0, bytes.length / 4), reason: b64(raw.reason) };
+    return { ...raw, ratio: new Float32Array(bytes.buffer, 0, bytes.length / 4), reason: b64(raw.reason), by_statistics: b64(raw.by_statistics) };
   },
 };

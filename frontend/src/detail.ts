@@ -169,7 +169,7 @@ export class TensorDetail {
     const rows = shown.map((s) => {
       const k = t.diff.steps.indexOf(s);
       const verdict = k >= 0 ? t.diff.reason[k] : "not compared";
-      const reason = verdict === "ok" && t.evidence === "statistics" ? "ok (statistics)" : verdict;
+      const reason = verdict === "ok" && k >= 0 && t.diff.by_statistics[k] ? "ok (statistics)" : verdict;
       const ratio = k >= 0 ? num(t.diff.error_ratio[k]) : NaN;
       const tr = el(
         "tr",

@@ -134,7 +134,7 @@ export class HeatMap {
       for (let t = 0; t < nt; t++) {
         const i = b * nt + t;
         const code = m.reason[i];
-        const statistics = m.tensors[t].evidence === "statistics";
+        const statistics = m.by_statistics[i] === 1;
         const c = cellColor(m.ratio[i], code === m.no_data ? "absent" : m.reason_codes[code] ?? "", m.colour_scale, this.pal.dark, statistics);
         const o = (t * nb + b) * 4;
         img.data[o] = c[0];
@@ -207,7 +207,7 @@ export class HeatMap {
     const s1 = m.step_end[cell.bucket];
     const code = m.reason[i];
     const name = code === m.no_data ? "not compared" : m.reason_codes[code] || "within tolerance";
-    const byStats = t.evidence === "statistics" && name === "ok";
+    const byStats = m.by_statistics[i] === 1 && name === "ok";
     const reason = byStats ? "ok by statistics only: the moments are within their bounds; elements were not compared" : name;
     replaceChildren(
       this.tooltip,

@@ -86,12 +86,13 @@ def matrix_payload(m: ParityMatrix, report: ParityReport) -> dict[str, Any]:
         "n_steps": int(report.steps_compared),
         "ratio": _b64(m.error_ratio, "float32"),
         "reason": _b64(m.reason, "uint8"),
+        "by_statistics": _b64(m.statistics, "uint8"),
         "reason_codes": [REASONS[c] for c in range(codes)],
         "no_data": ABSENT,
         "first": first,
         # the report colours its heat map with the same scale (engine/colour_scale.py)
         "colour_scale": colour_scale.to_dict(),
-        "encoding": "base64 little-endian: ratio float32, reason uint8, row-major [bucket][tensor]",
+        "encoding": "base64 little-endian: ratio float32, reason uint8, by_statistics uint8 (0/1), row-major [bucket][tensor]",
     }
 
 
@@ -127,6 +128,7 @@ def tensor_payload(d: TensorDetail, base: Any, cand: Any, values_at: Optional[in
             "steps": d.steps.tolist(),
             "error_ratio": _floats(d.error_ratio),
             "reason": [REASONS[int(c)] for c in d.reason],
+            "by_statistics": d.by_statistics.tolist(),
             **fig_rows,
         },
         "values": None,

@@ -10,7 +10,7 @@ a divergence only through their bounds), and a ``value`` divergence is orange to
 
 * ``ok``: pale to darker green as the error ratio rises from :data:`OK_FLOOR` to 1 (log).
 * ``value``: orange to red as it rises from 1 to :data:`BAD_CEILING` (log); beyond, red.
-* ``ok`` in a column compared by statistics alone (``ParityMatrix.evidence``): one flat colour,
+* ``ok`` in a cell judged by statistics alone (``ParityMatrix.by_statistics``): one flat colour,
   ``unproven``, whatever its ratio: moments within their bounds say less than elements within
   tolerance (a new user's embedding cell was pale green, "4.6e-9 ok", with 25 elements 42x out).
 * every other reason has one colour (NaN/Inf pattern, shape or dtype, one run only,
@@ -93,7 +93,7 @@ def cell_colours(
     ratio: npt.ArrayLike, reason: npt.ArrayLike, theme: str = "light", statistics: npt.ArrayLike = False
 ) -> npt.NDArray[np.uint8]:
     """uint8 RGB ``[..., 3]`` per cell from the engine's error ratio and reason code; ``statistics``
-    (broadcast against the cells, e.g. ``ParityMatrix.statistics_only`` per column) marks cells
+    (broadcast against the cells, e.g. ``ParityMatrix.statistics``) marks cells
     compared by statistics alone."""
     p = PALETTES[theme]
     ratio = np.asarray(ratio, np.float64)

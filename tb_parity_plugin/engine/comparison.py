@@ -482,29 +482,45 @@ class Comparison:
             pair.update_note = (g, k, (note, noise))
         if note is None:
             return None
+        momentum_only = self._momentum_only(g)
+        settings = (
+            "compare the optimizers' settings ("
+            + (
+                "momentum, nesterov"
+                if momentum_only
+                else "epsilon: TF1 Adam 1e-8, Keras 1e-7; betas, momentum, nesterov"
+            )
+            + ", weight decay) and clipping between the recorded gradient and the update (clipnorm clips each "
+            "variable by its own norm, clip_by_global_norm / global_clipnorm all by one)"
+        )
         far = [(p, gap) for p, gap in slot_gaps if p.feeder is g and gap > g.tol.atol]
         if far:  # read first: the update's input differs, whatever the update's size
             slot, gap = far[0]
             return (
                 f"{note}; yet its optimizer slot {slot.base.kind}/{slot.base.name} differs by {gap:.3g} at this step, past atol and past what "
-                "its gradient's differences allow: the update's input differs beyond rounding (clipping or scaling "
-                "between the recorded gradient and the update: clipnorm, which clips each variable by its own norm, "
-                "against clip_by_global_norm / global_clipnorm; or another optimizer setting)"
+                "its gradient's differences allow: the update's input differs beyond rounding (what feeds the slot, "
+                f"not the step size): the slot's own rule ({'momentum' if momentum_only else 'betas, momentum'}), "
+                "clipping between the recorded gradient and the update (clipnorm clips each variable by its own norm, "
+                "clip_by_global_norm / global_clipnorm all by one), or a weight decay added to the gradient"
             )
         if noise is None:  # the update itself: what a port most often sets otherwise
             scale = self._update_scale(pair, k)
-            if scale is not None:
-                return (
-                    f"{note}: the update is the baseline's times {scale:.4g} at every element (the same direction, "
-                    "another size): the learning rate as applied; Adam's bias correction, which follows the "
-                    "optimizer's step count (a checkpoint restored without the optimizer's iterations restarts it "
-                    "at 0; README: optimizer counters are not recorded); or clipping between the recorded gradient "
-                    "and the update (clipnorm clips each variable by its own factor, global clipping all by one)"
-                    + (_nesterov_hint(scale) if self._momentum_only(g) else "")
+            if scale is None:
+                return f"{note}: {settings}"
+            causes = ["the learning rate as applied"]
+            if not momentum_only:  # a momentum optimizer has no bias correction (a new user's nesterov port)
+                causes.append(
+                    "Adam's bias correction, which follows the optimizer's step count (a checkpoint restored "
+                    "without the optimizer's iterations restarts it at 0; README: optimizer counters are not recorded)"
                 )
+            causes.append(
+                "clipping between the recorded gradient and the update (clipnorm clips each variable by its own "
+                "factor, global clipping all by one)"
+            )
             return (
-                f"{note}: compare the optimizers' settings (epsilon: TF1 Adam 1e-8, Keras 1e-7; betas, momentum, "
-                "nesterov, clipping, weight decay)"
+                f"{note}: the update is the baseline's times {scale:.4g} at every element (the same direction, "
+                f"another size): {'; '.join(causes)}"
+                + (_nesterov_hint(scale) if self._first_momentum_update(g, k) else "")
             )
         return note + noise
 
@@ -515,6 +531,16 @@ class Comparison:
             align.slot_rule(p.base.name, p.cand.name) for p in self._pairs if p.base.kind == "slot" and p.feeder is g
         ]
         return any(rule == (1, False) for rule in rules) and not any(power == 2 for power, _ in rules)
+
+    def _first_momentum_update(self, g: Pair, k: int) -> bool:
+        """Whether the update into compared step ``k`` was the first with momentum: the slots ``g``
+        feeds are momentum's alone and were all 0 on both sides at the step before (a review: the
+        Nesterov hint fired at a later update, where the records rule Nesterov's 1 + momentum out)."""
+        if not self._momentum_only(g):
+            return False
+        slots = [p for p in self._pairs if p.base.kind == "slot" and p.feeder is g]
+        before = [p.step_values(k - 1) for p in slots]
+        return bool(before) and all(b is not None and not np.any(b[0]) and not np.any(b[1]) for b in before)
 
     def _earlier_gradients(
         self, pair: Pair, g: Pair, k: int
@@ -563,10 +589,10 @@ class Comparison:
             )
         return note, noise
 
-    def _growth(self, pair: Pair, k: int) -> Optional[tuple[float, float, int]]:
+    def _growth(self, pair: Pair, k: int) -> Optional[tuple[float, float, int, int]]:
         """(largest |difference| at compared step ``k``, the largest at the next
-        :data:`GROWTH_STEPS` compared steps both runs kept full values at, the step of it), for a
-        divergence just past tolerance (None without full values). A new user's decoupled weight
+        :data:`GROWTH_STEPS` compared steps both runs kept full values at, the step of it, how many
+        such steps were read), for a divergence just past tolerance (None without full values). A new user's decoupled weight
         decay of 1e-5 against L2 of 1e-5 was told faithful ports reach such a ratio; its difference
         grew 30x over 25 steps, where a faithful port's stayed within 4x."""
         if not pair.use_values:
@@ -588,7 +614,7 @@ class Comparison:
         with np.errstate(invalid="ignore"):
             gaps = np.where(fin_b[:end] & fin_c[:end], np.abs(c[:end] - b[:end]), 0.0).max(axis=1, initial=0.0)
         later = int(np.argmax(gaps[1:])) + 1
-        return float(gaps[0]), float(gaps[later]), int(self.steps[k + rows[later]])
+        return float(gaps[0]), float(gaps[later]), int(self.steps[k + rows[later]]), end - 1
 
     def _noise_fed(self, pair: Pair, k: int) -> Optional[str]:
         """For a slot diverging at step ``k`` whose gradient (its elements out of tolerance, when
@@ -896,6 +922,9 @@ class Comparison:
             reason=reason,
             first_divergence=first,
             evidence=[p.evidence for p in self._pairs],
+            by_statistics=np.stack([p.by_statistics(n) for p in self._pairs], axis=1)
+            if self._pairs
+            else np.zeros((n, 0), dtype=bool),
         )
         return m.bucketed(max_steps) if max_steps else m
 
@@ -951,6 +980,7 @@ class Comparison:
             kind=p.base.kind,
             how=p.match.how,
             evidence=p.evidence,
+            by_statistics=p.by_statistics(n),
             atol=p.tol.atol,
             rtol=p.tol.rtol,
             warmup_steps=p.tol.warmup_steps,
@@ -1022,6 +1052,10 @@ _BATCHED_KINDS = frozenset({"input", "activation", "output", "loss", "metric"})
 GROWTH_STEPS = 50
 #: ... and called growing when its largest |difference| there reaches this many times its own.
 GROWTH_FACTOR = 10.0
+#: ... and said not to grow when at least this many later steps were read ...
+STEADY_STEPS = 5
+#: ... and none reaches this many times its own (a faithful port's stays within about 4x).
+STEADY_FACTOR = 4.0
 
 
 def _uniform_scale(
@@ -1060,8 +1094,8 @@ def _nesterov_hint(scale: float) -> str:
     if not 0.0 < mu < 1.0:
         return ""
     return (
-        f"; if this is the first update with momentum, {scale:.4g} = {form.format(mu=f'{mu:.3g}')} is Nesterov "
-        f"momentum {mu:.3g} on {side} only (nesterov=True)"
+        f"; on this first update with momentum, {scale:.4g} = {form.format(mu=f'{mu:.3g}')} is what Nesterov "
+        f"momentum {mu:.3g} on {side} only gives (nesterov=True)"
     )
 
 
@@ -1097,14 +1131,17 @@ def _loud(pair: Pair, k: int, equal_nan: bool) -> bool:
 
 
 def _marginal_note(
-    kind: str, found: dict[str, Any], growth: Callable[[], Optional[tuple[float, float, int]]] = lambda: None
+    kind: str, found: dict[str, Any], growth: Callable[[], Optional[tuple[float, float, int, int]]] = lambda: None
 ) -> Optional[str]:
     """For an activation or gradient compared element-wise just past tolerance (an error ratio
-    under :data:`MARGINAL_RATIO`): what can amplify float32 noise that far on a faithful port, and
-    how to tell noise from a bug; when its largest difference grows :data:`GROWTH_FACTOR` times
-    within the next steps (``growth()``: :meth:`Comparison._growth`, asked only here: it reads those
-    steps' values), that instead, and no advice to loosen atol, which hid a new user's weight-decay
-    bug. The divergence is real and stays one."""
+    under :data:`MARGINAL_RATIO`): what reaches that on a faithful port and what on a bug, and how to
+    tell them apart; when its largest difference grows :data:`GROWTH_FACTOR` times within the next
+    steps (``growth()``: :meth:`Comparison._growth`, asked only here: it reads those steps' values),
+    that instead, and no advice to loosen atol, which hid a new user's weight-decay bug. It says the
+    difference stays the same size only over at least :data:`STEADY_STEPS` later steps within
+    :data:`STEADY_FACTOR` of it, and never that this makes it noise: a new user's Keras epsilon of
+    1e-7 against TF1's 1e-8 moved an activation a steady 1.06x past tolerance and was told "noise".
+    The divergence is real and stays one."""
     ratio = found.get("error_ratio")
     if kind not in ("activation", "grad") or found.get("evidence") != "values" or ratio is None:
         return None
@@ -1112,25 +1149,26 @@ def _marginal_note(
         return None
     grown = growth()
     steady = ""
-    if grown is not None and grown[0] > 0 and grown[1] < GROWTH_FACTOR * grown[0]:
-        now, later, step = grown
-        steady = (
-            f" Here it does not grow: over the next steps both runs logged (up to {GROWTH_STEPS}), its largest difference "
-            f"is {later:.3g} (step {step}), {later / now:.3g}x this step's {now:.3g}, as noise does."
-        )
-    elif grown is not None and grown[0] > 0:
-        now, later, step = grown
-        return (
-            f"just past tolerance here (error ratio {ratio:.3g}), but its largest difference grows from {now:.3g} to "
-            f"{later:.3g} by step {step} ({later / now:.3g}x): follow it upstream before loosening atol (the weights' "
-            "differences over the steps before; an optimizer setting such as weight decay, or a schedule)"
-        )
+    if grown is not None and grown[0] > 0:
+        now, later, step, seen = grown
+        if later >= GROWTH_FACTOR * now:
+            return (
+                f"just past tolerance here (error ratio {ratio:.3g}), but its largest difference grows from {now:.3g} "
+                f"to {later:.3g} by step {step} ({later / now:.3g}x): follow it upstream before loosening atol (the "
+                "weights' differences over the steps before; an optimizer setting such as weight decay, or a schedule)"
+            )
+        if seen >= STEADY_STEPS and later <= STEADY_FACTOR * now:
+            steady = (
+                f" It does not grow: over the next {seen} steps both runs logged, its largest difference is {later:.3g} "
+                f"at most (step {step}), {later / now:.3g}x this step's {now:.3g}."
+            )
     return (
         f"just past tolerance (error ratio {ratio:.3g}): float32 rounding amplified by the network (batch "
         "normalization over features of small batch variance, ties in max-pooling or at a ReLU's 0) reaches "
-        "this on faithful ports within a few steps; whether it grows over the next steps (the heat map) tells "
-        "noise from a bug. The default atol 1e-5 holds every intermediate tensor: loosen one kind with "
-        "--override 'activation/*:atol=1e-4'" + steady
+        "this on faithful ports within a few steps, and so does a small real difference upstream that keeps "
+        "the weights within their atol (an optimizer setting: Adam's epsilon, TF1 1e-8 against Keras 1e-7; a "
+        "decay); a difference that grows over the next steps (the heat map) is no noise." + steady + " Rule out "
+        f"the optimizers' settings before loosening this kind with --override '{kind}/*:atol=1e-4'."
     )
 
 

@@ -51,11 +51,16 @@ class ParityMatrix:
     first_divergence: Optional[tuple[int, int]] = None
     #: Per column, how its cells were compared (``Pair.evidence``: values, partial, statistics).
     evidence: list[str] = dataclasses.field(default_factory=list)
+    #: bool ``[rows, cols]``: cells whose verdict rests on statistics alone (``Pair.by_statistics``;
+    #: a bucket's when any of its steps does). Empty: none.
+    by_statistics: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 0), bool))
 
     @property
-    def statistics_only(self) -> np.ndarray:
-        """bool ``[cols]``: columns compared by statistics alone (no step element-wise)."""
-        return np.array([e == "statistics" for e in self.evidence], dtype=bool).reshape(len(self.evidence))
+    def statistics(self) -> np.ndarray:
+        """bool ``[rows, cols]``: :attr:`by_statistics`, or all False when not given."""
+        if self.by_statistics.shape == self.reason.shape:
+            return self.by_statistics
+        return np.zeros(self.reason.shape, dtype=bool)
 
     @property
     def steps(self) -> np.ndarray:
@@ -100,6 +105,7 @@ class ParityMatrix:
             reason=reason,
             first_divergence=first,
             evidence=self.evidence,
+            by_statistics=np.logical_or.reduceat(self.statistics, starts, axis=0),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -115,4 +121,5 @@ class ParityMatrix:
             "reason_names": {str(code): name for code, name in REASONS.items()},
             "first_divergence": list(self.first_divergence) if self.first_divergence else None,
             "evidence": list(self.evidence),
+            "by_statistics": self.statistics.tolist(),
         }

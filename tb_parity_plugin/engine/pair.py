@@ -245,6 +245,17 @@ class Pair:
         """How many compared steps before ``k`` both runs kept full values at (0 unless :attr:`partial`)."""
         return len(self._both_valued(self.ib[:k], self.ic[:k])) if self.partial else 0
 
+    def by_statistics(self, n: int) -> np.ndarray:
+        """bool ``[n]``: the compared steps before ``n`` both runs logged whose verdict rests on
+        statistics alone (a :attr:`partial` pair's steps without full values on both sides too: a
+        review found those drawn as proven agreements)."""
+        out: np.ndarray = (self.ib[:n] >= 0) & (self.ic[:n] >= 0)
+        if self.use_values:
+            out[:] = False
+        elif self.partial:
+            out[self._both_valued(self.ib[:n], self.ic[:n])] = False
+        return out
+
     def by_values_at(self, k: int) -> bool:
         """Compared step ``k`` is compared element-wise (full values on both sides there)."""
         rb, rc = int(self.ib[k]), int(self.ic[k])

@@ -305,6 +305,8 @@ class TensorDetail:
     how: str
     #: ``Pair.evidence``: values, partial or statistics (an "ok" by statistics is weaker evidence).
     evidence: str
+    #: bool per compared step: its verdict rests on statistics alone (``Pair.by_statistics``).
+    by_statistics: np.ndarray
     atol: float
     rtol: float
     warmup_steps: int
@@ -341,6 +343,7 @@ class TensorDetail:
             "kind": self.kind,
             "how": self.how,
             "evidence": self.evidence,
+            "by_statistics": self.by_statistics.tolist(),
             "tolerance": {"atol": self.atol, "rtol": self.rtol, "warmup_steps": self.warmup_steps},
             "steps": self.steps.tolist(),
             "reason": [REASONS[int(c)] for c in self.reason],

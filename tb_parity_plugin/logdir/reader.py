@@ -152,9 +152,7 @@ class LogdirReader:
         """Directories the last discovery could not list (permission, I/O), and symlinks it did not
         follow out of the logdir: named in errors that say which runs there are."""
         unlisted = [f"could not list {e}" for e in getattr(self._storage, "errors", [])]
-        return unlisted + [
-            f"{link}: a link out of the logdir, not followed" for link in getattr(self._storage, "unfollowed", [])
-        ]
+        return unlisted + list(getattr(self._storage, "unfollowed", []))
 
     def run_names(self) -> list[str]:
         self._ensure_loaded()

@@ -71,6 +71,11 @@ def open_storage(logdir: str) -> Storage:
     return LocalStorage(logdir)
 
 
+def _broken(path: str) -> bool:
+    """A symlink whose target does not exist."""
+    return os.path.islink(path) and not os.path.exists(path)
+
+
 class LocalStorage:
     """A directory on this machine; symlinks leaving it are not followed."""
 
@@ -84,8 +89,8 @@ class LocalStorage:
         self._handles: dict[str, IO[bytes]] = {}
         #: Directories the last :meth:`discover` could not list, with why.
         self.errors: list[str] = []
-        #: Symlinks the last :meth:`discover` did not follow (they lead out of the logdir), each
-        #: ``link -> target``: a new user's ``tf1 -> ../faithful/tf1`` vanished without a word.
+        #: Symlinks the last :meth:`discover` did not follow (out of the logdir, or to nothing), each
+        #: ``link -> target: why``: a new user's ``tf1 -> ../faithful/tf1`` vanished without a word.
         self.unfollowed: list[str] = []
 
     def is_dir(self) -> bool:
@@ -107,13 +112,20 @@ class LocalStorage:
             real = os.path.realpath(dirpath)
             if real in seen or not self._inside(dirpath):
                 if not self._inside(dirpath):
-                    self.unfollowed.append(f"{self.rel(dirpath)} -> {real}")
+                    self.unfollowed.append(f"{self.rel(dirpath)} -> {real}: a link out of the logdir, not followed")
                 dirnames[:] = []
                 continue
             seen.add(real)
             dirnames.sort()
-            marked = [os.path.join(dirpath, f) for f in filenames if EVENT_MARK in f]
-            self.unfollowed += [f"{self.rel(f)} -> {os.path.realpath(f)}" for f in marked if not self._inside(f)]
+            paths = [os.path.join(dirpath, f) for f in filenames]
+            # a link to nothing is listed among the files (a run folder moved away: a review's)
+            self.unfollowed += [f"{self.rel(p)} -> {os.readlink(p)}: a link to nothing" for p in paths if _broken(p)]
+            marked = [p for p in paths if EVENT_MARK in os.path.basename(p) and not _broken(p)]
+            self.unfollowed += [
+                f"{self.rel(f)} -> {os.path.realpath(f)}: a link out of the logdir, not followed"
+                for f in marked
+                if not self._inside(f)
+            ]
             files = sorted(f for f in marked if self._inside(f) and os.path.isfile(f))
             if files:
                 runs[self.rel(dirpath)] = files

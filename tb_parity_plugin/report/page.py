@@ -197,7 +197,7 @@ def _heat_map(matrix: Optional[matrix_mod.ParityMatrix]) -> str:
     shown = matrix.bucketed(MAX_COLUMNS)
     n_cols, n_tensors = shown.error_ratio.shape
     image = png_data_uri(
-        colour_scale.cell_colours(shown.error_ratio, shown.reason, statistics=shown.statistics_only).transpose(1, 0, 2)
+        colour_scale.cell_colours(shown.error_ratio, shown.reason, statistics=shown.statistics).transpose(1, 0, 2)
     )
     label_w, plot_w = (220 if n_tensors <= 40 else 0), 760
     row_h = min(16.0, 400 / n_tensors)
