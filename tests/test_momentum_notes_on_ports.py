@@ -15,6 +15,7 @@ from typing import Optional
 
 import numpy as np
 import tensorflow as tf
+from tf1_recipes import recorded_update
 
 from tb_parity_plugin import compare, summary_v1, summary_v2
 
@@ -37,11 +38,7 @@ def _tf1(run_dir: str, clip: Optional[float] = None) -> list[list[np.ndarray]]:
         p = tf.compat.v1.layers.dense(x, 1, kernel_initializer=tf.constant_initializer(K), name="dense")
         loss = rec.loss(tf.reduce_mean(tf.square(p - y)))
         opt = tf.compat.v1.train.MomentumOptimizer(rec.lr(tf.constant(LR)), MOMENTUM)
-        grads, variables = zip(*rec.grads_and_vars(opt.compute_gradients(loss)))
-        if clip is not None:
-            grads, _ = tf.clip_by_global_norm(list(grads), clip)
-        with rec.before_update(gs):
-            train = opt.apply_gradients(zip(grads, variables), global_step=gs)
+        train, variables = recorded_update(rec, opt, loss, gs, clip)
         rec.variables(optimizer=opt)
         fetches = rec.fetches
         with tf.compat.v1.Session() as sess:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
+from tf1_recipes import recorded_update
 
 from tb_parity_plugin import compare, summary_v1, summary_v2
 from tb_parity_plugin.engine import tolerance
@@ -55,11 +56,7 @@ def _tf1(run_dir: str) -> tuple[list[np.ndarray], list[dict[str, np.ndarray]]]:
         logits = rec.activation("dense_2", _dense(h2, 2, None, "dense_2"))
         loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(y, logits))
         opt = tf.compat.v1.train.AdamOptimizer(rec.lr(tf.constant(LR)), epsilon=1e-8)
-        grads, variables = zip(*opt.compute_gradients(loss))
-        rec.grads(grads, variables)  # before clipping (README)
-        clipped, _ = tf.clip_by_global_norm(list(grads), CLIP)
-        with rec.before_update(gs):
-            train = opt.apply_gradients(zip(clipped, variables), global_step=gs)
+        train, variables = recorded_update(rec, opt, loss, gs, CLIP)
         rec.variables(optimizer=opt)
         fetches = rec.fetches
         with tf.compat.v1.Session() as sess:
