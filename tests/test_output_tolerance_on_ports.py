@@ -163,3 +163,21 @@ def test_keras_default_epsilon_is_still_found_at_the_first_update(tmp_path) -> N
     found = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
     assert found is not None and found.step == 1, found
     assert "epsilon" in (found.note or ""), found.note
+
+
+def test_a_moving_variance_a_few_ulps_apart_at_85_agrees_and_a_wrong_momentum_does_not() -> None:
+    """A helper's faithful BatchNormalization port at inputs of size 50: the moving variance, near
+    85, was 2-3 ulps apart (rounding of a batch variance), a divergence with no note under atol alone.
+    ``state`` takes the output's share; a moving average on another momentum is percents apart."""
+    from engine_helpers import run, series
+
+    from tb_parity_plugin.engine import Comparison
+
+    var = [np.full(4, 85.0, np.float32) + np.float32(s) for s in range(3)]
+    ulps = [v + np.float32(3) * np.spacing(v) for v in var]  # numpy: 3 ulps, 2.3e-5 apart, past atol
+    assert np.abs(ulps[1].astype(np.float64) - var[1]).max() > 1e-5
+    base = run("tf1", [series("state", "bn/moving_variance", var)])
+    assert Comparison(base, run("tf2", [series("state", "bn/moving_variance", ulps)])).report().agree
+    other = [v * np.float32(1.001) for v in var]
+    found = Comparison(base, run("tf2", [series("state", "bn/moving_variance", other)])).report().first_divergence
+    assert found is not None and (found.step, found.kind) == (0, "state"), found

@@ -1170,10 +1170,11 @@ def _marginal_note(
     return (
         f"just past tolerance (error ratio {ratio:.3g}): float32 rounding amplified by the network (batch "
         "normalization over features of small batch variance, ties in max-pooling or at a ReLU's 0) reaches "
-        "this on faithful ports within a few steps, and so does a small real difference upstream that keeps "
-        "the weights within their atol (an optimizer setting: Adam's epsilon, TF1 1e-8 against Keras 1e-7; a "
-        "decay); a difference that grows over the next steps (the heat map) is no noise." + steady + " Rule out "
-        f"the optimizers' settings before loosening this kind with --override '{kind}/*:atol=1e-4'."
+        "this on faithful ports within a few steps, and so does a small real difference (a normalization "
+        "layer's epsilon: Keras LayerNormalization and BatchNormalization 1e-3, TF1 code often 1e-12 or 1e-5; "
+        "an optimizer setting: Adam's epsilon, TF1 1e-8 against Keras 1e-7; a decay); a difference that grows "
+        "over the next steps (the heat map) is no noise." + steady + " Rule out those settings before loosening "
+        f"this kind with --override '{kind}/*:atol=1e-4'."
     )
 
 

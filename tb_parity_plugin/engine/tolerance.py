@@ -200,9 +200,12 @@ SLOT_ATOL_OF_MAX = 1e-4
 #: rounding noise in small gradients into weight differences that a layer fed inputs of size 3-9
 #: multiplies: new users' faithful Adam ports diverged on logits of size 8 by 1.2-1.3x atol 1e-5
 #: at steps 2-4 (at most 17 ulps of the peak past atol over the warm-up, and no growth after).
-#: 32 ulps of the peak is 3.8e-6 of it; a port bug that moves a layer's output less than that
-#: during the warm-up is not provable from float32 values (rtol is 5% after it).
-SCALED_KINDS = frozenset({"activation", "output"})
+#: 32 ulps of the peak is 3.8e-6 of it. The cost: a port difference that moves a layer's output by
+#: less passes (a helper's LayerNorm epsilon 1e-12 against 1e-3 under inputs of size 50: 3e-6 of
+#: the output, 8-27x a faithful port's gap, AGREE). A moving average of batch statistics (``state``)
+#: rounds the same way: a faithful BatchNormalization port's moving variance of 85 was 2-3 ulps
+#: apart, a divergence with no note. The loss keeps the migration guide's atol to the letter.
+SCALED_KINDS = frozenset({"activation", "output", "state"})
 OUTPUT_ATOL_OF_MAX = 2.0**-18
 
 
