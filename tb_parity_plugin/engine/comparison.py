@@ -584,8 +584,10 @@ class Comparison:
                 f", below atol {g.tol.atol:g}: likely rounding noise (a gradient 0 in exact math: a bias right "
                 "before batch normalization, an attention key's bias, which softmax cancels; or an embedding row "
                 "seldom looked up), which an adaptive optimizer (Adam, RMSprop, Adagrad) turns "
-                "into steps near its learning rate, so faithful runs drift apart there. Check the optimizer's "
-                "epsilon first (TF1 Adam 1e-8, Keras 1e-7); README: What counts as a divergence"
+                "into steps near its learning rate, so faithful runs drift apart there, and so does a small real "
+                "difference in what those gradients came from (a normalization layer's epsilon). Check the "
+                "optimizer's epsilon first (TF1 Adam 1e-8, Keras 1e-7), then the layers' (Keras "
+                "LayerNormalization and BatchNormalization 1e-3); README: What counts as a divergence"
             )
         return note, noise
 
