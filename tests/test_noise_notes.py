@@ -14,6 +14,8 @@ exactly 0 in TF1; the port's bias there is 1e-9 (what rounding would leave), wit
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -224,3 +226,19 @@ def test_a_difference_that_grows_a_little_or_is_seen_once_more_is_not_called_ste
     )
     assert "It does not grow" not in note(2.5e-5, 6)  # one later step
     assert "It does not grow: over the next 7 steps" in note(3 * 2.5e-5, 12)
+
+
+def test_the_override_a_marginal_note_offers_loosens_the_tolerance() -> None:
+    """A review: the note offered atol=1e-4 to an activation of peak 100, held to 1e-5 + 2^-18 x 100
+    = 3.9e-4; an override's atol replaces that share, so the advice made the ratio 4.5, not less."""
+    act = [np.linspace(-100, 100, 8, dtype=np.float32) for _ in range(2)]
+    held = 1e-5 + 2.0**-18 * 100  # numpy: atol, the warm-up's rtol on an element of 0 is nothing
+    cand = [a.copy() for a in act]
+    cand[1][3] += np.float32(1.2 * held)  # act[1][3] is -14.3: its rtol adds 1.4e-6
+    base, port = run("tf1", [series("activation", "a", act)]), run("tf2", [series("activation", "a", cand)])
+    found = Comparison(base, port).report().first_divergence
+    assert (found.step, found.kind) == (1, "activation") and 1 < found.error_ratio < 2, found
+    advice = re.search(r"--override '(activation/\*:atol=[^']+)'", found.note)
+    assert advice is not None and advice.group(1) == "activation/*:atol=0.001", found.note
+    loosened = tolerance.TolerancePolicy(overrides=(tolerance.ToleranceOverride.parse(advice.group(1)),))
+    assert Comparison(base, port, loosened).report().agree

@@ -181,3 +181,34 @@ def test_a_moving_variance_a_few_ulps_apart_at_85_agrees_and_a_wrong_momentum_do
     other = [v * np.float32(1.001) for v in var]
     found = Comparison(base, run("tf2", [series("state", "bn/moving_variance", other)])).report().first_divergence
     assert found is not None and (found.step, found.kind) == (0, "state"), found
+
+
+def test_an_element_sample_takes_its_tensors_share_not_its_own() -> None:
+    """A review: an activation of peak 1000 (an element its 256-element sample does not hold), every
+    element 1e-4 apart (1.6 ulps of the peak), agreed with full values and diverged by its sample,
+    whose share came from the sample's own largest element (about 3)."""
+    from engine_helpers import run, series
+
+    from tb_parity_plugin.engine import Comparison
+    from tb_parity_plugin.records import metadata
+
+    n, rng = 8192, np.random.default_rng(0)
+    pos = metadata.sample_positions(n)
+    outlier = int(np.setdiff1d(np.arange(n), pos)[0])
+    base, cand = [], []
+    for _ in range(3):
+        b = rng.standard_normal(n).astype(np.float32)
+        b[outlier] = 1000.0
+        base.append(b)
+        cand.append((b + 1e-4 * np.sign(rng.standard_normal(n))).astype(np.float32))
+    # numpy: within atol + 2^-18 x 1000 everywhere, past atol + 2^-18 x the sample's own peak
+    assert all(np.abs(c.astype(np.float64) - b).max() <= 1e-5 + 2.0**-18 * 1000 for b, c in zip(base, cand))
+    assert np.abs(cand[0][pos].astype(np.float64) - base[0][pos]).max() > 1e-5 + 2.0**-18 * np.abs(base[0][pos]).max()
+    for full in (True, False):
+        tensors = [
+            [series("activation", "h", side, keep_values=full)]
+            + ([] if full else [series("activation", "h#sample", [a[pos] for a in side], order=1)])
+            for side in (base, cand)
+        ]
+        report = Comparison(run("tf1", tensors[0]), run("tf2", tensors[1])).report()
+        assert report.first_divergence is None, (full, report.first_divergence)

@@ -102,3 +102,24 @@ def test_the_nesterov_hint_needs_the_first_update_with_momentum() -> None:
     later = _first(*runs(np.full((8, 8), 0.5, np.float32), 2, 1.5))  # a later one: the slot holds momentum
     assert (later.step, later.kind) == (2, "weight"), later
     assert "the update is the baseline's times 1.5" in later.note and "Nesterov" not in later.note, later.note
+
+
+def test_a_weight_moved_with_no_gradient_at_all_is_not_called_noise() -> None:
+    """A review: a kernel whose gradient is exactly 0 in both runs (an input feature always 0),
+    decayed by lr x wd = 1e-3 on the candidate only under momentum, was told "likely rounding noise
+    ... an adaptive optimizer ... check Adam's epsilon"; identical zeros are no noise."""
+    w0 = RNG.uniform(-0.2, 0.2, (8, 8)).astype(np.float32)
+    zeros = [np.zeros((8, 8), np.float32)] * 3
+    decayed = [w0, w0 * np.float32(0.999), w0 * np.float32(0.999) ** 2]  # numpy: 2e-4 apart at step 1
+    assert np.abs(decayed[1] - w0).max() > 1e-4
+    common = [
+        series("grad", "dense/kernel:0", zeros, order=2),
+        series("slot", "dense/kernel/Momentum:0", zeros, order=3),
+    ]
+    first = _first(
+        [series("weight", "dense/kernel:0", [w0, w0, w0]), *common],
+        [series("weight", "dense/kernel:0", decayed), *common],
+    )
+    assert (first.step, first.kind) == (1, "weight"), first
+    assert "exactly 0 in both runs" in first.note and "weight decay" in first.note, first.note
+    assert "rounding noise" not in first.note and "Adam" not in first.note, first.note

@@ -270,14 +270,15 @@ export class TensorDetail {
 }
 
 /** The atol of the selected step when it is not the policy's: an optimizer slot's tolerance grows
- * with its largest element and with its gradient's differences, and the table's "tolerance"
- * column must not look inconsistent with the atol shown in the header. */
+ * with its largest element and with its gradient's differences, a layer output's and a moving
+ * average's with its largest element, and the table's "tolerance" column must not look
+ * inconsistent with the atol shown in the header. */
 function stepAtolHint(t: TensorResponse): HTMLElement | null {
   const atol = t.values ? num(t.values.atol) : NaN;
   if (!Number.isFinite(atol) || atol === t.tolerance.atol) return null;
   return el("div", {
     cls: "tbp-hint",
     attrs: { "data-testid": "step-atol" },
-    text: `atol at step ${t.values?.step}: ${fmt(atol)} (a slot's share of its largest element and its gradient's differences within tolerance, on top of atol ${fmt(t.tolerance.atol)})`,
+    text: `atol at step ${t.values?.step}: ${fmt(atol)} (${t.kind === "slot" ? "a slot's share of its largest element and its gradient's differences within tolerance" : "a share of its largest element at the step"}, on top of atol ${fmt(t.tolerance.atol)})`,
   });
 }

@@ -254,5 +254,5 @@ def _tolerances(
     atol[:] = [p.tol.atol for p in pairs]
     for j, p in enumerate(pairs):
         if p.tol.atol_of_max:
-            atol[:, j] = p.tol.atols(blk_b[:, cols_b[j]])
+            atol[:, j] = p.scale_atols(ks, blk_b[:, cols_b[j]])
     return rtol, atol

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import re
 from typing import Any, Callable, Optional, Sequence
 
@@ -150,6 +151,7 @@ class Comparison:
         if not (same_tensors and kept == len(pairs) == len(self._pairs)):
             self._chunk = None  # the chunk depends on each pair's evidence: kept pairs keep theirs
         self._link_feeders(pairs)
+        self._link_scales(pairs, base_tensors)
         self._pairs = pairs
         self._grad_of = None
         if batch.ENABLED:
@@ -161,6 +163,15 @@ class Comparison:
         self.steps = self._clock.steps = steps
         self.base, self.cand = base, cand
         self._nonfinite = {run.name: self._first_nonfinite(run) for run in (base, cand)}
+
+    def _link_scales(self, pairs: list[Pair], base_tensors: Any) -> None:
+        """Give each element sample whose tolerance scales with the largest element its tensor's
+        baseline statistics rows (``Pair.scale``), on every update (its rows grow)."""
+        for i in self._samples:
+            p = pairs[i]
+            parent = base_tensors.get((p.base.kind, metadata.sample_parent(p.base.name)))
+            if p.tol.atol_of_max and parent is not None:
+                p.scale = _aligned_stats(parent, p.base)
 
     def _link_feeders(self, pairs: list[Pair]) -> None:
         """Give each slot compared element-wise its gradient's pair (``Pair.feeder``: its atol
@@ -265,7 +276,7 @@ class Comparison:
                 self._noise_fed(pair, k) if b.kind == "slot" else None,
                 kink if b.kind == "grad" else None,
                 self._grad_scale(pair, k) if b.kind == "grad" else None,
-                None if loud else _marginal_note(b.kind, found, lambda: self._growth(pair, k)),
+                None if loud else _marginal_note(b.kind, found, lambda: self._growth(pair, k), pair.atol_at(k)),
             ]
             found["note"] = "; ".join(n for n in notes if n) or None
         return Divergence(
@@ -579,7 +590,12 @@ class Comparison:
             f"that moved it differs; {what} had gradients of at most {largest:.3g} there"
         )
         noise = None
-        if largest < g.tol.atol:
+        if largest == 0.0:  # nothing for an optimizer to amplify (a review's: called noise under momentum)
+            note += (
+                ", exactly 0 in both runs: no gradient moved those elements, the update's own rule did (a weight "
+                "decay, decoupled or added to the gradient, on one side only)"
+            )
+        elif largest < g.tol.atol:
             noise = (
                 f", below atol {g.tol.atol:g}: likely rounding noise (a gradient 0 in exact math: a bias right "
                 "before batch normalization, an attention key's bias, which softmax cancels; or an embedding row "
@@ -1138,7 +1154,10 @@ def _loud(pair: Pair, k: int, equal_nan: bool) -> bool:
 
 
 def _marginal_note(
-    kind: str, found: dict[str, Any], growth: Callable[[], Optional[tuple[float, float, int, int]]] = lambda: None
+    kind: str,
+    found: dict[str, Any],
+    growth: Callable[[], Optional[tuple[float, float, int, int]]] = lambda: None,
+    held: float = 1e-5,
 ) -> Optional[str]:
     """For an activation or gradient compared element-wise just past tolerance (an error ratio
     under :data:`MARGINAL_RATIO`): what reaches that on a faithful port and what on a bug, and how to
@@ -1148,7 +1167,9 @@ def _marginal_note(
     difference stays the same size only over at least :data:`STEADY_STEPS` later steps within
     :data:`STEADY_FACTOR` of it, and never that this makes it noise: a new user's Keras epsilon of
     1e-7 against TF1's 1e-8 moved an activation a steady 1.06x past tolerance and was told "noise".
-    The divergence is real and stays one."""
+    The override it offers is above ``held``, the atol that step was held to (an override's atol
+    replaces an output's share, and a review's 1e-4 tightened an activation of peak 100). The
+    divergence is real and stays one."""
     ratio = found.get("error_ratio")
     if kind not in ("activation", "grad") or found.get("evidence") != "values" or ratio is None:
         return None
@@ -1176,8 +1197,24 @@ def _marginal_note(
         "layer's epsilon: Keras LayerNormalization and BatchNormalization 1e-3, TF1 code often 1e-12 or 1e-5; "
         "an optimizer setting: Adam's epsilon, TF1 1e-8 against Keras 1e-7; a decay); a difference that grows "
         "over the next steps (the heat map) is no noise." + steady + " Rule out those settings before loosening "
-        f"this kind with --override '{kind}/*:atol=1e-4'."
+        f"this kind with --override '{kind}/*:atol={_looser(held):g}' (this step was held to atol {held:.3g}; an "
+        "override's atol replaces the share of the largest element)."
     )
+
+
+def _aligned_stats(parent: Any, sample: Any) -> np.ndarray:
+    """``parent``'s statistics rows at ``sample``'s steps (the sample's own row where the parent
+    has none), one per sample row."""
+    idx = np.minimum(np.searchsorted(parent.steps, sample.steps), max(len(parent.steps) - 1, 0))
+    found = (idx < len(parent.steps)) & (parent.steps[idx] == sample.steps) if len(parent.steps) else idx < 0
+    out: np.ndarray = np.array(sample.stats[: len(sample.steps)], dtype=np.float64)
+    out[found] = parent.stats[idx[found]]
+    return out
+
+
+def _looser(held: float) -> float:
+    """The power of ten at or above twice ``held``: an atol that at least halves an error ratio."""
+    return float(10.0 ** math.ceil(math.log10(max(2.0 * held, 1e-300))))
 
 
 def _where_both_sampled(ib: np.ndarray, ic: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:

@@ -138,6 +138,11 @@ class Pair:
     update_note: Optional[tuple[Pair, int, tuple[Optional[str], Optional[str]]]] = dataclasses.field(
         default=None, repr=False, compare=False
     )
+    #: For an element sample whose tolerance scales with the largest element (``atol_of_max``): its
+    #: tensor's baseline statistics rows aligned to the sample's baseline rows (``Comparison``
+    #: links them on every update). A sample's own largest element is not its tensor's: a review's
+    #: activation of peak 1000 agreed with full values and diverged by its sample.
+    scale: Optional[np.ndarray] = dataclasses.field(default=None, repr=False, compare=False)
     #: :meth:`allowance` per compared step, computed for ``[:len]``
     _through: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
 
@@ -457,13 +462,18 @@ class Pair:
     def _atols(self, ks: np.ndarray, sb: np.ndarray) -> float | np.ndarray:
         """atol per compared step ``ks`` (ascending) with baseline statistics rows ``sb``: the
         tolerance's (:meth:`Tolerance.atols`) plus a slot's :meth:`allowance`."""
-        atol = self.tol.atols(sb)
+        atol = self.scale_atols(ks, sb)
         if self.tol.atol_of_peak and len(ks):
             atol = atol + self._peaks(self.ib[ks])
         if self.feeder is None or not len(ks):
             return atol
         found: np.ndarray = atol + self.allowance(int(ks[-1]) + 1)[ks]
         return found
+
+    def scale_atols(self, ks: np.ndarray, sb: np.ndarray) -> float | np.ndarray:
+        """:meth:`Tolerance.atols` at compared steps ``ks`` whose baseline rows are ``sb``, an
+        element sample's from its tensor's rows (:attr:`scale`)."""
+        return self.tol.atols(sb if self.scale is None else self.scale[self.ib[ks]])
 
     def _peaks(self, rows: np.ndarray) -> np.ndarray:
         """A hyper-parameter's :meth:`Tolerance.peak_atols` at baseline rows ``rows`` (ascending

@@ -76,6 +76,14 @@ def _broken(path: str) -> bool:
     return os.path.islink(path) and not os.path.exists(path)
 
 
+def _target(link: str) -> str:
+    """Where a symlink points, or "?" when it vanished meanwhile (a run folder being moved)."""
+    try:
+        return os.readlink(link)
+    except OSError:
+        return "?"
+
+
 class LocalStorage:
     """A directory on this machine; symlinks leaving it are not followed."""
 
@@ -119,7 +127,7 @@ class LocalStorage:
             dirnames.sort()
             paths = [os.path.join(dirpath, f) for f in filenames]
             # a link to nothing is listed among the files (a run folder moved away: a review's)
-            self.unfollowed += [f"{self.rel(p)} -> {os.readlink(p)}: a link to nothing" for p in paths if _broken(p)]
+            self.unfollowed += [f"{self.rel(p)} -> {_target(p)}: a link to nothing" for p in paths if _broken(p)]
             marked = [p for p in paths if EVENT_MARK in os.path.basename(p) and not _broken(p)]
             self.unfollowed += [
                 f"{self.rel(f)} -> {os.path.realpath(f)}: a link out of the logdir, not followed"
