@@ -11,13 +11,13 @@ Each expectation is checked on the frameworks' own weights (numpy), not on the t
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import tensorflow as tf
-from tf1_recipes import recorded_update
+from tf1_recipes import dense_regression
 
-from tb_parity_plugin import compare, summary_v1, summary_v2
+from tb_parity_plugin import compare, summary_v2
 
 RNG = np.random.default_rng(7)
 STEPS, LR, MOMENTUM, CLIP = 3, 0.05, 0.9, 0.1
@@ -29,25 +29,11 @@ K = RNG.normal(size=(4, 1)).astype(np.float32) * 0.5
 def _tf1(run_dir: str, clip: Optional[float] = None) -> list[list[np.ndarray]]:
     """TF1 dense regression, MomentumOptimizer, gradients recorded before an optional
     ``clip_by_global_norm`` (README); returns [kernel, bias] read before each step."""
-    seen = []
-    with tf.Graph().as_default():
-        rec = summary_v1.Recorder(run_dir)
-        gs = tf.compat.v1.train.get_or_create_global_step()
-        x = tf.compat.v1.placeholder(tf.float32, [None, 4])
-        y = tf.compat.v1.placeholder(tf.float32, [None, 1])
-        p = tf.compat.v1.layers.dense(x, 1, kernel_initializer=tf.constant_initializer(K), name="dense")
-        loss = rec.loss(tf.reduce_mean(tf.square(p - y)))
-        opt = tf.compat.v1.train.MomentumOptimizer(rec.lr(tf.constant(LR)), MOMENTUM)
-        train, variables = recorded_update(rec, opt, loss, gs, clip)
-        rec.variables(optimizer=opt)
-        fetches = rec.fetches
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for s in range(STEPS):
-                seen.append(sess.run(list(variables)))
-                rec.write(sess.run([train, fetches], {x: X[s], y: Y[s]})[1])
-        rec.close()
-    return seen
+
+    def momentum(gs: Any, rec: Any) -> Any:
+        return tf.compat.v1.train.MomentumOptimizer(rec.lr(tf.constant(LR)), MOMENTUM)
+
+    return dense_regression(run_dir, K, X, Y, momentum, lambda opt, variables: variables, clip)
 
 
 def _port(run_dir: str, momentum: float = MOMENTUM, **sgd: object) -> list[list[np.ndarray]]:

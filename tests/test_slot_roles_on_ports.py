@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 from shim_readback import tensors_by_step
+from tf1_recipes import dense_regression
 
 from tb_parity_plugin import compare, summary_v1, summary_v2
 
@@ -34,26 +35,7 @@ ROLES = ("rms", "mg", "momentum")  # TF1's slot names, in creation order
 def _regression_tf1(run_dir: str, make_opt: Any, watch: Any) -> list[dict[str, np.ndarray]]:
     """A TF1 dense regression trained by ``make_opt(global_step, rec)``; returns, before each step,
     what ``watch(opt, kernel)`` names, fetched from the session."""
-    seen = []
-    with tf.Graph().as_default():
-        rec = summary_v1.Recorder(run_dir)
-        gs = tf.compat.v1.train.get_or_create_global_step()
-        x = tf.compat.v1.placeholder(tf.float32, [None, 4])
-        y = tf.compat.v1.placeholder(tf.float32, [None, 1])
-        p = tf.compat.v1.layers.dense(x, 1, kernel_initializer=tf.constant_initializer(K), name="dense")
-        loss = rec.loss(tf.reduce_mean(tf.square(p - y)))
-        opt = make_opt(gs, rec)
-        train = rec.minimize(opt, loss, global_step=gs)
-        rec.variables(optimizer=opt)
-        watched = watch(opt, tf.compat.v1.trainable_variables()[0])
-        fetches = rec.fetches
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for s in range(STEPS):
-                seen.append(sess.run(watched))
-                rec.write(sess.run([train, fetches], {x: X[s], y: Y1[s]})[1])
-        rec.close()
-    return seen
+    return dense_regression(run_dir, K, X, Y1, make_opt, lambda opt, variables: watch(opt, variables[0]))
 
 
 def _rmsprop_tf1(run_dir: str) -> dict[str, list[np.ndarray]]:
