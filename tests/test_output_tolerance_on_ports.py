@@ -212,3 +212,24 @@ def test_an_element_sample_takes_its_tensors_share_not_its_own() -> None:
         ]
         report = Comparison(run("tf1", tensors[0]), run("tf2", tensors[1])).report()
         assert report.first_divergence is None, (full, report.first_divergence)
+    # a refresh that grows the runs links the sample to its tensor's new rows (as a fresh comparison does)
+    grown = Comparison(
+        *(
+            run(name, [series("activation", "h#sample", [a[pos] for a in side[:2]])])
+            for name, side in (("tf1", base), ("tf2", cand))
+        )
+    )
+    grown.report()
+    sampled = [
+        run(
+            name,
+            [
+                series("activation", "h", side, keep_values=False),
+                series("activation", "h#sample", [a[pos] for a in side], order=1),
+            ],
+        )
+        for name, side in (("tf1", base), ("tf2", cand))
+    ]
+    grown.update(*sampled)
+    assert grown.report().first_divergence is None
+    assert Comparison(*sampled).report().first_divergence is None

@@ -165,13 +165,12 @@ class Comparison:
         self._nonfinite = {run.name: self._first_nonfinite(run) for run in (base, cand)}
 
     def _link_scales(self, pairs: list[Pair], base_tensors: Any) -> None:
-        """Give each element sample whose tolerance scales with the largest element its tensor's
-        baseline statistics rows (``Pair.scale``), on every update (its rows grow)."""
+        """Give each element sample its tensor's baseline series (``Pair.scale``: its tolerance's
+        share of the largest element is the tensor's), on every update (the series is the
+        snapshot's)."""
         for i in self._samples:
             p = pairs[i]
-            parent = base_tensors.get((p.base.kind, metadata.sample_parent(p.base.name)))
-            if p.tol.atol_of_max and parent is not None:
-                p.scale = _aligned_stats(parent, p.base)
+            p.scale = base_tensors.get((p.base.kind, metadata.sample_parent(p.base.name)))
 
     def _link_feeders(self, pairs: list[Pair]) -> None:
         """Give each slot compared element-wise its gradient's pair (``Pair.feeder``: its atol
@@ -1200,16 +1199,6 @@ def _marginal_note(
         f"this kind with --override '{kind}/*:atol={_looser(held):g}' (this step was held to atol {held:.3g}; an "
         "override's atol replaces the share of the largest element)."
     )
-
-
-def _aligned_stats(parent: Any, sample: Any) -> np.ndarray:
-    """``parent``'s statistics rows at ``sample``'s steps (the sample's own row where the parent
-    has none), one per sample row."""
-    idx = np.minimum(np.searchsorted(parent.steps, sample.steps), max(len(parent.steps) - 1, 0))
-    found = (idx < len(parent.steps)) & (parent.steps[idx] == sample.steps) if len(parent.steps) else idx < 0
-    out: np.ndarray = np.array(sample.stats[: len(sample.steps)], dtype=np.float64)
-    out[found] = parent.stats[idx[found]]
-    return out
 
 
 def _looser(held: float) -> float:

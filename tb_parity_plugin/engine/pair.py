@@ -139,10 +139,10 @@ class Pair:
         default=None, repr=False, compare=False
     )
     #: For an element sample whose tolerance scales with the largest element (``atol_of_max``): its
-    #: tensor's baseline statistics rows aligned to the sample's baseline rows (``Comparison``
-    #: links them on every update). A sample's own largest element is not its tensor's: a review's
+    #: tensor's baseline series (``Comparison`` links it on every update), whose rows at the same
+    #: steps set the share. A sample's own largest element is not its tensor's: a review's
     #: activation of peak 1000 agreed with full values and diverged by its sample.
-    scale: Optional[np.ndarray] = dataclasses.field(default=None, repr=False, compare=False)
+    scale: Optional[Any] = dataclasses.field(default=None, repr=False, compare=False)
     #: :meth:`allowance` per compared step, computed for ``[:len]``
     _through: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
 
@@ -472,8 +472,17 @@ class Pair:
 
     def scale_atols(self, ks: np.ndarray, sb: np.ndarray) -> float | np.ndarray:
         """:meth:`Tolerance.atols` at compared steps ``ks`` whose baseline rows are ``sb``, an
-        element sample's from its tensor's rows (:attr:`scale`)."""
-        return self.tol.atols(sb if self.scale is None else self.scale[self.ib[ks]])
+        element sample's from its tensor's rows at the same steps (:attr:`scale`; its own where the
+        tensor has none): looked up for those steps only, so a refresh pays for its new rows."""
+        if self.scale is None or not self.tol.atol_of_max:
+            return self.tol.atols(sb)
+        steps = self.base.steps[self.ib[ks]]
+        parent = self.scale
+        rows = np.minimum(np.searchsorted(parent.steps, steps), max(len(parent.steps) - 1, 0))
+        found = (parent.steps[rows] == steps) if len(parent.steps) else np.zeros(len(steps), dtype=bool)
+        stats = np.array(np.asarray(sb, dtype=np.float64).reshape(-1, metadata.N_STATS))
+        stats[found] = parent.stats[rows[found]]
+        return self.tol.atols(stats)
 
     def _peaks(self, rows: np.ndarray) -> np.ndarray:
         """A hyper-parameter's :meth:`Tolerance.peak_atols` at baseline rows ``rows`` (ascending
