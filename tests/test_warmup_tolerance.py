@@ -1,11 +1,14 @@
-"""The warm-up tolerance is the migration guide's check to the letter.
+"""The warm-up tolerance is the migration guide's check, plus the loss's share of its scale.
 
 The guide compares the first 10 losses with ``np.testing.assert_allclose(actual, desired,
 atol=1e-5, equal_nan=False)``: no rtol is passed, so numpy's default ``rtol=1e-7`` applies. The
 engine used rtol 0 there, so a loss above 128 whose two runs summed the same float32 errors in
 another order (one ulp apart) was a divergence at step 0 that the guide's own check passes: a false
-DIVERGE on a faithful port (a regression model on unscaled targets). Every expectation here is the
-guide's call itself, run by numpy.
+DIVERGE on a faithful port (a regression model on unscaled targets). The guide's rtol is below
+float32's resolution, so one ulp low in a power of two still failed it; the loss now also gets
+``tolerance.OUTPUT_ATOL_OF_MAX`` (32 ulps) of itself, which a faithful Adam port's loss needed (a
+helper: 2 of 6 seeds near 3 diverged on it at steps 8-9). The expectations are numpy's: the
+guide's call itself, and the share computed here.
 """
 
 from __future__ import annotations
@@ -72,19 +75,23 @@ def test_a_loss_one_ulp_apart_agrees_as_the_guides_check_does(tmp_path, losses) 
     assert first is None, first
 
 
-def test_one_ulp_the_guides_check_rejects_diverges_as_it_does(tmp_path) -> None:
-    """The guide's check is the contract, its limit included: one ulp low in a power of two fails it."""
+def test_one_ulp_the_guides_check_rejects_is_within_the_losss_share(tmp_path) -> None:
+    """The guide's limit: one ulp low in a power of two fails its check (rtol 1e-7 < 1.19e-7); the
+    loss's share of its scale (32 ulps) takes it, as it takes rounding of any reduction order."""
     base, cand = _losses_in_two_orders(guide_passes=False)
     assert not _guide_passes(cand[:1], base[:1])
-    first = _compare(tmp_path, base, cand)
-    assert first is not None and (first.step, first.tensor, first.reason) == (0, "loss", "value")
+    share = 1e-5 + 2.0**-18 * np.abs(base.astype(np.float64))  # numpy: atol plus 32 ulps of the loss
+    assert (np.abs(cand.astype(np.float64) - base) <= share).all()
+    assert _compare(tmp_path, base, cand) is None
 
 
 def test_a_loss_the_guide_rejects_still_diverges_at_its_first_step(tmp_path, losses) -> None:
     base, _ = losses
     cand = base.copy()
-    cand[3:] = base[3:] * np.float32(1 + 1e-6)  # 8 ulps: the guide's check fails from step 3 on
+    cand[3:] = base[3:] * np.float32(1 + 1e-5)  # ~84 ulps: the guide's check fails from step 3 on
     assert _guide_passes(cand[:3], base[:3]) and not _guide_passes(cand[3:4], base[3:4])
+    # numpy: and past atol + rtol 1e-7 + 2^-18 of the loss (the share)
+    assert abs(float(cand[3]) - float(base[3])) > 1e-5 + (1e-7 + 2.0**-18) * abs(float(base[3]))
     first = _compare(tmp_path, base, cand)
     assert first is not None and (first.step, first.tensor, first.reason) == (3, "loss", "value")
     np.testing.assert_allclose(first.max_abs_diff, abs(float(cand[3]) - float(base[3])), rtol=1e-6)
@@ -103,13 +110,18 @@ def test_a_divergence_names_the_tolerance_its_step_was_held_to(tmp_path) -> None
     write_run(str(tmp_path), "tf2", range(STEPS), lambda s: tensors(s, 1e-3), side="tf2")
     report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
     assert report.first_divergence.step == 0
-    want = "tolerance of loss/loss at step 0: atol 1e-05, rtol 1e-07 (the warm-up: the first 10 training steps from step 0)"
+    want = (
+        "tolerance of loss/loss at step 0: atol 1e-05 + 3.8147e-06 x its largest |element| at the step, rtol 1e-07 "
+        "(the warm-up: the first 10 training steps from step 0)"
+    )
     assert report.tolerance_text == want and report.to_dict()["tolerance_text"] == want
     assert want in cli.format_report(report)
     with pytest.raises(AssertionError, match=r"rtol 1e-07 \(the warm-up"):
         api.assert_parity(str(tmp_path))
     after = compare(str(tmp_path), baseline="tf1", candidate="tf2", warmup_steps=0, atol=1e-6, rtol=1e-4)
-    assert after.tolerance_text == "tolerance of loss/loss at step 0: atol 1e-06, rtol 0.0001"
+    assert after.tolerance_text == (
+        "tolerance of loss/loss at step 0: atol 1e-06 + 3.8147e-06 x its largest |element| at the step, rtol 0.0001"
+    )
 
 
 def _eval_runs(logdir: str, cand_at: dict[int, float]) -> dict[int, float]:

@@ -204,8 +204,11 @@ SLOT_ATOL_OF_MAX = 1e-4
 #: less passes (a helper's LayerNorm epsilon 1e-12 against 1e-3 under inputs of size 50: 3e-6 of
 #: the output, 8-27x a faithful port's gap, AGREE). A moving average of batch statistics (``state``)
 #: rounds the same way: a faithful BatchNormalization port's moving variance of 85 was 2-3 ulps
-#: apart, a divergence with no note. The loss keeps the migration guide's atol to the letter.
-SCALED_KINDS = frozenset({"activation", "output", "state"})
+#: apart, a divergence with no note. The loss (and a metric) is an output too: under atol 1e-5
+#: alone, faithful Adam ports with a loss near 25 diverged on it at steps 1-2 in 6 of 6 seeds (one
+#: float32 ulp at 25 is 1.9e-6; a regression's loss of 100 is held to 1.3 ulps), and with a loss
+#: near 3 in 2 of 6; the migration guide's own check, written for its small losses, fails there too.
+SCALED_KINDS = frozenset({"activation", "output", "state", "loss", "metric"})
 OUTPUT_ATOL_OF_MAX = 2.0**-18
 
 
