@@ -177,6 +177,9 @@ def test_scalars_both_runs_with_diff_and_tolerance(client: werkzeug_test.Client)
     values = [abs(v) for v in lr["baseline"]["values"]]
     assert diff["tolerance"][10] == pytest.approx(2.0**-23 * values[10] + 2.0**-23 * max(values[:11]))
     assert body["loss"]["diff"]["steps"] == list(range(20))
+    # the loss's band is what its verdict used: atol, the warm-up's rtol and 2^-18 of the loss itself
+    loss = [abs(v) for v in body["loss"]["baseline"]["values"]]
+    assert body["loss"]["diff"]["tolerance"][0] == pytest.approx(1e-5 + (1e-7 + 2.0**-18) * loss[0])
 
 
 def test_html_names_come_back_verbatim(client: werkzeug_test.Client) -> None:
