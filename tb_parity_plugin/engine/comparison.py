@@ -124,9 +124,11 @@ class Comparison:
                 continue
             b, c = base_tensors[match.base], cand_tensors[match.cand]
             keep, sampled = True, i in samples
+            # a sample's tolerance reads its tensor's rows (Pair.scale): its verdicts last while they do
+            scaled = not sampled or old is None or refresh.scale_unchanged(old.scale, base_tensors, b)
             if sampled:
                 ib, ic, one_sided = _where_both_sampled(reuse.rows_of(b), reuse.rows_of(c))
-                keep = not one_sided
+                keep = not one_sided and scaled
             if keep and old is not None and reuse.keep(old, b, c):  # the common refresh: grown, not rebuilt
                 pairs.append(old)
                 kept += 1
@@ -145,7 +147,7 @@ class Comparison:
                 ratio=np.full(n, np.nan, dtype=np.float32),
                 clock=self._clock,
             )
-            if prefix and old is not None:
+            if prefix and old is not None and scaled:
                 reuse.copy_verdicts(old, pair)
             pairs.append(pair)
         if not (same_tensors and kept == len(pairs) == len(self._pairs)):

@@ -18,6 +18,7 @@ import numpy as np
 from tb_parity_plugin.engine import batch
 from tb_parity_plugin.engine.pair import Pair, step_rows, take_rows
 from tb_parity_plugin.logdir.rundata import same_rows
+from tb_parity_plugin.records import metadata
 
 
 class Reuse:
@@ -245,3 +246,21 @@ def _equal_rows(old: np.ndarray, new: np.ndarray, rows: np.ndarray) -> bool:
     """``old[rows] == new[rows]``, NaN equal to NaN (checked only if the plain test fails)."""
     a, b = take_rows(old, rows), take_rows(new, rows)
     return bool((a == b).all() or np.array_equal(a, b, equal_nan=True))
+
+
+def scale_unchanged(old: Any, base_tensors: dict[Any, Any], sample: Any) -> bool:
+    """Whether an element sample's tensor (``Pair.scale``: None when it had none) still holds the
+    rows it held, which a kept sample's verdicts read for their share of its largest element (a
+    review: a rewritten step of the tensor left a sample's stale verdicts in place while a fresh
+    comparison found another first step)."""
+    new = base_tensors.get((sample.kind, metadata.sample_parent(sample.name)))
+    if old is None or new is None:
+        return old is None and new is None
+    n = len(old.steps)
+    if len(new.steps) < n or not np.array_equal(old.steps, new.steps[:n]):
+        return False
+    return (
+        old is new
+        or same_rows(old.stats, new.stats)
+        or bool(np.array_equal(old.stats[:n], new.stats[:n], equal_nan=True))
+    )
