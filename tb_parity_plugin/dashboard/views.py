@@ -217,11 +217,10 @@ def _scalar_diff(
     tol = policy.for_tag(tag)
     rtol = tol.rtols(since_first(steps))
     peak = tol.peak_atols(np.abs(np.asarray(b[1], dtype=np.float64)))[ib]  # an lr's share of its peak so far
-    # the loss's share of itself (Tolerance.atol_of_max: a scalar's largest |element| is its |value|)
-    share = tol.atol_of_max * np.where(np.isfinite(bv), np.abs(bv), 0.0)
     with np.errstate(invalid="ignore"):
         return {
             "steps": steps.tolist(),
             "abs_diff": np.abs(cv - bv).tolist(),
-            "tolerance": (tol.atol + peak + share + rtol * np.abs(bv)).tolist(),
+            # atol and the loss's share of itself (a scalar's largest |element| is its |value|)
+            "tolerance": (tol.atols_of_largest(np.abs(bv)) + peak + rtol * np.abs(bv)).tolist(),
         }

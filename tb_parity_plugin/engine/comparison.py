@@ -277,7 +277,7 @@ class Comparison:
                 self._noise_fed(pair, k) if b.kind == "slot" else None,
                 kink if b.kind == "grad" else None,
                 self._grad_scale(pair, k) if b.kind == "grad" else None,
-                None if loud else _marginal_note(b.kind, found, lambda: self._growth(pair, k), pair.atol_at(k)),
+                None if loud else _marginal_note(b.kind, found, lambda: self._growth(pair, k), lambda: pair.atol_at(k)),
             ]
             found["note"] = "; ".join(n for n in notes if n) or None
         return Divergence(
@@ -536,12 +536,14 @@ class Comparison:
             )
         return note + noise
 
+    def _slots_fed_by(self, g: Pair) -> list[Pair]:
+        """The slot pairs gradient pair ``g`` feeds (``Pair.feeder``)."""
+        return [p for p in self._pairs if p.base.kind == "slot" and p.feeder is g]
+
     def _momentum_only(self, g: Pair) -> bool:
         """Whether the slots ``g`` feeds are momentum's alone (a summing first moment, no second
         moment: not Adam, whose bias correction gives a factor of the same size)."""
-        rules = [
-            align.slot_rule(p.base.name, p.cand.name) for p in self._pairs if p.base.kind == "slot" and p.feeder is g
-        ]
+        rules = [align.slot_rule(p.base.name, p.cand.name) for p in self._slots_fed_by(g)]
         return any(rule == (1, False) for rule in rules) and not any(power == 2 for power, _ in rules)
 
     def _first_momentum_update(self, g: Pair, k: int) -> bool:
@@ -550,8 +552,7 @@ class Comparison:
         Nesterov hint fired at a later update, where the records rule Nesterov's 1 + momentum out)."""
         if not self._momentum_only(g):
             return False
-        slots = [p for p in self._pairs if p.base.kind == "slot" and p.feeder is g]
-        before = [p.step_values(k - 1) for p in slots]
+        before = [p.step_values(k - 1) for p in self._slots_fed_by(g)]
         return bool(before) and all(b is not None and not np.any(b[0]) and not np.any(b[1]) for b in before)
 
     def _earlier_gradients(
@@ -1158,7 +1159,7 @@ def _marginal_note(
     kind: str,
     found: dict[str, Any],
     growth: Callable[[], Optional[tuple[float, float, int, int]]] = lambda: None,
-    held: float = 1e-5,
+    held: Callable[[], float] = lambda: 1e-5,
 ) -> Optional[str]:
     """For an activation or gradient compared element-wise just past tolerance (an error ratio
     under :data:`MARGINAL_RATIO`): what reaches that on a faithful port and what on a bug, and how to
@@ -1168,15 +1169,15 @@ def _marginal_note(
     difference stays the same size only over at least :data:`STEADY_STEPS` later steps within
     :data:`STEADY_FACTOR` of it, and never that this makes it noise: a new user's Keras epsilon of
     1e-7 against TF1's 1e-8 moved an activation a steady 1.06x past tolerance and was told "noise".
-    The override it offers is above ``held``, the atol that step was held to (an override's atol
-    replaces an output's share, and a review's 1e-4 tightened an activation of peak 100). The
-    divergence is real and stays one."""
+    The override it offers is above ``held()``, the atol that step was held to, asked only here: an
+    override's atol replaces an output's share, and a review's 1e-4 tightened an activation of peak
+    100. The divergence is real and stays one."""
     ratio = found.get("error_ratio")
     if kind not in ("activation", "grad") or found.get("evidence") != "values" or ratio is None:
         return None
     if not 1.0 < ratio < MARGINAL_RATIO:
         return None
-    grown = growth()
+    grown, atol = growth(), held()
     steady = ""
     if grown is not None and grown[0] > 0:
         now, later, step, seen = grown
@@ -1198,7 +1199,7 @@ def _marginal_note(
         "layer's epsilon: Keras LayerNormalization and BatchNormalization 1e-3, TF1 code often 1e-12 or 1e-5; "
         "an optimizer setting: Adam's epsilon, TF1 1e-8 against Keras 1e-7; a decay); a difference that grows "
         "over the next steps (the heat map) is no noise." + steady + " Rule out those settings before loosening "
-        f"this kind with --override '{kind}/*:atol={_looser(held):g}' (this step was held to atol {held:.3g}; an "
+        f"this kind with --override '{kind}/*:atol={_looser(atol):g}' (this step was held to atol {atol:.3g}; an "
         "override's atol replaces the share of the largest element)."
     )
 

@@ -476,12 +476,9 @@ class Pair:
         tensor has none): looked up for those steps only, so a refresh pays for its new rows."""
         if self.scale is None or not self.tol.atol_of_max:
             return self.tol.atols(sb)
-        steps = self.base.steps[self.ib[ks]]
-        parent = self.scale
-        rows = np.minimum(np.searchsorted(parent.steps, steps), max(len(parent.steps) - 1, 0))
-        found = (parent.steps[rows] == steps) if len(parent.steps) else np.zeros(len(steps), dtype=bool)
+        rows = step_rows(self.base.steps[self.ib[ks]], self.scale.steps)
         stats = np.array(np.asarray(sb, dtype=np.float64).reshape(-1, metadata.N_STATS))
-        stats[found] = parent.stats[rows[found]]
+        stats[rows >= 0] = self.scale.stats[rows[rows >= 0]]
         return self.tol.atols(stats)
 
     def _peaks(self, rows: np.ndarray) -> np.ndarray:

@@ -101,9 +101,13 @@ class Tolerance:
         if not self.atol_of_max:
             return self.atol
         stats = np.asarray(base_stats, dtype=np.float64).reshape(-1, metadata.N_STATS)
-        largest = np.maximum(np.abs(stats[:, _MIN]), np.abs(stats[:, _MAX]))
-        largest = np.where(np.isfinite(largest), largest, 0.0)
-        out: np.ndarray = self.atol + self.atol_of_max * largest
+        return self.atols_of_largest(np.maximum(np.abs(stats[:, _MIN]), np.abs(stats[:, _MAX])))
+
+    def atols_of_largest(self, largest: np.ndarray) -> np.ndarray:
+        """``atol + atol_of_max * largest`` per row of each row's largest |element| (0 where it is not
+        finite): :meth:`atols` from values instead of statistics (a scalar's is its |value|)."""
+        largest = np.asarray(largest, dtype=np.float64)
+        out: np.ndarray = self.atol + self.atol_of_max * np.where(np.isfinite(largest), largest, 0.0)
         return out
 
     def peak_atols(self, largest: np.ndarray) -> np.ndarray:
