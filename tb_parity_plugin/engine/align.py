@@ -610,7 +610,9 @@ class _Pairing:
             if owners.get((b.kind, c_scope)) != {b_scope}:
                 continue  # not one-to-one
             c = cand_by_name.get((b.kind, f"{c_scope}/{leaf}"))
-            if c is not None and (c.kind, c.name) in self.free_cand and shapes_compatible(b.shape, c.shape):
+            if c is None or key in self.expected or (c.kind, c.name) in self.expected:
+                continue  # declared: a --map of a cell's kernel leaves its bias, parametrised otherwise, alone
+            if (c.kind, c.name) in self.free_cand and shapes_compatible(b.shape, c.shape):
                 self.pair(key, (c.kind, c.name), "fallback")
 
     def by_first_values(self) -> list[str]:
@@ -964,7 +966,8 @@ class _Pairing:
             f"{b}/* and {c}/* share variables of the same shapes, but their other variables could not be "
             "paired (another parametrisation, such as TF1's LSTMCell against Keras LSTM, or a variable one side "
             "uses twice, tied, where the other keeps two): left unpaired; "
-            "pair them with --map if they hold the same values"
+            "pair them with --map if they hold the same values, or declare them with --allow-unmatched "
+            f"'*{b.rpartition('/')[2] or b}*' if they are parametrised otherwise (their layer's output is still compared)"
             for b, c in sorted(layers)
         ]
 
