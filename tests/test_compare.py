@@ -184,6 +184,29 @@ def test_overrides_by_kind_and_pattern() -> None:
     both = TolerancePolicy.build(overrides=["grad/*:atol=0.1", "re:^weight/w$:warmup_steps=0,rtol=0.05"])
     assert compare_runs(base, cand, both).agree
     assert both.for_tag("weight/w").warmup_steps == 0 and both.for_tag("weight/v").warmup_steps == 10
+    assert not [w for w in compare_runs(base, cand, both).warnings if "override" in w]
+
+
+def test_a_pattern_that_matches_nothing_is_a_warning_not_silence() -> None:
+    """A new user's ``--override 'weight/*kye/bias*:atol=1e-3'`` changed nothing and said nothing;
+    an override in the candidate's names does not apply either (tolerances are the baseline's), and
+    an ``allow_unmatched`` typo declares nothing."""
+    base = run("b", [series("weight", "mha/key/bias:0", [np.ones(2, np.float32)] * 3)])
+    cand = run("c", [series("weight", "key/bias", [np.full(2, 1.01, np.float32)] * 3)], side="tf2")
+    policy = TolerancePolicy.build(
+        overrides=["weight/*kye/bias*:atol=1e-3", "weight/key/*:atol=0.1", "weight/*key/bias*:atol=0.1"],
+        allow_unmatched=["*lstm_cel*"],
+    )
+    report = compare_runs(base, cand, policy)
+    assert report.agree  # the third override applies
+    warned = [w for w in report.warnings if "matches no tensor" in w]
+    assert len(warned) == 3, report.warnings
+    assert "'weight/*kye/bias*'" in warned[0] and "changes nothing" in warned[0]
+    assert "the candidate's weight/key/bias" in warned[1] and "baseline's tensors" in warned[1]
+    assert "'*lstm_cel*'" in warned[2] and "declares nothing" in warned[2]
+
+
+def test_override_parse_errors() -> None:
     with pytest.raises(ValueError):
         ToleranceOverride.parse("grad/*:speed=3")
     with pytest.raises(ValueError):

@@ -808,7 +808,8 @@ class Comparison:
             warnings=[f"{run.name}: {notice}" for run in (base, cand) for notice in getattr(run, "notices", ())]
             + list(alignment.warnings)
             + [w for reps in self._replicas.values() for w in reps.warnings]
-            + [warning for run in (base, cand) for warning in _layout_warnings(run)],
+            + [warning for run in (base, cand) for warning in _layout_warnings(run)]
+            + self.policy.unused_patterns(*([f"{s.kind}/{s.name}" for s in run.tensors.values()] for run in (base, cand))),
             statistics_only=[f"{p.base.kind}/{p.base.name}" for p in tensors if not p.use_values],
             partly_values={f"{p.base.kind}/{p.base.name}": list(p.valued_steps()) for p in tensors if p.partial},
             # only when the first divergence is a pair's (not structure, not a replica's copies)

@@ -154,6 +154,13 @@ class StepClock:
         return self.steps[ks] - self.steps[0]
 
 
+def _tensor_tag(tag: str) -> str:
+    """``kind/name`` of the tensor ``tag`` names: an element sample's is its tensor's."""
+    kind, _, name = tag.partition("/")
+    parent = metadata.sample_parent(name)
+    return tag if parent is None else f"{kind}/{parent}"
+
+
 def since_first(steps: np.ndarray) -> np.ndarray:
     """Training steps from the first of ascending ``steps`` to each (a replica's or a scalar's
     common steps: the warm-up counted as a comparison counts it)."""
@@ -256,10 +263,8 @@ class TolerancePolicy:
         """The tolerance for tensor ``tag`` after applying every matching override in order (an
         element sample's is its tensor's: the same elements, fewer of them)."""
         atol, rtol, warmup, of_max, of_peak = self.atol, self.rtol, self.warmup_steps, 0.0, 0.0
-        kind, _, name = tag.partition("/")
-        parent = metadata.sample_parent(name)
-        if parent is not None:
-            tag = f"{kind}/{parent}"
+        tag = _tensor_tag(tag)
+        kind = tag.partition("/")[0]
         if kind in HPARAM_KINDS:
             atol, rtol, warmup, of_peak = 0.0, self.hparam_rtol, 0, HPARAM_ATOL_OF_PEAK
         elif kind in SLOT_KINDS:
@@ -273,6 +278,32 @@ class TolerancePolicy:
                 rtol = override.rtol if override.rtol is not None else rtol
                 warmup = override.warmup_steps if override.warmup_steps is not None else warmup
         return Tolerance(float(atol), float(rtol), int(warmup), float(of_max), float(of_peak))
+
+    def unused_patterns(self, base_tags: Sequence[str], cand_tags: Sequence[str]) -> list[str]:
+        """Warnings for the overrides that match no baseline tag and the ``allow_unmatched`` patterns
+        that match no tag of either run: a typo (``*kye/bias*``) changed nothing and said nothing, and
+        an override spelled with the candidate's names (its tolerance is looked up by the baseline's)
+        does not apply. Tags are ``kind/name``, an element sample's under its tensor's name."""
+        base = sorted({_tensor_tag(t) for t in base_tags})
+        cand = sorted({_tensor_tag(t) for t in cand_tags})
+        out = []
+        for override in self.overrides:
+            if any(override.matches(t) for t in base):
+                continue
+            hint = next((t for t in cand if override.matches(t)), None)
+            out.append(
+                f"override {override.pattern!r} matches no tensor of the baseline, so it changes nothing"
+                + (
+                    f": it matches the candidate's {hint}, but overrides name the baseline's tensors (kind/name)"
+                    if hint
+                    else " (patterns match kind/name, e.g. 'grad/dense/kernel:0'; the report lists the names)"
+                )
+            )
+        for pattern in self.allow_unmatched:
+            match = patterns.matcher(pattern, f"allow_unmatched pattern {pattern!r}")
+            if not any(match(t) for t in (*base, *cand)):
+                out.append(f"allow_unmatched pattern {pattern!r} matches no tensor of either run, so it declares nothing")
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {
