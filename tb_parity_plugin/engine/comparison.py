@@ -24,7 +24,14 @@ from tb_parity_plugin.engine import align, allclose, batch, kinks, refresh, repl
 from tb_parity_plugin.engine.matrix import ABSENT, OK, REASONS, VALUE, ParityMatrix
 from tb_parity_plugin.engine.nonfinite import FirstNonfinite
 from tb_parity_plugin.engine.pair import Pair, take_rows
-from tb_parity_plugin.engine.tolerance import HPARAM_KINDS, HPARAM_RTOL, MARGINAL_RATIO, StepClock, TolerancePolicy
+from tb_parity_plugin.engine.tolerance import (
+    HPARAM_KINDS,
+    HPARAM_RTOL,
+    MARGINAL_RATIO,
+    OUTPUT_ATOL_OF_MAX,
+    StepClock,
+    TolerancePolicy,
+)
 from tb_parity_plugin.engine.verdict_table import VerdictTable
 from tb_parity_plugin.engine.verdicts import Divergence, ParityReport, TensorDetail
 from tb_parity_plugin.records import metadata
@@ -273,8 +280,9 @@ class Comparison:
             notes = [
                 found.get("note"),
                 self._moved_by_the_update(pair, k, slot_gaps) if b.kind == "weight" and not found.get("note") else None,
-                self._momentum_at_lr_change(pair, k) if b.kind == "slot" else None,
-                self._noise_fed(pair, k) if b.kind == "slot" else None,
+                (self._momentum_at_lr_change(pair, k) or self._noise_fed(pair, k) or self._slot_fed_otherwise(pair, k))
+                if b.kind == "slot"
+                else None,
                 kink if b.kind == "grad" else None,
                 self._grad_scale(pair, k) if b.kind == "grad" else None,
                 None if loud else _marginal_note(b.kind, found, lambda: self._growth(pair, k), lambda: pair.atol_at(k)),
@@ -663,6 +671,56 @@ class Comparison:
             "--override"
         )
 
+    def _slot_fed_otherwise(self, pair: Pair, k: int) -> Optional[str]:
+        """For a slot diverging at step ``k`` whose gradient agreed element-wise at every earlier step
+        and was past its atol there (below it: :meth:`_noise_fed`): what reaches the slot differs from
+        the recorded gradient, or the slot's rule does; when every element is the baseline's times one
+        factor, that factor, and on a moving average's first update what it is made of. New users'
+        ``clipnorm`` in place of global clipping (Adam's first moment 1.0348x TF1's: TF1's global norm)
+        and ``beta_2=0.98`` (the second moment 20x) diverged first on the slot, with no note."""
+        g = pair.feeder
+        if g is None or not g.use_values or k == 0:
+            return None
+        earlier = self._earlier_gradients(pair, g, k)
+        if earlier is None or not max(float(np.abs(a).max(initial=0.0)) for a in earlier[0]) >= g.tol.atol:
+            return None
+        note = (
+            f"its gradient {g.base.kind}/{g.base.name} agreed element-wise at every earlier step: what reaches "
+            "the slot differs from the recorded gradient (clipping between the two: clipnorm clips each variable "
+            "by its own norm, clip_by_global_norm / global_clipnorm all by one; a weight decay added to the "
+            "gradient), or the slot's own rule does (betas, momentum, rho, an initial accumulator)"
+        )
+        both = pair.step_values(k)
+        if both is None:
+            return note
+        b, c = (np.asarray(x, np.float64) for x in both)
+        scale = _uniform_scale(b, c, pair.tol.atol, (OUTPUT_ATOL_OF_MAX * float(np.abs(b).max(initial=0.0)), 0.0))
+        if scale is None:
+            return note
+        power, averaging = align.slot_rule(pair.base.name, pair.cand.name)
+        before = pair.step_values(k - 1) if int(self.steps[k - 1]) == int(self.steps[k]) - 1 else None
+        first = before is not None and not np.any(before[0]) and not np.any(before[1])
+        note += f"; every element is the baseline's times {scale:.4g}"
+        if first and averaging and power in (1, 2):
+            beta, default = ("beta_1", 0.9) if power == 1 else ("beta_2", 0.999)
+            implied = 1.0 - scale * (1.0 - default)
+            note += (
+                f": on its first update a moving average holds (1 - {beta}) x the gradient"
+                + ("" if power == 1 else " squared")
+                + f", so either the two {beta}s differ (the candidate's 1 - {beta} is {scale:.4g}x the baseline's"
+                + (f"; if the baseline's is Adam's default {default}, the candidate's is {implied:.4g}" if 0.0 < implied < 1.0 else "")
+                + ") or the gradients reaching it differ by "
+                + (f"{scale:.4g}" if power == 1 else f"{math.sqrt(scale):.4g} (its square root)")
+                + " (clipping: one side's clip factor over the other's; a global norm over the clip norm when the "
+                "other side leaves this variable unclipped)"
+            )
+        elif first and power == 1:
+            note += (
+                ": on its first update a momentum holds the gradient itself, so the gradients reaching it differ by "
+                f"{scale:.4g} (clipping: one side's clip factor over the other's), or one side scales it (dampening)"
+            )
+        return note
+
     def _grad_scale(self, pair: Pair, k: int) -> Optional[str]:
         """A gradient that is the baseline's times one factor at every element (compared by
         values): a new user's gradient accumulation not divided by its 4 micro-batches showed every
@@ -710,10 +768,11 @@ class Comparison:
         if both is None:
             return None
         b, c = (np.asarray(x, np.float64) for x in both)
-        large = np.abs(b) > pair.tol.atol
-        if not large.any():
+        if not (np.abs(b) > pair.tol.atol).any():
             return None
-        ratio = c[large] / b[large]
+        # float32 rounding at the slot's scale: a new user's conv kernel slot (scale 6e-3) was 2x TF1's
+        # within 2.3e-9, 2e-4 of its smallest elements, and got no note while six other slots did
+        rounding = OUTPUT_ATOL_OF_MAX * float(np.abs(b).max())
         for lr in self._pairs:
             if lr.base.kind != "lr" or not lr.use_values or min(int(lr.ib[k - 1]), int(lr.ib[k])) < 0:
                 continue
@@ -721,7 +780,7 @@ class Comparison:
             if not (before > 0 and now > 0) or abs(before - now) <= HPARAM_RTOL * now:
                 continue
             scale = before / now
-            if np.all(np.abs(ratio - scale) <= 1e-4 * scale):
+            if np.all(np.abs(c - scale * b) <= 1e-4 * scale * np.abs(b) + scale * rounding):
                 return (
                     f"the candidate's slot is the baseline's times {lr.base.kind}/{lr.base.name} at step "
                     f"{int(self.steps[k - 1])} / at step {int(self.steps[k])} = {scale:.4g}: Keras SGD keeps "
