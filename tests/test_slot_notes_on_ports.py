@@ -64,7 +64,11 @@ def _step0_grads() -> dict[str, np.ndarray]:
 
 
 def _slot_divergence(report: Any, role: str, variable: str) -> Any:
-    found = [d for d in report.divergences_at_first_step if d.kind == "slot" and d.candidate_tensor == f"{role}/dense/{variable}"]
+    found = [
+        d
+        for d in report.divergences_at_first_step
+        if d.kind == "slot" and d.candidate_tensor == f"{role}/dense/{variable}"
+    ]
     assert found, [(d.kind, d.tensor, d.candidate_tensor) for d in report.divergences_at_first_step]
     return found[0]
 
@@ -110,7 +114,9 @@ def test_the_lr_change_note_allows_rounding_at_the_slots_scale() -> None:
     smallest elements (5e-6). A factor 0.1% off is still not called the lr's."""
     lrs = [np.float32(0.05), np.float32(0.05), np.float32(0.025)]
     rng = np.random.default_rng(0)
-    slot = [np.zeros(64, np.float32)] + [(rng.choice([6e-3, 5e-6], 64) * rng.choice([-1, 1], 64)).astype(np.float32)] * 2
+    slot = [np.zeros(64, np.float32)] + [
+        (rng.choice([6e-3, 5e-6], 64) * rng.choice([-1, 1], 64)).astype(np.float32)
+    ] * 2
     noise = (rng.choice([-1, 1], 64) * 2.3e-9).astype(np.float32)
     for factor, noted in ((2.0, True), (2.0 * 1.001, False)):
         moved = [slot[0], slot[1], (slot[2].astype(np.float64) * factor + noise).astype(np.float32)]

@@ -228,3 +228,44 @@ def _first_of_states(name: str, tf1: list, port: list):
 
     base, cand = run("tf1", [series("state", name, tf1)]), run("tf2", [series("state", name, port)])
     return Comparison(base, cand).report().first_divergence
+
+
+def test_a_biased_against_unbiased_moving_variance_is_told_apart_from_momentum() -> None:
+    """A new user's TF1 fused batch norm (the default on 4-D inputs) averages the unbiased batch
+    variance, Keras's synchronized one the biased: the moving variances part at the first update by
+    the n / (n - 1) in it while the moving means agree, and the note blamed the momentum. numpy:
+    the batch statistics of 32 values per channel, momentum 0.99 on both sides; another momentum
+    moves the mean too, and keeps the momentum note."""
+    from engine_helpers import run, series
+
+    from tb_parity_plugin.engine import Comparison
+
+    rng = np.random.default_rng(4)
+    batch = rng.normal(2.0, 3.0, (32, 4))
+    mean, var = batch.mean(0), batch.var(0)  # numpy's var is the biased one
+    n = len(batch)
+    for momentum_c, bessel_c, told in (
+        (0.99, 1.0, "the batch variance it averages differs"),
+        (0.9, n / (n - 1), "momentum"),
+    ):
+        runs = []
+        for momentum, bessel in ((0.99, n / (n - 1)), (momentum_c, bessel_c)):
+            means = [np.zeros(4), momentum * 0 + (1 - momentum) * mean]
+            variances = [np.ones(4), momentum * 1 + (1 - momentum) * var * bessel]
+            runs.append(
+                [
+                    series("state", "batch_normalization/moving_mean:0", [m.astype(np.float32) for m in means]),
+                    series(
+                        "state",
+                        "batch_normalization/moving_variance:0",
+                        [v.astype(np.float32) for v in variances],
+                        order=1,
+                    ),
+                ]
+            )
+        first = Comparison(run("tf1", runs[0]), run("tf2", runs[1])).report().first_divergence
+        assert first is not None and first.step == 1, first
+        assert told in first.note, first.note
+        if momentum_c == 0.99:
+            assert first.tensor == "batch_normalization/moving_variance:0" and "momentum:" not in first.note
+            assert "n / (n - 1)" in first.note and "synchronized=True" in first.note

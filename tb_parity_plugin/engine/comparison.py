@@ -355,6 +355,14 @@ class Comparison:
                 )
                 + ")"
             )
+        if bn and self._moving_mean_agrees(first, k):
+            return (
+                "its moving mean agrees at this step (the same momentum, the same batch means): the batch variance "
+                "it averages differs: TF1's fused batch norm (tf.compat.v1.layers.batch_normalization's default on "
+                "4-D inputs) averages the unbiased variance (x n / (n - 1) of the n values per channel), Keras "
+                "BatchNormalization(synchronized=True) or SyncBatchNormalization the biased one (TF1: fused=False "
+                "averages the biased one too); or the two layers normalize over other axes"
+            )
         rule = (
             " (batch normalization's momentum: Keras and tf.compat.v1.layers default 0.99)"
             if bn
@@ -393,6 +401,20 @@ class Comparison:
             )
             + ", or from an input no recorded tensor shows"
         )
+
+    def _moving_mean_agrees(self, variance: Pair, k: int) -> bool:
+        """Whether ``variance`` is a batch normalization's moving variance whose moving mean (the same
+        scope) was compared element-wise at step ``k`` and agrees there. A new user's TF1 fused batch
+        norm against Keras's synchronized one (moving variances n/(n-1) apart, means within 1e-8) was
+        told "batch normalization's momentum", which the agreeing mean rules out."""
+        names = [variance.base.name.replace("moving_variance", "moving_mean")]
+        if names[0] == variance.base.name:
+            return False
+        for p in self._pairs:
+            if p.base.kind == "state" and p.base.name in names and p.by_values_at(k):
+                p.ensure(k + 1, self.policy.equal_nan)
+                return bool(p.reason[k] == OK)
+        return False
 
     def _input_note(self, first: Pair, k: int) -> Optional[str]:
         """What an output diverging first at step ``k`` (nothing before it in execution order
@@ -708,7 +730,11 @@ class Comparison:
                 f": on its first update a moving average holds (1 - {beta}) x the gradient"
                 + ("" if power == 1 else " squared")
                 + f", so either the two {beta}s differ (the candidate's 1 - {beta} is {scale:.4g}x the baseline's"
-                + (f"; if the baseline's is Adam's default {default}, the candidate's is {implied:.4g}" if 0.0 < implied < 1.0 else "")
+                + (
+                    f"; if the baseline's is Adam's default {default}, the candidate's is {implied:.4g}"
+                    if 0.0 < implied < 1.0
+                    else ""
+                )
                 + ") or the gradients reaching it differ by "
                 + (f"{scale:.4g}" if power == 1 else f"{math.sqrt(scale):.4g} (its square root)")
                 + " (clipping: one side's clip factor over the other's; a global norm over the clip norm when the "
@@ -868,7 +894,9 @@ class Comparison:
             + list(alignment.warnings)
             + [w for reps in self._replicas.values() for w in reps.warnings]
             + [warning for run in (base, cand) for warning in _layout_warnings(run)]
-            + self.policy.unused_patterns(*([f"{s.kind}/{s.name}" for s in run.tensors.values()] for run in (base, cand))),
+            + self.policy.unused_patterns(
+                *([f"{s.kind}/{s.name}" for s in run.tensors.values()] for run in (base, cand))
+            ),
             statistics_only=[f"{p.base.kind}/{p.base.name}" for p in tensors if not p.use_values],
             partly_values={f"{p.base.kind}/{p.base.name}": list(p.valued_steps()) for p in tensors if p.partial},
             # only when the first divergence is a pair's (not structure, not a replica's copies)
