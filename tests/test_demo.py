@@ -30,6 +30,10 @@ def test_lr_off_by_one_diverges_first_on_lr_at_step_0(demo_logs: str) -> None:
     assert (first["step"], first["kind"], first["tensor"], first["reason"]) == (0, "lr", "lr", "value")
     # polynomial decay 0.1 -> 0.01 over 40 steps: one step of the schedule is 0.00225
     assert first["max_abs_diff"] == pytest.approx(0.00225, rel=1e-3)
+    # the port reads the schedule one step later at every step (numpy: polynomial decay by hand)
+    tf1_lr = [(0.1 - 0.01) * (1 - s / 40) + 0.01 for s in range(40)]
+    assert first["max_abs_diff"] == pytest.approx(tf1_lr[0] - tf1_lr[1], rel=1e-5)
+    assert "the candidate's value at each step is the baseline's 1 step(s) later" in first["note"], first["note"]
     assert report["unmatched"] == {"tf1": [], "tf2": []}
     assert report["first_nonfinite"] == {"tf1": None, "tf2": None}
 

@@ -285,6 +285,7 @@ class Comparison:
                 else None,
                 kink if b.kind == "grad" else None,
                 self._grad_scale(pair, k) if b.kind == "grad" else None,
+                self._schedule_note(pair, k) if b.kind in HPARAM_KINDS else None,
                 None if loud else _marginal_note(b.kind, found, lambda: self._growth(pair, k), lambda: pair.atol_at(k)),
             ]
             found["note"] = "; ".join(n for n in notes if n) or None
@@ -473,11 +474,14 @@ class Comparison:
                 f"{agree} at this step: this layer computes another function of its input (activation, padding, "
                 "epsilon, training flag), or reads an input not recorded"
             )
+        # both, neither first: a new user's attention scaled by 1/d_model in a custom loop was told of
+        # fit's shuffling first; record the layer's input (rec.activation) to tell the two apart
         return (
-            f"{agree} at this step and no output is recorded before it: its input differs "
-            "(another batch: Keras fit shuffles unless shuffle=False, a tf.data shuffle or batching on one side), "
-            f"or {'the model or the loss' if loss else 'the layer'} computes another function of it"
-            + ("" if loss else " (activation, padding, data format)")
+            f"{agree} at this step and no output is recorded before it: "
+            f"{'the model or the loss' if loss else 'the layer'} computes another function of its input"
+            + ("" if loss else " (activation, a scale, epsilon, padding, data format)")
+            + ", or its input differs (another batch: Keras fit shuffles unless shuffle=False, a tf.data shuffle "
+            "or batching on one side); recording the input too tells the two apart"
         )
 
     def _zero_in_one_run(self, pair: Pair, k: int) -> int:
@@ -762,6 +766,58 @@ class Comparison:
             "gradients recorded after clipping by one run and before it by the other (every gradient then has one "
             "factor, the global norm over the clip norm, and the weights agree)"
         )
+
+    def _schedule_note(self, pair: Pair, k: int) -> Optional[str]:
+        """For a scalar hyper-parameter diverging at compared step ``k``: when, at ``k`` and every
+        later step both runs logged, the candidate's value is the baseline's a few steps later or
+        earlier (:data:`SHIFTS`), or the baseline's times one factor, say so. A new user's warm-up
+        off by one step showed lr 0.001 against 0 at step 0, ``max_rel_diff=n/a``, and no note."""
+        if not pair.use_values or pair.base.values.shape[1] < 1 or pair.cand.values.shape[1] < 1:
+            return None
+        if int(pair.base.stats[pair.ib[k], metadata.STAT_INDEX["size"]]) != 1:
+            return None
+        both = np.flatnonzero((pair.ib >= 0) & (pair.ic >= 0))
+        steps = self.steps[both]
+        b = pair.base.values[pair.ib[both], 0].astype(np.float64)
+        c = pair.cand.values[pair.ic[both], 0].astype(np.float64)
+        if not (np.isfinite(b).all() and np.isfinite(c).all()):
+            return None
+        at = int(np.searchsorted(both, k))  # k's place among the steps both logged
+        # a schedule rounds at the scale of its peak (tolerance.HPARAM_ATOL_OF_PEAK): 4 ulps of it
+        close = 4.0 * HPARAM_RTOL * float(np.abs(b).max())
+        index = {int(s): i for i, s in enumerate(steps)}
+        step_k = int(steps[at])
+        for shift in SHIFTS:
+            later = [(i, int(s) + shift) for i, s in enumerate(steps[at:], at)]
+            # a step whose counterpart the baseline did not log counts only past either end of its record
+            if any(t not in index and steps[0] <= t <= steps[-1] for _, t in later):
+                continue
+            found = [(i, index[t]) for i, t in later if t in index]
+            if len(found) < 2:
+                continue
+            if all(abs(c[i] - b[j]) <= close for i, j in found):
+                side = "later" if shift > 0 else "earlier"
+                return (
+                    f"from step {step_k} on (the {len(found)} steps both runs logged that it can be read at), the "
+                    f"candidate's value at each step is the baseline's {abs(shift)} step(s) {side} (at step {step_k}: "
+                    f"the baseline's at step {step_k + shift}"
+                    + (", before its record begins" if step_k + shift < steps[0] else "")
+                    + f"): its schedule runs {abs(shift)} step(s) "
+                    + ("ahead" if shift > 0 else "behind")
+                    + ": a step count read after its increment (optimizer.iterations + 1) where the other reads it "
+                    "before, a warm-up counted from 1 against 0, or boundaries shifted by one"
+                )
+        rest = slice(at, None)
+        if len(b[rest]) >= 2 and np.all(np.abs(b[rest]) > close):
+            ratio = c[rest] / b[rest]
+            factor = float(np.median(ratio))
+            if abs(factor - 1.0) > 1e-3 and np.all(np.abs(c[rest] - factor * b[rest]) <= close * max(1.0, factor)):
+                return (
+                    f"from step {step_k} on, the candidate's value is the baseline's times {factor:.4g} at every "
+                    f"step both logged ({len(b[rest])}): the same schedule at another scale (its initial or peak "
+                    "value; a learning rate scaled by the replicas or the batch size on one side)"
+                )
+        return None
 
     def _update_scale(self, pair: Pair, k: int) -> Optional[float]:
         """The one factor, not 1, by which the candidate's update of a weight from the step before
@@ -1155,6 +1211,9 @@ _MOVING_STATS = re.compile(r"moving_(mean|variance)", re.IGNORECASE)
 _BATCH_NORM = re.compile(r"batch_?norm|(^|/)bn\d*(/|$)", re.IGNORECASE)
 
 #: A momentum slot's name on either side (TF1 ``Momentum``, tf_keras ``momentum``, Keras 3 ``velocity``).
+#: Step offsets a schedule note tries, nearest first (:meth:`Comparison._schedule_note`).
+SHIFTS = (1, -1, 2, -2, 3, -3)
+
 _MOMENTUM = re.compile(r"momentum|velocity", re.IGNORECASE)
 
 #: Kinds computed from a batch: a partial last batch retraces them (one warning per run for those).

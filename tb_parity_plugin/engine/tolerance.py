@@ -302,7 +302,9 @@ class TolerancePolicy:
         for pattern in self.allow_unmatched:
             match = patterns.matcher(pattern, f"allow_unmatched pattern {pattern!r}")
             if not any(match(t) for t in (*base, *cand)):
-                out.append(f"allow_unmatched pattern {pattern!r} matches no tensor of either run, so it declares nothing")
+                out.append(
+                    f"allow_unmatched pattern {pattern!r} matches no tensor of either run, so it declares nothing"
+                )
         return out
 
     def to_dict(self) -> dict[str, Any]:

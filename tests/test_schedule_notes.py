@@ -1,0 +1,43 @@
+"""A hyper-parameter that diverges says when it is the baseline's schedule shifted or scaled.
+
+A new user's warm-up off by one step showed ``lr 0.001 against 0`` at step 0 with
+``max_rel_diff=n/a`` and no note; the port's value at every step was TF1's at the next. Expected
+values here are the schedules written out in numpy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from engine_helpers import run, series
+
+from tb_parity_plugin.engine import Comparison
+
+STEPS = np.arange(30)
+
+
+def _warmup_then_decay(steps: np.ndarray, peak: float = 5e-3, warmup: int = 5) -> np.ndarray:
+    """BERT's schedule: linear warm-up from 0, then linear decay to 0 at step 30."""
+    s = steps.astype(np.float64)
+    return np.where(s < warmup, peak * s / warmup, peak * (1 - (s - warmup) / (30 - warmup))).clip(0)
+
+
+def _first(base_lr: np.ndarray, cand_lr: np.ndarray):  # type: ignore[no-untyped-def]
+    lrs = [[np.float32(v) for v in values] for values in (base_lr, cand_lr)]
+    found = Comparison(run("tf1", [series("lr", "lr", lrs[0])]), run("tf2", [series("lr", "lr", lrs[1])])).report()
+    assert found.first_divergence is not None and found.first_divergence.kind == "lr"
+    return found.first_divergence
+
+
+def test_a_schedule_one_step_ahead_or_two_behind_is_named() -> None:
+    ahead = _first(_warmup_then_decay(STEPS), _warmup_then_decay(STEPS + 1))
+    assert ahead.step == 0 and "is the baseline's 1 step(s) later (at step 0: the baseline's at step 1)" in ahead.note
+    assert "runs 1 step(s) ahead" in ahead.note
+    behind = _first(_warmup_then_decay(STEPS), _warmup_then_decay(STEPS - 2))
+    assert behind.step == 1 and "the baseline's 2 step(s) earlier" in behind.note, behind.note
+
+
+def test_a_scaled_schedule_is_named_and_another_schedule_is_not_called_either() -> None:
+    scaled = _first(_warmup_then_decay(STEPS), 2 * _warmup_then_decay(STEPS))
+    assert scaled.step == 1 and "the baseline's times 2 at every step" in (scaled.note or ""), scaled.note
+    other = _first(_warmup_then_decay(STEPS), _warmup_then_decay(STEPS, warmup=8))
+    assert other.step == 1 and other.note is None, other.note
