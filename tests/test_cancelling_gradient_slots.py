@@ -148,6 +148,15 @@ def test_adam_moves_a_bias_before_batch_norm_by_noise_and_the_divergence_says_so
     largest = max(np.abs(_by_kind(run, s, "grad", "dense/bias")[out]).max() for run in (tf1, tf2) for s in range(first))
     assert f"the {out.sum()} elements out of tolerance had gradients of at most {largest:.3g}" in found.note
     assert "rounding noise" in found.note and "epsilon" in found.note, found.note
+    # and how to hold that tensor alone once the settings are ruled out: its largest drift (numpy)
+    drift = max(
+        np.abs(_by_kind(tf2, s, "weight", "dense/bias") - _by_kind(tf1, s, "weight", "dense/bias")).max()
+        for s in range(STEPS)
+    )
+    atol = 10.0 ** np.ceil(np.log10(2 * drift))
+    assert f"(at most {drift:.3g}): --override 'weight/dense/bias:0:atol={atol:g}'" in found.note, found.note
+    held = compare(str(tmp_path), baseline="tf1", candidate="tf2", overrides=[f"weight/dense/bias:0:atol={atol:g}"])
+    assert held.first_divergence is None or held.first_divergence.tensor != "dense/bias:0", held.first_divergence
 
 
 def test_adam_before_batch_norm_a_wrong_beta2_is_still_found_on_v_at_step_1(tmp_path) -> None:

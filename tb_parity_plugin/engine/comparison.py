@@ -568,7 +568,30 @@ class Comparison:
                 f"another size): {'; '.join(causes)}"
                 + (_nesterov_hint(scale) if self._first_momentum_update(g, k) else "")
             )
-        return note + noise
+        gap = self._largest_gap(pair)
+        hold = (
+            f"; ruled out, hold this tensor alone to its drift over the {gap[1]} steps both runs logged (at most "
+            f"{gap[0]:.3g}): --override '{pair.base.kind}/{pair.base.name}:atol={_looser(gap[0]):g}'"
+            if gap is not None
+            else ""
+        )
+        return note + noise + hold + "; README: What counts as a divergence"
+
+    def _largest_gap(self, pair: Pair) -> Optional[tuple[float, int]]:
+        """(largest finite |c - b| of ``pair`` over every compared step both runs kept full values at,
+        how many such steps): what an override for that tensor alone must allow (a new user's
+        attention key bias, whose gradient softmax cancels, drifted to 5.2e-4 by step 23 under Adam)."""
+        if not pair.use_values:
+            return None
+        rows = np.flatnonzero((pair.ib >= 0) & (pair.ic >= 0))
+        if not len(rows):
+            return None
+        n = min(pair.base.values.shape[1], pair.cand.values.shape[1])
+        b = take_rows(pair.base.values, pair.ib[rows])[:, :n].astype(np.float64)
+        c = take_rows(pair.cand.values, pair.ic[rows])[:, :n].astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            gap = np.where(np.isfinite(b) & np.isfinite(c), np.abs(c - b), 0.0).max(initial=0.0)
+        return float(gap), len(rows)
 
     def _slots_fed_by(self, g: Pair) -> list[Pair]:
         """The slot pairs gradient pair ``g`` feeds (``Pair.feeder``)."""
@@ -639,7 +662,7 @@ class Comparison:
                 "into steps near its learning rate, so faithful runs drift apart there, and so does a small real "
                 "difference in what those gradients came from (a normalization layer's epsilon). Check the "
                 "optimizer's epsilon first (TF1 Adam 1e-8, Keras 1e-7), then the layers' (Keras "
-                "LayerNormalization and BatchNormalization 1e-3); README: What counts as a divergence"
+                "LayerNormalization and BatchNormalization 1e-3)"
             )
         return note, noise
 
