@@ -238,3 +238,29 @@ def test_a_batch_norm_output_under_a_strategy_names_per_replica_statistics() -> 
     first = Comparison(base, cand).report().first_divergence
     assert (first.step, first.tensor) == (0, "batch_normalization"), first
     assert "ran 1 and 2 replicas" in first.note and "SyncBatchNormalization" in first.note, first.note
+
+
+def test_a_weight_of_a_later_layer_compared_by_statistics_keeps_the_note() -> None:
+    """A new user's per-replica batch norm was named only while every weight kept full values: a
+    1024x1024 dense after it, compared by statistics, took the note away, though a later layer's
+    weight cannot move an earlier output. A weight of this layer or an earlier one still does."""
+    out = [np.ones(4, np.float32) for _ in range(2)]
+    moved = [o + np.float32(0.5) for o in out]
+    small = [np.ones(3, np.float32) for _ in range(2)]
+    wide = [np.ones(5000, np.float32) for _ in range(2)]
+    for wide_layer, noted in (("dense_1", True), ("dense", False)):
+
+        def tensors(first_out: list) -> list:
+            return [
+                series("weight", "model/dense/kernel:0", small),
+                series("weight", f"model/{wide_layer}/bias:0", wide, keep_values=False),
+                series("activation", "dense", first_out, order=1),
+                series("activation", "dense_1", out, order=2),
+            ]
+
+        first = Comparison(run("tf1", tensors(out)), run("tf2", tensors(moved))).report().first_divergence
+        assert (first.step, first.tensor) == (0, "dense")
+        assert (
+            "(but those of layers recorded after it, which statistics alone compare)" in (first.note or "")
+        ) == noted
+        assert ("computes another function of its input" in (first.note or "")) == noted, first.note
