@@ -250,10 +250,10 @@ def test_a_weight_of_a_later_layer_compared_by_statistics_keeps_the_note() -> No
     wide = [np.ones(5000, np.float32) for _ in range(2)]
     for wide_layer, noted in (("dense_1", True), ("dense", False)):
 
-        def tensors(first_out: list) -> list:
+        def tensors(first_out: list, layer: str = wide_layer) -> list:
             return [
                 series("weight", "model/dense/kernel:0", small),
-                series("weight", f"model/{wide_layer}/bias:0", wide, keep_values=False),
+                series("weight", f"model/{layer}/bias:0", wide, keep_values=False),
                 series("activation", "dense", first_out, order=1),
                 series("activation", "dense_1", out, order=2),
             ]
