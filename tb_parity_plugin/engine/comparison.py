@@ -580,11 +580,11 @@ class Comparison:
                 f"another size): {'; '.join(causes)}"
                 + (_nesterov_hint(scale) if self._first_momentum_update(g, k) else "")
             )
-        gap = self._largest_gap(pair)
+        drift = self._largest_gap(pair)
         hold = (
-            f"; ruled out, hold this tensor alone to its drift over the {gap[1]} steps both runs logged (at most "
-            f"{gap[0]:.3g}): --override '{pair.base.kind}/{pair.base.name}:atol={_looser(gap[0]):g}'"
-            if gap is not None
+            f"; ruled out, hold this tensor alone to its drift over the {drift[1]} steps both runs logged (at most "
+            f"{drift[0]:.3g}): --override '{pair.base.kind}/{pair.base.name}:atol={_looser(drift[0]):g}'"
+            if drift is not None
             else ""
         )
         return note + noise + hold + "; README: What counts as a divergence"
