@@ -491,8 +491,9 @@ def test_an_ambiguous_logdir_is_refused_before_any_file_is_read(tmp_path: Any, c
         reads.append(reader.bytes_read)
 
     for names in ((None, None), ("small/tf1", None), (None, "small/tf2")):
-        with pytest.raises(api.ParityInputError, match="holds 4 runs"):
+        with pytest.raises(api.ParityInputError, match="holds 4 runs") as raised:
             api.compare(root, *names, reload=reload)
+        assert "baseline= and candidate= in Python" in str(raised.value)  # not only the CLI's flags
     assert reads == []
     assert cli.main(["diff", root, "--baseline", "small/tf1"]) == 2
     assert "pass both --baseline and --candidate" in capsys.readouterr().err

@@ -18,6 +18,10 @@ import posixpath
 from collections.abc import Mapping
 from typing import Optional
 
+#: The same choice in Python's words: the message reaches ``compare()`` and ``assert_parity`` too
+#: (a new user was told the CLI's flags there).
+_IN_PYTHON = " (baseline= and candidate= in Python)"
+
 
 class RunPairError(ValueError):
     """The runs cannot be chosen as given: missing, the same, or ambiguous.
@@ -48,17 +52,21 @@ def choose_pair(
         assert given is not None
         others = [n for n in names if n != given]
         if len(others) != 1:
-            raise RunPairError(f"{where} holds {len(names)} runs ({listing}); pass both --baseline and --candidate")
+            raise RunPairError(
+                f"{where} holds {len(names)} runs ({listing}); pass both --baseline and --candidate{_IN_PYTHON}"
+            )
         return (given, others[0]) if baseline is not None else (others[0], given)
     if len(names) != 2:
-        raise RunPairError(f"{where} holds {len(names)} runs ({listing}); pass --baseline RUN and --candidate RUN")
+        raise RunPairError(
+            f"{where} holds {len(names)} runs ({listing}); pass --baseline RUN and --candidate RUN{_IN_PYTHON}"
+        )
     tf1 = [n for n in names if sides[n] == "tf1"]
     tf2 = [n for n in names if sides[n] == "tf2"]
     if len(tf1) == 1:
         return tf1[0], next(n for n in names if n != tf1[0])
     if len(tf2) == 1:
         return next(n for n in names if n != tf2[0]), tf2[0]
-    raise RunPairError(f"cannot tell which of {listing} is the TF1 run; pass --baseline RUN")
+    raise RunPairError(f"cannot tell which of {listing} is the TF1 run; pass --baseline RUN{_IN_PYTHON}")
 
 
 def suggest_pairs(sides: Mapping[str, str]) -> list[dict[str, str]]:
