@@ -465,3 +465,18 @@ def test_a_slot_fed_by_noise_says_so_and_one_fed_alike_with_another_rule_does_no
     first = Comparison(*_momentum_runs(small, small, beta_c=0.5)).report().first_divergence
     assert first is not None and first.kind == "slot", first
     assert "rounding noise" not in (first.note or ""), first.note
+
+
+def test_a_slot_carrying_its_gradients_admitted_difference_says_so_not_its_rule() -> None:
+    """A new user's loosened ``grad/*`` atol admitted a gradient 3.3e-4 apart (an Adam epsilon's doing)
+    and its slot, carrying it, was told of clipping, weight decay or its betas. numpy: the gradient of
+    1e-2 is 5e-6 apart at step 1 only (within its atol 1e-5, past the slot rule's 1e-8 + 1e-4 |g|),
+    and the momentum at step 2 by the same 5e-6, which the slot rule and the capped allowance
+    (about 3e-6) do not pass."""
+    gaps, slot_gap = [0, 5e-6, 0, 0, 0, 0], [0, 0, 5e-6, 5e-6, 5e-6, 5e-6]
+    assert 1e-8 + 1e-4 * 1e-2 < 5e-6 < 1e-5
+    report = Comparison(*_runs(gaps, slot_gap, grad=1e-2, slot=1e-2)).report()
+    first = report.first_divergence
+    assert first is not None and (first.step, first.kind) == (2, "slot"), first
+    assert first.note is not None and "differed by up to 5e-06 (at step 1)" in first.note, first.note
+    assert "the slot carries the gradient's difference" in first.note and "clipping" not in first.note

@@ -91,19 +91,37 @@ def shapes_compatible(a: tuple[Optional[int], ...], b: tuple[Optional[int], ...]
 
 
 def reshaped(a: Sequence[Optional[int]], b: Sequence[Optional[int]]) -> bool:
-    """Two fully known static shapes, not equal, that hold the same elements in the same
-    row-major order because one is the other with adjacent dimensions merged (or dimensions of 1
-    added): Keras ``MultiHeadAttention``'s query kernel ``[d, heads, key_dim]`` against a TF1
-    dense's ``[d, heads * key_dim]``, its output kernel ``[heads, key_dim, d]`` against
-    ``[heads * key_dim, d]``. Paired by name or ``--map``, they are compared element for element:
-    a faithful attention port was a shape divergence. A transposed layout is not such a pair."""
-    if tuple(a) == tuple(b) or None in a or None in b:
-        return False
-    dims_a, dims_b = [int(x) for x in a if x is not None], [int(x) for x in b if x is not None]
+    """Two static shapes, not equal, that hold the same elements in the same row-major order
+    because one is the other with adjacent dimensions merged (or dimensions of 1 added): Keras
+    ``MultiHeadAttention``'s query kernel ``[d, heads, key_dim]`` against a TF1 dense's
+    ``[d, heads * key_dim]``, its output kernel ``[heads, key_dim, d]`` against
+    ``[heads * key_dim, d]``; a TF1 activation ``[None, 27]`` (a placeholder's batch) against the
+    port's ``[10, 3, 3, 3]`` (dropout before flatten). Paired by name or ``--map``, they are
+    compared element for element: a faithful attention port was a shape divergence. A
+    transposed layout is not such a pair. See :func:`reshaped_prefix`."""
+    return reshaped_prefix(a, b) is not None
+
+
+def reshaped_prefix(a: Sequence[Optional[int]], b: Sequence[Optional[int]]) -> Optional[int]:
+    """For a :func:`reshaped` pair, how many leading dimensions the two shapes share (a graph's
+    unknown batch dimension among them, matched at run time: :meth:`Pair.dims_differ`); the
+    dimensions after them are known and regroup the same elements. None when not reshaped."""
+    a, b = tuple(a), tuple(b)
+    if a == b or a == (None,) or b == (None,):
+        return None
+    lead = 0
+    while lead < min(len(a), len(b)) and (a[lead] is None or b[lead] is None or a[lead] == b[lead]):
+        if None not in a[lead:] and None not in b[lead:]:
+            break  # the rest is known: regrouped from here (or from an earlier known dimension)
+        lead += 1
+    rest_a, rest_b = a[lead:], b[lead:]
+    if None in rest_a or None in rest_b or rest_a == rest_b:
+        return None
+    dims_a, dims_b = [int(x) for x in rest_a if x is not None], [int(x) for x in rest_b if x is not None]
     if math.prod(dims_a) != math.prod(dims_b) or math.prod(dims_a) == 0:
-        return False
+        return None
     cuts_a, cuts_b = set(itertools.accumulate(dims_a, operator.mul)), set(itertools.accumulate(dims_b, operator.mul))
-    return cuts_a <= cuts_b or cuts_b <= cuts_a
+    return lead if cuts_a <= cuts_b or cuts_b <= cuts_a else None
 
 
 def same_elements(a: Sequence[Optional[int]], b: Sequence[Optional[int]]) -> bool:
@@ -1310,7 +1328,8 @@ def align(
     if regrouped:  # one line: an attention port has four kernels, their biases, gradients and slots
         warnings.append(
             f"{len(regrouped)} paired tensor(s) hold the same elements in shapes with adjacent dimensions "
-            "merged (a dense [d, heads*key_dim] against MultiHeadAttention's [d, heads, key_dim]) and are "
+            "merged (a dense [d, heads*key_dim] against MultiHeadAttention's [d, heads, key_dim], an activation "
+            "after a flatten against one before it) and are "
             f"compared element for element in row-major order: {', '.join(regrouped[:4])}"
             + (f" and {len(regrouped) - 4} more" if len(regrouped) > 4 else "")
         )

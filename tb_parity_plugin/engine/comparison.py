@@ -23,7 +23,7 @@ import numpy as np
 from tb_parity_plugin.engine import align, allclose, batch, kinks, refresh, replicas, structure
 from tb_parity_plugin.engine.matrix import ABSENT, OK, REASONS, VALUE, ParityMatrix
 from tb_parity_plugin.engine.nonfinite import FirstNonfinite
-from tb_parity_plugin.engine.pair import Pair, take_rows
+from tb_parity_plugin.engine.pair import GradientScale, Pair, take_rows
 from tb_parity_plugin.engine.tolerance import (
     HPARAM_KINDS,
     HPARAM_RTOL,
@@ -186,10 +186,13 @@ class Comparison:
         allows what the gradient's differences add up to), and take it from a pair kept from the
         last alignment that no longer has one. Only the slots are visited, not every pair."""
         fed = []
+        scale = None
         for i, (j, moment, averages) in self._feeding.items():
             p = pairs[i]
             if p.use_values or p.partial:
-                p.link_feeder(pairs[j], self.policy.equal_nan, moment, averages)
+                if scale is None:
+                    scale = GradientScale([q for q in pairs if q.base.kind == "grad"])
+                p.link_feeder(pairs[j], self.policy.equal_nan, moment, averages, scale)
                 fed.append(p)
         now = {id(p) for p in fed}
         for p in self._fed:
@@ -745,6 +748,9 @@ class Comparison:
         earlier = self._earlier_gradients(pair, g, k)
         if earlier is None or not max(float(np.abs(a).max(initial=0.0)) for a in earlier[0]) >= g.tol.atol:
             return None
+        carried = self._carried_gradient_difference(pair, g, k, earlier)
+        if carried is not None:
+            return carried
         note = (
             f"its gradient {g.base.kind}/{g.base.name} agreed element-wise at every earlier step: what reaches "
             "the slot differs from the recorded gradient (clipping between the two: clipnorm clips each variable "
@@ -785,6 +791,36 @@ class Comparison:
                 f"{scale:.4g} (clipping: one side's clip factor over the other's), or one side scales it (dampening)"
             )
         return note
+
+    def _carried_gradient_difference(
+        self, pair: Pair, g: Pair, k: int, earlier: tuple[list[np.ndarray], Optional[np.ndarray]]
+    ) -> Optional[str]:
+        """For :meth:`_slot_fed_otherwise`: when the gradient's differences at the earlier steps (each
+        within the gradient's tolerance) add up to the slot's difference at ``k``, the slot only
+        carries them, and says so rather than blame its rule. A new user's loosened ``grad/*`` atol
+        admitted a gradient 3.3e-4 apart after an epsilon difference; its Adam slot, 0.1 of that
+        apart, was told of clipping, weight decay or its betas (the same on both sides)."""
+        both = pair.step_values(k)
+        if both is None:
+            return None
+        b, c = (np.asarray(x, np.float64) for x in both)
+        cols = earlier[1] if earlier[1] is not None else slice(None)
+        with np.errstate(invalid="ignore"):
+            slot_gap = float(np.nan_to_num(np.abs(c - b)[cols]).max(initial=0.0))
+            per_step = np.nan_to_num(np.abs(earlier[0][1] - earlier[0][0])).max(axis=1, initial=0.0)
+        if not len(per_step) or slot_gap <= 0 or slot_gap > 1.01 * float(per_step.sum()):
+            return None
+        seen = np.flatnonzero((g.ib[:k] >= 0) & (g.ic[:k] >= 0))
+        at = int(self.steps[seen[int(np.argmax(per_step))]])
+        return (
+            f"its gradient {g.base.kind}/{g.base.name} agreed within its tolerance (atol {g.tol.atol:g}) at every "
+            f"earlier step but differed by up to {float(per_step.max()):.3g} (at step {at}); those differences add "
+            f"up to {float(per_step.sum()):.3g}, enough for the slot's {slot_gap:.3g}: the slot carries the "
+            "gradient's difference, which the gradient's tolerance admits and the slot's rule (1e-4 of the "
+            "gradient) does not; look for what moved the gradient there (the weights or inputs before it, a "
+            "setting such as an optimizer's epsilon, or a tolerance loosened with --override) rather than the "
+            "slot's rule"
+        )
 
     def _grad_scale(self, pair: Pair, k: int) -> Optional[str]:
         """A gradient that is the baseline's times one factor at every element (compared by

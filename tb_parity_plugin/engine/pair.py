@@ -15,7 +15,7 @@ import numpy as np
 
 from tb_parity_plugin.engine import align, allclose, stat_bounds
 from tb_parity_plugin.engine.matrix import ABSENT, DTYPE, MISSING, NONFINITE, OK, SHAPE, VALUE
-from tb_parity_plugin.engine.tolerance import StepClock, Tolerance
+from tb_parity_plugin.engine.tolerance import GRAD_NOISE_OF_MAX, StepClock, Tolerance
 from tb_parity_plugin.engine.verdicts import FIGURES, json_float
 from tb_parity_plugin.records import metadata
 
@@ -30,6 +30,33 @@ def take_rows(array: np.ndarray, index: np.ndarray) -> np.ndarray:
         return array[index[0] : index[-1] + 1]
     rows: np.ndarray = array[index]  # numpy types integer-array indexing as Any
     return rows
+
+
+class GradientScale:
+    """The largest finite |element| of any gradient the baseline recorded, per compared step (from
+    each gradient's statistics: statistics-only gradients count): the scale of a step's gradients,
+    whose float32 rounding a slot's allowance admits (:data:`GRAD_NOISE_OF_MAX`). One per update of
+    a comparison, shared by its slots."""
+
+    def __init__(self, grads: list[Pair]) -> None:
+        self._grads = grads
+        self._upto = np.zeros(0)
+
+    def upto(self, k1: int) -> np.ndarray:
+        """The scale at compared steps ``[0, k1)`` (fewer when fewer steps are compared)."""
+        k1 = min(k1, min((len(g.ib) for g in self._grads), default=0))
+        if len(self._upto) < k1:
+            out = np.zeros(k1)
+            for g in self._grads:
+                ib = g.ib[:k1]
+                rows = np.flatnonzero(ib >= 0)
+                if len(rows):
+                    st = take_rows(g.base.stats, ib[rows])
+                    with np.errstate(invalid="ignore"):
+                        peak = np.fmax(np.abs(st[:, _IDX["min"]]), np.abs(st[:, _IDX["max"]]))
+                    out[rows] = np.maximum(out[rows], np.where(np.isfinite(peak), peak, 0.0))
+            self._upto = out
+        return self._upto[:k1]
 
 
 def _row(atol: float | np.ndarray, i: int) -> float:
@@ -129,6 +156,9 @@ class Pair:
     #: of float32 noise (~1e-9, within every tolerance), and its momentum sums that noise past the
     #: slot's floor of 1e-8: a faithful port was a DIVERGE at step 3 or 4 on that slot alone.
     feeder: Optional[Pair] = dataclasses.field(default=None, repr=False, compare=False)
+    #: The step's gradient scale (:class:`GradientScale`), beside :attr:`feeder`: up to
+    #: :data:`GRAD_NOISE_OF_MAX` of it, a gradient's difference is rounding and counts in full
+    grad_scale: Optional[GradientScale] = dataclasses.field(default=None, repr=False, compare=False)
     feeder_equal_nan: bool = False
     feeder_moment: int = 0
     feeder_averages: bool = False
@@ -143,8 +173,9 @@ class Pair:
     #: steps set the share. A sample's own largest element is not its tensor's: a review's
     #: activation of peak 1000 agreed with full values and diverged by its sample.
     scale: Optional[Any] = dataclasses.field(default=None, repr=False, compare=False)
-    #: :meth:`allowance` per compared step, computed for ``[:len]``
+    #: :meth:`allowance` per compared step, computed for ``[:len]``, and the gradient scale it used
     _through: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
+    _scale_seen: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
 
     @functools.cached_property
     def static_reason(self) -> int:
@@ -346,8 +377,13 @@ class Pair:
 
     def dims_differ(self, rb: np.ndarray, rc: np.ndarray) -> np.ndarray:
         """bool per row: both runtime shapes known there and different (rank and size are
-        compared with the statistics; this catches the same size in another shape)."""
+        compared with the statistics; this catches the same size in another shape). A
+        :attr:`reshaped` pair compares the leading dimensions the two shapes share (a batch): its
+        other dimensions are known and regroup the same elements."""
         db, dc = self.base.dims, self.cand.dims
+        if db is not None and dc is not None and self.reshaped:
+            lead = align.reshaped_prefix(tuple(self.base.shape), tuple(self.cand.shape)) or 0
+            db, dc = db[:, :lead], dc[:, :lead]
         if db is None or dc is None or db.shape[1] != dc.shape[1]:
             return np.zeros(len(rb), dtype=bool)
         b, c = db[rb], dc[rc]
@@ -388,18 +424,36 @@ class Pair:
             return list(series.shape)
         return [None if d < 0 else int(d) for d in series.dims[row]]
 
-    def link_feeder(self, feeder: Optional[Pair], equal_nan: bool, moment: int, averages: bool) -> None:
-        """Set :attr:`feeder`. Verdicts settled with another one (or none) are forgotten: a rebuilt
-        gradient pair means its rows changed, and with them what this slot was allowed."""
+    def link_feeder(
+        self,
+        feeder: Optional[Pair],
+        equal_nan: bool,
+        moment: int,
+        averages: bool,
+        scale: Optional[GradientScale] = None,
+    ) -> None:
+        """Set :attr:`feeder` and :attr:`grad_scale`. Verdicts settled with another one (or none),
+        or with a gradient scale that has changed at their steps (a gradient rewritten), are
+        forgotten: a rebuilt gradient pair means its rows changed, and with them what this slot
+        was allowed."""
         rule = (equal_nan, moment, averages)
-        if feeder is self.feeder and rule == (self.feeder_equal_nan, self.feeder_moment, self.feeder_averages):
+        seen = len(self._scale_seen)
+        same_scale = (scale is None) == (self.grad_scale is None) and (
+            scale is None or np.array_equal(scale.upto(seen), self._scale_seen)
+        )
+        self.grad_scale = scale
+        if (
+            feeder is self.feeder
+            and rule == (self.feeder_equal_nan, self.feeder_moment, self.feeder_averages)
+            and same_scale
+        ):
             return
         if self.done or self.ratio_done:
             self.done = self.ratio_done = 0
             self.first_bad = -1
             self._found = None
         self.feeder, (self.feeder_equal_nan, self.feeder_moment, self.feeder_averages) = feeder, rule
-        self._through = np.zeros(0)
+        self._through = self._scale_seen = np.zeros(0)
 
     def allowance(self, k1: int) -> np.ndarray:
         """Per compared step ``[0, k1)``: the sum (a summing slot) or the largest (an averaging
@@ -417,7 +471,9 @@ class Pair:
         difference a step, an accumulator (``+ g²``) by its square's, and a moving average
         (``b v + (1 - b) g²``) by at most the largest of them; the tightest bound each (a sum for
         Adam's ``v`` would pass a wrong beta2). A gradient that diverged excuses nothing, and
-        one compared by statistics only shows no element's difference: neither adds to it."""
+        one compared by statistics only shows no element's difference: neither adds to it. Up to
+        :data:`GRAD_NOISE_OF_MAX` of the step's gradient scale (:attr:`grad_scale`), a difference is
+        the gradient's rounding and counts in full: a bias before batch norm."""
         g = self.feeder
         if g is None:
             return np.zeros(k1)
@@ -426,29 +482,35 @@ class Pair:
             g.ensure(k1, self.feeder_equal_nan)
             ib, ic = g.ib[k0:k1], g.ic[k0:k1]
             rows = np.flatnonzero((np.asarray(g.reason[k0:k1]) == OK) & (ib >= 0) & (ic >= 0))
+            scale = self.grad_scale.upto(k1) if self.grad_scale is not None else np.zeros(k1)
+            noise = scale[k0:k1][rows] * GRAD_NOISE_OF_MAX
             step = np.zeros(k1 - k0)
             if g.use_values:
                 b = take_rows(g.base.values, ib[rows]).astype(np.float64)
                 c = take_rows(g.cand.values, ic[rows]).astype(np.float64)
                 if b.size:
-                    step[rows] = self._moved(b, c)
+                    step[rows] = self._moved(b, c, noise)
             elif g.partial:
                 for j, bv, cv in g._valued_rows(ib[rows], ic[rows]):
-                    step[rows[j]] = self._moved(bv[None].astype(np.float64), cv[None].astype(np.float64))[0]
+                    step[rows[j]] = self._moved(
+                        bv[None].astype(np.float64), cv[None].astype(np.float64), noise[j : j + 1]
+                    )[0]
             start = self._through[-1] if k0 else 0.0
             grown = np.maximum(start, np.maximum.accumulate(step)) if self.feeder_averages else start + np.cumsum(step)
             self._through = np.concatenate([self._through, grown])
+            self._scale_seen = scale
         before: np.ndarray = np.concatenate([[0.0], self._through[: k1 - 1]]) if k1 else np.zeros(0)
         return before
 
-    def _moved(self, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    def _moved(self, b: np.ndarray, c: np.ndarray, noise: np.ndarray) -> np.ndarray:
         """Per row of gradient values (float64, ``[rows, size]``): what this slot may move by. Each
-        element's ``|g_c - g_b|`` is capped at what this slot's rule allows (``atol + rtol |g_b|``),
+        element's ``|g_c - g_b|`` is capped at what this slot's rule allows (``atol + rtol |g_b|``)
+        or the row's ``noise`` (the gradient's rounding at the step's scale), whichever is larger,
         and a second moment's change is that of ``g²`` for a gradient that close:
         ``d (2 |g_b| + d)``. An element whose difference is not finite (NaN against NaN under
         ``equal_nan``, inf against inf) adds nothing, and leaves the others' count."""
         with np.errstate(invalid="ignore", over="ignore"):
-            d = np.minimum(np.abs(c - b), self.tol.atol + self.tol.rtol * np.abs(b))
+            d = np.minimum(np.abs(c - b), np.maximum(self.tol.atol + self.tol.rtol * np.abs(b), noise[:, None]))
             parts = []
             if self.feeder_moment != 2:
                 parts.append(d)
