@@ -145,6 +145,20 @@ def test_report_shows_structure_and_the_weaker_agreement(tmp_path) -> None:
     assert "AGREE within statistics" in doc
 
 
+def test_the_divergence_maps_long_names_are_marked_as_cut(tmp_path) -> None:
+    """A row label cut to its end starts with an ellipsis ("tate/batch_normalization/moving_mean:0"
+    read as a name); the tooltip holds the whole name."""
+    from engine_helpers import write_run
+
+    from tb_parity_plugin.report import page
+
+    name = "state/batch_normalization/moving_mean:0"  # 39 characters, the map shows 38
+    for run in ("tf1", "tf2"):
+        write_run(str(tmp_path), run, range(3), lambda s: [("state", name[6:], np.ones(3, np.float32))], side=run)
+    doc = page.report_document(api.compare(str(tmp_path)))
+    assert f">\u2026{name[-37:]}<title>{name}</title>" in doc and f">{name[-38:]}<" not in doc
+
+
 @pytest.mark.parametrize("diverge_at", [None, 3])
 def test_a_verdict_from_damaged_files_carries_its_problems(tmp_path, capsys, diverge_at) -> None:
     """A bit flip mid-file in the candidate: the page's verdict box is followed at once by the read

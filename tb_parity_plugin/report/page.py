@@ -188,6 +188,12 @@ def _charts(summary: Mapping[str, Any], scalars: Optional[Scalars]) -> str:
     return f'<h3>Learning rate and loss</h3><div class="charts">{"".join(charts)}</div>'
 
 
+def _tail(name: str, width: int) -> str:
+    """The end of a long name, marked as cut (a new user read "tate/batch_normalization/..." as a
+    name): a tensor's leaf is what tells rows apart; the tooltip holds the whole name."""
+    return name if len(name) <= width else "\u2026" + name[-(width - 1) :]
+
+
 def _heat_map(matrix: Optional[matrix_mod.ParityMatrix]) -> str:
     """The engine's matrix as a PNG (tensors down, steps across) in an SVG with the
     first divergence outlined and, for few tensors, their names."""
@@ -210,7 +216,7 @@ def _heat_map(matrix: Optional[matrix_mod.ParityMatrix]) -> str:
         for i, name in enumerate(shown.tensors):
             parts.append(
                 f'<text x="{label_w - 4}" y="{(i + 0.75) * row_h:.1f}" text-anchor="end">'
-                f"{_e(name[-38:])}<title>{_e(name)}</title></text>"
+                f"{_e(_tail(name, 38))}<title>{_e(name)}</title></text>"
             )
     if shown.first_divergence is not None:
         row, col = shown.first_divergence
