@@ -72,6 +72,7 @@ class Comparison:
         self._weight_grads: dict[int, int] = {}  # weight match -> its gradient's match
         self._grad_of: Optional[dict[int, Pair]] = None  # id(weight pair) -> gradient pair, when asked
         self._fed: list[Pair] = []  # the pairs given a feeder by the last update
+        self._unused: Optional[tuple[Any, list[str]]] = None  # (the keys it is for, the warnings)
         #: (step index, the pairs up to the first divergent one, their statistics-only tags): _unproven_before
         self._unproven: Optional[tuple[int, list[Pair], list[str]]] = None
         self._earlier: Optional[tuple[int, list[Pair], list[str]]] = None
@@ -172,6 +173,14 @@ class Comparison:
         self.steps = self._clock.steps = steps
         self.base, self.cand = base, cand
         self._nonfinite = {run.name: self._first_nonfinite(run) for run in (base, cand)}
+
+    def _unused_patterns(self) -> list[str]:
+        """:meth:`Policy.unused_patterns` of the two runs' tags, kept while their tensors are (the
+        alignment's keys): a refresh's report asked again for each of 400 tags."""
+        if self._unused is None or self._unused[0] is not self._keys:
+            tags = ([f"{s.kind}/{s.name}" for s in run.tensors.values()] for run in (self.base, self.cand))
+            self._unused = (self._keys, self.policy.unused_patterns(*tags))
+        return list(self._unused[1])
 
     def _link_scales(self, pairs: list[Pair], base_tensors: Any) -> None:
         """Give each element sample its tensor's baseline series (``Pair.scale``: its tolerance's
@@ -1021,9 +1030,7 @@ class Comparison:
             + list(alignment.warnings)
             + [w for reps in self._replicas.values() for w in reps.warnings]
             + [warning for run in (base, cand) for warning in _layout_warnings(run)]
-            + self.policy.unused_patterns(
-                *([f"{s.kind}/{s.name}" for s in run.tensors.values()] for run in (base, cand))
-            ),
+            + self._unused_patterns(),
             statistics_only=[f"{p.base.kind}/{p.base.name}" for p in tensors if not p.use_values],
             partly_values={f"{p.base.kind}/{p.base.name}": list(p.valued_steps()) for p in tensors if p.partial},
             # only when the first divergence is a pair's (not structure, not a replica's copies)
