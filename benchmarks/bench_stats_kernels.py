@@ -91,6 +91,36 @@ def numba_kernels() -> dict[str, Callable[[np.ndarray], Any]]:
     }
 
 
+def count_kernels() -> dict[str, Callable[[tf.Tensor], Any]]:
+    """Stock TensorFlow ways to count the negative, zero and positive elements (session 16): the
+    shim's (``sign``, then its sum and sum of squares), and single ops that might replace the three:
+    Debugger V2's own FULL_HEALTH kernel (``DebugNumericSummaryV2``, a serial loop over the
+    elements), ``Bucketize`` at 0 and the smallest positive float then a ``bincount``, and ``sign``
+    cast to indices for a ``bincount``. Each is the counts alone, to set beside the shim's kernel."""
+    tiny = float(np.nextafter(np.float32(0), np.float32(1)))
+
+    def shim_signs(t: tf.Tensor) -> tf.Tensor:
+        sign = tf.sign(t)
+        return tf.stack([tf.reduce_sum(sign), tf.nn.l2_loss(sign)])
+
+    def full_health(t: tf.Tensor) -> tf.Tensor:
+        return tf.raw_ops.DebugNumericSummaryV2(input=t, output_dtype=tf.float64, tensor_debug_mode=4, tensor_id=0)
+
+    def bucketize(t: tf.Tensor) -> tf.Tensor:
+        return tf.math.bincount(tf.raw_ops.Bucketize(input=t, boundaries=[0.0, tiny]), minlength=3, maxlength=3)
+
+    def sign_bincount(t: tf.Tensor) -> tf.Tensor:
+        return tf.math.bincount(tf.cast(tf.sign(t), tf.int32) + 1, minlength=3, maxlength=3)
+
+    kernels = {
+        "sign, sum, sum of squares (the shim's)": shim_signs,
+        "DebugNumericSummaryV2 FULL_HEALTH": full_health,
+        "Bucketize + bincount": bucketize,
+        "sign as index + bincount": sign_bincount,
+    }
+    return {name: tf.function(fn) for name, fn in kernels.items()}
+
+
 def main() -> int:
     x_np = np.random.default_rng(0).standard_normal(N).astype(np.float32)
     x = tf.constant(x_np)
@@ -100,6 +130,7 @@ def main() -> int:
     rows = {
         "shim: health_tf.stats_block (TF ops)": median_ms(lambda: stats(x)),
         "floor: one reduce_sum": median_ms(lambda: read(x)),
+        **{f"counts: {name}": median_ms(lambda fn=fn: fn(x)) for name, fn in count_kernels().items()},
         "tf.numpy_function round trip (no work)": median_ms(lambda: round_trip(x)),
         "numpy: sum, dot, min, max (4 passes, 1 core)": median_ms(
             lambda: (x_np.sum(dtype=np.float64), np.dot(x_np, x_np), x_np.min(), x_np.max())
