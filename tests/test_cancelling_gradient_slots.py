@@ -480,3 +480,50 @@ def test_a_slot_carrying_its_gradients_admitted_difference_says_so_not_its_rule(
     assert first is not None and (first.step, first.kind) == (2, "slot"), first
     assert first.note is not None and "differed by up to 5e-06 (at step 1)" in first.note, first.note
     assert "the slot carries the gradient's difference" in first.note and "clipping" not in first.note
+
+
+def _noise_runs(kernel_scale: float, steps: int = N) -> tuple:
+    """A bias gradient of noise (2e-8 apart at every step) beside a kernel gradient of
+    ``kernel_scale`` (the step's gradient scale), and the bias's momentum carrying the noise."""
+    g = [np.full(4, 1e-8) for _ in range(steps)]
+    g_c = [a + np.array([2e-8, 0, 0, 0]) for a in g]
+    m = [np.zeros(4)] + [np.full(4, 1e-8) * s for s in range(1, steps)]
+    m_c = [a + np.array([2e-8 * s, 0, 0, 0]) for s, a in enumerate(m)]
+    kernel = [np.full(6, kernel_scale) for _ in range(steps)]
+    out = []
+    for name, grads, slots in (("tf1", g, m), ("tf2", g_c, m_c)):
+        out.append(
+            run(
+                name,
+                [
+                    series("grad", "dense/kernel:0", kernel, order=0),
+                    series("grad", "dense/bias:0", grads, order=1),
+                    series("slot", "dense/bias/Momentum:0" if name == "tf1" else "m/dense/bias", slots, order=2),
+                ],
+            )
+        )
+    return tuple(out)
+
+
+def test_a_noise_gradient_counts_in_full_up_to_four_ulps_of_the_steps_gradient_scale() -> None:
+    """numpy: the bias's momentum is 2e-8 x step apart, past the slot rule and its capped allowance
+    (1e-8 + 1e-4 |g| a step); beside a kernel gradient of 0.365 the noise is 0.46 ulp of the step's
+    gradient scale and counts in full; beside one of 1e-3 it is 168 ulps and does not."""
+    assert 2e-8 <= tolerance.GRAD_NOISE_OF_MAX * 0.365 and 2e-8 > tolerance.GRAD_NOISE_OF_MAX * 1e-3
+    assert Comparison(*_noise_runs(0.365)).report().agree
+    first = Comparison(*_noise_runs(1e-3)).report().first_divergence
+    assert first is not None and (first.step, first.kind) == (2, "slot"), first
+
+
+def test_a_refresh_that_rewrote_another_gradient_settles_the_slot_again() -> None:
+    """The slot's rows and its own gradient's are unchanged, but a rerun rewrote the kernel's
+    gradient, the step's gradient scale: what the slot was allowed changed with it."""
+    comparison = Comparison(*_noise_runs(1e-3))
+    assert not comparison.report().agree
+    rerun = _noise_runs(0.365)
+    comparison.update(*rerun)
+    assert comparison.report().to_dict() == Comparison(*rerun).report().to_dict()
+    assert comparison.report().agree
+    grown = _noise_runs(0.365, N + 3)  # and a refresh that only adds steps keeps agreeing
+    comparison.update(*grown)
+    assert comparison.report().to_dict() == Comparison(*grown).report().to_dict()

@@ -73,6 +73,7 @@ class Comparison:
         self._grad_of: Optional[dict[int, Pair]] = None  # id(weight pair) -> gradient pair, when asked
         self._fed: list[Pair] = []  # the pairs given a feeder by the last update
         self._unused: Optional[tuple[Any, list[str]]] = None  # (the keys it is for, the warnings)
+        self._gradient_scale: Optional[GradientScale] = None  # the last update's, for its fed slots
         #: (step index, the pairs up to the first divergent one, their statistics-only tags): _unproven_before
         self._unproven: Optional[tuple[int, list[Pair], list[str]]] = None
         self._earlier: Optional[tuple[int, list[Pair], list[str]]] = None
@@ -200,7 +201,7 @@ class Comparison:
             p = pairs[i]
             if p.use_values or p.partial:
                 if scale is None:
-                    scale = GradientScale([q for q in pairs if q.base.kind == "grad"])
+                    scale = GradientScale([q for q in pairs if q.base.kind == "grad"], self._gradient_scale)
                 p.link_feeder(pairs[j], self.policy.equal_nan, moment, averages, scale)
                 fed.append(p)
         now = {id(p) for p in fed}
@@ -208,6 +209,7 @@ class Comparison:
             if id(p) not in now:
                 p.link_feeder(None, self.policy.equal_nan, 0, False)
         self._fed = fed
+        self._gradient_scale = scale
 
     def _first_nonfinite(self, run: Any) -> Optional[dict[str, Any]]:
         """A run's first NaN/Inf, once per snapshot (kept in ``run.derived`` when it has one).

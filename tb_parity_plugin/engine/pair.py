@@ -36,26 +36,34 @@ class GradientScale:
     """The largest finite |element| of any gradient the baseline recorded, per compared step (from
     each gradient's statistics: statistics-only gradients count): the scale of a step's gradients,
     whose float32 rounding a slot's allowance admits (:data:`GRAD_NOISE_OF_MAX`). One per update of
-    a comparison, shared by its slots."""
+    a comparison, shared by its slots; computed for new steps only, from ``previous`` (the last
+    update's) while every gradient pair is the same, kept one (its rows unchanged up to ``done``)."""
 
-    def __init__(self, grads: list[Pair]) -> None:
+    def __init__(self, grads: list[Pair], previous: Optional[GradientScale] = None) -> None:
         self._grads = grads
         self._upto = np.zeros(0)
+        if previous is not None and len(previous._grads) == len(grads):
+            if all(a is b for a, b in zip(previous._grads, grads)):
+                settled = min((g.done for g in grads), default=0)
+                self._upto = previous._upto[:settled]
 
     def upto(self, k1: int) -> np.ndarray:
         """The scale at compared steps ``[0, k1)`` (fewer when fewer steps are compared)."""
-        k1 = min(k1, min((len(g.ib) for g in self._grads), default=0))
-        if len(self._upto) < k1:
-            out = np.zeros(k1)
+        if not self._grads:
+            return np.zeros(k1)
+        k1 = min(k1, min(len(g.ib) for g in self._grads))
+        k0 = len(self._upto)
+        if k0 < k1:
+            out = np.zeros(k1 - k0)
             for g in self._grads:
-                ib = g.ib[:k1]
+                ib = g.ib[k0:k1]
                 rows = np.flatnonzero(ib >= 0)
                 if len(rows):
                     st = take_rows(g.base.stats, ib[rows])
                     with np.errstate(invalid="ignore"):
                         peak = np.fmax(np.abs(st[:, _IDX["min"]]), np.abs(st[:, _IDX["max"]]))
                     out[rows] = np.maximum(out[rows], np.where(np.isfinite(peak), peak, 0.0))
-            self._upto = out
+            self._upto = np.concatenate([self._upto, out])
         return self._upto[:k1]
 
 
