@@ -999,13 +999,27 @@ class _Pairing:
         outputs of different layers (or moved them with the wrong layer when the first values re-paired
         the layers). Every pair of an output is corrected so but a ``map`` one."""
         layer_of: list[dict[str, str]] = [{}, {}]  # per side: a layer's own name -> its scope
+        scopes: list[set[str]] = [set(), set()]  # per side: every layer's scope
         for side, series in ((0, self.base), (1, self.cand)):
             last: dict[str, set[str]] = {}
             for s in series:
                 if s.kind in _LAYER_KINDS and _scope_name(s.name):
                     scope = _scope_name(s.name)
+                    scopes[side].add(scope)
                     last.setdefault(scope.rpartition("/")[2], set()).add(scope)
             layer_of[side] = {name: next(iter(scopes)) for name, scopes in last.items() if len(scopes) == 1}
+
+        def output_layer(side: int, name: str) -> Optional[tuple[str, str]]:
+            """(prefix, the layer's scope) of an output named after its layer: its whole name when
+            that is a scope (TF1's ``variable_scope("wide")``: ``wide/dense``, beside ``deep/dense``),
+            or after a first component (a mode); else its last component, a layer's own name."""
+            if name in scopes[side]:
+                return "", name
+            first, _, rest = name.partition("/")
+            if rest in scopes[side]:
+                return first, rest
+            prefix, _, own = name.rpartition("/")
+            return (prefix, layer_of[side][own]) if own in layer_of[side] else None
         partners: dict[str, set[str]] = {}
         owners: dict[str, set[str]] = {}
         for m in self.matches:
@@ -1015,18 +1029,18 @@ class _Pairing:
         layer = {b: next(iter(cs)) for b, cs in partners.items() if len(cs) == 1 and owners[next(iter(cs))] == {b}}
         cand_named: dict[tuple[str, str, str], list[Key]] = {}  # (kind, prefix, scope) -> outputs
         for s in self.cand:
-            prefix, _, own = s.name.rpartition("/")
-            if s.kind in _OUTPUT_KINDS and own in layer_of[1]:
-                cand_named.setdefault((s.kind, prefix, layer_of[1][own]), []).append((s.kind, s.name))
+            found_c = output_layer(1, s.name) if s.kind in _OUTPUT_KINDS else None
+            if found_c is not None:
+                cand_named.setdefault((s.kind, *found_c), []).append((s.kind, s.name))
         shapes = {(s.kind, s.name): tuple(s.shape) for s in [*self.base, *self.cand]}
         current_b = {m.base: m for m in self.matches}
         current_c = {m.cand: m for m in self.matches}
         moved = []
         for s in self.base:
-            prefix, _, own = s.name.rpartition("/")
-            b_scope = layer_of[0].get(own) if s.kind in _OUTPUT_KINDS else None
-            if b_scope is None or b_scope not in layer:
+            found_b = output_layer(0, s.name) if s.kind in _OUTPUT_KINDS else None
+            if found_b is None or found_b[1] not in layer:
                 continue
+            prefix, b_scope = found_b
             found = cand_named.get((s.kind, prefix, layer[b_scope]), [])
             if len(found) != 1:
                 continue
