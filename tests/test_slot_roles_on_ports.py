@@ -38,22 +38,23 @@ def _regression_tf1(run_dir: str, make_opt: Any, watch: Any) -> list[dict[str, n
     return dense_regression(run_dir, K, X, Y1, make_opt, lambda opt, variables: watch(opt, variables[0]))
 
 
-def _rmsprop_tf1(run_dir: str) -> dict[str, list[np.ndarray]]:
-    """TF1 centered RMSProp with momentum; returns each slot by role, read before each step."""
+def _rmsprop_tf1(run_dir: str, name: str = "RMSProp") -> dict[str, list[np.ndarray]]:
+    """TF1 centered RMSProp with momentum (``name``: the optimizer's); returns each slot by role,
+    read before each step."""
 
     def watch(opt: Any, kernel: Any) -> dict[str, Any]:
         slots = {r: opt.get_slot(kernel, r) for r in ROLES}
         assert [slots[r].name for r in ROLES] == [
-            "dense/kernel/RMSProp:0",
-            "dense/kernel/RMSProp_1:0",
-            "dense/kernel/RMSProp_2:0",
+            f"dense/kernel/{name}:0",
+            f"dense/kernel/{name}_1:0",
+            f"dense/kernel/{name}_2:0",
         ]
         return slots
 
     seen = _regression_tf1(
         run_dir,
         lambda gs, rec: tf.compat.v1.train.RMSPropOptimizer(
-            0.01, decay=0.9, momentum=0.5, epsilon=1e-10, centered=True
+            0.01, decay=0.9, momentum=0.5, epsilon=1e-10, centered=True, name=name
         ),
         watch,
     )
@@ -100,6 +101,26 @@ def test_a_faithful_centered_rmsprop_port_pairs_each_slot_by_what_it_holds(tmp_p
     assert slots["dense/kernel/RMSProp_1:0"] == "average_gradient/dense/kernel", slots
     assert slots["dense/kernel/RMSProp_2:0"] == "momentum/dense/kernel", slots
     assert slots["dense/kernel/RMSProp:0"] == "velocity/dense/kernel", slots
+
+
+def test_a_named_tf1_rmsprop_records_its_slots_as_its_class_names_them(tmp_path) -> None:
+    """``RMSPropOptimizer(..., name="MyOpt")`` names the slots ``MyOpt``, ``MyOpt_1``, ``MyOpt_2``: a
+    new user's were paired with Keras's by position (the momentum with the mean square), a false
+    DIVERGE at step 0. Recorded under the class's spelling, they pair by role."""
+    tf1, port = _rmsprop_tf1(str(tmp_path / "tf1"), name="MyOpt"), _rmsprop_port(str(tmp_path / "tf2"))
+    for role in ROLES:  # numpy: the frameworks' own slots agree role by role
+        np.testing.assert_allclose(port[role], tf1[role], rtol=1e-5, atol=1e-7)
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert report.agree, report.first_divergence
+    slots = {m["baseline"]: m["candidate"] for m in report.to_dict()["mapping"] if m["kind"] == "slot"}
+    assert slots == {
+        "dense/kernel/RMSProp:0": "velocity/dense/kernel",
+        "dense/kernel/RMSProp_1:0": "average_gradient/dense/kernel",
+        "dense/kernel/RMSProp_2:0": "momentum/dense/kernel",
+        "dense/bias/RMSProp:0": "velocity/dense/bias",
+        "dense/bias/RMSProp_1:0": "average_gradient/dense/bias",
+        "dense/bias/RMSProp_2:0": "momentum/dense/bias",
+    }, slots
 
 
 def _swapped_tf1(run_dir: str) -> list[np.ndarray]:

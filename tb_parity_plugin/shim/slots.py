@@ -11,6 +11,8 @@ both sides mean the same quantity (see :data:`Slot.scale`).
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import re
 from typing import Any, Optional
 
 import tensorflow as tf
@@ -24,7 +26,8 @@ class Slot:
 
     Attributes:
       name: the record name (the slot variable's own name; for Keras 3, whose slot names
-        flatten the model variable's path, ``<variable path>/<slot>``).
+        flatten the model variable's path, ``<variable path>/<slot>``; for a TF1 optimizer given
+        its own ``name=``, the name its class would have given: :func:`_tf1_spelling`).
       variable: the slot variable.
       lr_units: Keras SGD keeps ``m = momentum*m - lr*g`` (weight units) where TF1's
         ``MomentumOptimizer`` keeps ``a = momentum*a + g`` (gradient units); such a slot is
@@ -88,6 +91,26 @@ def _new_slots(optimizer: Any, var: Any) -> list[Slot]:
     return [slot for role, slot in _keras_variables_of(optimizer, var) if role != AVERAGE_ROLE]
 
 
+def _tf1_spelling(optimizer: Any, name: str) -> str:
+    """A TF1 slot's record name as its optimizer class names it by default. TF1 names a variable's
+    slots ``<variable>/<optimizer name>``, ``..._1``, ``..._2`` in creation order, and the engine reads
+    the role from the class's own spelling (RMSProp's ``RMSProp_1`` is the momentum, or the mean
+    gradient when centered): a new user's ``RMSPropOptimizer(..., name="MyOpt")`` had its momentum
+    paired with Keras's mean square by position, a false DIVERGE at step 0."""
+    if not isinstance(optimizer, tf.compat.v1.train.Optimizer):
+        return name
+    try:
+        default = inspect.signature(type(optimizer).__init__).parameters["name"].default
+    except (KeyError, TypeError, ValueError):
+        return name
+    own = getattr(optimizer, "_name", None)
+    if not isinstance(default, str) or not isinstance(own, str) or own == default:
+        return name
+    scope, _, leaf = name.rpartition("/")
+    found = re.fullmatch(re.escape(own) + r"(_\d+)?(:\d+)?", leaf)
+    return f"{scope}/{default}{found.group(1) or ''}{found.group(2) or ''}" if scope and found else name
+
+
 def slots_of(optimizer: Any, var: Any) -> list[Slot]:
     """Every slot ``optimizer`` keeps for ``var`` (empty if it keeps none, or has not built them)."""
     if hasattr(optimizer, "get_slot_names"):  # TF1 train.Optimizer, tf_keras legacy OptimizerV2
@@ -99,7 +122,8 @@ def slots_of(optimizer: Any, var: Any) -> list[Slot]:
             except KeyError:  # legacy Keras raises when var has no such slot
                 slot = None
             if slot is not None:
-                found.append(Slot(variable_name(slot), slot, lr_units=sgd and slot_name == "momentum"))
+                name = _tf1_spelling(optimizer, variable_name(slot))
+                found.append(Slot(name, slot, lr_units=sgd and slot_name == "momentum"))
         return found
     if hasattr(optimizer, "variables"):
         return _new_slots(optimizer, var)
