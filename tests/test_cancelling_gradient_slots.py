@@ -527,3 +527,18 @@ def test_a_refresh_that_rewrote_another_gradient_settles_the_slot_again() -> Non
     grown = _noise_runs(0.365, N + 3)  # and a refresh that only adds steps keeps agreeing
     comparison.update(*grown)
     assert comparison.report().to_dict() == Comparison(*grown).report().to_dict()
+
+
+def test_a_slot_that_starts_at_another_value_says_the_optimizers_initialise_it_differently() -> None:
+    """A new user's TF1 RMSProp (mean square starting at 1) against Keras's (at 0), and Adagrad's
+    initial accumulator 0.1 against 0: found at step 0 with no note."""
+    ones, zeros = [np.ones(4)] + [np.full(4, 0.9)] * (N - 1), [np.zeros(4)] + [np.full(4, 0.1)] * (N - 1)
+    base = run("tf1", [series("slot", "dense/bias/RMSProp:0", ones, order=0)])
+    cand = run("tf2", [series("slot", "velocity/dense/bias", zeros, order=0)])
+    first = Comparison(base, cand).report().first_divergence
+    assert first is not None and (first.step, first.kind) == (0, "slot"), first
+    assert first.note is not None and "starts at 1 in the baseline and 0 in the candidate" in first.note, first.note
+    # a slot that starts alike and parts later is not told so
+    later = run("tf2", [series("slot", "velocity/dense/bias", [np.ones(4)] + zeros[1:], order=0)])
+    first = Comparison(base, later).report().first_divergence
+    assert first is not None and first.step == 1 and "starts at" not in (first.note or ""), first

@@ -1020,6 +1020,7 @@ class _Pairing:
                 return first, rest
             prefix, _, own = name.rpartition("/")
             return (prefix, layer_of[side][own]) if own in layer_of[side] else None
+
         partners: dict[str, set[str]] = {}
         owners: dict[str, set[str]] = {}
         for m in self.matches:

@@ -294,7 +294,12 @@ class Comparison:
             notes = [
                 found.get("note"),
                 self._moved_by_the_update(pair, k, slot_gaps) if b.kind == "weight" and not found.get("note") else None,
-                (self._momentum_at_lr_change(pair, k) or self._noise_fed(pair, k) or self._slot_fed_otherwise(pair, k))
+                (
+                    self._slot_starts_otherwise(pair, k)
+                    or self._momentum_at_lr_change(pair, k)
+                    or self._noise_fed(pair, k)
+                    or self._slot_fed_otherwise(pair, k)
+                )
                 if b.kind == "slot"
                 else None,
                 kink if b.kind == "grad" else None,
@@ -744,6 +749,24 @@ class Comparison:
             "normalization, an attention key's bias), which a momentum or moving average sums past the slot's own "
             "tolerance on faithful ports; drop that bias on both sides (use_bias=False) or loosen this slot with "
             "--override"
+        )
+
+    def _slot_starts_otherwise(self, pair: Pair, k: int) -> Optional[str]:
+        """For a slot diverging at the first step both runs logged, each run's every element one
+        value, the two apart: the optimizers start it differently. New users' TF1 RMSProp (its mean
+        square starts at 1, Keras's at 0), Adagrad's and Ftrl's ``initial_accumulator_value`` were
+        found there with no note."""
+        both = pair.step_values(k)
+        seen = np.flatnonzero((pair.ib[: k + 1] >= 0) & (pair.ic[: k + 1] >= 0))
+        if both is None or not len(seen) or int(seen[0]) != k or not len(both[0]):
+            return None
+        b, c = (np.asarray(x, np.float64) for x in both)
+        if not (np.all(b == b[0]) and np.all(c == c[0])) or b[0] == c[0]:
+            return None
+        return (
+            f"every element starts at {float(b[0]):g} in the baseline and {float(c[0]):g} in the candidate: the "
+            "optimizers initialise this slot differently (TF1's RMSProp starts its mean square at 1, Keras at 0: "
+            "build the optimizer and assign ones; Adagrad's and Ftrl's initial_accumulator_value)"
         )
 
     def _slot_fed_otherwise(self, pair: Pair, k: int) -> Optional[str]:
