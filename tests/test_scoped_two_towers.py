@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from tb_parity_plugin import compare, summary_v1, summary_v2
 
-STEPS, BATCH, W, H, OUT = 4, 8, 5, 6, 3
+STEPS, BATCH, W, H, OUT = 4, 8, 5, 5, 3  # the wide and deep-out kernels share a shape
 RNG = np.random.default_rng(21)
 XW = RNG.standard_normal((STEPS * BATCH, W)).astype(np.float32)
 XD = RNG.standard_normal((STEPS * BATCH, W)).astype(np.float32)
@@ -79,13 +79,14 @@ class TwoTower(tf.keras.Model):
         return self.head(tf.concat([self.wide(xw), self.deep_out(self.deep_hidden(xd))], 1))
 
 
-def _keras(run_dir: str) -> dict[str, list[np.ndarray]]:
+def _keras(run_dir: str, swapped: bool = False) -> dict[str, list[np.ndarray]]:
     """Returns each output the port computed at each step, and (under ``names``) its layers' names:
     Keras numbers them per process (``dense_6`` after earlier tests), which is what pairing must survive."""
     model = TwoTower()
     model((tf.zeros((1, W)), tf.zeros((1, W))))
-    for name, kernel in INIT.items():
-        getattr(model, name).kernel.assign(kernel)
+    crossed = {"wide": "deep_out", "deep_out": "wide"} if swapped else {}
+    for name in INIT:
+        getattr(model, name).kernel.assign(INIT[crossed.get(name, name)])
     opt = tf.keras.optimizers.SGD(LR)
     rec = summary_v2.Recorder(run_dir)
     for name in ("wide", "deep_hidden", "deep_out"):
@@ -124,3 +125,17 @@ def test_scoped_tf1_outputs_follow_their_layers_to_the_ports(tmp_path) -> None:
     wide, hidden, out = (str(n) for n in port["names"])  # dense_2, dense, dense_1 in a fresh process
     assert paired == {"wide/dense": wide, "deep/dense": hidden, "deep/dense_1": out}, paired
     assert report.agree, report.first_divergence
+
+
+def test_kernels_swapped_across_the_towers_diverge_on_those_weights(tmp_path) -> None:
+    """The port copied TF1's wide kernel into its deep-out layer and the reverse: its weights start
+    like TF1's in creation order, its outputs all differ. numpy: the wide layers' kernels are apart
+    at step 0 (the weights are the first real difference)."""
+    _tf1(str(tmp_path / "tf1"))
+    port = _keras(str(tmp_path / "tf2"), swapped=True)
+    assert np.abs(INIT["deep_out"] - INIT["wide"]).max() > 0.1
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    first = report.first_divergence
+    assert first is not None and (first.step, first.kind, first.tensor) == (0, "weight", "wide/dense/kernel:0"), first
+    assert first.candidate_tensor == f"two_tower/{port['names'][0]}/kernel:0", first  # the port's wide layer
+    assert any("weights loaded into the wrong layers" in w for w in report.warnings), report.warnings
