@@ -58,6 +58,9 @@ def test_an_update_scaled_by_one_factor_names_the_bias_correction() -> None:
     assert "bias correction" in first.note
     first = _first(*_adam_like(1.0, bend=0.5))  # half the elements moved 1.5x: settings, not one scale
     assert (first.step, first.kind) == (1, "weight") and "compare the optimizers' settings" in first.note
+    # slots unrecorded: the settings named include where a slot starts (TF1 RMSProp's mean square at 1,
+    # Keras's at 0: a new user's port with Keras's defaults was told of Adam's epsilon alone)
+    assert "TF1 RMSProp's mean square 1, Keras's 0" in first.note, first.note
 
 
 def test_a_negated_or_vanished_gradient_is_no_scale() -> None:

@@ -567,7 +567,10 @@ class Comparison:
                 if momentum_only
                 else "epsilon: TF1 Adam 1e-8, Keras 1e-7; betas, momentum, nesterov"
             )
-            + ", weight decay) and clipping between the recorded gradient and the update (clipnorm clips each "
+            + ", weight decay"
+            # a new user's RMSprop port with Keras's defaults, slots not recorded, was told of Adam alone
+            + ("" if momentum_only else "; a slot's start: TF1 RMSProp's mean square 1, Keras's 0")
+            + ") and clipping between the recorded gradient and the update (clipnorm clips each "
             "variable by its own norm, clip_by_global_norm / global_clipnorm all by one)"
         )
         far = [(p, gap) for p, gap in slot_gaps if p.feeder is g and gap > g.tol.atol]
