@@ -542,3 +542,42 @@ def test_a_slot_that_starts_at_another_value_says_the_optimizers_initialise_it_d
     later = run("tf2", [series("slot", "velocity/dense/bias", [np.ones(4)] + zeros[1:], order=0)])
     first = Comparison(base, later).report().first_divergence
     assert first is not None and first.step == 1 and "starts at" not in (first.note or ""), first
+
+
+def test_a_second_moment_is_not_told_it_carries_a_gradient_difference_it_cannot() -> None:
+    """A review's wrong beta2 (0.99 against 0.999) on Adam's v under gradients of 0.01 that are 1e-6
+    apart: numpy: that difference moves v by at most (1 - b2)(2|g| + d)d = 2e-10, v is 9e-7 apart:
+    the note must not say the slot carries the gradient's difference (it compared g² with g)."""
+    g_b = [np.full(4, 0.01, np.float32) for _ in range(N)]
+    g_c = [a + np.float32(1e-6) for a in g_b]
+
+    def v_of(gs: list, beta2: float) -> list:
+        v, out = np.zeros(4), []
+        for g in gs:
+            out.append(v.astype(np.float32))
+            v = beta2 * v + (1 - beta2) * g.astype(np.float64) ** 2
+        return out
+
+    vb, vc = v_of(g_b, 0.999), v_of(g_c, 0.99)
+    assert np.abs(vc[1] - vb[1]).max() > 1e3 * (1 - 0.99) * (2 * 0.01 + 1e-6) * 1e-6
+    base = run(
+        "tf1", [series("grad", "dense/bias:0", g_b, order=0), series("slot", "dense/bias/Adam_1:0", vb, order=1)]
+    )
+    cand = run("tf2", [series("grad", "dense/bias:0", g_c, order=0), series("slot", "v/dense/bias", vc, order=1)])
+    first = Comparison(base, cand).report().first_divergence
+    assert first is not None and (first.step, first.kind) == (1, "slot"), first
+    assert "carries the gradient's difference" not in (first.note or ""), first.note
+
+
+def test_a_one_element_slot_of_a_resumed_run_is_not_told_it_starts_otherwise() -> None:
+    """A review's run resumed at step 100 with momentum 0.9 against 0.5 on a one-element slot: one
+    element is always "one value", and step 100 is no slot's start."""
+    steps = [100, 101, 102]
+    grads = [np.array([0.5], np.float32)] * 3
+    m_b = [np.array([x], np.float32) for x in (0.8, 1.22, 1.598)]
+    m_c = [np.array([x], np.float32) for x in (0.45, 0.725, 0.8625)]
+    base = run("tf1", [series("grad", "s:0", grads, steps, 0), series("slot", "s/Momentum:0", m_b, steps, 1)])
+    cand = run("tf2", [series("grad", "s:0", grads, steps, 0), series("slot", "m/s", m_c, steps, 1)])
+    first = Comparison(base, cand).report().first_divergence
+    assert first is not None and (first.step, first.kind) == (100, "slot"), first
+    assert "starts at" not in (first.note or ""), first.note

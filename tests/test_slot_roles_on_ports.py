@@ -284,3 +284,19 @@ def test_an_adam_slot_under_a_decaying_lr_is_not_told_momentum() -> None:
         found = Comparison(base, cand, policy).report().first_divergence
         assert found is not None and found.kind == "slot", found
         assert ("Keras SGD keeps momentum" in (found.note or "")) == noted, found.note
+
+
+def test_two_named_tf1_optimizers_of_one_class_on_one_variable_keep_their_slots_apart(tmp_path) -> None:
+    """A main and an auxiliary loss on a shared encoder, each with its own named Adam: both sets of
+    slots would take the class's spelling (``Adam``, ``Adam_1``) and collide ("logged twice"); the
+    second keeps its own names."""
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(str(tmp_path / "tf1"))
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4])
+        h = tf.compat.v1.layers.dense(x, 2, name="enc")
+        main, aux = (tf.compat.v1.train.AdamOptimizer(0.01, name=n) for n in ("main", "aux"))
+        main.minimize(tf.reduce_mean(tf.square(h)))
+        aux.minimize(tf.reduce_mean(h))
+        rec.variables(optimizer=[main, aux])
+        names = sorted(t.name for t in rec.layout.tensors if t.kind == "slot" and "kernel" in t.name)
+    assert names == ["enc/kernel/Adam:0", "enc/kernel/Adam_1:0", "enc/kernel/aux:0", "enc/kernel/aux_1:0"], names

@@ -705,7 +705,7 @@ class _Pairing:
                     c_by_start.setdefault(start_c[c], []).append(c)
             choice = {b: c_by_start.get(start_b[b], []) if start_b[b] is not None else [] for b, _ in pairs}
             if all(choice[b] == [c] for b, c in pairs):
-                warnings += self._by_forward_order(c_of, b_of, current)
+                warnings += self._by_forward_order(c_of)
                 continue  # the names (or creation order) paired them as their first values do, and only so
             step: Optional[int] = None
             singles = [cs[0] for cs in choice.values() if len(cs) == 1]
@@ -761,19 +761,16 @@ class _Pairing:
                 )
         return warnings
 
-    def _by_forward_order(self, c_of: dict[str, str], b_of: dict[str, str], current: dict[Key, Match]) -> list[str]:
-        """Layers paired by creation order whose first values agree with that pairing (``c_of``), but
-        whose outputs run in another order and, paired so, all differ at once: weights loaded into the
-        wrong layers look like this (the first values follow the weights, not the layers). Paired by
-        the order their outputs ran, so the divergence is on the swapped weights. A new user's port
-        copied a wide tower's kernel into the deep tower's same-shaped layer and the reverse; no names
-        paired the towers, and the verdict was the wide output against the deep one, with no word.
-        A faithful port whose independent branches run in another order has outputs that agree when
-        paired by values: left as it is."""
-        if any(
-            m.how != "fallback" for key, m in current.items() if key[0] in _LAYER_KINDS and _scope_name(key[1]) in c_of
-        ):
-            return []  # names paired some of them: by_first_values' own check applies
+    def _by_forward_order(self, c_of: dict[str, str]) -> list[str]:
+        """A warning for layers paired by creation order whose first values agree with that pairing
+        (``c_of``), but whose outputs ran in another order and, paired so, all differ at once: weights
+        loaded into the wrong layers look like this (the first values follow the weights, not the
+        layers), and so does a difference upstream of them all. A new user's port copied a wide
+        tower's kernel into the deep tower's same-shaped layer and the reverse, and was told of the
+        wide output against the deep one with no word of the weights. Only a warning: re-pairing by
+        the order the outputs ran made a review's port, whose input alone differed, a false weight
+        divergence. A faithful port whose independent branches run in another order has outputs that
+        agree when paired by values: no warning."""
         order_b = _output_orders(self.base, c_of)
         order_c = _output_orders(self.cand, c_of.values())
         if order_b is None or order_c is None:
@@ -781,14 +778,16 @@ class _Pairing:
         forward = dict(zip(sorted(c_of, key=order_b.__getitem__), sorted(c_of.values(), key=order_c.__getitem__)))
         if forward == c_of or self._outputs_agree(c_of) is not False:
             return []
-        moves = self._repair_scopes(forward, c_of, b_of, current)
-        if not moves:
-            return []
-        crossed = ", ".join(f"{b} starts like the port's {c_of[b]}" for b in sorted(forward) if forward[b] != c_of[b])
+        crossed = ", ".join(
+            f"{b} (the port's {c_of[b]}, which ran where its {forward[b]} ran)"
+            for b in sorted(c_of)
+            if forward[b] != c_of[b]
+        )
         return [
-            f"layers {', '.join(sorted(forward))} start like other layers of the port than the order their outputs "
-            f"ran in says ({crossed}), and paired so their outputs all differ: paired by the order their outputs "
-            "ran; weights loaded into the wrong layers (a checkpoint's or a copy's mapping) diverge on those weights"
+            f"layers {crossed} start like the layers they are paired with, but their outputs ran in another order "
+            "and, paired so, all differ at their first step: weights loaded into the wrong layers (a checkpoint's "
+            "or a copy's mapping) would look like this, as would a difference upstream of them all; to compare "
+            "them by the order they ran, pair them with --map"
         ]
 
     def _against_forward_order(self, chosen: dict[str, str], c_of: dict[str, str]) -> bool:

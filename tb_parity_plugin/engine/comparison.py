@@ -73,7 +73,7 @@ class Comparison:
         self._grad_of: Optional[dict[int, Pair]] = None  # id(weight pair) -> gradient pair, when asked
         self._fed: list[Pair] = []  # the pairs given a feeder by the last update
         self._unused: Optional[tuple[Any, list[str]]] = None  # (the keys it is for, the warnings)
-        self._gradient_scale: Optional[GradientScale] = None  # the last update's, for its fed slots
+        self._gradient_scales: dict[str, GradientScale] = {}  # the last update's, per layer, for its fed slots
         #: (step index, the pairs up to the first divergent one, their statistics-only tags): _unproven_before
         self._unproven: Optional[tuple[int, list[Pair], list[str]]] = None
         self._earlier: Optional[tuple[int, list[Pair], list[str]]] = None
@@ -196,20 +196,27 @@ class Comparison:
         allows what the gradient's differences add up to), and take it from a pair kept from the
         last alignment that no longer has one. Only the slots are visited, not every pair."""
         fed = []
-        scale = None
+        scales: dict[str, GradientScale] = {}
+        layers: Optional[dict[str, list[Pair]]] = None
         for i, (j, moment, averages) in self._feeding.items():
             p = pairs[i]
             if p.use_values or p.partial:
-                if scale is None:
-                    scale = GradientScale([q for q in pairs if q.base.kind == "grad"], self._gradient_scale)
-                p.link_feeder(pairs[j], self.policy.equal_nan, moment, averages, scale)
+                if layers is None:  # each layer's gradients: the sums whose rounding a slot of it carries
+                    layers = {}
+                    for q in pairs:
+                        if q.base.kind == "grad":
+                            layers.setdefault(q.base.name.rpartition("/")[0], []).append(q)
+                layer = pairs[j].base.name.rpartition("/")[0]  # its whole scope: wide/dense is not deep/dense
+                if layer not in scales:
+                    scales[layer] = GradientScale(layers.get(layer, [pairs[j]]), self._gradient_scales.get(layer))
+                p.link_feeder(pairs[j], self.policy.equal_nan, moment, averages, scales[layer])
                 fed.append(p)
         now = {id(p) for p in fed}
         for p in self._fed:
             if id(p) not in now:
                 p.link_feeder(None, self.policy.equal_nan, 0, False)
         self._fed = fed
-        self._gradient_scale = scale
+        self._gradient_scales = scales
 
     def _first_nonfinite(self, run: Any) -> Optional[dict[str, Any]]:
         """A run's first NaN/Inf, once per snapshot (kept in ``run.derived`` when it has one).
@@ -761,8 +768,10 @@ class Comparison:
         found there with no note."""
         both = pair.step_values(k)
         seen = np.flatnonzero((pair.ib[: k + 1] >= 0) & (pair.ic[: k + 1] >= 0))
-        if both is None or not len(seen) or int(seen[0]) != k or not len(both[0]):
-            return None
+        if both is None or not len(seen) or int(seen[0]) != k or len(both[0]) < 2:
+            return None  # one element is always "one value" (a review's resumed run's momentum)
+        if int(pair.ib[k]) != 0 or int(pair.ic[k]) != 0:
+            return None  # not where either run's slot was first logged: it has been updated since
         b, c = (np.asarray(x, np.float64) for x in both)
         if not (np.all(b == b[0]) and np.all(c == c[0])) or b[0] == c[0]:
             return None
@@ -842,17 +851,25 @@ class Comparison:
             return None
         b, c = (np.asarray(x, np.float64) for x in both)
         cols = earlier[1] if earlier[1] is not None else slice(None)
-        with np.errstate(invalid="ignore"):
+        gb, gc = earlier[0]
+        with np.errstate(invalid="ignore", over="ignore"):
             slot_gap = float(np.nan_to_num(np.abs(c - b)[cols]).max(initial=0.0))
-            per_step = np.nan_to_num(np.abs(earlier[0][1] - earlier[0][0])).max(axis=1, initial=0.0)
-        if not len(per_step) or slot_gap <= 0 or slot_gap > 1.01 * float(per_step.sum()):
+            d = np.nan_to_num(np.abs(gc - gb))
+            # what the slot's rule moves it by (Pair._moved, uncapped): d, or g²'s change for a second
+            # moment (a review's wrong beta2 on v was told its gradient's 1e-6 accounted for 9e-7)
+            parts = ([d] if pair.feeder_moment != 2 else []) + (
+                [d * (2 * np.abs(gb) + d)] if pair.feeder_moment != 1 else []
+            )
+            per_step = sum(part.max(axis=1, initial=0.0) for part in parts)
+        total = float(per_step.max(initial=0.0) if pair.feeder_averages else per_step.sum())
+        if not len(per_step) or slot_gap <= 0 or slot_gap > 1.01 * total:
             return None
         seen = np.flatnonzero((g.ib[:k] >= 0) & (g.ic[:k] >= 0))
         at = int(self.steps[seen[int(np.argmax(per_step))]])
         return (
             f"its gradient {g.base.kind}/{g.base.name} agreed within its tolerance (atol {g.tol.atol:g}) at every "
-            f"earlier step but differed by up to {float(per_step.max()):.3g} (at step {at}); those differences add "
-            f"up to {float(per_step.sum()):.3g}, enough for the slot's {slot_gap:.3g}: the slot carries the "
+            f"earlier step but differed by up to {float(d.max()):.3g} (at step {at}); by the slot's rule those "
+            f"differences move it by up to {total:.3g}, enough for its {slot_gap:.3g}: the slot carries the "
             "gradient's difference, which the gradient's tolerance admits and the slot's rule (1e-4 of the "
             "gradient) does not; look for what moved the gradient there (the weights or inputs before it, a "
             "setting such as an optimizer's epsilon, or a tolerance loosened with --override) rather than the "

@@ -33,11 +33,13 @@ def take_rows(array: np.ndarray, index: np.ndarray) -> np.ndarray:
 
 
 class GradientScale:
-    """The largest finite |element| of any gradient the baseline recorded, per compared step (from
-    each gradient's statistics: statistics-only gradients count): the scale of a step's gradients,
-    whose float32 rounding a slot's allowance admits (:data:`GRAD_NOISE_OF_MAX`). One per update of
-    a comparison, shared by its slots; computed for new steps only, from ``previous`` (the last
-    update's) while every gradient pair is the same, kept one (its rows unchanged up to ``done``)."""
+    """The largest finite |element| of one layer's gradients in the baseline, per compared step (from
+    each gradient's statistics: statistics-only gradients count): the scale of the sums that made
+    them, whose float32 rounding a slot of that layer's allowance admits (:data:`GRAD_NOISE_OF_MAX`).
+    Per layer, not the model's: a review's gradient 2x off at 4e-7 passed beside another layer's
+    gradient of 1. One per layer and update of a comparison; computed for new steps only, from
+    ``previous`` (the last update's) while every gradient pair is the same, kept one (its rows
+    unchanged up to ``done``)."""
 
     def __init__(self, grads: list[Pair], previous: Optional[GradientScale] = None) -> None:
         self._grads = grads

@@ -206,13 +206,13 @@ SLOT_ATOL_OF_MAX = 1e-4
 
 
 #: ...and a slot's gradient differences count in full up to this fraction of the largest |element|
-#: of any gradient the baseline recorded at the step (``Pair.allowance``), past the slot rule's own
-#: bound: 4 float32 ulps of the step's gradient scale. A bias right before batch normalization has
+#: of its layer's gradients in the baseline at the step (``Pair.allowance``, ``pair.GradientScale``),
+#: past the slot rule's own bound: 4 float32 ulps of the layer's gradient scale. A bias right before batch normalization has
 #: a gradient of rounding noise (0 in exact math) whose size follows the sums behind it, not the
 #: slot rule's floor: a new user's conv bias (8 filters over 16 x 8 x 8 positions) had gradients
-#: 2e-8 apart at step 0 (0.46 ulp of the step's largest gradient element, 0.365), and its Momentum
+#: 2e-8 apart at step 0 (below an ulp of the largest gradient element), and its Momentum
 #: slot, equal to that gradient at step 1, was a DIVERGE of ratio 1.005 on every seed. A gradient
-#: 2x off at 1e-6 in a model whose gradients are that small still moves its slot past the bound.
+#: 2x off at 1e-6 in a layer whose gradients are that small still moves its slot past the bound.
 GRAD_NOISE_OF_MAX = 2.0**-21
 
 

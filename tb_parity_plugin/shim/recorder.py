@@ -301,7 +301,10 @@ class BaseRecorder:
             for slot in found:
                 if slot.lr_units and lr is None:
                     lr = slots.current_lr(optimizer, slot.variable.dtype)
-                out.append(self._variable("slot", slot.variable, slot.name, lr if slot.lr_units else None))
+                name = slot.name
+                if ("slot", self._prefix + name) in self._keys:  # a second optimizer of the class on this variable:
+                    name = variable_name(slot.variable)  # its own name (the class's spelling is the first's)
+                out.append(self._variable("slot", slot.variable, name, lr if slot.lr_units else None))
         return out
 
     def variables(self, variables: Any, optimizer: Any = None) -> list:
