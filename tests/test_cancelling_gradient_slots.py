@@ -581,3 +581,19 @@ def test_a_one_element_slot_of_a_resumed_run_is_not_told_it_starts_otherwise() -
     first = Comparison(base, cand).report().first_divergence
     assert first is not None and (first.step, first.kind) == (100, "slot"), first
     assert "starts at" not in (first.note or ""), first.note
+
+
+def test_a_gradient_exactly_zero_on_one_side_is_not_called_rounding_noise() -> None:
+    """A helper's stop_gradient on one bias: its gradient, 8.6e-7 in TF1 (below the gradient's atol),
+    is exactly 0 in the port, and the momentum parts. The note called it rounding noise and offered
+    use_bias=False or an override, which would hide the bug."""
+    g_b = [np.full(4, 8.6e-7) for _ in range(N)]
+    g_c = [np.zeros(4) for _ in range(N)]
+    m_b = [np.full(4, 8.6e-7) * s for s in range(N)]
+    m_c = [np.zeros(4) for _ in range(N)]
+    base = run("tf1", [series("grad", "res/bias:0", g_b, order=0), series("slot", "res/bias/Momentum:0", m_b, order=1)])
+    cand = run("tf2", [series("grad", "res/bias:0", g_c, order=0), series("slot", "m/res/bias", m_c, order=1)])
+    first = Comparison(base, cand).report().first_divergence
+    assert first is not None and first.kind == "slot", first
+    assert first.note is not None and "exactly 0 in the candidate only" in first.note, first.note
+    assert "rounding noise (" not in first.note and "--override" not in first.note, first.note

@@ -753,6 +753,14 @@ class Comparison:
         # 1e-6 of itself apart, and a slot that parts from it has another rule, not noise)
         if not (largest < g.tol.atol and apart >= 0.01 * largest):
             return None
+        zero = [side for side, a in zip(("baseline", "candidate"), grads) if not np.any(a)]
+        if len(zero) == 1:  # a helper's stop_gradient on one bias: exactly 0 is no rounding noise
+            return (
+                f"its gradient {g.base.kind}/{g.base.name} stayed below atol {g.tol.atol:g} at every earlier step, "
+                f"and is exactly 0 in the {zero[0]} only (at most {largest:.3g} in the other): not rounding noise; "
+                "a gradient that does not reach the variable on one side (a stop_gradient, a frozen or detached "
+                "variable, a term left out of the loss)"
+            )
         return (
             f"its gradient {g.base.kind}/{g.base.name} stayed below atol {g.tol.atol:g} at every earlier step (at "
             f"most {largest:.3g}): rounding noise (a gradient 0 in exact math: a bias right before batch "
