@@ -604,6 +604,11 @@ class Comparison:
                 "clipping between the recorded gradient and the update (clipnorm clips each variable by its own "
                 "factor, global clipping all by one)"
             )
+            if not momentum_only:  # a helper's Adadelta: its first update scales with sqrt(epsilon)
+                causes.append(
+                    f"an epsilon under a square root that sets the step's size (Adadelta's first updates scale "
+                    f"with sqrt(epsilon): TF1 1e-8 against Keras's 1e-7 gives {math.sqrt(10):.4g})"
+                )
             return (
                 f"{note}: the update is the baseline's times {scale:.4g} at every element (the same direction, "
                 f"another size): {'; '.join(causes)}"
