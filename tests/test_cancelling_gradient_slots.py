@@ -597,3 +597,24 @@ def test_a_gradient_exactly_zero_on_one_side_is_not_called_rounding_noise() -> N
     assert first is not None and first.kind == "slot", first
     assert first.note is not None and "exactly 0 in the candidate only" in first.note, first.note
     assert "rounding noise (" not in first.note and "--override" not in first.note, first.note
+
+
+def test_an_output_fed_by_a_weight_loosened_by_an_override_is_not_told_every_weight_agrees() -> None:
+    """A helper loosened a noise-fed bias before batch norm as its note advised; the dense output it
+    feeds, 2.6e-4 apart like the bias, was told "every recorded weight agrees ... its input differs
+    (Keras fit shuffles ...)". numpy: the output's gap is the bias's."""
+    bias_b = [np.zeros(3)] + [np.full(3, 0.01)] * (N - 1)
+    bias_c = [np.zeros(3)] + [np.full(3, 0.01 + 2.6e-4)] * (N - 1)
+    out_b = [np.full((2, 3), 0.5) + b for b in bias_b]
+    out_c = [np.full((2, 3), 0.5) + c for c in bias_c]
+    base = run(
+        "tf1", [series("weight", "dense/bias:0", bias_b, order=0), series("activation", "dense", out_b, order=1)]
+    )
+    cand = run(
+        "tf2", [series("weight", "dense/bias:0", bias_c, order=0), series("activation", "dense", out_c, order=1)]
+    )
+    policy = tolerance.TolerancePolicy(overrides=(tolerance.ToleranceOverride.parse("weight/dense/bias:0:atol=1e-2"),))
+    first = Comparison(base, cand, policy).report().first_divergence
+    assert first is not None and (first.step, first.kind, first.tensor) == (1, "activation", "dense"), first
+    assert first.note is not None and "weight/dense/bias:0 agrees here only under your override" in first.note
+    assert "every recorded weight" not in first.note, first.note

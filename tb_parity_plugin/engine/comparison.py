@@ -443,6 +443,26 @@ class Comparison:
                 return bool(p.reason[k] == OK)
         return False
 
+    def _apart_under_override(self, pairs: list[Pair], k: int) -> list[tuple[str, float]]:
+        """(tag, largest |c - b|) at compared step ``k`` of the ``pairs`` (compared by values) that an
+        ``--override`` matches and whose values differ there: they agree by the user's word, not by
+        the policy's, so what they feed is no proof of anything else."""
+        found = []
+        for p in pairs:
+            tag = f"{p.base.kind}/{p.base.name}"
+            if not any(o.matches(tag) for o in self.policy.overrides):
+                continue
+            both = p.step_values(k)
+            if both is None:
+                continue
+            with np.errstate(invalid="ignore", over="ignore"):
+                gap = float(
+                    np.nan_to_num(np.abs(both[1].astype(np.float64) - both[0].astype(np.float64))).max(initial=0.0)
+                )
+            if gap > 0:
+                found.append((tag, gap))
+        return sorted(found, key=lambda t: -t[1])
+
     def _input_note(self, first: Pair, k: int) -> Optional[str]:
         """What an output diverging first at step ``k`` (nothing before it in execution order
         does) means when every weight recorded at ``k`` agrees there: its input differs, or the
@@ -467,6 +487,16 @@ class Comparison:
             p.ensure(k + 1, self.policy.equal_nan)
         if any(p.reason[k] != OK for p in weights):
             return None
+        loosened = self._apart_under_override(weights, k)
+        if (
+            loosened
+        ):  # a helper loosened a noise-fed bias as its note said, and its output was told "every weight agrees"
+            tag, gap = loosened[0]
+            return (
+                f"{tag} agrees here only under your override ({gap:.3g} apart at this step): that difference reaches "
+                "this output; loosen what it feeds as well (the layer's output, a normalization's moving mean), or drop "
+                "the variable on both sides (README: What counts as a divergence)"
+            )
         earlier = [
             p
             for p in self._pairs
