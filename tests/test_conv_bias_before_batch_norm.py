@@ -7,7 +7,7 @@ The conv's bias sits right before batch normalization, so its gradient is float3
 two frameworks. Momentum's slot at step 1 is that gradient, so the two slots differed by the
 gradient's difference, which the gradient's own tolerance had passed; the slot rule's bound on it
 (1e-8 + 1e-4 |g|) did not: a DIVERGE of ratio 1.005 on every seed of the faithful port. A slot's
-allowance now counts a gradient's differences in full up to 4 ulps of the step's largest gradient
+allowance now counts a gradient's differences in full up to 4 ulps of its layer's largest gradient
 element (``tolerance.GRAD_NOISE_OF_MAX``). Expectations are checked with numpy on the logged values.
 """
 

@@ -166,7 +166,7 @@ class Pair:
     #: of float32 noise (~1e-9, within every tolerance), and its momentum sums that noise past the
     #: slot's floor of 1e-8: a faithful port was a DIVERGE at step 3 or 4 on that slot alone.
     feeder: Optional[Pair] = dataclasses.field(default=None, repr=False, compare=False)
-    #: The step's gradient scale (:class:`GradientScale`), beside :attr:`feeder`: up to
+    #: Its layer's gradient scale per step (:class:`GradientScale`), beside :attr:`feeder`: up to
     #: :data:`GRAD_NOISE_OF_MAX` of it, a gradient's difference is rounding and counts in full
     grad_scale: Optional[GradientScale] = dataclasses.field(default=None, repr=False, compare=False)
     feeder_equal_nan: bool = False
@@ -482,7 +482,7 @@ class Pair:
         (``b v + (1 - b) g²``) by at most the largest of them; the tightest bound each (a sum for
         Adam's ``v`` would pass a wrong beta2). A gradient that diverged excuses nothing, and
         one compared by statistics only shows no element's difference: neither adds to it. Up to
-        :data:`GRAD_NOISE_OF_MAX` of the step's gradient scale (:attr:`grad_scale`), a difference is
+        :data:`GRAD_NOISE_OF_MAX` of its layer's gradient scale (:attr:`grad_scale`), a difference is
         the gradient's rounding and counts in full: a bias before batch norm."""
         g = self.feeder
         if g is None:
