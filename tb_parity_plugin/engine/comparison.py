@@ -810,11 +810,10 @@ class Comparison:
         square starts at 1, Keras's at 0), Adagrad's and Ftrl's ``initial_accumulator_value`` were
         found there with no note."""
         both = pair.step_values(k)
-        seen = np.flatnonzero((pair.ib[: k + 1] >= 0) & (pair.ic[: k + 1] >= 0))
-        if both is None or not len(seen) or int(seen[0]) != k or len(both[0]) < 2:
+        if both is None or len(both[0]) < 2:
             return None  # one element is always "one value" (a review's resumed run's momentum)
         if int(pair.ib[k]) != 0 or int(pair.ic[k]) != 0:
-            return None  # not where either run's slot was first logged: it has been updated since
+            return None  # not where both runs' slot was first logged (rows follow the steps): updated since
         b, c = (np.asarray(x, np.float64) for x in both)
         if not (np.all(b == b[0]) and np.all(c == c[0])) or b[0] == c[0]:
             return None
@@ -898,12 +897,9 @@ class Comparison:
         with np.errstate(invalid="ignore", over="ignore"):
             slot_gap = float(np.nan_to_num(np.abs(c - b)[cols]).max(initial=0.0))
             d = np.nan_to_num(np.abs(gc - gb))
-            # what the slot's rule moves it by (Pair._moved, uncapped): d, or g²'s change for a second
-            # moment (a review's wrong beta2 on v was told its gradient's 1e-6 accounted for 9e-7)
-            parts = ([d] if pair.feeder_moment != 2 else []) + (
-                [d * (2 * np.abs(gb) + d)] if pair.feeder_moment != 1 else []
-            )
-            per_step = sum(part.max(axis=1, initial=0.0) for part in parts)
+        # what the slot's rule moves it by, uncapped: d, or g²'s change for a second moment (a review's
+        # wrong beta2 on v was told its gradient's 1e-6 accounted for 9e-7)
+        per_step = pair._moved(gb, gc, np.full(len(gb), np.inf))
         total = float(per_step.max(initial=0.0) if pair.feeder_averages else per_step.sum())
         if not len(per_step) or slot_gap <= 0 or slot_gap > 1.01 * total:
             return None
