@@ -182,15 +182,16 @@ def _lstm_tf1(run_dir: str) -> None:
         _train_with_sgd(rec, gs, loss, [{x: SEQS[s], y: LABELS[s]} for s in range(STEPS)])
 
 
-def _lstm_port(run_dir: str, gate_order_right: bool) -> np.ndarray:
-    """Keras ``LSTM`` + ``Dense`` under ``fit``; returns the LSTM's outputs at step 0 before training."""
+def _lstm_port(run_dir: str, gate_order_right: bool, weights: Optional[list[np.ndarray]] = None) -> np.ndarray:
+    """Keras ``LSTM`` + ``Dense`` under ``fit``; returns the LSTM's outputs at step 0 before training.
+    ``weights``: the LSTM's, instead of TF1's converted (:func:`_keras_weights`)."""
     tf.keras.backend.clear_session()
     lstm = tf.keras.layers.LSTM(UNITS, return_sequences=True, name="lstm")
     dense = tf.keras.layers.Dense(CLASSES, kernel_initializer=tf.constant_initializer(DENSE))
     inputs = tf.keras.Input((None, IN))
     hidden = lstm(inputs)
     model = tf.keras.Model(inputs, dense(tf.keras.layers.Lambda(lambda s: s[:, -1])(hidden)))
-    lstm.set_weights(_keras_weights(gate_order_right))
+    lstm.set_weights(_keras_weights(gate_order_right) if weights is None else weights)
     before = tf.keras.Model(inputs, hidden)(SEQS[0]).numpy()
     model.compile(tf.keras.optimizers.SGD(LR), loss=tf.keras.losses.CategoricalCrossentropy(from_logits=True))
     rec = summary_v2.Recorder(run_dir)
@@ -245,6 +246,116 @@ def test_a_wrong_gate_order_is_found_on_the_lstm_output(tmp_path) -> None:
     first = report.first_divergence
     assert first is not None and (first.step, first.kind, first.tensor) == (0, "activation", "lstm"), first
     np.testing.assert_allclose(first.max_abs_diff, np.abs(before - want).max(), rtol=1e-3)
+
+
+def test_the_lstm_notes_name_what_was_never_compared_and_what_to_convert(tmp_path) -> None:
+    """Gate order and forget bias, each as a new user slipped: the output diverges at step 0 by what
+    numpy gives, and the note says the cells' variables were never compared (declared) and what a
+    TF1 LSTMCell's port must convert; it had no note, and the model has no batch norm to blame."""
+    for slip in ("gates", "forget bias"):
+        weights = _keras_weights(gate_order_right=slip != "gates")
+        if slip == "forget bias":
+            weights[2] = np.zeros_like(weights[2])  # TF1's bias copied, its run-time forget_bias lost
+        tf1, tf2 = tmp_path / slip / "tf1", tmp_path / slip / "tf2"
+        _lstm_tf1(str(tf1))
+        before = _lstm_port(str(tf2), True, weights)
+        report = compare(str(tmp_path / slip), baseline="tf1", candidate="tf2", allow_unmatched=["*lstm_cell*"])
+        want = _lstm_numpy(SEQS[0].astype(np.float64))
+        first = report.first_divergence
+        assert first is not None and (first.step, first.kind, first.tensor) == (0, "activation", "lstm"), first
+        np.testing.assert_allclose(first.max_abs_diff, np.abs(before - want).max(), rtol=1e-3)
+        note = first.note or ""
+        assert "recorded by one run only were never compared" in note and "rnn/lstm_cell/kernel:0" in note, note
+        assert "gate order (TF1 i, j, f, o; Keras i, f, c, o)" in note and "forget_bias=1.0" in note, note
+        assert "every recorded weight agrees" not in note and "batch normalization" not in note, note
+
+
+# -- a masked LSTM: dynamic_rnn(sequence_length) against Keras LSTM(mask) -----------------------
+
+LENGTHS = RNG.integers(2, T + 1, (STEPS, BATCH)).astype(np.int32)
+LENGTHS[:, 0] = 2  # at least one sequence padded at every step
+
+
+def _lstm_numpy_masked(x: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(outputs with zeros past each length, the last real step's h): ``dynamic_rnn`` written out."""
+    h, c, out = np.zeros((len(x), UNITS)), np.zeros((len(x), UNITS)), []
+    for t in range(x.shape[1]):
+        z = np.concatenate([x[:, t], h], 1) @ LSTM_KERNEL.astype(np.float64)
+        i, j, f, o = (z[:, k * UNITS : (k + 1) * UNITS] for k in range(4))
+        live = (t < lengths)[:, None]
+        c = np.where(live, _sigmoid(f + 1.0) * c + _sigmoid(i) * np.tanh(j), c)
+        h = np.where(live, _sigmoid(o) * np.tanh(c), h)
+        out.append(np.where(live, h, 0.0))
+    return np.stack(out, 1), h
+
+
+def _masked_tf1(run_dir: str) -> None:
+    """TF1: ``dynamic_rnn`` with ``sequence_length`` (zeros past it), logits from the final state."""
+    with _tf1_graph(run_dir, (None, None, IN), (None, CLASSES)) as (rec, gs, x, y):
+        lengths = tf.compat.v1.placeholder(tf.int32, [None])
+        cell = tf.compat.v1.nn.rnn_cell.LSTMCell(UNITS, initializer=tf.constant_initializer(LSTM_KERNEL))
+        outputs, state = tf.compat.v1.nn.dynamic_rnn(cell, x, sequence_length=lengths, dtype=tf.float32)
+        rec.activation("lstm", outputs)
+        logits = tf.compat.v1.layers.dense(state.h, CLASSES, kernel_initializer=tf.constant_initializer(DENSE))
+        rec.activation("dense", logits)
+        loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(y, logits))
+        _train_with_sgd(rec, gs, loss, [{x: SEQS[s], y: LABELS[s], lengths: LENGTHS[s]} for s in range(STEPS)])
+
+
+def _masked_port(run_dir: str, zero_output_for_mask: bool) -> np.ndarray:
+    """Keras ``LSTM(return_sequences=True, return_state=True)`` called with the mask, in a
+    ``tf.function`` loop; returns its sequence output at step 0 before training."""
+    tf.keras.backend.clear_session()
+    lstm = tf.keras.layers.LSTM(
+        UNITS, return_sequences=True, return_state=True, zero_output_for_mask=zero_output_for_mask
+    )
+    dense = tf.keras.layers.Dense(CLASSES, kernel_initializer=tf.constant_initializer(DENSE))
+    lstm.build((None, None, IN))
+    lstm.set_weights(_keras_weights(gate_order_right=True))
+    optimizer = tf.keras.optimizers.SGD(LR)
+    rec = summary_v2.Recorder(run_dir)
+
+    @tf.function
+    def train_step(x: tf.Tensor, y: tf.Tensor, lengths: tf.Tensor) -> None:
+        with rec.step(optimizer.iterations):
+            rec.lr(tf.constant(LR))
+            with tf.GradientTape() as tape:
+                seq, h, _ = lstm(x, mask=tf.sequence_mask(lengths, tf.shape(x)[1]))
+                rec.activation("lstm", seq)
+                logits = rec.activation("dense", dense(h))
+                loss = rec.loss(tf.keras.losses.CategoricalCrossentropy(from_logits=True)(y, logits))
+            rec.minimize(optimizer, loss, lstm.trainable_variables + dense.trainable_variables, tape)
+
+    mask = tf.sequence_mask(LENGTHS[0], T)
+    before = lstm(SEQS[0], mask=mask)[0].numpy()
+    for s in range(STEPS):
+        train_step(SEQS[s], LABELS[s], LENGTHS[s])
+    rec.close()
+    return before
+
+
+@pytest.mark.parametrize("zero_output_for_mask", [True, False])
+def test_padded_time_steps_of_a_masked_lstm_are_named(tmp_path, zero_output_for_mask: bool) -> None:
+    """Keras's masked LSTM repeats the last state at padded steps (its default), ``dynamic_rnn``
+    writes zeros: numpy says the outputs differ only there, at step 0, and the note says padded time
+    steps (it had none); with ``zero_output_for_mask=True`` the port agrees."""
+    _masked_tf1(str(tmp_path / "tf1"))
+    before = _masked_port(str(tmp_path / "tf2"), zero_output_for_mask)
+    want, _ = _lstm_numpy_masked(SEQS[0].astype(np.float64), LENGTHS[0])
+    padded = np.arange(T)[None, :] >= LENGTHS[0][:, None]
+    np.testing.assert_allclose(before[~padded], want[~padded], atol=1e-6)
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2", allow_unmatched=["*lstm_cell*"])
+    if zero_output_for_mask:
+        np.testing.assert_allclose(before, want, atol=1e-6)
+        assert report.agree, report.first_divergence
+        return
+    assert np.abs(before[padded]).min() > 0  # the last state, repeated
+    first = report.first_divergence
+    assert first is not None and (first.step, first.kind, first.tensor) == (0, "activation", "lstm"), first
+    np.testing.assert_allclose(first.max_abs_diff, np.abs(before - want).max(), rtol=1e-3)
+    note = first.note or ""
+    assert f"each of its {int(padded.sum()) * UNITS} elements out of tolerance is 0 in one run" in note, note
+    assert "in the candidate, the same element one time step earlier: padded time steps" in note, note
 
 
 # -- two parallel branches of one width, built in another order --------------------------------

@@ -187,7 +187,8 @@ def test_dropout_masks_drawn_otherwise_are_named_as_such(tmp_path) -> None:
 def test_no_batch_hint_when_the_input_agrees_or_a_weight_is_one_runs_only() -> None:
     """From a review: a recorded input (kind ``input``) that agrees rules out another batch, so the
     note speaks of the layer; a weight one run alone records (a bias the port dropped, declared
-    with ``allow_unmatched``) is not known to agree, so there is no note."""
+    with ``allow_unmatched``) is not known to agree, so the note does not say every weight agrees: it
+    names that weight as never compared (a new user's LSTM cells, declared, got no note at all)."""
     x = [np.arange(4, dtype=np.float32)] * 2
     w = [np.ones(4, np.float32)] * 2
     out = [np.ones(4, np.float32)] * 2
@@ -201,7 +202,9 @@ def test_no_batch_hint_when_the_input_agrees_or_a_weight_is_one_runs_only() -> N
     base = run("tf1", [common[1], bias, series("activation", "dense", out, order=2)])
     cand = run("tf2", [common[1], series("activation", "dense", moved, order=2)])
     policy = TolerancePolicy(allow_unmatched=("weight/dense/bias*",))
-    assert Comparison(base, cand, policy).report().first_divergence.note is None
+    note = Comparison(base, cand, policy).report().first_divergence.note
+    assert "every recorded weight" not in note and "every weight both runs recorded agrees" in note, note
+    assert "1 variable(s) recorded by one run only were never compared (dense/bias:0)" in note, note
 
 
 def test_a_batch_norm_output_under_a_strategy_names_per_replica_statistics() -> None:

@@ -132,6 +132,36 @@ def test_a_divergence_just_past_tolerance_says_what_amplifies_noise(gap: float) 
     assert ("just past tolerance" in (found.note or "")) == (ratio < tolerance.MARGINAL_RATIO), (ratio, found.note)
 
 
+@pytest.mark.parametrize(
+    ("names", "zeros", "told", "not_told"),
+    [
+        (("lstm", "dense"), False, ["over time steps"], ["batch normalization", "max-pooling", "ReLU"]),
+        (("conv2d", "batch_normalization", "max_pooling2d"), False, ["batch normalization", "max-pooling"], ["ReLU"]),
+        (("dense", "dense_1"), True, ["a ReLU's 0"], ["batch normalization", "max-pooling", "time steps"]),
+    ],
+)
+def test_what_amplifies_noise_is_told_from_the_layers_the_runs_have(names, zeros, told, not_told) -> None:
+    """A new user's LSTM text model, just past tolerance on an output, was told of batch
+    normalization and max-pooling, which it did not have. The note names what the runs' tensors
+    show: their names, and outputs holding exact zeros for a ReLU (Keras names it ``dense``)."""
+    ones = np.ones(4, np.float32)
+    act = [ones.copy() for _ in range(2)]
+    if zeros:
+        act = [np.array([0, 1, 1, 1], np.float32) for _ in range(2)]
+    cand = [a.copy() for a in act]
+    cand[1][1] += np.float32(1.5e-5)
+
+    def tensors(values: list) -> list:
+        return [series("activation", n, act, order=i) for i, n in enumerate(names[:-1])] + [
+            series("activation", names[-1], values, order=len(names))
+        ]
+
+    found = Comparison(run("tf1", tensors(act)), run("tf2", tensors(cand))).report().first_divergence
+    assert found.tensor == names[-1] and "just past tolerance" in found.note, found
+    assert "sums reordered from layer to layer" in found.note
+    assert all(t in found.note for t in told) and not any(t in found.note for t in not_told), found.note
+
+
 def test_a_difference_just_past_tolerance_beside_a_loud_one_is_not_called_noise() -> None:
     """A new user's layer-norm epsilon bug put its activation 3378 times past tolerance at step 0;
     two gradients 1.4 and 1.6 past at that step were told "faithful ports reach this". Beside a

@@ -312,7 +312,11 @@ class Comparison:
                 kink if b.kind == "grad" else None,
                 self._grad_scale(pair, k) if b.kind == "grad" else None,
                 self._schedule_note(pair, k) if b.kind in HPARAM_KINDS else None,
-                None if loud else _marginal_note(b.kind, found, lambda: self._growth(pair, k), lambda: pair.atol_at(k)),
+                None
+                if loud
+                else _marginal_note(
+                    b.kind, found, lambda: self._growth(pair, k), lambda: pair.atol_at(k), self._amplifiers
+                ),
             ]
             found["note"] = "; ".join(n for n in notes if n) or None
         return Divergence(
@@ -470,10 +474,17 @@ class Comparison:
         default ``shuffle=True`` diverged on its first layer's output at step 0, with nothing to
         say that the batches differed."""
         alignment = self._alignment
-        if alignment is not None and any(
-            kind in ("weight", "state") for kind, _ in [*alignment.unmatched_base, *alignment.unmatched_cand]
-        ):
-            return None  # a weight one run alone has (a bias the port dropped) is not known to agree
+        # a weight one run alone has (a bias the port dropped, an LSTM cell declared with
+        # --allow-unmatched) is not known to agree: the note says so and names them instead
+        unpaired = (
+            []
+            if alignment is None
+            else [
+                name
+                for kind, name in [*alignment.unmatched_base, *alignment.unmatched_cand]
+                if kind in ("weight", "state")
+            ]
+        )
         # a weight of a layer whose output is recorded after this one cannot move it: a new user's
         # 1024x1024 dense after the batch norm, compared by statistics, took the note away
         later = {p.base.name for p in self._pairs if p.base.kind in _OUTPUTS and p.base.order > first.base.order}
@@ -505,7 +516,7 @@ class Comparison:
         if not all(p.by_values_at(k) for p in earlier):
             return None  # an output compared by statistics only is no proof that it agrees
         agree = (
-            "every recorded weight"
+            ("every weight both runs recorded" if unpaired else "every recorded weight")
             + (
                 " (but those of layers recorded after it, which statistics alone compare)"
                 if len(weights) < len(logged)
@@ -513,6 +524,11 @@ class Comparison:
             )
             + (" and the outputs recorded before it agree" if earlier else " agrees")
         )
+        if unpaired:
+            return self._unpaired_note(agree, first, k, unpaired)
+        padded = self._repeats_last_step(first, k)
+        if padded:
+            return f"{agree} at this step; {padded}"
         masked = self._zero_in_one_run(first, k)
         if masked:
             return (
@@ -563,6 +579,75 @@ class Comparison:
             return 0
         b, c = both
         return len(out) if ((b[out] == 0) != (c[out] == 0)).all() else 0
+
+    def _amplifiers(self) -> str:
+        """:func:`_amplifiers` of both runs' tensor names; a ReLU is also told by outputs holding
+        exact zeros (a Keras ``Dense(activation="relu")`` is named ``dense``)."""
+        names = " ".join(s.name for run in (self.base, self.cand) for s in run.tensors.values())
+        zero = metadata.STAT_INDEX["zero"]
+        if any(
+            s.kind in _OUTPUTS and not _RECURRENT.search(s.name) and len(s.stats) and s.stats[:, zero].max() > 0
+            for run in (self.base, self.cand)
+            for s in run.tensors.values()
+        ):
+            names += " relu"
+        return _amplifiers(names)
+
+    def _unpaired_note(self, agree: str, first: Pair, k: int, unpaired: list[str]) -> str:
+        """:meth:`_input_note` when some weight or state was recorded by one run only (declared with
+        ``--allow-unmatched`` or not): those were never compared, so the note names them instead of
+        saying every weight agrees, and says what a recurrent cell's port must convert. A new user's
+        TF1 ``LSTMCell`` against Keras ``LSTM`` (the cells declared, as the warning says) diverged on
+        the LSTM's output at step 0 with a wrong gate order or forget bias, and got no note."""
+        shown = ", ".join(unpaired[:3]) + (f" and {len(unpaired) - 3} more" if len(unpaired) > 3 else "")
+        note = (
+            f"{agree} at this step; {len(unpaired)} variable(s) recorded by one run only were never compared "
+            f"({shown}): a difference in them reaches this output, as one in how the layer computes would"
+        )
+        padded = self._repeats_last_step(first, k)
+        if padded:
+            note += "; " + padded
+        names = " ".join([first.base.name, first.cand.name, *unpaired])
+        if _LSTM.search(names):
+            note += (
+                "; an LSTM converted from TF1 (LSTMCell, LSTMBlockCell) to Keras LSTM: the gate order (TF1 i, j, f, "
+                "o; Keras i, f, c, o), the forget bias (TF1 adds forget_bias=1.0 at run time, Keras holds it in the "
+                "bias: add 1 to TF1's forget block), TF1's kernel [input + units, 4 units] split into Keras's kernel "
+                "(its first input rows) and recurrent kernel (the last units rows)"
+            )
+        elif _GRU.search(names):
+            note += (
+                "; a GRU converted from TF1 GRUCell to Keras GRU: Keras's default reset_after=True (TF1 resets "
+                "before the candidate's matmul: reset_after=False), the gate order (TF1 gates r, u; Keras z, r, h), "
+                "and the kernels split into input and recurrent rows"
+            )
+        return note
+
+    def _repeats_last_step(self, pair: Pair, k: int) -> Optional[str]:
+        """For a sequence output (``[batch, time, ...]``) whose every element out of tolerance at
+        ``k`` is exactly 0 in one run and, in the other, the same element one time step earlier:
+        padded time steps, which TF1's ``dynamic_rnn`` zeroes and a masked Keras RNN with
+        ``return_sequences`` fills with the last state (None otherwise)."""
+        out = self._elements_out(pair, k)
+        both = pair.step_values(k)
+        if out is None or not len(out) or both is None:
+            return None
+        known = pair.runtime_shape("base", int(pair.ib[k]))
+        shape = [d for d in known if d is not None]
+        if len(shape) < 3 or len(shape) < len(known) or math.prod(shape) != len(both[0]):
+            return None
+        inner = math.prod(shape[2:])  # elements per time step
+        if (out // inner % shape[1] == 0).any():
+            return None  # the first time step has no earlier one to repeat
+        for zero, side, other in ((both[0], "candidate", both[1]), (both[1], "baseline", both[0])):
+            if (zero[out] == 0).all() and (other[out] != 0).all() and (other[out] == other[out - inner]).all():
+                return (
+                    f"each of its {len(out)} elements out of tolerance is 0 in one run and, in the {side}, the same "
+                    "element one time step earlier: padded time steps, which TF1's dynamic_rnn(sequence_length=...) "
+                    "fills with zeros and a masked Keras LSTM/GRU with return_sequences=True with the last state "
+                    "(zero_output_for_mask); compare the real steps only, or zero the padded ones by the mask"
+                )
+        return None
 
     def _moved_by_the_update(self, pair: Pair, k: int, slot_gaps: Sequence[tuple[Pair, float]] = ()) -> Optional[str]:
         """What a weight diverging at step ``k`` after its gradient agreed element-wise at every
@@ -1369,6 +1454,13 @@ _RECORDED_BEFORE = frozenset({"input", "activation", "output"})
 #: Batch normalization's moving statistics, by name on either side (TF1 and Keras alike).
 _MOVING_STATS = re.compile(r"moving_(mean|variance)", re.IGNORECASE)
 
+#: A recurrent cell's tensors by name (TF1 ``lstm_cell``, ``LSTMBlockCell``, Keras ``lstm``; ``gru_cell``, ``gru``).
+_LSTM = re.compile(r"lstm", re.IGNORECASE)
+_GRU = re.compile(r"gru", re.IGNORECASE)
+_RECURRENT = re.compile(r"lstm|gru|rnn|recurrent", re.IGNORECASE)
+_POOL = re.compile(r"max_?pool", re.IGNORECASE)
+_RELU = re.compile(r"relu", re.IGNORECASE)
+
 #: A batch normalization's output, by the names both frameworks give it.
 _BATCH_NORM = re.compile(r"batch_?norm|(^|/)bn\d*(/|$)", re.IGNORECASE)
 
@@ -1478,6 +1570,7 @@ def _marginal_note(
     found: dict[str, Any],
     growth: Callable[[], Optional[tuple[float, float, int, int]]] = lambda: None,
     held: Callable[[], float] = lambda: 1e-5,
+    amplifiers: Callable[[], str] = lambda: _amplifiers(""),
 ) -> Optional[str]:
     """For an activation or gradient compared element-wise just past tolerance (an error ratio
     under :data:`MARGINAL_RATIO`): what reaches that on a faithful port and what on a bug, and how to
@@ -1489,7 +1582,8 @@ def _marginal_note(
     1e-7 against TF1's 1e-8 moved an activation a steady 1.06x past tolerance and was told "noise".
     The override it offers is above ``held()``, the atol that step was held to, asked only here: an
     override's atol replaces an output's share, and a review's 1e-4 tightened an activation of peak
-    100. The divergence is real and stays one."""
+    100. The divergence is real and stays one. ``amplifiers()``: what amplifies rounding, among the
+    layers the runs have (:func:`_amplifiers`)."""
     ratio = found.get("error_ratio")
     if kind not in ("activation", "grad") or found.get("evidence") != "values" or ratio is None:
         return None
@@ -1511,15 +1605,28 @@ def _marginal_note(
                 f"at most (step {step}), {later / now:.3g}x this step's {now:.3g}."
             )
     return (
-        f"just past tolerance (error ratio {ratio:.3g}): float32 rounding amplified by the network (batch "
-        "normalization over features of small batch variance, ties in max-pooling or at a ReLU's 0) reaches "
-        "this on faithful ports within a few steps, and so does a small real difference (a normalization "
+        f"just past tolerance (error ratio {ratio:.3g}): float32 rounding amplified by the network ({amplifiers()}) "
+        "reaches this on faithful ports within a few steps, and so does a small real difference (a normalization "
         "layer's epsilon: Keras LayerNormalization and BatchNormalization 1e-3, TF1 code often 1e-12 or 1e-5; "
         "an optimizer setting: Adam's epsilon, TF1 1e-8 against Keras 1e-7; a decay); a difference that grows "
         "over the next steps (the heat map) is no noise." + steady + " Rule out those settings before loosening "
         f"this kind with --override '{kind}/*:atol={_looser(atol):g}' (this step was held to atol {atol:.3g}; an "
         "override's atol replaces the share of the largest element)."
     )
+
+
+def _amplifiers(names: str) -> str:
+    """What amplifies float32 rounding in a network whose tensors are named ``names`` (both runs'
+    names, joined): reordered sums everywhere, then only the layers it has. A new user's LSTM text
+    model was told of batch normalization and max-pooling, which it did not have."""
+    found = ["sums reordered from layer to layer" + (" and over time steps" if _RECURRENT.search(names) else "")]
+    if _BATCH_NORM.search(names):
+        found.append("batch normalization over features of small batch variance")
+    if _POOL.search(names):
+        found.append("ties in max-pooling")
+    if _RELU.search(names):
+        found.append("units at a ReLU's 0")
+    return ", ".join(found)
 
 
 def _looser(held: float) -> float:
