@@ -17,7 +17,7 @@ still found at step 1 on ``v``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import pytest
@@ -619,6 +619,46 @@ def test_an_output_fed_by_a_weight_loosened_by_an_override_is_not_told_every_wei
     assert first is not None and (first.step, first.kind, first.tensor) == (1, "activation", "dense"), first
     assert first.note is not None and "weight/dense/bias:0 agrees here only under your override" in first.note
     assert "every recorded weight" not in first.note, first.note
+
+
+def test_moving_statistics_fed_by_a_weight_loosened_by_an_override_are_not_told_momentum() -> None:
+    """A helper loosened a noise-fed bias before batch norm (and the layer's output) as the notes said;
+    its moving mean, apart by momentum's share of the bias's drift, was told "batch normalization's
+    momentum". numpy: the moving mean's gap is (1 - 0.99) times the bias's, both updated at 0.99.
+    A bias of a layer recorded after the batch norm feeds nothing of it and is not named."""
+    drift = [0.0] + [2.6e-2] * (N - 1)
+    bias_b = [np.full(3, 0.01) for _ in range(N)]
+    bias_c = [np.full(3, 0.01 + d) for d in drift]
+    mean_b, mean_c = [np.zeros(3)], [np.zeros(3)]
+    for s in range(1, N):  # moving_mean = 0.99 m + 0.01 batch mean, the batch mean carrying the bias
+        mean_b.append(0.99 * mean_b[-1] + 0.01 * (0.5 + bias_b[s - 1]))
+        mean_c.append(0.99 * mean_c[-1] + 0.01 * (0.5 + bias_c[s - 1]))
+    later = [np.full(2, 0.3) for _ in range(N)]
+
+    def side(name: str, bias: list, mean: list, head: list) -> Any:
+        return run(
+            name,
+            [
+                series("weight", "conv2d/bias:0", bias, order=0),
+                series("weight", "dense/bias:0", head, order=1),
+                series("state", "batch_normalization/moving_mean:0", mean, order=2),
+                series("activation", "batch_normalization", [np.zeros(3)] * N, order=3),
+                series("activation", "dense", [np.zeros(2)] * N, order=4),
+            ],
+        )
+
+    overrides = tuple(
+        tolerance.ToleranceOverride.parse(o) for o in ("weight/conv2d/bias:0:atol=1", "weight/dense/bias:0:atol=1")
+    )
+    policy = tolerance.TolerancePolicy(overrides=overrides)
+    head_c = [h + 0.5 for h in later]  # loosened too, and after the batch norm: no cause of it
+    first = Comparison(side("tf1", bias_b, mean_b, later), side("tf2", bias_c, mean_c, head_c), policy).report()
+    found = first.first_divergence
+    gap = np.abs(mean_c[2] - mean_b[2]).max()
+    assert found is not None and (found.step, found.kind) == (2, "state"), found
+    np.testing.assert_allclose(found.max_abs_diff, gap, rtol=1e-6)
+    assert found.note is not None and "weight/conv2d/bias:0 agrees here only under your override" in found.note
+    assert "momentum" not in found.note and "dense/bias" not in found.note, found.note
 
 
 def test_another_layers_large_gradient_excuses_nothing_in_this_layers_slot() -> None:

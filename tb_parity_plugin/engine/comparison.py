@@ -386,6 +386,15 @@ class Comparison:
                 )
                 + ")"
             )
+        loosened = self._apart_under_override(self._weights_before(first, k), k)
+        if loosened:  # a helper's moving mean, fed by a bias loosened as its note said, was told "momentum"
+            tag, gap = loosened[0]
+            return (
+                f"{tag} agrees here only under your override ({gap:.3g} apart at this step): that difference "
+                + ("reaches the batch means it averages" if bn else "reaches what it averages")
+                + f"; loosen it as well (--override '{first.base.kind}/{first.base.name}:atol=...'), or drop the "
+                "variable on both sides (README: What counts as a divergence)"
+            )
         if bn and self._moving_mean_agrees(first, k):
             return (
                 "its moving mean agrees at this step (the same momentum, the same batch means): the batch variance "
@@ -432,6 +441,21 @@ class Comparison:
             )
             + ", or from an input no recorded tensor shows"
         )
+
+    def _weights_before(self, state: Pair, k: int) -> list[Pair]:
+        """The weights compared at step ``k`` that may feed ``state``: all but those of layers whose
+        output is recorded after the output of ``state``'s own layer (when that is recorded)."""
+        layer = _layer_of(state.base.name)
+        outputs = {p.base.name: p.base.order for p in self._pairs if p.base.kind in _OUTPUTS}
+        own = outputs.get(layer)
+        return [
+            p
+            for p in self._pairs
+            if p.base.kind == "weight"
+            and p.ib[k] >= 0
+            and p.ic[k] >= 0
+            and (own is None or outputs.get(_layer_of(p.base.name), -1) <= own)
+        ]
 
     def _moving_mean_agrees(self, variance: Pair, k: int) -> bool:
         """Whether ``variance`` is a batch normalization's moving variance whose moving mean (the same
