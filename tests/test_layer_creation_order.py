@@ -480,3 +480,111 @@ def test_layers_loaded_crosswise_diverge_on_their_weights_not_behind_an_output()
     )
     first = Comparison(base, cand).report().first_divergence
     assert (first.kind, first.tensor, first.candidate_tensor) == ("activation", "dense_1", "dense_2"), first
+
+
+# -- a residual block whose projection the port creates last -------------------------------------
+
+RES_X = RNG.standard_normal((2, 8, 8, 8, 3)).astype(np.float32)
+RES_Y = np.eye(2, dtype=np.float32)[RNG.integers(0, 2, (2, 8))]
+#: by role: the 1x1 projection, the main path's two 3x3 convs, the head
+RES_K = {
+    "proj": (RNG.standard_normal((1, 1, 3, 4)) * 0.5).astype(np.float32),
+    "a": (RNG.standard_normal((3, 3, 3, 4)) * 0.3).astype(np.float32),
+    "b": (RNG.standard_normal((3, 3, 4, 4)) * 0.3).astype(np.float32),
+    "head": (RNG.standard_normal((64, 2)) * 0.2).astype(np.float32),
+}
+
+
+def _residual_tf1(run_dir: str) -> None:
+    """TF1 creates the projection first (``conv2d``), then the main path (``conv2d_1``, stride 2,
+    and ``conv2d_2``); each output recorded under its layer's name, as ``instrument`` names them."""
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, (None, 8, 8, 3))
+        y = tf.compat.v1.placeholder(tf.float32, (None, 2))
+
+        def conv(h: Any, role: str, size: int, stride: int, name: str) -> Any:
+            out = tf.compat.v1.layers.conv2d(
+                h, 4, size, stride, "same", use_bias=False, kernel_initializer=tf.constant_initializer(RES_K[role]), name=name
+            )
+            return rec.activation(name, out)
+
+        shortcut = conv(x, "proj", 1, 2, "conv2d")
+        main = conv(tf.nn.relu(conv(x, "a", 3, 2, "conv2d_1")), "b", 3, 1, "conv2d_2")
+        flat = tf.compat.v1.layers.flatten(tf.nn.relu(shortcut + main))
+        logits = tf.compat.v1.layers.dense(flat, 2, kernel_initializer=tf.constant_initializer(RES_K["head"]))
+        loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(y, logits))
+        rec.lr(tf.constant(LR))
+        _train_with_momentum(rec, gs, loss, {x: RES_X, y: RES_Y}, grads=True)
+
+
+def _residual_port(run_dir: str, stride_moved: bool) -> dict[str, np.ndarray]:
+    """The Keras port creates the main path first (``conv2d``, ``conv2d_1``) and the projection last
+    (``conv2d_2``); ``stride_moved``: the main path's stride on its second conv instead of its
+    first (the block's output has the same shape). Returns each layer's output at step 0, by role."""
+    tf.keras.backend.clear_session()
+    a_stride, b_stride = (1, 2) if stride_moved else (2, 1)
+
+    def conv(role: str, size: int, stride: int) -> Any:
+        return tf.keras.layers.Conv2D(
+            4, size, stride, "same", use_bias=False, kernel_initializer=tf.constant_initializer(RES_K[role])
+        )
+
+    a, b, proj = conv("a", 3, a_stride), conv("b", 3, b_stride), conv("proj", 1, 2)
+    inputs = tf.keras.Input((8, 8, 3))
+    main = b(tf.keras.layers.ReLU()(a(inputs)))
+    joined = tf.keras.layers.ReLU()(tf.keras.layers.Add()([proj(inputs), main]))
+    head = tf.keras.layers.Dense(2, kernel_initializer=tf.constant_initializer(RES_K["head"]))
+    model = tf.keras.Model(inputs, head(tf.keras.layers.Flatten()(joined)))
+    probe = tf.keras.Model(inputs, [proj(inputs), a(inputs), main])
+    before = dict(zip(("proj", "a", "b"), (t.numpy() for t in probe(RES_X[0]))))
+    model.compile(
+        tf.keras.optimizers.SGD(LR, momentum=MOMENTUM), loss=tf.keras.losses.CategoricalCrossentropy(from_logits=True)
+    )
+    rec = summary_v2.Recorder(run_dir)
+    summary_v2.instrument(model, rec, layers=[a, b, proj])
+    model.fit(RES_X.reshape(-1, 8, 8, 3), RES_Y.reshape(-1, 2), batch_size=8, shuffle=False, verbose=0)
+    rec.close()
+    return before
+
+
+def _conv_numpy(x: np.ndarray, k: np.ndarray, stride: int) -> np.ndarray:
+    """A "same" convolution (odd kernel: symmetric padding, TF's for these sizes and strides 1, 2 on 8)."""
+    pad = k.shape[0] // 2
+    xp = np.pad(x.astype(np.float64), ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+    n = (x.shape[1] + stride - 1) // stride
+    out = np.zeros((len(x), n, n, k.shape[3]))
+    for i in range(n):
+        for j in range(n):
+            patch = xp[:, i * stride : i * stride + k.shape[0], j * stride : j * stride + k.shape[1]]
+            out[:, i, j] = np.tensordot(patch, k.astype(np.float64), axes=3)
+    return out
+
+
+@pytest.mark.parametrize("stride_moved", [False, True])
+def test_layer_outputs_of_a_block_created_in_another_order_follow_their_layers(tmp_path, stride_moved: bool) -> None:
+    """A new user's ResNet port created its projection last and moved a stride to the wrong conv:
+    the verdict named TF1's projection (``conv2d``), which numpy says agrees, against the port's
+    ``conv2d`` (the main path's first conv). Both runs have outputs named ``conv2d``, of other layers
+    and shapes, and the check that an output may follow its layer read one run's shape for both."""
+    _residual_tf1(str(tmp_path / "tf1"))
+    before = _residual_port(str(tmp_path / "tf2"), stride_moved)
+    x = RES_X[0]
+    want_proj = _conv_numpy(x, RES_K["proj"], 2)
+    np.testing.assert_allclose(before["proj"], want_proj, atol=1e-5)  # the projection agrees either way
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    pairs = {(m["baseline"], m["candidate"]) for m in report.to_dict()["mapping"] if m["kind"] == "activation"}
+    assert {("conv2d", "conv2d_2"), ("conv2d_1", "conv2d"), ("conv2d_2", "conv2d_1")} <= pairs, pairs
+    if not stride_moved:
+        assert report.agree, report.first_divergence
+        return
+    want_a = _conv_numpy(x, RES_K["a"], 2)
+    assert before["a"].shape == (8, 8, 8, 4) and want_a.shape == (8, 4, 4, 4)
+    first = report.first_divergence
+    assert first is not None and (first.step, first.tensor, first.candidate_tensor, first.reason) == (
+        0,
+        "conv2d_1",
+        "conv2d",
+        "shape",
+    ), first

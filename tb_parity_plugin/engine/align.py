@@ -1076,7 +1076,6 @@ class _Pairing:
             found_c = output_layer(1, s.name) if s.kind in _OUTPUT_KINDS else None
             if found_c is not None:
                 cand_named.setdefault((s.kind, *found_c), []).append((s.kind, s.name))
-        shapes = {(s.kind, s.name): tuple(s.shape) for s in [*self.base, *self.cand]}
         current_b = {m.base: m for m in self.matches}
         current_c = {m.cand: m for m in self.matches}
         moved = []
@@ -1094,8 +1093,8 @@ class _Pairing:
                 continue
             if (now is not None and now.how == "map") or (taken is not None and taken.how == "map"):
                 continue  # the user's word (anything else here was guessed, the first values' moves too)
-            if not shapes_compatible(shapes[key], shapes[target]):
-                continue
+            # of any shape: the layers are paired, so outputs of other shapes are a shape divergence of
+            # that layer (a new user's stride moved to the wrong conv was reported on another layer)
             self._repair(key, target, "layer", (now, taken), current_b, current_c)
             if now is not None:
                 moved.append(f"{s.kind}/{s.name} with {target[1]} (not {now.cand[1]})")
@@ -1378,7 +1377,7 @@ def align(
             continue
         if reshaped(b_shape, c_shape):
             regrouped.append(f"{m.base[0]}/{m.base[1]} {list(b_shape)} ~ {list(c_shape)}")
-        elif m.how in ("map", "exact"):
+        elif m.how in ("map", "exact", "layer"):
             warnings.append(
                 f"{m.how} pairing of {m.base[0]}/{m.base[1]} {list(b_shape)} with "
                 f"{m.cand[1]} {list(c_shape)}: different shapes (a shape divergence)"
