@@ -506,7 +506,14 @@ def _residual_tf1(run_dir: str) -> None:
 
         def conv(h: Any, role: str, size: int, stride: int, name: str) -> Any:
             out = tf.compat.v1.layers.conv2d(
-                h, 4, size, stride, "same", use_bias=False, kernel_initializer=tf.constant_initializer(RES_K[role]), name=name
+                h,
+                4,
+                size,
+                stride,
+                "same",
+                use_bias=False,
+                kernel_initializer=tf.constant_initializer(RES_K[role]),
+                name=name,
             )
             return rec.activation(name, out)
 
