@@ -33,6 +33,24 @@ def test_a_gradient_scaled_by_one_factor_says_so_and_one_scaled_otherwise_does_n
     assert "times" not in (first.note or "")
 
 
+def test_a_small_element_off_the_factor_by_rounding_keeps_the_note() -> None:
+    """A helper's TF1 recorded gradients after clipping, its port before: every gradient is the
+    baseline's times 1.035, and the one the verdict named (an embedding's, repeated ids' rows summed
+    in float32) lost the note: one element of 1.31e-5 was 1.02e-4 of itself off the factor, 1.3e-9
+    in all, a float32 rounding of the 0.01 its largest element is (4 ulps there: 3.7e-9)."""
+    base = (G * np.float32(0.01 / np.abs(G).max())).astype(np.float32)
+    base[1, 1] = np.float32(1.31e-5)
+    cand = (base * np.float32(1.035)).astype(np.float32)
+    cand[1, 1] = np.float32(1.31e-5 * 1.035 * (1 + 1.02e-4))
+    assert abs(float(cand[1, 1]) / (1.035 * float(base[1, 1])) - 1) > 1e-4  # past the 1e-4 rule alone
+    first = _first([series("grad", "emb:0", [base])], [series("grad", "emb:0", [cand])])
+    assert first.kind == "grad" and "every element is the baseline's times 1.035" in first.note, first.note
+    # off by 1e-7, 30x that rounding: no longer one factor
+    cand[1, 1] = np.float32(1.31e-5 * 1.035 + 1e-7)
+    first = _first([series("grad", "emb:0", [base])], [series("grad", "emb:0", [cand])])
+    assert "times" not in (first.note or ""), first.note
+
+
 def _adam_like(scale: float, bend: float = 0.0) -> tuple[list, list]:
     """Weights at steps 0 and 1 from one update of equal gradients, the candidate's update
     ``scale`` times the baseline's (``bend``: plus a relative difference on one half)."""

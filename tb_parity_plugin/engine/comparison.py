@@ -25,6 +25,7 @@ from tb_parity_plugin.engine.matrix import ABSENT, OK, REASONS, VALUE, ParityMat
 from tb_parity_plugin.engine.nonfinite import FirstNonfinite
 from tb_parity_plugin.engine.pair import GradientScale, Pair, take_rows
 from tb_parity_plugin.engine.tolerance import (
+    GRAD_NOISE_OF_MAX,
     HPARAM_KINDS,
     HPARAM_RTOL,
     MARGINAL_RATIO,
@@ -1027,9 +1028,15 @@ class Comparison:
     def _grad_scale(self, pair: Pair, k: int) -> Optional[str]:
         """A gradient that is the baseline's times one factor at every element (compared by
         values): a new user's gradient accumulation not divided by its 4 micro-batches showed every
-        gradient with max_rel_diff=3 and cosine 1, and nothing said "times 4"."""
+        gradient with max_rel_diff=3 and cosine 1, and nothing said "times 4". Each element may be
+        off the factor by a gradient's rounding (:data:`GRAD_NOISE_OF_MAX` of each side's largest
+        element): a helper's embedding gradient, its repeated rows summed in float32, had one small
+        element 1e-4 of itself off the factor and lost the note every other gradient had."""
         both = pair.step_values(k)
-        scale = None if both is None else _uniform_scale(both[0], both[1], pair.tol.atol)
+        if both is None:
+            return None
+        rounding = tuple(GRAD_NOISE_OF_MAX * float(np.abs(side).max(initial=0.0)) for side in both)
+        scale = _uniform_scale(both[0], both[1], pair.tol.atol, (rounding[0], rounding[1]))
         if scale is None:
             return None
         return (
