@@ -267,3 +267,33 @@ def test_a_weight_of_a_later_layer_compared_by_statistics_keeps_the_note() -> No
             "(but those of layers recorded after it, which statistics alone compare)" in (first.note or "")
         ) == noted
         assert ("computes another function of its input" in (first.note or "")) == noted, first.note
+
+
+def test_an_output_apart_at_some_sequence_positions_only_says_which_share() -> None:
+    """A helper's port masked padded tokens (``Embedding(mask_zero=True)``) where TF1 did not: its
+    attention output moved at the padded query rows only (41% of the elements, the share of padded
+    tokens), and the note spoke of activations and epsilon. numpy: the rows apart are the padded
+    positions; a difference at every position gets no such clause."""
+    rng = np.random.default_rng(0)
+    ids = np.array([[4, 2, 7, 0, 0], [3, 1, 0, 0, 0]])
+    padded = ids == 0
+    x = [rng.standard_normal((2, 5, 4)).astype(np.float32)]
+    w = [rng.standard_normal((4, 4)).astype(np.float32)]
+    out = [x[0] @ w[0]]
+    masked = [np.where(padded[..., None], out[0].mean(axis=1, keepdims=True), out[0]).astype(np.float32)]
+    common = [series("activation", "embedding", x), series("weight", "mha/kernel:0", w, order=1)]
+
+    def note(cand_out: list) -> str:
+        base = run("tf1", [*common, series("activation", "mha", out, order=2)])
+        cand = run("tf2", [*common, series("activation", "mha", cand_out, order=2)])
+        found = Comparison(base, cand).report().first_divergence
+        assert found is not None and (found.step, found.tensor) == (0, "mha"), found
+        return found.note or ""
+
+    apart = np.abs(masked[0] - out[0]).max(axis=-1) > 1e-5
+    assert (apart == padded).all()
+    text = note(masked)
+    assert f"lie at {int(padded.sum())} of its 10 (batch, time) positions" in text, text
+    assert "Embedding(mask_zero=True)" in text
+    everywhere = [(out[0] * np.float32(1.01)).astype(np.float32)]
+    assert "(batch, time) positions" not in note(everywhere)

@@ -581,7 +581,7 @@ class Comparison:
                 )
             return (
                 f"{agree} at this step: this layer computes another function of its input (activation, padding, "
-                "epsilon, training flag), or reads an input not recorded"
+                "epsilon, training flag), or reads an input not recorded" + self._positions_note(first, k)
             )
         # both, neither first: a new user's attention scaled by 1/d_model in a custom loop was told of
         # fit's shuffling first; record the layer's input (rec.activation) to tell the two apart
@@ -590,7 +590,32 @@ class Comparison:
             f"{'the model or the loss' if loss else 'the layer'} computes another function of its input"
             + ("" if loss else " (activation, a scale, epsilon, padding, data format)")
             + ", or its input differs (another batch: Keras fit shuffles unless shuffle=False, a tf.data shuffle "
-            "or batching on one side); recording the input too tells the two apart"
+            "or batching on one side); recording the input too tells the two apart" + self._positions_note(first, k)
+        )
+
+    def _positions_note(self, pair: Pair, k: int) -> str:
+        """For a sequence output (``[batch, time, ...]``) whose elements out of tolerance at ``k``
+        lie at some (batch, time) positions only, every element at the others agreeing: which
+        share, and what differs so (a mask). A helper's ``Embedding(mask_zero=True)`` on one side
+        moved only the padded query rows of its attention (41% of the elements, the share of padded
+        tokens) and the note spoke of activations and epsilon. "" otherwise."""
+        out = self._elements_out(pair, k)
+        both = pair.step_values(k)
+        if out is None or not len(out) or both is None:
+            return ""
+        known = pair.runtime_shape("base", int(pair.ib[k]))
+        shape = [d for d in known if d is not None]
+        if len(shape) < 3 or len(shape) < len(known) or math.prod(shape) != len(both[0]):
+            return ""
+        positions = shape[0] * shape[1]
+        apart = np.unique(out // math.prod(shape[2:]))
+        if len(apart) >= positions:
+            return ""
+        return (
+            f"; its elements out of tolerance lie at {len(apart)} of its {positions} (batch, time) positions, and "
+            "every element at the others agrees: when those are padded positions, the runs mask them differently "
+            "(Keras Embedding(mask_zero=True) or Masking on one side only, an attention or padding mask, a "
+            "sequence_length), and only the real positions need agree"
         )
 
     def _zero_in_one_run(self, pair: Pair, k: int) -> int:
