@@ -196,6 +196,9 @@ def assert_parity(
             lines.append(report.unproven_text)
         if report.hparam_text:
             lines.append(report.hparam_text)
+        suggested = report.structure.get("suggested_maps")
+        if first.reason == "structure" and suggested:
+            lines.append(suggested_maps_line(suggested))
         # how the runs were paired (a layer re-paired by its values, a map that matched nothing)
         lines += [f"warning: {w}" for w in report.warnings]
         raise AssertionError("\n".join(lines + problem_lines(report)))
@@ -210,6 +213,15 @@ def _step_range(run: Any) -> str:
     """``steps A-B`` of a run (how a run numbers its steps, for an error)."""
     steps = run.steps
     return f"steps {int(steps[0])}-{int(steps[-1])}" if len(steps) else "no step"
+
+
+def suggested_maps_line(maps: list[str]) -> str:
+    """The structure report's suggested ``--map`` items as one line a user can paste."""
+    return (
+        "suggested: " + " ".join(f"--map '{m}'" for m in maps) + " (layers whose variables went unmatched on both "
+        "sides with the same names under them and the same sizes; check each pairing, then pass it; in Python, "
+        "mapping=[...])"
+    )
 
 
 def statistics_only_line(report: ParityReport) -> str:

@@ -188,6 +188,8 @@ def structure_lines(report: ParityReport) -> list[str]:
     for run, entries in st.get("created_twice", {}).items():
         for e in entries:
             lines.append(f"created twice in {run!r}? {e['tag']} repeats {e['like']}")
+    if st.get("suggested_maps"):
+        lines.append(api.suggested_maps_line(st["suggested_maps"]))
     lines += [f"replicas: {line}" for line in replicas.describe(report.replicas)]
     return lines
 

@@ -160,3 +160,29 @@ def test_another_attention_scale_diverges_on_the_attention_output_at_step_0(tmp_
     assert _first_apart(tf1, port, "out") == 0
     first = compare(str(tmp_path), baseline="tf1", candidate="tf2", mapping=MAP, overrides=KEY_BIAS).first_divergence
     assert (first.step, first.kind, first.tensor) == (0, "activation", "attention"), first
+
+
+def test_without_the_map_the_structure_report_suggests_it(tmp_path) -> None:
+    """A helper's TF1 BERT-style attention against Keras MultiHeadAttention was 96 structure lines,
+    whose ambiguous partners were all wrong, until it wrote its maps by hand. The report suggests
+    the one this port needs (TF1's ``attention/output`` is Keras's ``attention_output``), and the
+    suggestion, passed as it is, gives the verdict the user's own map gives."""
+    import pytest
+
+    from tb_parity_plugin import api, cli
+    from tb_parity_plugin.report import page
+
+    _tf1(str(tmp_path / "tf1"))
+    _keras(str(tmp_path / "tf2"))
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2", overrides=KEY_BIAS)
+    assert report.first_divergence is not None and report.first_divergence.reason == "structure"
+    suggested = report.structure["suggested_maps"]
+    assert suggested == ["re:^attention/output/=attention/attention_output/"], suggested
+    line = "suggested: --map 're:^attention/output/=attention/attention_output/'"
+    assert any(line in text for text in cli.structure_lines(report))
+    assert "suggested-maps" in page.report_fragment(report) and "attention_output/" in page.report_fragment(report)
+    with pytest.raises(AssertionError, match="suggested: --map"):
+        api.assert_parity(str(tmp_path), baseline="tf1", candidate="tf2", overrides=KEY_BIAS)
+    mapped = compare(str(tmp_path), baseline="tf1", candidate="tf2", mapping=suggested, overrides=KEY_BIAS)
+    assert mapped.agree, mapped.first_divergence
+    assert mapped.structure["suggested_maps"] == []

@@ -55,6 +55,7 @@ export interface Structure {
   variables?: Record<string, { count: number; size: number }>;
   shape_mismatches?: ShapeMismatch[];
   created_twice?: Record<string, { tag: string; like: string }[]>;
+  suggested_maps?: string[];
   allow_unmatched?: string[];
   agree?: boolean;
 }

@@ -72,6 +72,15 @@ function structurePanel(s: Summary, roles: Record<string, string>): HTMLElement 
       : null,
     twice.length ? el("div", {}, el("b", { text: "Created twice (a layer built again instead of reused)" }), table("created-twice", ["run", "variable", "repeats"], twice)) : null,
     patterns.length ? el("div", { cls: "tbp-hint", text: `Declared expected: ${patterns.join(", ")}` }) : null,
+    st.suggested_maps?.length
+      ? el("div", {
+          cls: "tbp-hint",
+          attrs: { "data-testid": "suggested-maps" },
+          text:
+            `Suggested: ${st.suggested_maps.map((m) => `--map '${m}'`).join(" ")} ` +
+            "(layers whose variables went unmatched on both sides with the same names under them and the same sizes; check each pairing first)",
+        })
+      : null,
   );
 }
 

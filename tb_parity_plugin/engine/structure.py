@@ -53,6 +53,8 @@ class Structure:
     shape_mismatches: list[dict[str, Any]]  # [{kind, baseline, candidate, baseline_shape, candidate_shape, how}]
     created_twice: dict[str, list[dict[str, str]]]  # run -> [{tag, like}]
     allow_unmatched: tuple[str, ...]
+    #: ``--map`` items pairing whole layers whose unmatched variables match (:func:`suggest_maps`)
+    suggested_maps: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def unexpected(self) -> list[tuple[str, dict[str, Any]]]:
@@ -66,6 +68,7 @@ class Structure:
             "shape_mismatches": self.shape_mismatches,
             "created_twice": self.created_twice,
             "allow_unmatched": list(self.allow_unmatched),
+            "suggested_maps": self.suggested_maps,
             "agree": not self.unexpected and not self.shape_mismatches,
         }
 
@@ -118,7 +121,53 @@ def structure_of(base: Any, cand: Any, alignment: align.Alignment, allow_unmatch
                 }
             )
     twice = {run.name: _created_twice(run, keys) for run, keys in sides}
-    return Structure(base.name, cand.name, only_in, variables, mismatches, twice, tuple(allow_unmatched))
+    suggested = suggest_maps(base, cand, alignment, allowed)
+    return Structure(base.name, cand.name, only_in, variables, mismatches, twice, tuple(allow_unmatched), suggested)
+
+
+def suggest_maps(base: Any, cand: Any, alignment: align.Alignment, allowed: Sequence[Any] = ()) -> list[str]:
+    """``--map`` items for layers whose variables went unmatched on both sides: a baseline scope
+    and a candidate scope whose unmatched weights have the same names under them and the same
+    sizes (shapes may merge dimensions: a dense ``[16]`` bias against ``MultiHeadAttention``'s
+    ``[2, 8]``), each the only such partner of the other. A helper's TF1 BERT-style attention
+    (``encoder/attention/query/...``) against Keras ``MultiHeadAttention`` (``mha/query/...``) was
+    96 structure lines, their ambiguous partners all wrong, and the four maps written by hand.
+    Declared (``allowed``) tensors are left out: another parametrisation shares no names anyway."""
+
+    def scopes(run: Any, keys: Sequence[tuple[str, str]]) -> dict[str, frozenset[tuple[str, int]]]:
+        found: dict[str, set[tuple[str, int]]] = {}
+        for key in keys:
+            s = run.tensors[key]
+            if s.kind != "weight" or any(m(f"{s.kind}/{s.name}") for m in allowed):
+                continue
+            scope, _, leaf = s.name.removesuffix(":0").rpartition("/")
+            if scope:
+                found.setdefault(scope, set()).add((leaf, _size(s)))
+        return {scope: frozenset(sig) for scope, sig in found.items()}
+
+    ours, theirs = scopes(base, alignment.unmatched_base), scopes(cand, alignment.unmatched_cand)
+    groups: dict[frozenset[tuple[str, int]], tuple[list[str], list[str]]] = {}
+    for side, found in enumerate((ours, theirs)):
+        for scope, sig in found.items():  # in recording order (dicts keep it): creation order
+            groups.setdefault(sig, ([], []))[side].append(scope)
+    out = []
+    for b_scopes, c_scopes in groups.values():
+        # layers of one signature (query, key, value): by their own last name when it is one of a
+        # kind on both sides, the rest in the order they were recorded (created) when as many are
+        # left on each side (else which one is left over is not known)
+        last = [[scope.rpartition("/")[2] for scope in scopes] for scopes in (b_scopes, c_scopes)]
+        named = {
+            b: c_scopes[last[1].index(name)]
+            for b, name in zip(b_scopes, last[0])
+            if last[0].count(name) == 1 and last[1].count(name) == 1
+        }
+        left_b = [b for b in b_scopes if b not in named]
+        left_c = [c for c in c_scopes if c not in named.values()]
+        rest = list(zip(left_b, left_c)) if len(left_b) == len(left_c) else []
+        for b, c in [*named.items(), *rest]:
+            if b != c and "=" not in b and not any(ch in c for ch in "\\$"):  # what a map item could not say
+                out.append(f"re:^{re.escape(b)}/={c}/")
+    return sorted(out)
 
 
 def _created_twice(run: Any, unmatched: Sequence[tuple[str, str]]) -> list[dict[str, str]]:

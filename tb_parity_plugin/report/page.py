@@ -276,6 +276,12 @@ def _structure(summary: Mapping[str, Any]) -> str:
             parts.append(
                 f"<p>Created twice in <code>{_e(run)}</code>? <code>{_e(e['tag'])}</code> repeats <code>{_e(e['like'])}</code></p>"
             )
+    if st.get("suggested_maps"):
+        maps = " ".join(f"<code>--map '{_e(m)}'</code>" for m in st["suggested_maps"])
+        parts.append(
+            f'<p data-testid="suggested-maps">Suggested: {maps} (layers whose variables went unmatched on both '
+            "sides with the same names under them and the same sizes; check each pairing first)</p>"
+        )
     parts += [
         f'<p data-testid="replicas">Replicas: {_e(line)}</p>'
         for line in replicas.describe(summary.get("replicas") or {})

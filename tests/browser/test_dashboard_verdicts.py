@@ -73,6 +73,8 @@ def test_structure_divergence_and_the_structure_panel(page, server: str, demo_lo
     (twice,) = st["created_twice"]["structure/tf2"]
     text = panel.locator("[data-testid=created-twice] tbody tr").inner_text()
     assert twice["tag"] in text and twice["like"] in text
+    assert st["suggested_maps"] == ["re:^enc/attn/=mha/attn/"]
+    assert "--map 're:^enc/attn/=mha/attn/'" in panel.locator("[data-testid=suggested-maps]").inner_text()
     # user-controlled names stay text everywhere (the baseline-only weight is named with HTML)
     assert frame.locator("img").count() == 0
     for f in page.frames:
