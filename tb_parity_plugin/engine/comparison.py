@@ -311,7 +311,7 @@ class Comparison:
                 if b.kind == "slot"
                 else None,
                 kink if b.kind == "grad" else None,
-                self._grad_scale(pair, k) if b.kind == "grad" else None,
+                (self._grad_scale(pair, k) or self._decay_note(pair, k)) if b.kind == "grad" else None,
                 self._schedule_note(pair, k) if b.kind in HPARAM_KINDS else None,
                 None
                 if loud
@@ -1070,6 +1070,38 @@ class Comparison:
             "strategy; accumulated gradients not divided by their micro-batches; a loss scale not undone), or "
             "gradients recorded after clipping by one run and before it by the other (every gradient then has one "
             "factor, the global norm over the clip norm, and the weights agree)"
+        )
+
+    def _decay_note(self, pair: Pair, k: int) -> Optional[str]:
+        """A gradient whose difference at step ``k`` is one factor times its weight's value there at
+        every element (the weight compared by values, agreeing): an L2 term on one side only, or of
+        another size. A helper's port used Keras ``l2(λ)`` (gradient 2λw) for TF1's
+        ``λ * tf.nn.l2_loss(w)`` (gradient λw): every gradient moved by exactly λw, with no note."""
+        weight = next((self._pairs[i] for i, j in self._weight_grads.items() if self._pairs[j] is pair), None)
+        if weight is None or not weight.use_values:
+            return None
+        grads, weights = pair.step_values(k), weight.step_values(k)
+        if grads is None or weights is None or len(weights[0]) != len(grads[0]):
+            return None
+        weight.ensure(k + 1, self.policy.equal_nan)
+        if weight.reason[k] != OK:
+            return None
+        b, c = (np.asarray(a, np.float64) for a in grads)
+        w = np.asarray(weights[0], np.float64)
+        if not (np.isfinite(b).all() and np.isfinite(c).all() and np.isfinite(w).all()):
+            return None
+        d, used = c - b, np.abs(w) > 0
+        if used.sum() < 2 or not np.any(d):
+            return None
+        factor = float(d @ w / (w @ w))
+        rounding = GRAD_NOISE_OF_MAX * max(float(np.abs(b).max()), float(np.abs(c).max()))
+        if factor == 0 or not np.all(np.abs(d - factor * w) <= rounding + 1e-3 * np.abs(factor * w)):
+            return None
+        return (
+            f"the difference is {factor:.4g} times the weight {weight.base.name} at every element: a weight decay "
+            "added to the loss on one side only or of another size (an L2 term: Keras regularizers.l2(λ) adds "
+            "λ·Σw², gradient 2λ·w; TF1's λ·tf.nn.l2_loss(w) adds λ·Σw²/2, gradient λ·w; a regularizer on a "
+            "layer the other run does not regularize)"
         )
 
     def _schedule_note(self, pair: Pair, k: int) -> Optional[str]:
