@@ -595,3 +595,39 @@ def test_layer_outputs_of_a_block_created_in_another_order_follow_their_layers(t
         "conv2d",
         "shape",
     ), first
+
+
+def test_outputs_of_layers_nothing_told_apart_keep_the_partner_of_their_shape() -> None:
+    """The review of the change above: two convs starting from one kernel (nothing tells them
+    apart, a warning says so), of other strides, created in another order by a faithful port whose
+    every output is the baseline's. Their guessed pairing must not carry the outputs across shapes:
+    a false shape DIVERGE. Paired by shape, each output is the baseline's (numpy: equal arrays)."""
+    from engine_helpers import run, series
+
+    from tb_parity_plugin.engine import Comparison
+
+    rng = np.random.default_rng(0)
+    k = rng.standard_normal((3, 3, 4, 4)).astype(np.float32)
+    a = rng.standard_normal((2, 8, 8, 4)).astype(np.float32)  # the stride-1 conv's output
+    b = rng.standard_normal((2, 4, 4, 4)).astype(np.float32)  # the stride-2 conv's
+    base = run(
+        "tf1",
+        [
+            series("weight", "conv_s1/kernel:0", [k], order=0),
+            series("weight", "conv_s2/kernel:0", [k], order=1),
+            series("activation", "conv_s1", [a], order=2),
+            series("activation", "conv_s2", [b], order=3),
+        ],
+    )
+    cand = run(
+        "tf2",
+        [
+            series("weight", "conv2d/kernel:0", [k], order=0),
+            series("weight", "conv2d_1/kernel:0", [k], order=1),
+            series("activation", "conv2d_1", [a], order=2),
+            series("activation", "conv2d", [b], order=3),
+        ],
+    )
+    report = Comparison(base, cand).report()
+    assert report.agree, report.first_divergence
+    assert any("cannot be told apart" in w for w in report.warnings)

@@ -1071,11 +1071,37 @@ class _Pairing:
                 partners.setdefault(_scope_name(m.base[1]), set()).add(_scope_name(m.cand[1]))
                 owners.setdefault(_scope_name(m.cand[1]), set()).add(_scope_name(m.base[1]))
         layer = {b: next(iter(cs)) for b, cs in partners.items() if len(cs) == 1 and owners[next(iter(cs))] == {b}}
+        # a layer pairing that no other layer could take: the user's map, values that told them apart,
+        # or variable shapes no other layer of either run has; only such a pairing moves an output to
+        # a partner of another shape (two convs of one kernel shape that nothing told apart stay as
+        # guessed, and their outputs, of other strides, with the partner of their own shape)
+        signature: list[dict[str, tuple[tuple[Any, ...], ...]]] = [{}, {}]
+        for side, series in ((0, self.base), (1, self.cand)):
+            shapes_of: dict[str, list[tuple[Any, ...]]] = {}
+            for s in series:
+                if s.kind == "weight" and _scope_name(s.name):
+                    shapes_of.setdefault(_scope_name(s.name), []).append(tuple(s.shape))
+            signature[side] = {scope: tuple(sorted(map(str, shapes))) for scope, shapes in shapes_of.items()}  # type: ignore[misc]
+        count = [list(sig.values()) for sig in signature]
+        settled = {
+            _scope_name(m.base[1])
+            for m in self.matches
+            if m.how in ("map", "first values") and m.base[0] in _LAYER_KINDS
+        }
+
+        def certain(b_scope: str, c_scope: str) -> bool:
+            if b_scope in settled:
+                return True
+            sb, sc = signature[0].get(b_scope), signature[1].get(c_scope)
+            return sb is not None and sc is not None and count[0].count(sb) == 1 and count[1].count(sc) == 1
+
         cand_named: dict[tuple[str, str, str], list[Key]] = {}  # (kind, prefix, scope) -> outputs
         for s in self.cand:
             found_c = output_layer(1, s.name) if s.kind in _OUTPUT_KINDS else None
             if found_c is not None:
                 cand_named.setdefault((s.kind, *found_c), []).append((s.kind, s.name))
+        shapes_b = {(s.kind, s.name): tuple(s.shape) for s in self.base}  # one per side: a name both
+        shapes_c = {(s.kind, s.name): tuple(s.shape) for s in self.cand}  # runs have may differ in shape
         current_b = {m.base: m for m in self.matches}
         current_c = {m.cand: m for m in self.matches}
         moved = []
@@ -1093,8 +1119,10 @@ class _Pairing:
                 continue
             if (now is not None and now.how == "map") or (taken is not None and taken.how == "map"):
                 continue  # the user's word (anything else here was guessed, the first values' moves too)
-            # of any shape: the layers are paired, so outputs of other shapes are a shape divergence of
-            # that layer (a new user's stride moved to the wrong conv was reported on another layer)
+            # of any shape when the layers' pairing is certain: outputs of other shapes are then that
+            # layer's shape divergence (a new user's stride moved to the wrong conv was reported on another)
+            if not shapes_compatible(shapes_b[key], shapes_c[target]) and not certain(b_scope, layer[b_scope]):
+                continue
             self._repair(key, target, "layer", (now, taken), current_b, current_c)
             if now is not None:
                 moved.append(f"{s.kind}/{s.name} with {target[1]} (not {now.cand[1]})")
