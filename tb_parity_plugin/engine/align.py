@@ -1075,13 +1075,15 @@ class _Pairing:
         # or variable shapes no other layer of either run has; only such a pairing moves an output to
         # a partner of another shape (two convs of one kernel shape that nothing told apart stay as
         # guessed, and their outputs, of other strides, with the partner of their own shape)
-        signature: list[dict[str, tuple[tuple[Any, ...], ...]]] = [{}, {}]
+        signature: list[dict[str, tuple[str, ...]]] = [{}, {}]
         for side, series in ((0, self.base), (1, self.cand)):
             shapes_of: dict[str, list[tuple[Any, ...]]] = {}
             for s in series:
                 if s.kind == "weight" and _scope_name(s.name):
                     shapes_of.setdefault(_scope_name(s.name), []).append(tuple(s.shape))
-            signature[side] = {scope: tuple(sorted(map(str, shapes))) for scope, shapes in shapes_of.items()}  # type: ignore[misc]
+            signature[side] = {
+                scope: tuple(sorted(str(shape) for shape in shapes)) for scope, shapes in shapes_of.items()
+            }
         count = [list(sig.values()) for sig in signature]
         settled = {
             _scope_name(m.base[1])
