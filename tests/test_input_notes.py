@@ -9,6 +9,7 @@ expectation is checked on the recorded values with numpy, not on the tool.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -297,3 +298,34 @@ def test_an_output_apart_at_some_sequence_positions_only_says_which_share() -> N
     assert "Embedding(mask_zero=True)" in text
     everywhere = [(out[0] * np.float32(1.01)).astype(np.float32)]
     assert "(batch, time) positions" not in note(everywhere)
+
+
+def test_variables_one_run_records_after_the_output_are_not_said_to_reach_it() -> None:
+    """The review of the unpaired-variables note: a dense layer before a declared LSTM diverged (relu
+    against tanh: numpy, every element of the output) and was told the LSTM cells' variables reach
+    it and of an LSTM's gate order. Those run after it; its note speaks of its own function."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 5, 3)).astype(np.float32)
+    w = rng.standard_normal((3, 4)).astype(np.float32)
+    after = rng.standard_normal((2, 5, 6)).astype(np.float32)
+
+    def side(name: str, dense_out: np.ndarray, cell: list) -> Any:
+        return run(
+            name,
+            [
+                series("input", "x", [x], order=0),
+                series("weight", "dense/kernel:0", [w], order=1),
+                *cell,
+                series("activation", "dense", [dense_out], order=10),
+                series("activation", "lstm", [after], order=11),
+            ],
+        )
+
+    tf1_cell = [series("weight", "rnn/lstm_cell/kernel:0", [np.ones((10, 24), np.float32)], order=2)]
+    keras_cell = [series("weight", "lstm/lstm_cell/recurrent_kernel:0", [np.ones((6, 24), np.float32)], order=2)]
+    policy = TolerancePolicy(allow_unmatched=("*lstm_cell*",))
+    relu, tanh = np.maximum(x @ w, 0), np.tanh(x @ w)
+    found = Comparison(side("tf1", relu, tf1_cell), side("tf2", tanh, keras_cell), policy).report().first_divergence
+    assert found is not None and (found.step, found.tensor) == (0, "dense"), found
+    assert "this layer computes another function" in found.note, found.note
+    assert "lstm_cell" not in found.note and "gate order" not in found.note, found.note

@@ -549,8 +549,9 @@ class Comparison:
             )
             + (" and the outputs recorded before it agree" if earlier else " agrees")
         )
-        if unpaired:
-            return self._unpaired_note(agree, first, k, unpaired)
+        upstream = self._maybe_upstream(first, unpaired)
+        if upstream:
+            return self._unpaired_note(agree, first, k, upstream)
         padded = self._repeats_last_step(first, k)
         if padded:
             return f"{agree} at this step; {padded}"
@@ -643,6 +644,25 @@ class Comparison:
             names += " relu"
         return _amplifiers(names)
 
+    def _maybe_upstream(self, first: Pair, unpaired: list[str]) -> list[str]:
+        """The variables of ``unpaired`` that may feed ``first``: not those of a layer whose output
+        (either run's name for it) is recorded after ``first``, nor a recurrent cell's when a
+        recurrent output is (a review's dense layer before a declared LSTM was told of the LSTM's
+        gate order)."""
+        later = [
+            name
+            for p in self._pairs
+            if p.base.kind in _OUTPUTS and p.base.order > first.base.order
+            for name in (p.base.name, p.cand.name)
+        ]
+        layers = {name.rpartition("/")[2] for name in later}
+        cells = [pattern for pattern in (_LSTM, _GRU) if any(pattern.search(name) for name in later)]
+        return [
+            name
+            for name in unpaired
+            if _layer_of(name) not in layers and not any(pattern.search(name) for pattern in cells)
+        ]
+
     def _unpaired_note(self, agree: str, first: Pair, k: int, unpaired: list[str]) -> str:
         """:meth:`_input_note` when some weight or state was recorded by one run only (declared with
         ``--allow-unmatched`` or not): those were never compared, so the note names them instead of
@@ -652,7 +672,8 @@ class Comparison:
         shown = ", ".join(unpaired[:3]) + (f" and {len(unpaired) - 3} more" if len(unpaired) > 3 else "")
         note = (
             f"{agree} at this step; {len(unpaired)} variable(s) recorded by one run only were never compared "
-            f"({shown}): a difference in them reaches this output, as one in how the layer computes would"
+            f"({shown}): a difference in them reaches this output if they feed it, as one in how the layer computes "
+            "would"
         )
         padded = self._repeats_last_step(first, k)
         if padded:
