@@ -31,6 +31,7 @@ from tb_parity_plugin.engine.tolerance import (
     MARGINAL_RATIO,
     OUTPUT_ATOL_OF_MAX,
     StepClock,
+    WARMUP_RTOL,
     TolerancePolicy,
 )
 from tb_parity_plugin.engine.verdict_table import VerdictTable
@@ -445,7 +446,8 @@ class Comparison:
 
     def _weights_before(self, state: Pair, k: int) -> list[Pair]:
         """The weights compared at step ``k`` that may feed ``state``: all but those of layers whose
-        output is recorded after the output of ``state``'s own layer (when that is recorded)."""
+        output is recorded after the output of ``state``'s own layer; when that is not recorded, the
+        weights recorded before it (variables are recorded in creation order)."""
         layer = _layer_of(state.base.name)
         outputs = {p.base.name: p.base.order for p in self._pairs if p.base.kind in _OUTPUTS}
         own = outputs.get(layer)
@@ -455,7 +457,11 @@ class Comparison:
             if p.base.kind == "weight"
             and p.ib[k] >= 0
             and p.ic[k] >= 0
-            and (own is None or outputs.get(_layer_of(p.base.name), -1) <= own)
+            and (
+                p.base.order < state.base.order  # no output recorded: the weights created before it
+                if own is None
+                else outputs.get(_layer_of(p.base.name), -1) <= own
+            )
         ]
 
     def _moving_mean_agrees(self, variance: Pair, k: int) -> bool:
@@ -484,12 +490,15 @@ class Comparison:
             both = p.step_values(k)
             if both is None:
                 continue
+            # apart past what it would be held to without the override (the policy's atol, the
+            # warm-up's rtol): a broad override on a weight 3e-9 apart is no cause (a review's)
+            if allclose.isclose(both[1], both[0], WARMUP_RTOL, self.policy.atol, self.policy.equal_nan).all():
+                continue
             with np.errstate(invalid="ignore", over="ignore"):
                 gap = float(
                     np.nan_to_num(np.abs(both[1].astype(np.float64) - both[0].astype(np.float64))).max(initial=0.0)
                 )
-            if gap > 0:
-                found.append((tag, gap))
+            found.append((tag, gap))
         return sorted(found, key=lambda t: -t[1])
 
     def _input_note(self, first: Pair, k: int) -> Optional[str]:
