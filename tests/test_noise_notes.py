@@ -137,6 +137,7 @@ def test_a_divergence_just_past_tolerance_says_what_amplifies_noise(gap: float) 
     [
         (("lstm", "dense"), False, ["over time steps"], ["batch normalization", "max-pooling", "ReLU"]),
         (("conv2d", "batch_normalization", "max_pooling2d"), False, ["batch normalization", "max-pooling"], ["ReLU"]),
+        (("conv1", "bn1"), False, ["batch normalization"], ["ReLU", "max-pooling"]),  # a review's: bn1 second
         (("dense", "dense_1"), True, ["a ReLU's 0"], ["batch normalization", "max-pooling", "time steps"]),
     ],
 )

@@ -30,8 +30,8 @@ from tb_parity_plugin.engine.tolerance import (
     HPARAM_RTOL,
     MARGINAL_RATIO,
     OUTPUT_ATOL_OF_MAX,
-    StepClock,
     WARMUP_RTOL,
+    StepClock,
     TolerancePolicy,
 )
 from tb_parity_plugin.engine.verdict_table import VerdictTable
@@ -641,17 +641,16 @@ class Comparison:
         return len(out) if ((b[out] == 0) != (c[out] == 0)).all() else 0
 
     def _amplifiers(self) -> str:
-        """:func:`_amplifiers` of both runs' tensor names; a ReLU is also told by outputs holding
-        exact zeros (a Keras ``Dense(activation="relu")`` is named ``dense``)."""
-        names = " ".join(s.name for run in (self.base, self.cand) for s in run.tensors.values())
+        """:func:`_amplifiers` of both runs' tensor names, and whether some output holds exact zeros
+        (a ReLU, padding or dropout: a Keras ``Dense(activation="relu")`` is named ``dense``)."""
+        names = [s.name for run in (self.base, self.cand) for s in run.tensors.values()]
         zero = metadata.STAT_INDEX["zero"]
-        if any(
-            s.kind in _OUTPUTS and not _RECURRENT.search(s.name) and len(s.stats) and s.stats[:, zero].max() > 0
+        zeros = any(
+            s.kind in _OUTPUTS and len(s.stats) and s.stats[:, zero].max() > 0
             for run in (self.base, self.cand)
             for s in run.tensors.values()
-        ):
-            names += " relu"
-        return _amplifiers(names)
+        )
+        return _amplifiers(names, zeros)
 
     def _maybe_upstream(self, first: Pair, unpaired: list[str]) -> list[str]:
         """The variables of ``unpaired`` that may feed ``first``: not those of a layer whose output
@@ -1688,7 +1687,7 @@ def _marginal_note(
     found: dict[str, Any],
     growth: Callable[[], Optional[tuple[float, float, int, int]]] = lambda: None,
     held: Callable[[], float] = lambda: 1e-5,
-    amplifiers: Callable[[], str] = lambda: _amplifiers(""),
+    amplifiers: Callable[[], str] = lambda: _amplifiers(),
 ) -> Optional[str]:
     """For an activation or gradient compared element-wise just past tolerance (an error ratio
     under :data:`MARGINAL_RATIO`): what reaches that on a faithful port and what on a bug, and how to
@@ -1733,17 +1732,22 @@ def _marginal_note(
     )
 
 
-def _amplifiers(names: str) -> str:
-    """What amplifies float32 rounding in a network whose tensors are named ``names`` (both runs'
-    names, joined): reordered sums everywhere, then only the layers it has. A new user's LSTM text
-    model was told of batch normalization and max-pooling, which it did not have."""
-    found = ["sums reordered from layer to layer" + (" and over time steps" if _RECURRENT.search(names) else "")]
-    if _BATCH_NORM.search(names):
+def _amplifiers(names: Sequence[str] = (), zeros: bool = False) -> str:
+    """What amplifies float32 rounding in a network whose tensors are named ``names`` (both runs'):
+    reordered sums everywhere, then only the layers it has, each name matched on its own; ``zeros``:
+    some output holds exact zeros. A new user's LSTM text model was told of batch normalization and
+    max-pooling, which it did not have."""
+
+    def has(pattern: re.Pattern[str]) -> bool:
+        return any(pattern.search(name) for name in names)
+
+    found = ["sums reordered from layer to layer" + (" and over time steps" if has(_RECURRENT) else "")]
+    if has(_BATCH_NORM):
         found.append("batch normalization over features of small batch variance")
-    if _POOL.search(names):
+    if has(_POOL):
         found.append("ties in max-pooling")
-    if _RELU.search(names):
-        found.append("units at a ReLU's 0")
+    if has(_RELU) or zeros:
+        found.append("elements at a ReLU's 0" if has(_RELU) else "outputs' exact zeros (a ReLU's 0, padding, dropout)")
     return ", ".join(found)
 
 
