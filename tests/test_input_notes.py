@@ -298,6 +298,17 @@ def test_an_output_apart_at_some_sequence_positions_only_says_which_share() -> N
     assert "Embedding(mask_zero=True)" in text
     everywhere = [(out[0] * np.float32(1.01)).astype(np.float32)]
     assert "(batch, time) positions" not in note(everywhere)
+    # a review's: a whole sample apart is another example, not a mask
+    sample = [out[0].copy()]
+    sample[0][1] *= np.float32(1.5)
+    text = note(sample)
+    assert "every position of 1 sample(s) and none of the others" in text and "mask" not in text, text
+    # positions apart in the middle of a sample are no padding either: the share, and no mask
+    middle = [out[0].copy()]
+    middle[0][0, 2] += np.float32(1.0)
+    text = note(middle)
+    assert "lie at 1 of its 10 (batch, time) positions, every element at the others agreeing" in text, text
+    assert "mask" not in text, text
 
 
 def test_variables_one_run_records_after_the_output_are_not_said_to_reach_it() -> None:

@@ -604,28 +604,40 @@ class Comparison:
         )
 
     def _positions_note(self, pair: Pair, k: int) -> str:
-        """For a sequence output (``[batch, time, ...]``) whose elements out of tolerance at ``k``
-        lie at some (batch, time) positions only, every element at the others agreeing: which
-        share, and what differs so (a mask). A helper's ``Embedding(mask_zero=True)`` on one side
-        moved only the padded query rows of its attention (41% of the elements, the share of padded
-        tokens) and the note spoke of activations and epsilon. "" otherwise."""
+        """For a sequence output (rank 3: ``[batch, time, features]``) whose elements out of
+        tolerance at ``k`` lie at some (batch, time) positions only, every element at the others
+        agreeing: which share, and when each sample's are a run at its start or end (padding), a
+        mask on one side. A helper's ``Embedding(mask_zero=True)`` on one side moved only the padded
+        query rows of its attention and the note spoke of activations and epsilon. "" otherwise."""
         out = self._elements_out(pair, k)
         both = pair.step_values(k)
         if out is None or not len(out) or both is None:
             return ""
-        known = pair.runtime_shape("base", int(pair.ib[k]))
-        shape = [d for d in known if d is not None]
-        if len(shape) < 3 or len(shape) < len(known) or math.prod(shape) != len(both[0]):
+        shape = pair.runtime_shape("base", int(pair.ib[k]))
+        if len(shape) != 3 or None in shape:
             return ""
-        positions = shape[0] * shape[1]
-        apart = np.unique(out // math.prod(shape[2:]))
-        if len(apart) >= positions:
+        n, t, f = (int(d) for d in shape)  # type: ignore[arg-type]
+        if n * t * f != len(both[0]):
             return ""
-        return (
-            f"; its elements out of tolerance lie at {len(apart)} of its {positions} (batch, time) positions, and "
-            "every element at the others agrees: when those are padded positions, the runs mask them differently "
-            "(Keras Embedding(mask_zero=True) or Masking on one side only, an attention or padding mask, a "
-            "sequence_length), and only the real positions need agree"
+        apart = np.zeros((n, t), bool)
+        apart.flat[np.unique(out // f)] = True
+        if apart.all():
+            return ""
+        rows = apart.any(axis=1)
+        share = f"; its elements out of tolerance lie at {int(apart.sum())} of its {n * t} (batch, time) positions"
+        if (apart[rows].all(axis=1)).all():  # whole samples: another example, not a mask
+            return share + f", every position of {int(rows.sum())} sample(s) and none of the others"
+        runs = True
+        for row in apart[rows]:
+            at = np.flatnonzero(row)
+            runs &= bool(at[-1] - at[0] + 1 == len(at) and (at[0] == 0 or at[-1] == t - 1))
+        if not runs:
+            return share + ", every element at the others agreeing"
+        return share + (
+            ", in each sample a run at its start or end, every element at the others agreeing: when those "
+            "are padded positions, the runs mask them differently (Keras Embedding(mask_zero=True) or Masking "
+            "on one side only, an attention or padding mask, a sequence_length), and only the real positions "
+            "need agree"
         )
 
     def _zero_in_one_run(self, pair: Pair, k: int) -> int:
