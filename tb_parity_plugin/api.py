@@ -5,6 +5,7 @@ The CLI's ``--json`` output is ``compare(...).to_dict()``; both go through one e
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from tb_parity_plugin.engine import Comparison, Divergence, ParityReport
@@ -218,7 +219,9 @@ def _step_range(run: Any) -> str:
 def suggested_maps_line(maps: list[str]) -> str:
     """The structure report's suggested ``--map`` items as one line a user can paste."""
     return (
-        "suggested: " + " ".join(f"--map '{m}'" for m in maps) + " (layers whose variables went unmatched on both "
+        "suggested: "
+        + " ".join(f"--map {shlex.quote(m)}" for m in maps)
+        + " (layers whose variables went unmatched on both "
         "sides with the same names under them and the same sizes; check each pairing, then pass it; in Python, "
         "mapping=[...])"
     )

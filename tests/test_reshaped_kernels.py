@@ -186,3 +186,51 @@ def test_without_the_map_the_structure_report_suggests_it(tmp_path) -> None:
     mapped = compare(str(tmp_path), baseline="tf1", candidate="tf2", mapping=suggested, overrides=KEY_BIAS)
     assert mapped.agree, mapped.first_divergence
     assert mapped.structure["suggested_maps"] == []
+
+
+def test_suggested_maps_follow_the_weights_values_not_creation_order() -> None:
+    """The review of the suggestions: TF1 created its key projection before its query, Keras its
+    query first; suggested in creation order, the maps paired them crosswise (a false DIVERGE once
+    passed). The weights' first statistics (the port copied TF1's) pair them; layers that start
+    alike (a layer norm's gamma 1 and beta 0, twice) get no suggestion."""
+    from engine_helpers import run, series
+
+    from tb_parity_plugin.engine import Comparison
+
+    rng = np.random.default_rng(0)
+    w = {r: rng.standard_normal((3, 4)).astype(np.float32) for r in ("q", "k")}
+
+    def side(name: str, layers: list[tuple[str, str]], merged: bool) -> Any:
+        tensors = []
+        for i, (scope, role) in enumerate(layers):
+            kernel = w[role].reshape(3, 2, 2) if merged else w[role]
+            tensors += [
+                series("weight", f"{scope}/kernel:0", [kernel] * 2, order=2 * i),
+                series(
+                    "weight", f"{scope}/bias:0", [np.zeros((2, 2) if merged else 4, np.float32)] * 2, order=2 * i + 1
+                ),
+            ]
+        for j, scope in enumerate(("ln_a", "ln_b") if name == "tf1" else ("norm1", "norm2")):
+            tensors += [
+                series("weight", f"{scope}/gamma:0", [np.ones(4, np.float32)] * 2, order=10 + 2 * j),
+                series("weight", f"{scope}/beta:0", [np.zeros(4, np.float32)] * 2, order=11 + 2 * j),
+            ]
+        return run(name, tensors)
+
+    base = side("tf1", [("enc/k", "k"), ("enc/q", "q")], False)
+    cand = side("tf2", [("mha/query", "q"), ("mha/key", "k")], True)
+    suggested = Comparison(base, cand).structure().suggested_maps
+    assert suggested == ["re:^enc/k/=mha/key/", "re:^enc/q/=mha/query/"], suggested
+    mapped = Comparison(base, cand, mapping=suggested + ["ln_a=norm1", "ln_b=norm2"]).report()
+    assert mapped.agree, mapped.first_divergence
+
+
+def test_a_suggested_map_pastes_into_a_shell_as_one_argument() -> None:
+    """The review's scope named ``it's``: quoted by hand, two maps became one argument."""
+    import shlex
+
+    from tb_parity_plugin import api
+
+    items = ["re:^enc/k/=it's/key/", "re:^enc/q/=mha/query/"]
+    words = shlex.split(api.suggested_maps_line(items).split(" (layers")[0].removeprefix("suggested: "))
+    assert words == ["--map", items[0], "--map", items[1]], words

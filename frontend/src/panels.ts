@@ -77,7 +77,7 @@ function structurePanel(s: Summary, roles: Record<string, string>): HTMLElement 
           cls: "tbp-hint",
           attrs: { "data-testid": "suggested-maps" },
           text:
-            `Suggested: ${st.suggested_maps.map((m) => `--map '${m}'`).join(" ")} ` +
+            `Suggested: ${st.suggested_maps.map((m) => `--map '${m.replace(/'/g, `'"'"'`)}'`).join(" ")} ` +
             "(layers whose variables went unmatched on both sides with the same names under them and the same sizes; check each pairing first)",
         })
       : null,

@@ -134,7 +134,9 @@ def suggest_maps(base: Any, cand: Any, alignment: align.Alignment, allowed: Sequ
     96 structure lines, their ambiguous partners all wrong, and the four maps written by hand.
     Declared (``allowed``) tensors are left out: another parametrisation shares no names anyway."""
 
-    def scopes(run: Any, keys: Sequence[tuple[str, str]]) -> dict[str, frozenset[tuple[str, int]]]:
+    starts: list[dict[str, dict[str, np.ndarray]]] = [{}, {}]  # per side: scope -> leaf -> first statistics
+
+    def scopes(run: Any, keys: Sequence[tuple[str, str]], side: int) -> dict[str, frozenset[tuple[str, int]]]:
         found: dict[str, set[tuple[str, int]]] = {}
         for key in keys:
             s = run.tensors[key]
@@ -143,9 +145,11 @@ def suggest_maps(base: Any, cand: Any, alignment: align.Alignment, allowed: Sequ
             scope, _, leaf = s.name.removesuffix(":0").rpartition("/")
             if scope:
                 found.setdefault(scope, set()).add((leaf, _size(s)))
+                if len(s.stats):
+                    starts[side].setdefault(scope, {})[leaf] = s.stats[0, _MOMENTS]
         return {scope: frozenset(sig) for scope, sig in found.items()}
 
-    ours, theirs = scopes(base, alignment.unmatched_base), scopes(cand, alignment.unmatched_cand)
+    ours, theirs = scopes(base, alignment.unmatched_base, 0), scopes(cand, alignment.unmatched_cand, 1)
     groups: dict[frozenset[tuple[str, int]], tuple[list[str], list[str]]] = {}
     for side, found in enumerate((ours, theirs)):
         for scope, sig in found.items():  # in recording order (dicts keep it): creation order
@@ -153,8 +157,9 @@ def suggest_maps(base: Any, cand: Any, alignment: align.Alignment, allowed: Sequ
     out = []
     for b_scopes, c_scopes in groups.values():
         # layers of one signature (query, key, value): by their own last name when it is one of a
-        # kind on both sides, the rest in the order they were recorded (created) when as many are
-        # left on each side (else which one is left over is not known)
+        # kind on both sides, the rest by their first recorded statistics when those single each
+        # one out (a port that copied TF1's weights); by creation order, a review's TF1 that created
+        # its key projection before its query was told to map them crosswise
         last = [[scope.rpartition("/")[2] for scope in scopes] for scopes in (b_scopes, c_scopes)]
         named = {
             b: c_scopes[last[1].index(name)]
@@ -163,11 +168,41 @@ def suggest_maps(base: Any, cand: Any, alignment: align.Alignment, allowed: Sequ
         }
         left_b = [b for b in b_scopes if b not in named]
         left_c = [c for c in c_scopes if c not in named.values()]
-        rest = list(zip(left_b, left_c)) if len(left_b) == len(left_c) else []
-        for b, c in [*named.items(), *rest]:
+        rest = _by_first_statistics(left_b, left_c, starts[0], starts[1])
+        for b, c in [*named.items(), *rest.items()]:
             if b != c and "=" not in b and not any(ch in c for ch in "\\$"):  # what a map item could not say
                 out.append(f"re:^{re.escape(b)}/={c}/")
     return sorted(out)
+
+
+#: The statistics a layer's weights start with that tell layers apart (min, max, mean, std).
+_MOMENTS = [metadata.STAT_INDEX[name] for name in ("min", "max", "mean", "std")]
+
+
+def _by_first_statistics(
+    b_scopes: list[str],
+    c_scopes: list[str],
+    b_starts: dict[str, dict[str, np.ndarray]],
+    c_starts: dict[str, dict[str, np.ndarray]],
+) -> dict[str, str]:
+    """Each baseline scope paired with the one candidate scope whose weights start with the same
+    statistics (within 1e-5 of their scale, every leaf), when that is one to one; else nothing."""
+
+    def same(b: str, c: str) -> bool:
+        ours, theirs = b_starts.get(b, {}), c_starts.get(c, {})
+        if not ours or ours.keys() != theirs.keys():
+            return False
+        for leaf, row in ours.items():
+            a, z = np.asarray(row, np.float64), np.asarray(theirs[leaf], np.float64)
+            if not (np.isfinite(a).all() and np.isfinite(z).all()):
+                return False
+            if np.abs(a - z).max() > 1e-5 * max(float(np.abs(a).max()), 1e-12):
+                return False
+        return True
+
+    found = {b: [c for c in c_scopes if same(b, c)] for b in b_scopes}
+    chosen = {b: cs[0] for b, cs in found.items() if len(cs) == 1}
+    return chosen if len(set(chosen.values())) == len(chosen) else {}
 
 
 def _created_twice(run: Any, unmatched: Sequence[tuple[str, str]]) -> list[dict[str, str]]:

@@ -10,6 +10,7 @@ named ``<script>`` stays text. The standalone page also forbids any fetch by CSP
 from __future__ import annotations
 
 import html
+import shlex
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 import numpy as np
@@ -277,7 +278,7 @@ def _structure(summary: Mapping[str, Any]) -> str:
                 f"<p>Created twice in <code>{_e(run)}</code>? <code>{_e(e['tag'])}</code> repeats <code>{_e(e['like'])}</code></p>"
             )
     if st.get("suggested_maps"):
-        maps = " ".join(f"<code>--map '{_e(m)}'</code>" for m in st["suggested_maps"])
+        maps = " ".join(f"<code>--map {_e(shlex.quote(m))}</code>" for m in st["suggested_maps"])
         parts.append(
             f'<p data-testid="suggested-maps">Suggested: {maps} (layers whose variables went unmatched on both '
             "sides with the same names under them and the same sizes; check each pairing first)</p>"
