@@ -82,3 +82,20 @@ def test_a_weight_decay_of_another_size_is_named_on_the_gradient(tmp_path, decay
     assert grad.step == 0 and grad.note is not None, grad
     assert f"the difference is {DECAY:.4g} times the weight dense/kernel:0 at every element" in grad.note, grad.note
     assert "regularizers.l2" in grad.note
+
+
+def test_a_weight_of_one_value_is_not_told_weight_decay() -> None:
+    """The second review: a bias of 0.1 everywhere, its gradient offset by one constant (targets
+    shifted; no decay anywhere) was told "-1 times the weight ... a weight decay": a constant
+    explains a difference against a constant weight as well as any factor does."""
+    from engine_helpers import run, series
+
+    from tb_parity_plugin.engine import Comparison
+
+    bias = [np.full(6, 0.1, np.float32)]
+    g = np.linspace(-0.3, 0.3, 6).astype(np.float32)
+    base = run("tf1", [series("weight", "head/bias:0", bias), series("grad", "head/bias:0", [g], order=1)])
+    cand = run("tf2", [series("weight", "head/bias:0", bias), series("grad", "head/bias:0", [g - 0.1], order=1)])
+    found = Comparison(base, cand).report().first_divergence
+    assert found is not None and found.kind == "grad", found
+    assert "weight decay" not in (found.note or ""), found.note

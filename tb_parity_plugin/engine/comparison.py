@@ -30,7 +30,6 @@ from tb_parity_plugin.engine.tolerance import (
     HPARAM_RTOL,
     MARGINAL_RATIO,
     OUTPUT_ATOL_OF_MAX,
-    WARMUP_RTOL,
     StepClock,
     TolerancePolicy,
 )
@@ -393,7 +392,7 @@ class Comparison:
             tag, gap = loosened[0]
             return (
                 f"{tag} agrees here only under your override ({gap:.3g} apart at this step): that difference "
-                + ("reaches the batch means it averages" if bn else "reaches what it averages")
+                + ("may reach the batch means it averages" if bn else "may reach what it averages")
                 + f"; loosen it as well (--override '{first.base.kind}/{first.base.name}:atol=...'), or drop the "
                 "variable on both sides (README: What counts as a divergence)"
             )
@@ -490,9 +489,12 @@ class Comparison:
             both = p.step_values(k)
             if both is None:
                 continue
-            # apart past what it would be held to without the override (the policy's atol, the
-            # warm-up's rtol): a broad override on a weight 3e-9 apart is no cause (a review's)
-            if allclose.isclose(both[1], both[0], WARMUP_RTOL, self.policy.atol, self.policy.equal_nan).all():
+            # apart past what it would be held to at this step without the overrides: a broad
+            # override on a weight 3e-9 apart is no cause (a review's), nor one 1e-4 apart past the
+            # warm-up, where the default rtol is 5% (the next review's)
+            plain = dataclasses.replace(self.policy, overrides=()).for_tag(tag)
+            rtol = plain.rtol_at(int(p.clock.since(k)))
+            if allclose.isclose(both[1], both[0], rtol, plain.atol, self.policy.equal_nan).all():
                 continue
             with np.errstate(invalid="ignore", over="ignore"):
                 gap = float(
@@ -514,8 +516,9 @@ class Comparison:
             []
             if alignment is None
             else [
-                name
-                for kind, name in [*alignment.unmatched_base, *alignment.unmatched_cand]
+                (side, name)
+                for side, keys in enumerate((alignment.unmatched_base, alignment.unmatched_cand))
+                for kind, name in keys
                 if kind in ("weight", "state")
             ]
         )
@@ -625,8 +628,11 @@ class Comparison:
             return ""
         rows = apart.any(axis=1)
         share = f"; its elements out of tolerance lie at {int(apart.sum())} of its {n * t} (batch, time) positions"
-        if (apart[rows].all(axis=1)).all():  # whole samples: another example, not a mask
-            return share + f", every position of {int(rows.sum())} sample(s) and none of the others"
+        if (apart[rows].all(axis=1)).all():  # whole rows of the first axis: not a mask
+            return share + (
+                f", every position of {int(rows.sum())} entries of the first axis and none of the others (whole "
+                "samples, or whole time steps if the output is time-major)"
+            )
         runs = True
         for row in apart[rows]:
             at = np.flatnonzero(row)
@@ -664,24 +670,31 @@ class Comparison:
         )
         return _amplifiers(names, zeros)
 
-    def _maybe_upstream(self, first: Pair, unpaired: list[str]) -> list[str]:
-        """The variables of ``unpaired`` that may feed ``first``: not those of a layer whose output
-        (either run's name for it) is recorded after ``first``, nor a recurrent cell's when a
-        recurrent output is (a review's dense layer before a declared LSTM was told of the LSTM's
-        gate order)."""
-        later = [
-            name
-            for p in self._pairs
-            if p.base.kind in _OUTPUTS and p.base.order > first.base.order
-            for name in (p.base.name, p.cand.name)
-        ]
-        layers = {name.rpartition("/")[2] for name in later}
-        cells = [pattern for pattern in (_LSTM, _GRU) if any(pattern.search(name) for name in later)]
-        return [
-            name
-            for name in unpaired
-            if _layer_of(name) not in layers and not any(pattern.search(name) for pattern in cells)
-        ]
+    def _maybe_upstream(self, first: Pair, unpaired: list[tuple[int, str]]) -> list[str]:
+        """The variables of ``unpaired`` ((side, name): 0 baseline, 1 candidate) that may feed
+        ``first``: not those whose scope is a layer whose output that run records after ``first``'s
+        (a review's dense layer before a declared LSTM was told of the LSTM's cells), matched per
+        run and by whole scope (the next review's: a port's renumbered ``dense_1`` and a scoped
+        ``encoder/dense`` lost their own unpaired bias to the other run's or scope's later output);
+        never those of ``first``'s own layer."""
+        later: list[set[str]] = [set(), set()]
+        for p in self._pairs:
+            if p.base.kind in _OUTPUTS:
+                if p.base.order > first.base.order:
+                    later[0].add(p.base.name)
+                if p.cand.order > first.cand.order:
+                    later[1].add(p.cand.name)
+        own = (first.base.name, first.cand.name)
+
+        def under(scope: str, layer: str) -> bool:  # the layer's name as whole components of the scope
+            return f"/{layer}/" in f"/{scope}/"
+
+        kept = []
+        for side, name in unpaired:
+            scope = name.removesuffix(":0").rpartition("/")[0]
+            if under(scope, own[side]) or not any(under(scope, layer) for layer in later[side]):
+                kept.append(name)
+        return kept
 
     def _unpaired_note(self, agree: str, first: Pair, k: int, unpaired: list[str]) -> str:
         """:meth:`_input_note` when some weight or state was recorded by one run only (declared with
@@ -698,7 +711,7 @@ class Comparison:
         padded = self._repeats_last_step(first, k)
         if padded:
             note += "; " + padded
-        names = " ".join([first.base.name, first.cand.name, *unpaired])
+        names = " ".join([first.base.name, first.cand.name])  # the recurrent layer itself diverges
         if _LSTM.search(names):
             note += (
                 "; an LSTM converted from TF1 (LSTMCell, LSTMBlockCell) to Keras LSTM: the gate order (TF1 i, j, f, "
@@ -1134,6 +1147,8 @@ class Comparison:
         d, used = c - b, np.abs(w) > 0
         if used.sum() < 2 or not np.any(d):
             return None
+        if np.ptp(w[used]) <= 1e-3 * float(np.abs(w).max()):
+            return None  # a weight of one value (a bias at 0.1, a gamma of ones): an offset explains it as well
         factor = float(d @ w / (w @ w))
         rounding = GRAD_NOISE_OF_MAX * max(float(np.abs(b).max()), float(np.abs(c).max()))
         if factor == 0 or not np.all(np.abs(d - factor * w) <= rounding + 1e-3 * np.abs(factor * w)):
