@@ -73,12 +73,17 @@ class Structure:
         }
 
 
-def sizes_read(run: Any, unmatched: Sequence[tuple[str, str]]) -> tuple[int, ...]:
+def sizes_read(run: Any, unmatched: Sequence[tuple[str, str]]) -> tuple[Any, ...]:
     """What :func:`structure_of` reads of a run beyond its tensors' names, kinds and shapes (which
     the alignment was made from): the sizes of its variables and of its unmatched tensors. With
     the alignment and the run's name, a structure is unchanged while these are."""
     free = set(unmatched)
-    return tuple(_size(s) for key, s in run.tensors.items() if _is_variable(s) or key in free)
+    sizes = tuple(_size(s) for key, s in run.tensors.items() if _is_variable(s) or key in free)
+    # and the statistics unmatched weights start with, which pair the suggested maps
+    starts = tuple(
+        tuple(s.stats[0, _MOMENTS].tolist()) for key, s in run.tensors.items() if key in free and len(s.stats)
+    )
+    return sizes + starts
 
 
 def structure_of(base: Any, cand: Any, alignment: align.Alignment, allow_unmatched: Sequence[str] = ()) -> Structure:
@@ -129,7 +134,9 @@ def suggest_maps(base: Any, cand: Any, alignment: align.Alignment, allowed: Sequ
     """``--map`` items for layers whose variables went unmatched on both sides: a baseline scope
     and a candidate scope whose unmatched weights have the same names under them and the same
     sizes (shapes may merge dimensions: a dense ``[16]`` bias against ``MultiHeadAttention``'s
-    ``[2, 8]``), each the only such partner of the other. A helper's TF1 BERT-style attention
+    ``[2, 8]``); of several such layers, paired by their own last name when it is one of a kind on
+    both sides, else by the statistics their weights start with when those single each one out
+    (:func:`_by_first_statistics`), else not at all. A helper's TF1 BERT-style attention
     (``encoder/attention/query/...``) against Keras ``MultiHeadAttention`` (``mha/query/...``) was
     96 structure lines, their ambiguous partners all wrong, and the four maps written by hand.
     Declared (``allowed``) tensors are left out: another parametrisation shares no names anyway."""
