@@ -610,24 +610,15 @@ def test_outputs_of_layers_nothing_told_apart_keep_the_partner_of_their_shape() 
     k = rng.standard_normal((3, 3, 4, 4)).astype(np.float32)
     a = rng.standard_normal((2, 8, 8, 4)).astype(np.float32)  # the stride-1 conv's output
     b = rng.standard_normal((2, 4, 4, 4)).astype(np.float32)  # the stride-2 conv's
-    base = run(
-        "tf1",
-        [
-            series("weight", "conv_s1/kernel:0", [k], order=0),
-            series("weight", "conv_s2/kernel:0", [k], order=1),
-            series("activation", "conv_s1", [a], order=2),
-            series("activation", "conv_s2", [b], order=3),
-        ],
-    )
-    cand = run(
-        "tf2",
-        [
-            series("weight", "conv2d/kernel:0", [k], order=0),
-            series("weight", "conv2d_1/kernel:0", [k], order=1),
-            series("activation", "conv2d_1", [a], order=2),
-            series("activation", "conv2d", [b], order=3),
-        ],
-    )
+
+    def side(name: str, layers: tuple[str, str], ran: tuple[str, str]) -> Any:
+        """Both kernels ``k`` (created in ``layers`` order); outputs ``a``, ``b`` from ``ran``."""
+        kernels = [series("weight", f"{layer}/kernel:0", [k], order=i) for i, layer in enumerate(layers)]
+        outputs = [series("activation", layer, [out], order=2 + i) for i, (layer, out) in enumerate(zip(ran, (a, b)))]
+        return run(name, kernels + outputs)
+
+    base = side("tf1", ("conv_s1", "conv_s2"), ("conv_s1", "conv_s2"))
+    cand = side("tf2", ("conv2d", "conv2d_1"), ("conv2d_1", "conv2d"))  # Keras created the stride-2 one first
     report = Comparison(base, cand).report()
     assert report.agree, report.first_divergence
     assert any("cannot be told apart" in w for w in report.warnings)
