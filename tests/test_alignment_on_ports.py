@@ -302,7 +302,7 @@ def _masked_tf1(run_dir: str) -> None:
         _train_with_sgd(rec, gs, loss, [{x: SEQS[s], y: LABELS[s], lengths: LENGTHS[s]} for s in range(STEPS)])
 
 
-def _masked_port(run_dir: str, zero_output_for_mask: bool) -> np.ndarray:
+def _masked_port(run_dir: str, zero_output_for_mask: bool, masked: bool = True) -> np.ndarray:
     """Keras ``LSTM(return_sequences=True, return_state=True)`` called with the mask, in a
     ``tf.function`` loop; returns its sequence output at step 0 before training."""
     tf.keras.backend.clear_session()
@@ -320,14 +320,14 @@ def _masked_port(run_dir: str, zero_output_for_mask: bool) -> np.ndarray:
         with rec.step(optimizer.iterations):
             rec.lr(tf.constant(LR))
             with tf.GradientTape() as tape:
-                seq, h, _ = lstm(x, mask=tf.sequence_mask(lengths, tf.shape(x)[1]))
+                seq, h, _ = lstm(x, mask=tf.sequence_mask(lengths, tf.shape(x)[1]) if masked else None)
                 rec.activation("lstm", seq)
                 logits = rec.activation("dense", dense(h))
                 loss = rec.loss(tf.keras.losses.CategoricalCrossentropy(from_logits=True)(y, logits))
             rec.minimize(optimizer, loss, lstm.trainable_variables + dense.trainable_variables, tape)
 
     mask = tf.sequence_mask(LENGTHS[0], T)
-    before = lstm(SEQS[0], mask=mask)[0].numpy()
+    before = lstm(SEQS[0], mask=mask if masked else None)[0].numpy()
     for s in range(STEPS):
         train_step(SEQS[s], LABELS[s], LENGTHS[s])
     rec.close()
@@ -638,3 +638,22 @@ def test_a_wrong_activation_is_found_on_the_output_tf1_named(tmp_path) -> None:
     first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
     assert first is not None and (first.step, first.kind, first.tensor) == (0, "activation", "hidden"), first
     np.testing.assert_allclose(first.max_abs_diff, np.abs(got - want).max(), rtol=1e-4)
+
+
+def test_an_lstm_port_fed_its_padded_steps_is_told_which_positions_differ(tmp_path) -> None:
+    """A helper's GRU port without a mask ran its padded steps through the cell, where TF1's
+    dynamic_rnn writes zeros; with the cells declared, the note named only the cells. numpy: the
+    outputs differ exactly at the padded positions, 0 in TF1; the note says so, cells after."""
+    _masked_tf1(str(tmp_path / "tf1"))
+    before = _masked_port(str(tmp_path / "tf2"), zero_output_for_mask=False, masked=False)
+    want, _ = _lstm_numpy_masked(SEQS[0].astype(np.float64), LENGTHS[0])
+    padded = np.arange(T)[None, :] >= LENGTHS[0][:, None]
+    np.testing.assert_allclose(before[~padded], want[~padded], atol=1e-6)
+    assert np.abs(before[padded]).min() > 0 and not want[padded].any()
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2", allow_unmatched=["*lstm_cell*"])
+    first = report.first_divergence
+    assert first is not None and (first.step, first.tensor) == (0, "lstm"), first
+    note = first.note or ""
+    assert f"each of its {int(padded.sum()) * UNITS} elements out of tolerance is exactly 0 in one run only" in note
+    assert f"lie at {int(padded.sum())} of its {BATCH * T} (batch, time) positions, in each sample a run" in note
+    assert note.index("positions") < note.index("never compared"), note

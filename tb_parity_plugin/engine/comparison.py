@@ -563,7 +563,7 @@ class Comparison:
         )
         upstream = self._maybe_upstream(first, unpaired)
         if upstream:
-            return self._unpaired_note(agree, first, k, upstream)
+            return self._unpaired_note(agree, first, k, upstream, bool(earlier))
         padded = self._repeats_last_step(first, k)
         if padded:
             return f"{agree} at this step; {padded}"
@@ -696,21 +696,35 @@ class Comparison:
                 kept.append(name)
         return kept
 
-    def _unpaired_note(self, agree: str, first: Pair, k: int, unpaired: list[str]) -> str:
+    def _unpaired_note(self, agree: str, first: Pair, k: int, unpaired: list[str], earlier: bool) -> str:
         """:meth:`_input_note` when some weight or state was recorded by one run only (declared with
         ``--allow-unmatched`` or not): those were never compared, so the note names them instead of
         saying every weight agrees, and says what a recurrent cell's port must convert. A new user's
         TF1 ``LSTMCell`` against Keras ``LSTM`` (the cells declared, as the warning says) diverged on
-        the LSTM's output at step 0 with a wrong gate order or forget bias, and got no note."""
+        the LSTM's output at step 0 with a wrong gate order or forget bias, and got no note. What the
+        output's own values show comes first, as without such variables (a helper's GRU port fed
+        padded steps through its GRU was told only of the cells, not of its padded positions);
+        ``earlier``: outputs recorded before it agree, so this layer's function is named too."""
         shown = ", ".join(unpaired[:3]) + (f" and {len(unpaired) - 3} more" if len(unpaired) > 3 else "")
-        note = (
-            f"{agree} at this step; {len(unpaired)} variable(s) recorded by one run only were never compared "
-            f"({shown}): a difference in them reaches this output if they feed it, as one in how the layer computes "
-            "would"
-        )
+        note = f"{agree} at this step"
         padded = self._repeats_last_step(first, k)
+        masked = 0 if padded else self._zero_in_one_run(first, k)
         if padded:
             note += "; " + padded
+        elif masked:
+            note += (
+                f"; each of its {masked} elements out of tolerance is exactly 0 in one run only (a mask, padding, "
+                "dropout, or units a ReLU switched off)"
+            )
+        elif earlier:
+            note += (
+                ": this layer computes another function of its input (activation, padding, epsilon, training flag), "
+                "or reads an input not recorded"
+            )
+        note += self._positions_note(first, k) + (
+            f"; {len(unpaired)} variable(s) recorded by one run only were never compared ({shown}): a difference "
+            "in them reaches this output if they feed it"
+        )
         names = " ".join([first.base.name, first.cand.name])  # the recurrent layer itself diverges
         if _LSTM.search(names):
             note += (
