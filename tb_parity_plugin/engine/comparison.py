@@ -482,6 +482,7 @@ class Comparison:
         ``--override`` matches and whose values differ there: they agree by the user's word, not by
         the policy's, so what they feed is no proof of anything else."""
         found = []
+        plain_policy = dataclasses.replace(self.policy, overrides=())
         for p in pairs:
             tag = f"{p.base.kind}/{p.base.name}"
             if not any(o.matches(tag) for o in self.policy.overrides):
@@ -492,7 +493,7 @@ class Comparison:
             # apart past what it would be held to at this step without the overrides: a broad
             # override on a weight 3e-9 apart is no cause (a review's), nor one 1e-4 apart past the
             # warm-up, where the default rtol is 5% (the next review's)
-            plain = dataclasses.replace(self.policy, overrides=()).for_tag(tag)
+            plain = plain_policy.for_tag(tag)
             rtol = plain.rtol_at(int(p.clock.since(k)))
             if allclose.isclose(both[1], both[0], rtol, plain.atol, self.policy.equal_nan).all():
                 continue
@@ -561,9 +562,14 @@ class Comparison:
             )
             + (" and the outputs recorded before it agree" if earlier else " agrees")
         )
+        note = self._what_is_left(agree, first, k, bool(earlier))
         upstream = self._maybe_upstream(first, unpaired)
-        if upstream:
-            return self._unpaired_note(agree, first, k, upstream, bool(earlier))
+        return note + self._unpaired_clause(first, upstream) if upstream else note
+
+    def _what_is_left(self, agree: str, first: Pair, k: int, earlier: bool) -> str:
+        """:meth:`_input_note`'s reading of the output's own values and of what was recorded before
+        it, after ``agree`` (what agrees): padded steps, zeros in one run, replicas, this layer's
+        function or its input, and at which sequence positions it differs."""
         padded = self._repeats_last_step(first, k)
         if padded:
             return f"{agree} at this step; {padded}"
@@ -572,8 +578,8 @@ class Comparison:
             return (
                 f"{agree} at this step, and each of its {masked} elements out of tolerance is exactly 0 in one run "
                 "only: a different random mask (dropout: its seed, or another random op drawn before it; README: "
-                "Porting a real model, step 1), or units a ReLU switched off in one run"
-            )
+                "Porting a real model, step 1), padding one run masks, or units a ReLU switched off in one run"
+            ) + self._positions_note(first, k)
         loss = first.base.kind == "loss"
         counts = [self._replicas[run.name].count for run in (self.base, self.cand) if run.name in self._replicas]
         if len(set(counts)) > 1 and _BATCH_NORM.search(f"{first.base.name} {first.cand.name}"):
@@ -696,32 +702,16 @@ class Comparison:
                 kept.append(name)
         return kept
 
-    def _unpaired_note(self, agree: str, first: Pair, k: int, unpaired: list[str], earlier: bool) -> str:
-        """:meth:`_input_note` when some weight or state was recorded by one run only (declared with
-        ``--allow-unmatched`` or not): those were never compared, so the note names them instead of
-        saying every weight agrees, and says what a recurrent cell's port must convert. A new user's
-        TF1 ``LSTMCell`` against Keras ``LSTM`` (the cells declared, as the warning says) diverged on
-        the LSTM's output at step 0 with a wrong gate order or forget bias, and got no note. What the
-        output's own values show comes first, as without such variables (a helper's GRU port fed
-        padded steps through its GRU was told only of the cells, not of its padded positions);
-        ``earlier``: outputs recorded before it agree, so this layer's function is named too."""
+    def _unpaired_clause(self, first: Pair, unpaired: list[str]) -> str:
+        """What :meth:`_input_note` adds when some weight or state that may feed ``first`` was
+        recorded by one run only (declared with ``--allow-unmatched`` or not): those were never
+        compared, so it names them, and what a recurrent cell's port must convert when the recurrent
+        layer itself diverges. A new user's TF1 ``LSTMCell`` against Keras ``LSTM`` (the cells
+        declared, as the warning says) diverged on the LSTM's output at step 0 with a wrong gate
+        order or forget bias, and got no note; a helper's GRU port fed padded steps through its GRU
+        was told only of the cells (what the output's values show now comes first)."""
         shown = ", ".join(unpaired[:3]) + (f" and {len(unpaired) - 3} more" if len(unpaired) > 3 else "")
-        note = f"{agree} at this step"
-        padded = self._repeats_last_step(first, k)
-        masked = 0 if padded else self._zero_in_one_run(first, k)
-        if padded:
-            note += "; " + padded
-        elif masked:
-            note += (
-                f"; each of its {masked} elements out of tolerance is exactly 0 in one run only (a mask, padding, "
-                "dropout, or units a ReLU switched off)"
-            )
-        elif earlier:
-            note += (
-                ": this layer computes another function of its input (activation, padding, epsilon, training flag), "
-                "or reads an input not recorded"
-            )
-        note += self._positions_note(first, k) + (
+        note = (
             f"; {len(unpaired)} variable(s) recorded by one run only were never compared ({shown}): a difference "
             "in them reaches this output if they feed it"
         )
