@@ -8,6 +8,8 @@ in each round, so load on the shared machine hits all alike), reporting medians:
   ``readinto`` in the reader's chunks), length + data CRC checks (google_crc32c), payload views;
 * the floor of a reader that keeps what it reads: raw framing plus a copy of every payload
   into fresh memory (raw framing keeps nothing);
+* the floor of a reader that would copy nothing after the kernel: each file read whole into
+  fresh memory of its size, kept, with small pages and with huge pages (arrays would be views);
 * the reader and raw framing as they were before session 8 (16 MiB chunks), side by side;
 * our ``LogdirReader``: cold ``reload()`` plus materialising every run's arrays;
 * TensorBoard's ``EventFileLoader`` (TF installed: TF's record reader; proto parse);
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import mmap
 import os
 import shutil
 import statistics
@@ -34,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable
+from typing import Any, Callable
 
 BLOCK_TF = """
 import importlib.abc, sys
@@ -87,7 +90,22 @@ def event_files(logdir: str) -> list[str]:
     return sorted(os.path.join(d, f) for d, _, fs in os.walk(logdir) for f in fs if "tfevents" in f)
 
 
-def raw_framing(files: list[str], chunk: int = CHUNK_SIZE, keep: bool = False, into: np.ndarray | None = None) -> int:
+def kept_buffer(size: int, huge: bool) -> mmap.mmap:
+    """Fresh anonymous memory for a whole file, small pages (``event_scan.new_buffer``'s kind) or
+    transparent huge pages (``MADV_HUGEPAGE``: one fault per 2 MiB instead of per 4 KiB)."""
+    buf = event_scan.new_buffer(size)
+    if huge and hasattr(mmap, "MADV_HUGEPAGE"):
+        buf.madvise(mmap.MADV_HUGEPAGE)
+    return buf
+
+
+def raw_framing(
+    files: list[str],
+    chunk: int = CHUNK_SIZE,
+    keep: bool = False,
+    into: np.ndarray | None = None,
+    in_place: bool | None = None,
+) -> int:
     """Frame every record (length CRC, data CRC, payload view) like a minimal reader; returns records.
 
     Reads the way LogdirReader does: one buffer per call, ``readinto`` in ``chunk``-byte chunks.
@@ -95,15 +113,25 @@ def raw_framing(files: list[str], chunk: int = CHUNK_SIZE, keep: bool = False, i
     reads must add to framing (the floor for LogdirReader: raw framing keeps nothing). ``into``:
     copy them into this array instead, memory already paged in (what the copy costs without the
     fresh pages: their first-touch faults and the kernel's zeroing are the rest of the floor).
+    ``in_place``: no copy after the kernel's: each file is read whole, chunk by chunk, into fresh
+    memory of its size that is kept (False: small pages, True: huge pages), the floor of a reader
+    whose arrays would be views of the bytes where they were read.
     """
-    crc, records, buf = event_file.masked_crc32c, 0, event_scan.new_buffer(chunk)
+    crc, records = event_file.masked_crc32c, 0
+    buf: Any = event_scan.new_buffer(chunk)
     kept = into if into is not None else np.empty(sum(map(os.path.getsize, files)), np.uint8) if keep else None
     at = 0
+    held = []  # in_place: the files' buffers, kept to the end as a reader's arrays would keep them
     for path in files:
         with open(path, "rb") as f:
             offset, want = 0, chunk
+            if in_place is not None:
+                whole = kept_buffer(os.path.getsize(path), in_place)
+                held.append(whole)
             while True:
-                if len(buf) < want:
+                if in_place is not None:  # frame at the file's own offsets in its kept buffer
+                    buf = memoryview(whole)[offset : offset + want]
+                elif len(buf) < want:
                     buf = event_scan.new_buffer(want)
                 f.seek(offset)
                 end = f.readinto(memoryview(buf)[:want])
@@ -206,6 +234,8 @@ def measure(logdir: str, repeat: int, with_tf_loader: bool, notf_tb_bytes: int) 
         "raw TFRecord framing": (lambda: raw_framing(files), "records"),
         "LogdirReader cold + arrays": (lambda: our_reader(logdir), "tensor-records"),
         "floor: framing + keeping each payload": (lambda: raw_framing(files, keep=True), "records"),
+        "zero-copy floor: in place, small pages": (lambda: raw_framing(files, in_place=False), "records"),
+        "zero-copy floor: in place, huge pages": (lambda: raw_framing(files, in_place=True), "records"),
         "old: raw framing, 16 MiB chunks": (lambda: raw_framing(files, old), "records"),
         "old: LogdirReader, 16 MiB chunks": (lambda: our_reader(logdir, old), "tensor-records"),
     }
@@ -230,6 +260,9 @@ def measure(logdir: str, repeat: int, with_tf_loader: bool, notf_tb_bytes: int) 
         ),
         "reader speed-up over the old reader": versus("old: LogdirReader, 16 MiB chunks", "LogdirReader cold + arrays"),
         "floor / raw framing": versus("raw TFRecord framing", "floor: framing + keeping each payload"),
+        "zero-copy floor (huge pages) / raw framing": versus(
+            "raw TFRecord framing", "zero-copy floor: in place, huge pages"
+        ),
     }
     # What the floor's fresh pages cost: the same copy into memory paged in once, in a phase of its
     # own (623 MB held resident beside the rounds above made the reader 2-4x slower with TensorFlow
