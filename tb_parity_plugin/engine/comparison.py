@@ -66,6 +66,8 @@ class Comparison:
         self._alignment: Optional[align.Alignment] = None
         #: (the alignment it is of, what else it read, the structure): see structure()
         self._structure: Optional[tuple[align.Alignment, tuple[Any, ...], structure.Structure]] = None
+        #: (alignment, base keys, candidate keys) whose sizes the structure reads (structure.sized_keys)
+        self._sized: Optional[tuple[align.Alignment, list[tuple[str, str]], list[tuple[str, str]]]] = None
         self._keys: Optional[tuple[Any, ...]] = None  # what align() read of both runs
         self._samples: set[int] = set()  # the alignment's matches that pair element samples
         #: slot match -> (its variable's gradient's match, ``align.slot_rule``), once per alignment
@@ -115,7 +117,7 @@ class Comparison:
             }
             self._weight_grads = {i: j for i, j in found.items() if matches[i].base[0] == "weight"}
         old_steps = self.steps
-        steps = np.intersect1d(base.steps, cand.steps, assume_unique=True).astype(np.int64)
+        steps = _common_steps(base.steps, cand.steps)
         prefix = len(old_steps) <= len(steps) and np.array_equal(steps[: len(old_steps)], old_steps)
         # One pair per match, in the alignment's order: an unchanged alignment pairs them up as they are.
         old_pairs = {} if same_tensors else {(p.match.base, p.match.cand): p for p in self._pairs}
@@ -1444,12 +1446,18 @@ class Comparison:
         while the alignment and what else it reads are unchanged (a refresh's usual case)."""
         alignment = self._alignment
         assert alignment is not None
+        if self._sized is None or self._sized[0] is not alignment:
+            self._sized = (
+                alignment,
+                structure.sized_keys(self.base, alignment.unmatched_base),
+                structure.sized_keys(self.cand, alignment.unmatched_cand),
+            )
         reads = (
             self.base.name,
             self.cand.name,
             tuple(self.policy.allow_unmatched),
-            structure.sizes_read(self.base, alignment.unmatched_base),
-            structure.sizes_read(self.cand, alignment.unmatched_cand),
+            structure.sizes_read(self.base, self._sized[1], alignment.unmatched_base),
+            structure.sizes_read(self.cand, self._sized[2], alignment.unmatched_cand),
         )
         kept = self._structure
         if kept is None or kept[0] is not alignment or kept[1] != reads:
@@ -1797,6 +1805,14 @@ def _where_both_sampled(ib: np.ndarray, ic: np.ndarray) -> tuple[np.ndarray, np.
     if not one.any():
         return ib, ic, False
     return np.where(one, -1, ib), np.where(one, -1, ic), True
+
+
+def _common_steps(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The steps both runs logged (each sorted and unique): the runs' own array when they logged
+    the same steps, a refresh's usual case (``intersect1d`` sorts both again: 0.1 ms at 2000 steps)."""
+    if len(a) == len(b) and np.array_equal(a, b):
+        return a.astype(np.int64, copy=False)
+    return np.intersect1d(a, b, assume_unique=True).astype(np.int64)
 
 
 def _align_inputs(run: Any) -> dict[Any, tuple[Any, ...]]:

@@ -73,16 +73,22 @@ class Structure:
         }
 
 
-def sizes_read(run: Any, unmatched: Sequence[tuple[str, str]]) -> tuple[Any, ...]:
-    """What :func:`structure_of` reads of a run beyond its tensors' names, kinds and shapes (which
-    the alignment was made from): the sizes of its variables and of its unmatched tensors. With
-    the alignment and the run's name, a structure is unchanged while these are."""
+def sized_keys(run: Any, unmatched: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The tensors whose sizes :func:`structure_of` reads: the variables and the unmatched tensors
+    (fixed with the alignment, so a refresh looks them up once, not once per tensor of the run)."""
     free = set(unmatched)
-    sizes = tuple(_size(s) for key, s in run.tensors.items() if _is_variable(s) or key in free)
+    return [key for key, s in run.tensors.items() if _is_variable(s) or key in free]
+
+
+def sizes_read(run: Any, sized: Sequence[tuple[str, str]], unmatched: Sequence[tuple[str, str]]) -> tuple[Any, ...]:
+    """What :func:`structure_of` reads of a run beyond its tensors' names, kinds and shapes (which
+    the alignment was made from): the sizes of its variables and of its unmatched tensors
+    (``sized``: :func:`sized_keys`). With the alignment and the run's name, a structure is
+    unchanged while these are."""
+    tensors = run.tensors
+    sizes = tuple(_size(tensors[key]) for key in sized)
     # and the statistics unmatched weights start with, which pair the suggested maps
-    starts = tuple(
-        tuple(s.stats[0, _MOMENTS].tolist()) for key, s in run.tensors.items() if key in free and len(s.stats)
-    )
+    starts = tuple(tuple(s.stats[0, _MOMENTS].tolist()) for key in unmatched if len((s := tensors[key]).stats))
     return sizes + starts
 
 
