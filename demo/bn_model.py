@@ -9,6 +9,7 @@ a faithful port agrees and each planted difference shows where it acts.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -163,15 +164,21 @@ def numpy_bn_moving_mean(steps: int, momentum: float = 0.99, update: bool = True
 
 
 def train_tf2_fit(
-    run_dir: str, steps_per_execution: int = 1, lr: Any = LR, optimizer: Optional[Any] = None
+    run_dir: str,
+    steps_per_execution: int = 1,
+    lr: Any = LR,
+    optimizer: Optional[Any] = None,
+    strategy: Optional[tf.distribute.Strategy] = None,
 ) -> tf.keras.Model:
-    """The TF2 port trained with ``model.fit`` over a ``tf.data`` dataset, instrumented."""
-    model = keras_model()
-    model.compile(
-        optimizer=optimizer or tf.keras.optimizers.SGD(lr),
-        loss=tf.keras.losses.CategoricalCrossentropy(from_logits=True),
-        steps_per_execution=steps_per_execution,
-    )
+    """The TF2 port trained with ``model.fit`` over a ``tf.data`` dataset, instrumented; built and
+    compiled in ``strategy.scope()`` when a strategy is given."""
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        model = keras_model()
+        model.compile(
+            optimizer=optimizer or tf.keras.optimizers.SGD(lr),
+            loss=tf.keras.losses.CategoricalCrossentropy(from_logits=True),
+            steps_per_execution=steps_per_execution,
+        )
     rec = summary_v2.Recorder(run_dir)
     summary_v2.instrument_layer(rec, model.get_layer("batch_normalization"), "bn")
     summary_v2.instrument(model, rec)

@@ -91,11 +91,25 @@ __all__ = ["Recorder", "forward_pass", "instrument", "instrument_layer"]
 
 #: Why recording inside a replica context cannot work, and what does: said wherever it is tried.
 _PER_REPLICA = (
-    "recorded inside a replica context: under a tf.distribute strategy, strategy.run (and Keras fit, "
-    "which calls train_step through it) runs the step once per replica, each with its share of the "
-    "batch; return what to record from the replica function and record it in the cross-replica "
-    "context around strategy.run in a custom loop (README: 'Distributed training')"
+    "recorded inside a replica context: under a tf.distribute strategy such as MirroredStrategy, "
+    "strategy.run (and Keras fit, which calls train_step through it) runs the step once per replica, "
+    "each with its share of the batch; return what to record from the replica function and record it "
+    "in the cross-replica context around strategy.run in a custom loop (README: 'Distributed training')"
 )
+_REDUCTIONS = ("sum", "mean", "concat")
+
+
+def _in_replicas() -> bool:
+    """Inside ``strategy.run`` of a strategy that splits the step between replicas.
+
+    ``OneDeviceStrategy`` never does: its one replica holds the whole step, so recording there is
+    recording on one device, and Keras ``fit`` under it (which ``instrument`` accepts) runs
+    ``train_step`` there (a new user's port crashed at its first step). A ``MirroredStrategy`` is
+    refused even on one device: code recording there would stop working on the next machine's
+    second GPU."""
+    if not tf.distribute.has_strategy() or tf.distribute.in_cross_replica_context():
+        return False
+    return not isinstance(tf.distribute.get_strategy(), tf.distribute.OneDeviceStrategy)
 
 
 class Recorder(BaseRecorder):
@@ -159,13 +173,16 @@ class Recorder(BaseRecorder):
         self, kind: str, name: str, value: Any, reduction: Optional[str], lr: Optional[tf.Tensor] = None
     ) -> tf.Tensor:
         """:meth:`tensor`; ``lr``: a mirrored slot's copies recorded in lr units (``slots.in_lr_units``)."""
-        if tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context():  # inside strategy.run
+        if _in_replicas():  # inside strategy.run
             # checked first: a plain tensor recorded in step_fn came once per replica and was
             # refused as "logged twice in one step", which the user had not done
             raise RuntimeError(f"{kind}/{name!r}: {_PER_REPLICA}")
         if not isinstance(value, tf.distribute.DistributedValues):
-            if reduction is not None:
-                raise ValueError(f"{kind}/{name!r}: reduction= applies to per-replica values only")
+            # One value is what every reduction of one replica gives: the distributed template's
+            # rec.loss(loss, reduction="sum") runs unchanged under OneDeviceStrategy, whose
+            # strategy.run returns plain tensors (it raised there, leaving the run empty)
+            if reduction is not None and reduction not in _REDUCTIONS:
+                raise ValueError(f"{kind}/{name!r}: reduction= is one of {', '.join(_REDUCTIONS)}; got {reduction!r}")
             return super().tensor(kind, name, value)
         components = value.values  # one per replica, in replica order (as experimental_local_results)
         if isinstance(value, tf.Variable):
@@ -200,7 +217,7 @@ class Recorder(BaseRecorder):
         updates anything: trainable ones as ``weight``, the others as ``state``; with
         ``optimizer`` (one, or a list of them), their slots too (built now if Keras has not built them yet).
         """
-        if tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context():
+        if _in_replicas():
             raise RuntimeError(_PER_REPLICA)
         if self._step is not None:
             raise RuntimeError("recorder.step() does not nest")

@@ -23,6 +23,61 @@ def test_fit_port_agrees_with_the_tf1_session_loop(tmp_path, steps_per_execution
     assert not any(report.to_dict()["unmatched"].values())
 
 
+def test_fit_under_one_device_strategy_records_and_agrees(tmp_path) -> None:
+    """``instrument`` accepts a model compiled under ``OneDeviceStrategy``; ``fit`` then runs the
+    step inside ``strategy.run``, which the recorder refused as a replica context (a new user's port
+    crashed at its first step). One device holds the whole step: the port agrees with the TF1 loop,
+    and a learning rate 1 % off is still found at step 0."""
+    train_tf1(str(tmp_path / "tf1"))
+    train_tf2_fit(str(tmp_path / "tf2"), strategy=tf.distribute.OneDeviceStrategy("/cpu:0"))
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert report.agree, report.first_divergence
+    assert report.steps_compared == STEPS
+    train_tf2_fit(str(tmp_path / "off"), lr=LR * 1.01, strategy=tf.distribute.OneDeviceStrategy("/cpu:0"))
+    first = compare(str(tmp_path), baseline="tf1", candidate="off").first_divergence
+    assert first is not None and (first.step, first.kind) == (0, "lr"), first
+
+
+def test_the_distributed_template_runs_under_one_device_strategy(tmp_path) -> None:
+    """The README's custom loop for strategies, unchanged, under ``OneDeviceStrategy``: its
+    ``strategy.run`` returns plain tensors, and ``rec.loss(loss, reduction="sum")`` raised
+    "reduction= applies to per-replica values only", leaving the run empty. One replica's value
+    is what every reduction gives; a reduction that is none of them still raises."""
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(2, kernel_initializer="ones")])
+        optimizer = tf.keras.optimizers.SGD(0.1)
+    rec = summary_v2.Recorder(str(tmp_path / "tf2"))
+    x, y = np.arange(12, dtype=np.float32).reshape(4, 3) / 10, np.zeros((4, 2), np.float32)
+
+    def step_fn(xb, yb):  # type: ignore[no-untyped-def]
+        with tf.GradientTape() as tape:
+            logits = model(xb, training=True)
+            loss = tf.nn.compute_average_loss(tf.reduce_sum((logits - yb) ** 2, axis=1))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss, grads, logits
+
+    @tf.function
+    def train_step(xb, yb):  # type: ignore[no-untyped-def]
+        with rec.step(optimizer.iterations):
+            rec.weights(model.trainable_variables)
+            loss, grads, logits = strategy.run(step_fn, args=(xb, yb))
+            rec.activation("logits", logits)
+            rec.loss(loss, reduction="sum")
+            rec.grads(grads, model.trainable_variables)
+
+    train_step(x, y)
+    with pytest.raises(ValueError, match="one of sum, mean, concat; got 'total'"):
+        with rec.step(1):
+            rec.loss(tf.constant(1.0), reduction="total")
+    rec.close()
+    got = tensors_by_step(str(tmp_path / "tf2"))[0]
+    logits = x @ np.ones((3, 2))  # numpy: the kernel of ones, a zero bias
+    np.testing.assert_allclose(float(got[("loss", "loss")][2]), np.mean(np.sum(logits**2, axis=1)), rtol=1e-6)
+    np.testing.assert_allclose(np.reshape(got[("activation", "logits")][2], (4, 2)), logits, rtol=1e-6)
+
+
 def test_fit_records_a_schedule_step_by_step(tmp_path) -> None:
     schedule = tf.keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=1, decay_rate=0.5)
     train_tf2_fit(str(tmp_path / "tf2"), lr=schedule, optimizer=tf.keras.optimizers.SGD(schedule))
