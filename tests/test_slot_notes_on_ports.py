@@ -125,3 +125,22 @@ def test_the_lr_change_note_allows_rounding_at_the_slots_scale() -> None:
         found = Comparison(base, cand).report().first_divergence
         assert found is not None and (found.step, found.kind) == (2, "slot"), found
         assert ("times lr/lr at step 1 / at step 2 = 2:" in (found.note or "")) == noted, found.note
+
+
+def test_the_lr_change_note_allows_rounding_at_the_slots_largest_value_so_far() -> None:
+    """A new user's bias slot after ten momentum steps, at the halving of a staircase lr: 2x TF1's,
+    but its elements that cancelled to 0.006 carried 3.1e-6 of rounding from the terms they summed
+    (the slot reached 0.53 two steps before), 5e-4 of themselves: it alone got the clipping note."""
+    lrs = [np.float32(0.1), np.float32(0.1), np.float32(0.05)]
+    slot = [
+        np.zeros(3, np.float32),
+        np.array([0.53, -0.2, 0.1], np.float32),
+        np.array([0.178, 0.0063, -0.05], np.float32),
+    ]
+    for factor, noted in ((2.0, True), (2.0 * 1.001, False)):
+        moved = [slot[0], slot[1], (slot[2].astype(np.float64) * factor + [0, 3.1e-6, 0]).astype(np.float32)]
+        base = run("tf1", [series("lr", "lr", lrs), series("slot", "conv2d_1/bias/Momentum:0", slot, order=1)])
+        cand = run("tf2", [series("lr", "lr", lrs), series("slot", "m/conv2d_1/bias", moved, order=1)])
+        found = Comparison(base, cand).report().first_divergence
+        assert found is not None and (found.step, found.kind) == (2, "slot"), found
+        assert ("times lr/lr at step 1 / at step 2 = 2:" in (found.note or "")) == noted, found.note

@@ -229,12 +229,12 @@ def _momentum_tf1(run_dir: str) -> list[np.ndarray]:
     return [step["kernel"] for step in _regression_tf1(run_dir, make_opt, lambda opt, kernel: {"kernel": kernel})]
 
 
-def _momentum_port(run_dir: str) -> list[np.ndarray]:
+def _momentum_port(run_dir: str, staircase: bool = True) -> list[np.ndarray]:
     """The Keras port as users write it: SGD with momentum and the same staircase schedule, fit."""
     model = tf.keras.Sequential(
         [tf.keras.Input((4,)), tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(K), name="dense")]
     )
-    schedule = tf.keras.optimizers.schedules.ExponentialDecay(0.05, 2, 0.5, staircase=True)
+    schedule = tf.keras.optimizers.schedules.ExponentialDecay(0.05, 2, 0.5, staircase=staircase)
     model.compile(tf.keras.optimizers.SGD(schedule, momentum=0.9), "mse")
     rec = summary_v2.Recorder(run_dir)
     summary_v2.instrument(model, rec)
@@ -264,6 +264,25 @@ def test_keras_momentum_under_a_schedule_is_told_where_its_rule_parts_from_tf1s(
     assert (found.step, found.kind) == (2, "slot"), found
     assert "times lr/lr at step 1 / at step 2 = 2:" in found.note, found.note
     assert "their rules part" in found.note
+
+
+def test_a_port_whose_schedule_forgot_staircase_has_its_slots_told_the_lr_not_clipping(tmp_path) -> None:
+    """A new user's port with ``staircase=False``: the candidate's lr alone changed at step 1 (the
+    first divergence, right), and every momentum slot diverging beside it got the clipping / weight
+    decay note at a factor that was the candidate's own lr(0) / lr(1). Each slot holds what TF1's
+    does in its own optimizer's units (numpy below): the note now names the lr."""
+    w_tf1 = _momentum_tf1(str(tmp_path / "tf1"))
+    w_port = _momentum_port(str(tmp_path / "tf2"), staircase=False)
+    np.testing.assert_allclose(w_port[1], w_tf1[1], rtol=1e-6, atol=1e-7)  # numpy: step 0's lr is 0.05 on both
+    logged = [tensors_by_step(str(tmp_path / side))[1] for side in ("tf1", "tf2")]
+    slots = [np.asarray(next(v[2] for (kind, _), v in at.items() if kind == "slot")) for at in logged]
+    factor = 1 / 0.5 ** (1 / 2)  # the candidate's lr(0) / lr(1) without the staircase
+    np.testing.assert_allclose(slots[1], factor * slots[0], rtol=1e-5)
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert (report.first_divergence.step, report.first_divergence.kind) == (1, "lr"), report.first_divergence
+    slot = next(d for d in report.divergences_at_first_step if d.kind == "slot")
+    assert f"times the candidate's lr/lr at step 0 / at step 1 = {factor:.4g}:" in slot.note, slot.note
+    assert "its schedule is the difference" in slot.note and "clipping" not in slot.note, slot.note
 
 
 def test_an_adam_slot_under_a_decaying_lr_is_not_told_momentum() -> None:

@@ -1235,12 +1235,16 @@ class Comparison:
         return _uniform_scale(nb - bb, nc - bc, pair.tol.atol, rounding)
 
     def _momentum_at_lr_change(self, pair: Pair, k: int) -> Optional[str]:
-        """For a momentum slot diverging at step ``k`` right after an lr changed, when the
-        candidate's slot is the baseline's times ``lr(k-1) / lr(k)`` of one recorded lr (within
-        ``HPARAM_RTOL``, not the slot's own tolerance, which an override may loosen): Keras SGD's
-        momentum kept as ``-lr x accumulator``, recorded divided by this step's lr, against TF1's
-        accumulator. A new user's port of ``MomentumOptimizer`` under a staircase schedule diverged
-        by 2x on a slot, with nothing to say that the two optimizers' rules part at an lr change."""
+        """For a momentum slot diverging at step ``k`` right after an lr changed, when one slot is
+        the other's times ``lr(k-1) / lr(k)`` of one run's recorded lr (within ``HPARAM_RTOL``, not
+        the slot's own tolerance, which an override may loosen): Keras SGD's momentum kept as
+        ``-lr x accumulator``, recorded divided by this step's lr, against TF1's accumulator.
+
+        A new user's port of ``MomentumOptimizer`` under a staircase schedule diverged by 2x on a
+        slot, with nothing to say that the two optimizers' rules part at an lr change. Each run's lr
+        is tried (the Keras side's divides its slot): a port with ``staircase=False`` changed the
+        candidate's lr alone, and its slots, equal in each optimizer's own units, were blamed on
+        clipping or a weight decay."""
         if not _MOMENTUM.search(f"{pair.base.name} {pair.cand.name}") or k == 0:
             return None
         if int(self.steps[k - 1]) != int(self.steps[k]) - 1:
@@ -1251,24 +1255,47 @@ class Comparison:
         b, c = (np.asarray(x, np.float64) for x in both)
         if not (np.abs(b) > pair.tol.atol).any():
             return None
-        # float32 rounding at the slot's scale: a new user's conv kernel slot (scale 6e-3) was 2x TF1's
-        # within 2.3e-9, 2e-4 of its smallest elements, and got no note while six other slots did
-        rounding = OUTPUT_ATOL_OF_MAX * float(np.abs(b).max())
+        # float32 rounding accumulated in the slot, at the scale of its largest value so far: a new
+        # user's conv kernel slot (scale 6e-3) was 2x TF1's within 2.3e-9, and a bias slot's elements
+        # that cancelled to 0.006 were 2x within 3e-6 (its largest value so far 0.53)
+        rounding = 2.0**-15 * _largest_so_far(pair.base, pair.ib, k)
         for lr in self._pairs:
-            if lr.base.kind != "lr" or not lr.use_values or min(int(lr.ib[k - 1]), int(lr.ib[k])) < 0:
+            if (
+                lr.base.kind != "lr"
+                or not lr.use_values
+                or min(int(x) for x in (*lr.ib[k - 1 : k + 1], *lr.ic[k - 1 : k + 1])) < 0
+            ):
                 continue
-            before, now = (float(np.ravel(lr.base.values[int(lr.ib[j])])[0]) for j in (k - 1, k))
-            if not (before > 0 and now > 0) or abs(before - now) <= HPARAM_RTOL * now:
-                continue
-            scale = before / now
-            if np.all(np.abs(c - scale * b) <= 1e-4 * scale * np.abs(b) + scale * rounding):
+            lrs = {
+                side: tuple(float(np.ravel(series.values[int(rows[j])])[0]) for j in (k - 1, k))
+                for side, series, rows in (("baseline", lr.base, lr.ib), ("candidate", lr.cand, lr.ic))
+            }
+            for keras, (before, now) in lrs.items():
+                if not (before > 0 and now > 0) or abs(before - now) <= HPARAM_RTOL * now:
+                    continue
+                scale = before / now if keras == "candidate" else now / before  # c = scale x b
+                if not np.all(np.abs(c - scale * b) <= 1e-4 * scale * np.abs(b) + scale * rounding):
+                    continue
+                other = "baseline" if keras == "candidate" else "candidate"
+                lr_name = f"{lr.base.kind}/{lr.base.name}"
+                ratio = f"{lr_name} at step {int(self.steps[k - 1])} / at step {int(self.steps[k])}"
+                rule = (
+                    "Keras SGD keeps momentum as -lr x accumulator (recorded divided by this step's lr), TF1's "
+                    "MomentumOptimizer as the accumulator"
+                )
+                factor = scale if keras == "candidate" else 1 / scale
+                slot_of = f"the {keras}'s slot is the {other}'s"
+                if abs(lrs[other][1] - now) > HPARAM_RTOL * now or abs(lrs[other][0] - before) > HPARAM_RTOL * before:
+                    return (
+                        f"{slot_of} times the {keras}'s {ratio} = {factor:.4g}: {rule}, so each slot holds what "
+                        f"the other does in its own optimizer's units, and the difference is the {keras}'s lr, "
+                        f"which changed where the {other}'s did not change alike ({lr_name} differs between the runs "
+                        "at these steps: its schedule is the difference)"
+                    )
                 return (
-                    f"the candidate's slot is the baseline's times {lr.base.kind}/{lr.base.name} at step "
-                    f"{int(self.steps[k - 1])} / at step {int(self.steps[k])} = {scale:.4g}: Keras SGD keeps "
-                    "momentum as -lr x accumulator (recorded divided by this step's lr), TF1's MomentumOptimizer as "
-                    "the accumulator, and at an lr change their rules part (TF1 applies the new lr to the whole "
-                    "accumulator, Keras to the new gradient only): a real difference from this step's update on, "
-                    "which a port needs its own update rule to remove"
+                    f"{slot_of} times {ratio} = {factor:.4g}: {rule}, and at an lr change their rules part (TF1 "
+                    "applies the new lr to the whole accumulator, Keras to the new gradient only): a real difference "
+                    "from this step's update on, which a port needs its own update rule to remove"
                 )
         return None
 
@@ -1805,6 +1832,18 @@ def _where_both_sampled(ib: np.ndarray, ic: np.ndarray) -> tuple[np.ndarray, np.
     if not one.any():
         return ib, ic, False
     return np.where(one, -1, ib), np.where(one, -1, ic), True
+
+
+def _largest_so_far(series: Any, rows: np.ndarray, k: int) -> float:
+    """The largest finite magnitude of ``series`` at compared steps up to ``k``, from its statistics."""
+    taken = rows[: k + 1]
+    taken = taken[taken >= 0]
+    if not len(taken):
+        return 0.0
+    stats = take_rows(series.stats, taken)
+    lo, hi = stats[:, metadata.STAT_INDEX["min"]], stats[:, metadata.STAT_INDEX["max"]]
+    big = np.fmax(np.abs(lo), np.abs(hi))
+    return float(np.nanmax(big)) if np.isfinite(big).any() else 0.0
 
 
 def _common_steps(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -8,6 +8,7 @@ float or ``None`` in ``to_dict()``, so JSON never holds NaN.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
 
 #: The error figures of a divergence, in display order.
 FIGURES = ("max_abs_diff", "max_rel_diff", "cosine", "mismatch_fraction", "error_ratio")
+#: Tags of an embedding lookup's output, whose wrong row shows only at the step that looks it up.
+_LOOKUP = re.compile(r"embed|emb($|[/_:.\d])|lookup|gather", re.IGNORECASE)
 
 
 def mismatch_text(fraction: Optional[float]) -> str:
@@ -218,10 +221,13 @@ class ParityReport:
                 "the statistics can prove is not ruled out, so the divergence may start upstream"
             )
         if earlier:
+            # the lookup's hint only where there is a lookup: a new user's CNN got it on every verdict
+            lookup = any(_LOOKUP.search(tag) for tag in [*earlier, first.tensor])
             parts.append(
                 f"compared by statistics only at steps before {first.step}: {listed(earlier)}; a difference there "
                 f"smaller than the statistics can prove is not ruled out, so the divergence may predate step "
-                f"{first.step} (a wrong embedding row shows first at the step that looks it up)"
+                f"{first.step}"
+                + (" (a wrong embedding row shows first at the step that looks it up)" if lookup else "")
             )
         return "; ".join(parts) + ": record them with full values to know"
 
