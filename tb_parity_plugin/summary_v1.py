@@ -80,6 +80,7 @@ class Recorder(BaseRecorder):
         self.logdir = logdir
         self._writer = writer.BlockWriter(logdir, side="tf1", mode="graph", tensorflow=tf.__version__)
         self._blocks: Optional[Blocks] = None
+        self._updates: frozenset = frozenset()  # ops writing a recorded variable (update_ops)
         self._step_var: Any = None
         self._layouts = StepLayouts(self.full_values_limit)  # runtime shapes -> this step's layout
         #: global_step as read before the update (set by apply_gradients/minimize/before_update).
@@ -110,7 +111,16 @@ class Recorder(BaseRecorder):
             self._blocks = build_blocks(entries, self.full_values_limit, dynamic_values=True)
             self._order_writes(reads)
             self._order_alias_readers([e.tensor for e in entries])
+            self._updates = frozenset(op for r in reads for op in ordering.writers(r.var))
         return self._blocks
+
+    @property
+    def update_ops(self) -> frozenset:
+        """The ops that write a recorded variable (the train op's updates, ``UPDATE_OPS``, an
+        accumulator's ``assign_add``), as of when ``fetches`` was first read: a ``sess.run`` that
+        runs none of them trains nothing (:class:`ParityHook` skips it)."""
+        self._build()
+        return self._updates
 
     def _after_read(self, read: VariableRead) -> None:
         self._order_writers(read)
@@ -292,11 +302,17 @@ class Recorder(BaseRecorder):
 
 
 class ParityHook(tf.compat.v1.train.SessionRunHook):
-    """Writes the recorder's blocks on every ``MonitoredTrainingSession`` run.
+    """Writes the recorder's blocks on every ``MonitoredTrainingSession`` run that trains.
+
+    A run trains when it runs an op that writes a recorded variable (``Recorder.update_ops``;
+    without recorded variables, one that writes a trainable variable): an evaluation's
+    ``sess.run(loss)`` is not a step. Until session 18 every run was written: a new user's
+    validation run every 10 steps, without a global step, shifted every later step number by one
+    (a false divergence blamed on "another batch"), and with one, its batch overwrote the step's.
 
     The step is the global step as read before the update when the recorder built the
     update with a ``global_step``; otherwise the global step at session creation,
-    counted up by one per run.
+    counted up by one per training run.
     """
 
     def __init__(self, recorder: Recorder) -> None:
@@ -304,9 +320,14 @@ class ParityHook(tf.compat.v1.train.SessionRunHook):
         self._fetches: dict = {}
         self._next_step: Optional[int] = None
         self._global_step: Optional[tf.Variable] = None
+        self._updates: frozenset = frozenset()
+        self._trains: dict[tuple, bool] = {}  # the run's fetched ops -> whether it trains
 
     def begin(self) -> None:
         self._fetches = self._recorder.fetches
+        self._updates = self._recorder.update_ops or frozenset(
+            op for v in tf.compat.v1.trainable_variables() for op in ordering.writers(v)
+        )
         if "step" not in self._fetches:
             self._global_step = tf.compat.v1.train.get_global_step()
 
@@ -314,10 +335,28 @@ class ParityHook(tf.compat.v1.train.SessionRunHook):
         if "step" not in self._fetches:
             self._next_step = int(session.run(self._global_step)) if self._global_step is not None else 0
 
-    def before_run(self, run_context: Any) -> tf.compat.v1.train.SessionRunArgs:
+    def _trains_in(self, fetches: Any) -> bool:
+        """Whether running ``fetches`` runs an update (no updates known: every run is a step)."""
+        if not self._updates:
+            return True
+        graph = tf.compat.v1.get_default_graph()
+        ops = []
+        for f in tf.nest.flatten(fetches):
+            element = graph.as_graph_element(f) if isinstance(f, str) else f
+            ops.append(element if isinstance(element, tf.Operation) else getattr(element, "op", None))
+        key = tuple(op.name for op in ops if op is not None)
+        if key not in self._trains:
+            self._trains[key] = bool(ordering.ancestors(op for op in ops if op is not None) & self._updates)
+        return self._trains[key]
+
+    def before_run(self, run_context: Any) -> Optional[tf.compat.v1.train.SessionRunArgs]:
+        if not self._trains_in(run_context.original_args.fetches):
+            return None
         return tf.compat.v1.train.SessionRunArgs(self._fetches)
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
+        if run_values.results is None:  # a run that trains nothing (before_run asked for nothing)
+            return
         step = None
         if self._next_step is not None:
             step, self._next_step = self._next_step, self._next_step + 1

@@ -223,6 +223,53 @@ def test_monitored_session_hook(tmp_path) -> None:
     assert got[0][("weight", "b:0")][2] is not None  # 3 elements: full values
 
 
+def _numpy_sgd(xs: list, steps: int) -> tuple[list, list]:
+    """numpy: weights before each SGD step and each step's loss, linear softmax on ``xs[step]``."""
+    w, b, ws, losses = W0.astype(np.float64), np.zeros(3), [], []
+    for s in range(steps):
+        z = xs[s] @ w + b
+        p = np.exp(z - z.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        ws.append(w.copy())
+        losses.append(float(-np.mean(np.sum(Y * np.log(p), axis=1))))
+        dz = (p - Y) / len(Y)
+        w, b = w - LR * xs[s].T @ dz, b - LR * dz.sum(0)
+    return ws, losses
+
+
+@pytest.mark.parametrize("with_global_step", [True, False])
+def test_monitored_session_hook_skips_evaluation_runs(tmp_path, with_global_step: bool) -> None:
+    """A new user's TF1 loop ran ``sess.run(loss)`` on a validation batch every few steps in the same
+    ``MonitoredTrainingSession``: the hook wrote every run, so without a global step each evaluation
+    shifted the later step numbers by one (a false divergence blamed on "another batch"), and with
+    one the validation batch overwrote the step's. A run that writes no recorded variable is not a
+    step; numpy below gives each step's weights and training loss."""
+    xs = [X + 0.1 * k for k in range(5)]
+    held_out = X[::-1].copy()
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(str(tmp_path / "hook"))
+        x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        w = tf.compat.v1.get_variable("w", initializer=W0)
+        b = tf.compat.v1.get_variable("b", initializer=np.zeros(3, np.float32))
+        loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(tf.constant(Y), tf.matmul(x, w) + b))
+        train_op = rec.minimize(
+            tf.compat.v1.train.GradientDescentOptimizer(LR), loss, global_step=gs if with_global_step else None
+        )
+        rec.weights([w])
+        with tf.compat.v1.train.MonitoredTrainingSession(hooks=[summary_v1.ParityHook(rec)]) as sess:
+            for k in range(5):
+                sess.run(train_op, {x: xs[k]})
+                sess.run(loss, {x: held_out})  # an evaluation: trains nothing
+        rec.close()
+    got = tensors_by_step(str(tmp_path / "hook"))
+    assert sorted(got) == [0, 1, 2, 3, 4]
+    ws, losses = _numpy_sgd([v.astype(np.float64) for v in xs], 5)
+    for k in range(5):
+        np.testing.assert_allclose(got[k][("weight", w.name)][2].reshape(3, 3), ws[k], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(float(got[k][("loss", "loss")][2]), losses[k], rtol=1e-5)
+
+
 def test_before_update_context_and_errors(tmp_path) -> None:
     with tf.Graph().as_default():
         rec = summary_v1.Recorder(str(tmp_path / "ctx"))
