@@ -1,4 +1,4 @@
-"""Writes the three demo pairs: ``python -m demo.write_logs LOGDIR``.
+"""Writes the seven demo pairs: ``python -m demo.write_logs LOGDIR``.
 
 ``LOGDIR/<pair>/tf1`` is the TF1 original, ``LOGDIR/<pair>/tf2`` its port:
 ``clean`` (a correct port), ``lr_offbyone`` (schedule off by one step), ``nan``

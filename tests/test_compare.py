@@ -206,6 +206,26 @@ def test_a_pattern_that_matches_nothing_is_a_warning_not_silence() -> None:
     assert "'*lstm_cel*'" in warned[2] and "declares nothing" in warned[2]
 
 
+def test_a_kind_one_run_recorded_none_of_says_how_to_record_or_leave_it_out() -> None:
+    """A new user's TF1 run recorded Adam's slots (``rec.variables(optimizer=opt)``) and the TF2 run,
+    written from the README's shortest example, none: ten structure lines and no word of either
+    remedy. The first line of the kind says it once, without calling it harmless (plain SGD where
+    the other keeps a momentum is a real difference); one slot missing among others is not told so."""
+    w = [np.ones(2, np.float32)] * 3
+    slots = [series("slot", f"dense/kernel/Adam{s}:0", w, order=1 + i) for i, s in enumerate(("", "_1"))]
+    base = run("tf1", [series("weight", "dense/kernel:0", w), *slots])
+    cand = run("tf2", [series("weight", "dense/kernel:0", w)], side="tf2")
+    report = compare_runs(base, cand)
+    assert not report.agree and report.first_divergence.reason == "structure"
+    told = [d.note for d in report.divergences_at_first_step if "recorded no slot at all" in (d.note or "")]
+    assert len(told) == 1, [d.note for d in report.divergences_at_first_step]
+    assert "rec.variables(optimizer=opt)" in told[0] and "plain SGD" in told[0] and "'slot/*'" in told[0]
+    assert compare_runs(base, cand, TolerancePolicy.build(allow_unmatched=["slot/*"])).agree
+    one_slot = run("tf2", [series("weight", "dense/kernel:0", w), series("slot", "m/dense/kernel", w, order=1)])
+    notes = [d.note or "" for d in compare_runs(base, one_slot).divergences_at_first_step]
+    assert notes and not any("at all" in n for n in notes), notes
+
+
 def test_override_parse_errors() -> None:
     with pytest.raises(ValueError):
         ToleranceOverride.parse("grad/*:speed=3")

@@ -55,6 +55,8 @@ class Structure:
     allow_unmatched: tuple[str, ...]
     #: ``--map`` items pairing whole layers whose unmatched variables match (:func:`suggest_maps`)
     suggested_maps: list[str] = dataclasses.field(default_factory=list)
+    #: run -> the kinds it recorded (``weight``, ``slot``, ...), in sorted order
+    kinds: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
     @property
     def unexpected(self) -> list[tuple[str, dict[str, Any]]]:
@@ -133,7 +135,10 @@ def structure_of(base: Any, cand: Any, alignment: align.Alignment, allow_unmatch
             )
     twice = {run.name: _created_twice(run, keys) for run, keys in sides}
     suggested = suggest_maps(base, cand, alignment, allowed)
-    return Structure(base.name, cand.name, only_in, variables, mismatches, twice, tuple(allow_unmatched), suggested)
+    kinds = {run.name: sorted({s.kind for s in run.tensors.values()}) for run, _ in sides}
+    return Structure(
+        base.name, cand.name, only_in, variables, mismatches, twice, tuple(allow_unmatched), suggested, kinds
+    )
 
 
 def suggest_maps(base: Any, cand: Any, alignment: align.Alignment, allowed: Sequence[Any] = ()) -> list[str]:
@@ -279,6 +284,33 @@ def describe_entry(run: str, entry: dict[str, Any], side: str) -> str:
     return text
 
 
+#: How each kind is recorded, for a run that recorded none of it (README: "Log both sides").
+_HOW_RECORDED = {
+    "slot": "TF2 `with rec.step(step, variables=model, optimizer=opt)` or `instrument`, TF1 "
+    "`rec.variables(optimizer=opt)`",
+    "state": "TF2 `with rec.step(step, variables=model)` or `instrument`, TF1 `rec.variables()`",
+    "weight": "`rec.weights`, `rec.apply_gradients` / `rec.minimize`, or `rec.variables`",
+    "grad": "`rec.grads`, `rec.apply_gradients` / `rec.minimize`",
+    "activation": "`rec.activation`, or `instrument(model, rec, layers=[...])`",
+}
+
+
+def _kind_unrecorded(kind: str, other: str) -> str:
+    """Why a whole kind may be missing from ``other``: how it is recorded, and how to leave it out. A new
+    user's TF1 run recorded Adam's slots (``rec.variables(optimizer=opt)``) and the TF2 run, written
+    from the README's shortest example, none: ten structure lines and no word of either."""
+    how = _HOW_RECORDED.get(kind)
+    has_none = {
+        "slot": "its optimizer keeps none (plain SGD where the other keeps a momentum, say)",
+        "state": "its model keeps none (no batch normalization, say)",
+    }.get(kind, "it computes none")
+    return (
+        f"'{other}' recorded no {kind} at all: either it was not asked to (record them there too"
+        + (f": {how}" if how else "")
+        + f") or {has_none}; to compare without them: --allow-unmatched '{kind}/*'"
+    )
+
+
 def first_of(structure: Structure, damaged: Collection[str] = ()) -> list[dict[str, Any]]:
     """Structure divergences as Divergence keyword arguments, baseline's first (in recorded order).
 
@@ -288,6 +320,7 @@ def first_of(structure: Structure, damaged: Collection[str] = ()) -> list[dict[s
     """
     notes = {t["tag"]: t["like"] for entries in structure.created_twice.values() for t in entries}
     out = []
+    told: set[tuple[str, str]] = set()  # (run, kind) whose absence from the other run was explained
     for run, entry in structure.unexpected:
         other = structure.candidate if run == structure.baseline else structure.baseline
         if other in damaged:
@@ -297,6 +330,9 @@ def first_of(structure: Structure, damaged: Collection[str] = ()) -> list[dict[s
         if entry["tag"] in notes:
             note += f"; looks created twice: repeats {notes[entry['tag']]}"
         kind, _, name = entry["tag"].partition("/")
+        if structure.kinds and kind not in structure.kinds.get(other, [kind]) and (run, kind) not in told:
+            told.add((run, kind))
+            note += "; " + _kind_unrecorded(kind, other)
         out.append(
             {
                 "tensor": name if side == "baseline" else "",
