@@ -144,3 +144,23 @@ def test_the_lr_change_note_allows_rounding_at_the_slots_largest_value_so_far() 
         found = Comparison(base, cand).report().first_divergence
         assert found is not None and (found.step, found.kind) == (2, "slot"), found
         assert ("times lr/lr at step 1 / at step 2 = 2:" in (found.note or "")) == noted, found.note
+
+
+def test_the_lr_change_note_does_not_allow_rounding_of_an_old_peak() -> None:
+    """A slot that spiked to 100 at step 1 and decayed with momentum 0.9 to 3e-3 by the lr's halving
+    at step 100: a candidate 1.5x the baseline's, or zeroed, is no lr ratio of it. Rounding at the
+    all-time peak (3e-3 at 2^-15 x 100) told both 'times the lr ratio = 2'; only 2x is that rule."""
+    k = 100
+    lrs = [np.float32(0.1)] * k + [np.float32(0.05)]
+    rng = np.random.default_rng(1)
+    slot = [np.zeros(4, np.float32), np.array([100.0, -50.0, 30.0, 10.0], np.float32)]
+    for _ in range(2, k + 1):
+        slot.append((0.9 * slot[-1] + rng.normal(0, 1e-4, 4)).astype(np.float32))
+    for factor, noted in ((2.0, True), (1.5, False), (0.0, False), (-1.0, False)):
+        moved = [*slot[:k], (slot[k].astype(np.float64) * factor).astype(np.float32)]
+        base = run("tf1", [series("lr", "lr", lrs), series("slot", "dense/kernel/Momentum:0", slot, order=1)])
+        cand = run("tf2", [series("lr", "lr", lrs), series("slot", "m/dense/kernel", moved, order=1)])
+        found = Comparison(base, cand).report().first_divergence
+        assert found is not None and (found.step, found.kind) == (k, "slot"), found
+        assert ("times lr/lr at step 99 / at step 100 = 2:" in (found.note or "")) == noted, (factor, found.note)
+        assert "the baseline's slot is" not in (found.note or ""), found.note  # TF1's slot is no Keras slot

@@ -1242,7 +1242,8 @@ class Comparison:
 
         A new user's port of ``MomentumOptimizer`` under a staircase schedule diverged by 2x on a
         slot, with nothing to say that the two optimizers' rules part at an lr change. Each run's lr
-        is tried (the Keras side's divides its slot): a port with ``staircase=False`` changed the
+        is tried as the Keras side's (it divides its slot), only the TF2 run's when one run is TF1's
+        and the other TF2's: a port with ``staircase=False`` changed the
         candidate's lr alone, and its slots, equal in each optimizer's own units, were blamed on
         clipping or a weight decay."""
         if not _MOMENTUM.search(f"{pair.base.name} {pair.cand.name}") or k == 0:
@@ -1255,10 +1256,18 @@ class Comparison:
         b, c = (np.asarray(x, np.float64) for x in both)
         if not (np.abs(b) > pair.tol.atol).any():
             return None
-        # float32 rounding accumulated in the slot, at the scale of its largest value so far: a new
-        # user's conv kernel slot (scale 6e-3) was 2x TF1's within 2.3e-9, and a bias slot's elements
-        # that cancelled to 0.006 were 2x within 3e-6 (its largest value so far 0.53)
-        rounding = 2.0**-15 * _largest_so_far(pair.base, pair.ib, k)
+        # float32 rounding accumulated in the slot, at the scale of its recent values: a new user's
+        # conv kernel slot (scale 6e-3) was 2x TF1's within 2.3e-9, and a bias slot's elements that
+        # cancelled to 0.006 were 2x within 3e-6 (0.53 the step before). Each step's rounding decays
+        # with the momentum, so an old peak counts decayed: the all-time peak of a slot that spiked
+        # at step 1 let a slot 1.5x the baseline's, or zeroed, be told "times the lr ratio" at step 100
+        rounding = 2.0**-15 * _decayed_peak(pair.base, pair.ib, k)
+        sides = {str(run.info.get("side", "")) for run in (self.base, self.cand)}
+        keras_sides = (
+            ("baseline", "candidate")
+            if sides != {"tf1", "tf2"}
+            else (("candidate",) if self.cand.info.get("side") == "tf2" else ("baseline",))
+        )
         for lr in self._pairs:
             if (
                 lr.base.kind != "lr"
@@ -1271,7 +1280,7 @@ class Comparison:
                 for side, series, rows in (("baseline", lr.base, lr.ib), ("candidate", lr.cand, lr.ic))
             }
             for keras, (before, now) in lrs.items():
-                if not (before > 0 and now > 0) or abs(before - now) <= HPARAM_RTOL * now:
+                if keras not in keras_sides or not (before > 0 and now > 0) or abs(before - now) <= HPARAM_RTOL * now:
                     continue
                 scale = before / now if keras == "candidate" else now / before  # c = scale x b
                 if not np.all(np.abs(c - scale * b) <= 1e-4 * scale * np.abs(b) + scale * rounding):
@@ -1834,15 +1843,23 @@ def _where_both_sampled(ib: np.ndarray, ic: np.ndarray) -> tuple[np.ndarray, np.
     return np.where(one, -1, ib), np.where(one, -1, ic), True
 
 
-def _largest_so_far(series: Any, rows: np.ndarray, k: int) -> float:
-    """The largest finite magnitude of ``series`` at compared steps up to ``k``, from its statistics."""
-    taken = rows[: k + 1]
-    taken = taken[taken >= 0]
-    if not len(taken):
+#: how much of a momentum slot's old rounding a step keeps: above the usual 0.9, so a 0.95 momentum's
+#: rounding is still covered, and an early spike 100 steps back counts for 0.6 % of itself
+_ROUNDING_DECAY = 0.95
+
+
+def _decayed_peak(series: Any, rows: np.ndarray, k: int) -> float:
+    """The largest finite magnitude of ``series`` at compared steps ``j <= k``, each decayed by
+    ``_ROUNDING_DECAY ** (k - j)``, from its statistics: the scale of the rounding a momentum slot
+    still carries at step ``k``."""
+    at = np.arange(min(k + 1, len(rows)))
+    taken = rows[at]
+    kept = taken >= 0
+    if not kept.any():
         return 0.0
-    stats = take_rows(series.stats, taken)
+    stats = take_rows(series.stats, taken[kept])
     lo, hi = stats[:, metadata.STAT_INDEX["min"]], stats[:, metadata.STAT_INDEX["max"]]
-    big = np.fmax(np.abs(lo), np.abs(hi))
+    big = np.fmax(np.abs(lo), np.abs(hi)) * _ROUNDING_DECAY ** (k - at[kept]).astype(np.float64)
     return float(np.nanmax(big)) if np.isfinite(big).any() else 0.0
 
 
