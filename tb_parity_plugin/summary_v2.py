@@ -183,6 +183,14 @@ class Recorder(BaseRecorder):
             # strategy.run returns plain tensors (it raised there, leaving the run empty)
             if reduction is not None and reduction not in _REDUCTIONS:
                 raise ValueError(f"{kind}/{name!r}: reduction= is one of {', '.join(_REDUCTIONS)}; got {reduction!r}")
+            if reduction is not None and isinstance(value, (list, tuple)):
+                # experimental_local_results(loss) is one value per replica: stacked as one tensor,
+                # a scalar loss became a vector of the replicas' parts, compared element by element
+                raise TypeError(
+                    f"{kind}/{name!r}: reduction= takes strategy.run's result itself (a PerReplica value), "
+                    f"or one tensor; got a {type(value).__name__} of {len(value)}, as from "
+                    "experimental_local_results: pass the PerReplica value so each replica is recorded and reduced"
+                )
             return super().tensor(kind, name, value)
         components = value.values  # one per replica, in replica order (as experimental_local_results)
         if isinstance(value, tf.Variable):

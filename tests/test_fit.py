@@ -42,7 +42,8 @@ def test_the_distributed_template_runs_under_one_device_strategy(tmp_path) -> No
     """The README's custom loop for strategies, unchanged, under ``OneDeviceStrategy``: its
     ``strategy.run`` returns plain tensors, and ``rec.loss(loss, reduction="sum")`` raised
     "reduction= applies to per-replica values only", leaving the run empty. One replica's value
-    is what every reduction gives; a reduction that is none of them still raises."""
+    is what every reduction gives; a reduction that is none of them still raises, and so does a
+    tuple of the replicas' values, which the reviewer's ``experimental_local_results`` stacked."""
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     with strategy.scope():
         model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(2, kernel_initializer="ones")])
@@ -71,6 +72,10 @@ def test_the_distributed_template_runs_under_one_device_strategy(tmp_path) -> No
     with pytest.raises(ValueError, match="one of sum, mean, concat; got 'total'"):
         with rec.step(1):
             rec.loss(tf.constant(1.0), reduction="total")
+    # experimental_local_results(loss): one value per replica, which stacked made a scalar loss a vector
+    with pytest.raises(TypeError, match="got a tuple of 2, as from experimental_local_results"):
+        with rec.step(2):
+            rec.loss((tf.constant(1.0), tf.constant(2.0)), reduction="sum")
     rec.close()
     got = tensors_by_step(str(tmp_path / "tf2"))[0]
     logits = x @ np.ones((3, 2))  # numpy: the kernel of ones, a zero bias
