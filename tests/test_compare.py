@@ -1261,9 +1261,19 @@ def test_a_divergence_names_the_earlier_tensors_only_statistics_compared_at_its_
         api.assert_parity(str(tmp_path))
 
 
-@pytest.mark.parametrize("table_name, output_name", [("emb", "lookup"), ("conv/kernel", "conv")])
+@pytest.mark.parametrize(
+    "table_name, output_name, noted",
+    [
+        ("emb", "lookup", True),
+        ("model/wte", "h0", True),  # a reviewer's GPT-style names
+        ("token_embs", "h0", True),
+        ("word_vectors", "h0", True),
+        ("conv/kernel", "conv", False),
+        ("stock/kernel", "out", False),
+    ],
+)
 def test_a_divergence_says_it_may_predate_its_step_when_earlier_steps_rested_on_statistics(
-    tmp_path, table_name: str, output_name: str
+    tmp_path, table_name: str, output_name: str, noted: bool
 ) -> None:
     """A new user's embedding row was wrong from step 0 and first looked up at step 3: the tool named
     the lookup's output at step 3 and said the difference might start "upstream", not that it might
@@ -1288,7 +1298,7 @@ def test_a_divergence_says_it_may_predate_its_step_when_earlier_steps_rested_on_
     tag = f"weight/{table_name}"
     assert report.unproven_earlier == [tag] and report.to_dict()["unproven_earlier"] == [tag]
     assert "may predate step 3" in report.unproven_text
-    assert ("a wrong embedding row shows first" in report.unproven_text) == (table_name == "emb")
+    assert ("a wrong embedding row shows first" in report.unproven_text) == noted
     from tb_parity_plugin import cli
 
     assert f"compared by statistics only at steps before 3: {tag}" in cli.format_report(report)

@@ -23,7 +23,9 @@ if TYPE_CHECKING:
 #: The error figures of a divergence, in display order.
 FIGURES = ("max_abs_diff", "max_rel_diff", "cosine", "mismatch_fraction", "error_ratio")
 #: Tags of an embedding lookup's output, whose wrong row shows only at the step that looks it up.
-_LOOKUP = re.compile(r"embed|emb($|[/_:.\d])|lookup|gather", re.IGNORECASE)
+_LOOKUP = re.compile(
+    r"embed|lookup|gather|(^|[/_:.])(embs?|wte|wpe|tok(en)?s?|word\w*|vocab\w*)($|[/_:.\d])", re.IGNORECASE
+)
 
 
 def mismatch_text(fraction: Optional[float]) -> str:
