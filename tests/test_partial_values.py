@@ -13,6 +13,8 @@ batches of 80, 80 and a partial 30; every expectation checked against numpy.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import tensorflow as tf
 from engine_helpers import Watch, write_run
@@ -256,3 +258,35 @@ def test_values_at_every_step_on_one_side_meet_values_at_some_steps_on_the_other
     assert first is not None and (first.step, first.evidence, first.reason) == (2, "values", "value")
     np.testing.assert_allclose(first.max_abs_diff, np.abs(acts[2][::-1] - acts[2]).max(), rtol=1e-6)
     reader.close()
+
+
+def test_a_run_rewritten_with_a_resized_tensor_draws_its_heat_map(tmp_path) -> None:
+    """A reviewer's candidate was rewritten from step 0 with a kernel of another size, its old rows
+    still in the run: the report named the shape at step 0, but the heat map's ratio subtracted the
+    two runs' values element-wise and raised a broadcast error, fresh or refreshed."""
+    from tb_parity_plugin.engine.pair import SHAPE
+
+    def at(shape: tuple[int, int]) -> Any:
+        return lambda s: [
+            ("weight", "dense/kernel:0", np.ones(shape, np.float32) * (1 + 0.01 * s)),
+            ("slot", "dense/kernel/Momentum:0", np.full(shape, 0.1 * s, np.float32)),
+        ]
+
+    root = str(tmp_path)
+    write_run(root, "tf1", range(5), at((2, 2)))
+    write_run(root, "tf2", range(5), at((2, 2)))
+    reader = LogdirReader(root)
+    reader.reload()
+    kept = Comparison(reader.run("tf1"), reader.run("tf2"))
+    assert kept.report().agree
+    kept.matrix()
+    write_run(root, "tf2", range(5), at((3, 2)))
+    reader.reload()
+    b, c = reader.run("tf1"), reader.run("tf2")
+    kept.update(b, c)
+    for comparison in (Comparison(b, c), kept):
+        first = comparison.report().first_divergence
+        assert first is not None and (first.step, first.reason) == (0, "shape"), first
+        m = comparison.matrix()
+        col = m.tensors.index("weight/dense/kernel:0")
+        assert m.reason[0, col] == SHAPE and m.first_divergence == (0, col)

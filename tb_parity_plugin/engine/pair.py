@@ -259,11 +259,14 @@ class Pair:
         return np.flatnonzero((rb >= 0) & (rc >= 0) & (ib >= 0) & (ic >= 0))
 
     def _valued_rows(self, rb: np.ndarray, rc: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-        """(position, baseline values, candidate values) where both runs kept full values."""
+        """(position, baseline values, candidate values) where both runs kept full values of one
+        size: a run rewritten with a resized tensor has rows no element-wise measure applies to (the
+        heat map's ratio raised a broadcast error there; its verdict is the shape's)."""
         for j in self._both_valued(rb, rc).tolist():
             b, c = self._row_values("base", int(rb[j])), self._row_values("cand", int(rc[j]))
             assert b is not None and c is not None
-            yield j, b, c
+            if len(b) == len(c):
+                yield j, b, c
 
     def _row_values(self, side: str, row: int) -> Optional[np.ndarray]:
         """One series row's full values, padding cut (None where that step has none)."""
