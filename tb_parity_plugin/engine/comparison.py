@@ -195,25 +195,26 @@ class Comparison:
             p.scale = base_tensors.get((p.base.kind, metadata.sample_parent(p.base.name)))
 
     def _link_feeders(self, pairs: list[Pair]) -> None:
-        """Give each slot compared element-wise its gradient's pair (``Pair.feeder``: its atol
-        allows what the gradient's differences add up to), and take it from a pair kept from the
-        last alignment that no longer has one. Only the slots are visited, not every pair."""
+        """Give each slot its gradient's pair (``Pair.feeder``: its atol allows what the gradient's
+        differences add up to), and take it from a pair kept from the last alignment that no
+        longer has one. Only the slots are visited, not every pair. A slot compared by statistics
+        only gets one too: its statistics prove a divergence against that atol (a wide bias's slot
+        before batch norm, float32 noise on both sides, was a false DIVERGE without it)."""
         fed = []
         scales: dict[str, GradientScale] = {}
         layers: Optional[dict[str, list[Pair]]] = None
         for i, (j, moment, averages) in self._feeding.items():
             p = pairs[i]
-            if p.use_values or p.partial:
-                if layers is None:  # each layer's gradients: the sums whose rounding a slot of it carries
-                    layers = {}
-                    for q in pairs:
-                        if q.base.kind == "grad":
-                            layers.setdefault(q.base.name.rpartition("/")[0], []).append(q)
-                layer = pairs[j].base.name.rpartition("/")[0]  # its whole scope: wide/dense is not deep/dense
-                if layer not in scales:
-                    scales[layer] = GradientScale(layers.get(layer, [pairs[j]]), self._gradient_scales.get(layer))
-                p.link_feeder(pairs[j], self.policy.equal_nan, moment, averages, scales[layer])
-                fed.append(p)
+            if layers is None:  # each layer's gradients: the sums whose rounding a slot of it carries
+                layers = {}
+                for q in pairs:
+                    if q.base.kind == "grad":
+                        layers.setdefault(q.base.name.rpartition("/")[0], []).append(q)
+            layer = pairs[j].base.name.rpartition("/")[0]  # its whole scope: wide/dense is not deep/dense
+            if layer not in scales:
+                scales[layer] = GradientScale(layers.get(layer, [pairs[j]]), self._gradient_scales.get(layer))
+            p.link_feeder(pairs[j], self.policy.equal_nan, moment, averages, scales[layer])
+            fed.append(p)
         now = {id(p) for p in fed}
         for p in self._fed:
             if id(p) not in now:
