@@ -933,7 +933,10 @@ class Comparison:
                 "seldom looked up), which an adaptive optimizer (Adam, RMSprop, Adagrad) turns "
                 "into steps near its learning rate, so faithful runs drift apart there, and so does a small real "
                 "difference in what those gradients came from (a normalization layer's epsilon). Check the "
-                "optimizer's epsilon first (TF1 Adam 1e-8, Keras 1e-7), then the layers' (Keras "
+                "optimizer's epsilon first (TF1 Adam 1e-8, Keras 1e-7), then Adam's betas (tf_keras Adam "
+                "decays v by 1 - beta_2 of the Python float, TF1 by 1 - beta_2 rounded to float32, 1.3e-5 of "
+                "itself apart from the first step: Adam(beta_1=float(np.float32(0.9)), "
+                "beta_2=float(np.float32(0.999))) decays as TF1 does), then the layers' (Keras "
                 "LayerNormalization and BatchNormalization 1e-3)"
             )
         return note, noise
