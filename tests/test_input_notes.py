@@ -12,6 +12,7 @@ import dataclasses
 from typing import Any
 
 import numpy as np
+import pytest
 import tensorflow as tf
 import tf1_session
 from engine_helpers import run, series
@@ -375,3 +376,49 @@ def test_a_layers_own_unpaired_variable_is_named_whatever_the_other_run_calls_la
     found = Comparison(base, cand).report().first_step_divergence
     assert found is not None and (found.tensor, found.candidate_tensor) == ("dense", "dense_1"), found
     assert "recorded by one run only were never compared (dense_1/bias:0)" in (found.note or ""), found.note
+
+
+@pytest.mark.parametrize("in_sync", [True, False])
+def test_a_synchronized_batch_norm_is_not_told_it_normalizes_per_replica(in_sync: bool) -> None:
+    """A helper's ``BatchNormalization(synchronized=True, epsilon=1e-5)`` under MirroredStrategy
+    against TF1's 1e-3 was told each replica normalizes its share alone, beside a replicas line
+    saying every copy agrees (numpy: the port's output is batch norm over the whole batch at
+    epsilon 1e-5). Its moving mean's replica copies agree after an update: no such note, the
+    layer's function (epsilon) instead. Copies apart after the update keep the note."""
+    rng = np.random.default_rng(0)
+    h = rng.standard_normal((16, 4)).astype(np.float32) * 0.05 + 1
+
+    def norm(x: np.ndarray, eps: float) -> np.ndarray:
+        return ((x - x.mean(0)) / np.sqrt(x.var(0) + eps)).astype(np.float32)
+
+    base_out, cand_out = norm(h, 1e-3), norm(h, 1e-5)
+    assert np.abs(base_out - cand_out).max() > 1e-2  # numpy: epsilon alone moves it past tolerance
+    moving = [np.zeros(4, np.float32), (0.01 * h.mean(0)).astype(np.float32)]
+    apart = [moving[0], moving[1] + np.float32(0.01)]
+    w = [np.ones(4, np.float32)] * 2
+    common = [series("weight", "dense/kernel:0", w), series("activation", "dense", [h, h], order=1)]
+    base = run(
+        "tf1",
+        [
+            *common,
+            series("activation", "batch_normalization", [base_out] * 2, order=2),
+            series("state", "batch_normalization/moving_mean:0", moving, order=3),
+        ],
+    )
+    cand = run(
+        "tf2",
+        [
+            *common,
+            series("activation", "batch_normalization", [cand_out] * 2, order=2),
+            series("activation", "batch_normalization@replica0", [cand_out[:8]] * 2, order=2),
+            series("activation", "batch_normalization@replica1", [cand_out[8:]] * 2, order=2),
+            series("state", "batch_normalization/moving_mean:0", moving, order=3),
+            series("state", "batch_normalization/moving_mean:0@replica0", moving, order=3),
+            series("state", "batch_normalization/moving_mean:0@replica1", moving if in_sync else apart, order=3),
+        ],
+    )
+    first = Comparison(base, cand).report().first_divergence
+    assert (first.step, first.tensor) == (0, "batch_normalization"), first
+    assert ("SyncBatchNormalization" in first.note) == (not in_sync), first.note
+    if in_sync:
+        assert "epsilon" in first.note, first.note

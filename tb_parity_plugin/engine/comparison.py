@@ -585,7 +585,11 @@ class Comparison:
             ) + self._positions_note(first, k)
         loss = first.base.kind == "loss"
         counts = [self._replicas[run.name].count for run in (self.base, self.cand) if run.name in self._replicas]
-        if len(set(counts)) > 1 and _BATCH_NORM.search(f"{first.base.name} {first.cand.name}"):
+        if (
+            len(set(counts)) > 1
+            and _BATCH_NORM.search(f"{first.base.name} {first.cand.name}")
+            and not self._batch_norm_in_sync()
+        ):
             # a new user's port under MirroredStrategy normalized each replica's half of the batch
             # (numpy: 1.8e-7 from per-half batch norm) and was told of activations and padding
             return (
@@ -614,6 +618,22 @@ class Comparison:
             + ", or its input differs (another batch: Keras fit shuffles unless shuffle=False, a tf.data shuffle "
             "or batching on one side); recording the input too tells the two apart" + self._positions_note(first, k)
         )
+
+    def _batch_norm_in_sync(self) -> bool:
+        """Whether the multi-replica run's batch-norm moving statistics stayed in sync across its
+        replicas at every step it logged past the first: a synchronized batch norm. A helper's
+        ``BatchNormalization(synchronized=True, epsilon=1e-5)`` was told its replicas normalize each
+        share of the batch alone, beside a replicas line saying every copy agrees."""
+        found = False
+        for run in (self.base, self.cand):
+            copies = self._replicas[run.name].copies if run.name in self._replicas else {}
+            keys = [key for key in copies if key[0] == "state" and _BATCH_NORM.search(key[1]) and "moving" in key[1]]
+            if keys:
+                synced = replicas.kept_in_sync(run, self._replicas[run.name], keys, self.policy)
+                if synced is False or synced is None:
+                    return False
+                found = True
+        return found
 
     def _positions_note(self, pair: Pair, k: int) -> str:
         """For a sequence output (rank 3: ``[batch, time, features]``) whose elements out of

@@ -13,7 +13,7 @@ data) and are kept for display only.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -104,6 +104,25 @@ def disagreements(run: Any, replicas: Replicas, policy: TolerancePolicy) -> list
                 )
                 break  # one finding per variable: its first replica out of sync
     return sorted(found, key=lambda d: (d["step"], d["order"]))
+
+
+def kept_in_sync(run: Any, replicas: Replicas, keys: Sequence[Key], policy: TolerancePolicy) -> Optional[bool]:
+    """Whether every replica copy of the variables ``keys`` agrees with its single copy at every
+    step, when there is evidence: None unless some of them has copies past its first step (a moving
+    statistic starts alike on every replica, so only its updates tell)."""
+    seen = False
+    for key in keys:
+        single = run.tensors.get(key)
+        if single is None:
+            continue
+        tol = policy.for_tag(f"{key[0]}/{key[1]}")
+        for copy in replicas.copies.get(key, []):
+            if len(np.intersect1d(single.steps, copy.steps)) < 2:
+                continue
+            seen = True
+            if _first_difference(single, copy, tol) is not None:
+                return False
+    return True if seen else None
 
 
 def _first_difference(single: Any, copy: Any, tol: Tolerance) -> Optional[tuple[int, float]]:
