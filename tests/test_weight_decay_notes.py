@@ -82,6 +82,7 @@ def test_a_weight_decay_of_another_size_is_named_on_the_gradient(tmp_path, decay
     assert grad.step == 0 and grad.note is not None, grad
     assert f"the difference is {DECAY:.4g} times the weight dense/kernel:0 at every element" in grad.note, grad.note
     assert "regularizers.l2" in grad.note
+    assert "scale_regularization_loss" not in grad.note  # one device each: no replica to divide by
 
 
 def test_a_weight_of_one_value_is_not_told_weight_decay() -> None:
@@ -99,3 +100,26 @@ def test_a_weight_of_one_value_is_not_told_weight_decay() -> None:
     found = Comparison(base, cand).report().first_divergence
     assert found is not None and found.kind == "grad", found
     assert "weight decay" not in (found.note or ""), found.note
+
+
+def test_under_a_strategy_the_note_names_the_unscaled_regularization_loss() -> None:
+    """A helper's MirroredStrategy port added the model's regularization loss in each of its 2
+    replicas without ``tf.nn.scale_regularization_loss``: the all-reduce summed it twice, so each
+    regularized gradient was off by exactly the decay's gradient (numpy), and the note named Keras
+    ``l2`` against ``tf.nn.l2_loss`` only."""
+    from engine_helpers import run, series
+
+    from tb_parity_plugin.engine import Comparison
+
+    w = [W1]
+    g = (RNG.standard_normal(W1.shape) * 0.1).astype(np.float32)
+    twice = (g.astype(np.float64) + DECAY * W1).astype(np.float32)  # one more copy of the decay's gradient
+    base = run("tf1", [series("weight", "dense/kernel:0", w), series("grad", "dense/kernel:0", [g], order=1)])
+    halves = [series("grad", f"dense/kernel:0@replica{k}", [twice / 2], order=1) for k in range(2)]
+    cand = run(
+        "tf2", [series("weight", "dense/kernel:0", w), series("grad", "dense/kernel:0", [twice], order=1), *halves]
+    )
+    found = Comparison(base, cand).report().first_divergence
+    assert found is not None and found.kind == "grad", found
+    assert f"the difference is {DECAY:.4g} times the weight" in (found.note or ""), found.note
+    assert "the strategy's 2 replicas" in found.note and "scale_regularization_loss" in found.note, found.note

@@ -1187,7 +1187,21 @@ class Comparison:
             f"the difference is {factor:.4g} times the weight {weight.base.name} at every element: a weight decay "
             "added to the loss on one side only or of another size (an L2 term: Keras regularizers.l2(λ) adds "
             "λ·Σw², gradient 2λ·w; TF1's λ·tf.nn.l2_loss(w) adds λ·Σw²/2, gradient λ·w; a regularizer on a "
-            "layer the other run does not regularize)"
+            "layer the other run does not regularize)" + self._replicated_regularizer()
+        )
+
+    def _replicated_regularizer(self) -> str:
+        """For an L2-like gradient difference when one run ran several replicas: each replica adds
+        its whole regularization loss unless scaled by ``tf.nn.scale_regularization_loss``, and the
+        all-reduce sums them. A helper's MirroredStrategy port that left it out was told of Keras
+        ``l2`` against ``tf.nn.l2_loss`` only."""
+        counts = [self._replicas[run.name].count for run in (self.base, self.cand) if run.name in self._replicas]
+        n = max(counts, default=1)
+        if n < 2:
+            return ""
+        return (
+            f"; or, under the strategy's {n} replicas, a regularization loss not divided by the replica count "
+            f"(tf.nn.scale_regularization_loss): each replica adds it whole and the all-reduce sums {n} of them"
         )
 
     def _schedule_note(self, pair: Pair, k: int) -> Optional[str]:
