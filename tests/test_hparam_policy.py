@@ -212,3 +212,32 @@ def test_a_hyper_parameter_of_several_values_is_held_per_element() -> None:
         .report()
         .agree
     )
+
+
+@pytest.mark.parametrize("staircase_base", [True, False])
+def test_a_schedule_with_staircase_on_one_side_only_says_so(staircase_base: bool) -> None:
+    """A new user's LSTM port: TF1's exponential_decay(0.01, decay_steps=10, 0.96, staircase=True)
+    against Keras ExponentialDecay without staircase diverged on lr at step 1 (0.0097915 against
+    0.01) with no note. The note says one schedule decays in stairs and the other continuously;
+    a schedule at another rate is not told so."""
+    import tensorflow as tf
+
+    from tb_parity_plugin.engine import Comparison
+
+    steps = np.arange(20)
+
+    def lrs(staircase: bool, rate: float = 0.96) -> np.ndarray:
+        schedule = tf.keras.optimizers.schedules.ExponentialDecay(0.01, 10, rate, staircase=staircase)
+        return np.array([float(schedule(int(s))) for s in steps], np.float32)
+
+    # numpy: the two agree where each stair starts (steps 0 and 10) and part at step 1
+    want = {True: 0.01 * 0.96 ** np.floor(steps / 10), False: 0.01 * 0.96 ** (steps / 10)}
+    for staircase in (True, False):
+        np.testing.assert_allclose(lrs(staircase), want[staircase], rtol=1e-6)
+    base, cand = (lrs(staircase_base), lrs(not staircase_base))
+    first = Comparison(*_lr_runs(base, cand)).report().first_divergence
+    assert first is not None and (first.step, first.kind) == (1, "lr"), first
+    flat = "baseline" if staircase_base else "candidate"
+    assert f"the {flat}'s value holds in stairs (changing at step 10)" in (first.note or ""), first.note
+    other = Comparison(*_lr_runs(base, lrs(not staircase_base, 0.9))).report().first_divergence
+    assert other is not None and "stairs" not in (other.note or ""), other.note

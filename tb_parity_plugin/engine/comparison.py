@@ -1244,6 +1244,9 @@ class Comparison:
                     + ": a step count read after its increment (optimizer.iterations + 1) where the other reads it "
                     "before, a warm-up counted from 1 against 0, or boundaries shifted by one"
                 )
+        stairs = _staircase_note(steps, b, c, close)
+        if stairs is not None:
+            return stairs
         rest = slice(at, None)
         if len(b[rest]) >= 2 and np.all(np.abs(b[rest]) > close):
             ratio = c[rest] / b[rest]
@@ -1884,6 +1887,31 @@ def _where_both_sampled(ib: np.ndarray, ic: np.ndarray) -> tuple[np.ndarray, np.
 #: how much of a momentum slot's old rounding a step keeps: above the usual 0.9, so a 0.95 momentum's
 #: rounding is still covered, and an early spike 100 steps back counts for 0.6 % of itself
 _ROUNDING_DECAY = 0.95
+
+
+def _staircase_note(steps: np.ndarray, b: np.ndarray, c: np.ndarray, close: float) -> Optional[str]:
+    """When one run's scalar schedule holds in stairs (changing at a few steps) and the other's
+    moves at most steps in the same direction, equal to it (within ``close``) where each stair
+    starts: ``staircase=True`` on one side only. A new user's LSTM port diverged on lr at step 1
+    (0.0097915 against 0.01) with no note."""
+    for flat, smooth, flat_name, smooth_name in ((b, c, "baseline", "candidate"), (c, b, "candidate", "baseline")):
+        starts = np.flatnonzero(np.abs(np.diff(flat)) > close) + 1
+        moves = np.abs(np.diff(smooth)) > close
+        if not len(starts) or len(starts) * 2 > len(flat) - 1 or moves.mean() <= 0.5:
+            continue
+        direction = np.sign(flat[starts[0]] - flat[0])
+        if not np.all(np.sign(np.diff(smooth)[moves]) == direction):
+            continue
+        at = np.concatenate([[0], starts])
+        if np.all(np.abs(smooth[at] - flat[at]) <= close):
+            where = ", ".join(str(int(s)) for s in steps[starts][:5]) + (", ..." if len(starts) > 5 else "")
+            return (
+                f"the {flat_name}'s value holds in stairs (changing at step {where}) and the {smooth_name}'s changes "
+                "at every step, equal where each stair starts: one schedule decays in stairs and the other "
+                "continuously (staircase=True on one side only: tf.compat.v1.train.exponential_decay, "
+                "ExponentialDecay, InverseTimeDecay)"
+            )
+    return None
 
 
 def _decayed_peak(series: Any, rows: np.ndarray, k: int) -> float:
