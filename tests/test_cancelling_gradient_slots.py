@@ -540,7 +540,9 @@ def test_a_noise_gradient_counts_in_full_up_to_four_ulps_of_its_layers_gradient_
     assert 2e-8 <= tolerance.GRAD_NOISE_OF_MAX * 0.365 and 2e-8 > tolerance.GRAD_NOISE_OF_MAX * 1e-3
     assert Comparison(*_noise_runs(0.365, keep_values=keep_values)).report().agree
     first = Comparison(*_noise_runs(1e-3, keep_values=keep_values)).report().first_divergence
-    assert first is not None and (first.step, first.kind) == (2, "slot"), first
+    # from statistics only the rounding is granted, not the slot rule's cap (1e-8 a step, which
+    # element values earn): the 2e-8 gap, past 1e-8, is then proven at step 1
+    assert first is not None and (first.step, first.kind) == (2 if keep_values else 1, "slot"), first
 
 
 def test_a_refresh_that_rewrote_another_gradient_settles_the_slot_again() -> None:
@@ -823,3 +825,37 @@ def test_adam_with_betas_rounded_to_float32_decays_its_second_moment_as_tf1_does
         gaps[beta_2] = np.abs(vc / vb - 1).max()
     assert 1.2e-5 < gaps[0.999] < 1.4e-5, gaps
     assert gaps[float(np.float32(0.999))] < 1e-6, gaps
+
+
+def test_a_wrong_beta2_on_a_second_moment_kept_as_statistics_is_found() -> None:
+    """A review: identical gradients of 5000 elements kept as statistics, Adam's v with beta_2
+    0.9999 against 0.99995 (numpy: v 2x off from its first update). The statistics allowance was
+    granted whole at every step and the run agreed; it now grants only the gradient's rounding."""
+    rng = np.random.default_rng(2)
+    grads = [rng.standard_normal(5000).astype(np.float32) for _ in range(6)]
+
+    def v_of(beta2: float) -> list:
+        v, out = np.zeros(5000), []
+        for g in grads:
+            out.append(v.astype(np.float32))
+            v = beta2 * v + (1 - beta2) * g.astype(np.float64) ** 2
+        return out
+
+    vb, vc = v_of(0.9999), v_of(0.99995)
+    assert np.abs(vc[1] / vb[1] - 0.5).max() < 1e-3  # numpy: half at step 1
+    base = run(
+        "tf1",
+        [
+            series("grad", "dense/kernel:0", grads, keep_values=False),
+            series("slot", "dense/kernel/Adam_1:0", vb, order=1, keep_values=False),
+        ],
+    )
+    cand = run(
+        "tf2",
+        [
+            series("grad", "dense/kernel:0", grads, keep_values=False),
+            series("slot", "v/dense/kernel", vc, order=1, keep_values=False),
+        ],
+    )
+    first = Comparison(base, cand).report().first_divergence
+    assert first is not None and (first.step, first.kind) == (1, "slot"), first
