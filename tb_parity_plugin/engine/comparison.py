@@ -1302,7 +1302,7 @@ class Comparison:
         # cancelled to 0.006 were 2x within 3e-6 (0.53 the step before). Each step's rounding decays
         # with the momentum, so an old peak counts decayed: the all-time peak of a slot that spiked
         # at step 1 let a slot 1.5x the baseline's, or zeroed, be told "times the lr ratio" at step 100
-        rounding = 2.0**-15 * _decayed_peak(pair.base, pair.ib, k)
+        rounding = 2.0**-15 * _decayed_peak(pair.base, pair.ib, self.steps, k)
         sides = {str(run.info.get("side", "")) for run in (self.base, self.cand)}
         keras_sides = (
             ("baseline", "candidate")
@@ -1914,9 +1914,9 @@ def _staircase_note(steps: np.ndarray, b: np.ndarray, c: np.ndarray, close: floa
     return None
 
 
-def _decayed_peak(series: Any, rows: np.ndarray, k: int) -> float:
+def _decayed_peak(series: Any, rows: np.ndarray, steps: np.ndarray, k: int) -> float:
     """The largest finite magnitude of ``series`` at compared steps ``j <= k``, each decayed by
-    ``_ROUNDING_DECAY ** (k - j)``, from its statistics: the scale of the rounding a momentum slot
+    ``_ROUNDING_DECAY`` per training step between them (``steps``), from its statistics: the scale of the rounding a momentum slot
     still carries at step ``k``."""
     at = np.arange(min(k + 1, len(rows)))
     taken = rows[at]
@@ -1925,7 +1925,10 @@ def _decayed_peak(series: Any, rows: np.ndarray, k: int) -> float:
         return 0.0
     stats = take_rows(series.stats, taken[kept])
     lo, hi = stats[:, metadata.STAT_INDEX["min"]], stats[:, metadata.STAT_INDEX["max"]]
-    big = np.fmax(np.abs(lo), np.abs(hi)) * _ROUNDING_DECAY ** (k - at[kept]).astype(np.float64)
+    # decayed per training step, not per logged one: a run logged at steps 1, 50, 99 and 100 kept
+    # its step-1 spike nearly whole (a review's 1.5x slot was told "times the lr ratio" again)
+    since = (steps[k] - steps[at[kept]]).astype(np.float64)
+    big = np.fmax(np.abs(lo), np.abs(hi)) * _ROUNDING_DECAY**since
     return float(np.nanmax(big)) if np.isfinite(big).any() else 0.0
 
 
