@@ -629,7 +629,7 @@ class Comparison:
             copies = self._replicas[run.name].copies if run.name in self._replicas else {}
             keys = [key for key in copies if key[0] == "state" and _BATCH_NORM.search(key[1]) and "moving" in key[1]]
             if keys:
-                synced = replicas.kept_in_sync(run, self._replicas[run.name], keys, self.policy)
+                synced = replicas.kept_in_sync(run, self._replicas[run.name], keys)
                 if synced is False or synced is None:
                     return False
                 found = True

@@ -19,7 +19,7 @@ import numpy as np
 
 from tb_parity_plugin.engine import stat_bounds
 from tb_parity_plugin.engine.structure import VARIABLE_KINDS
-from tb_parity_plugin.engine.tolerance import Tolerance, TolerancePolicy, since_first
+from tb_parity_plugin.engine.tolerance import SYNC_TOLERANCE, Tolerance, TolerancePolicy, since_first
 from tb_parity_plugin.records import metadata
 
 Key = tuple[str, str]
@@ -106,21 +106,21 @@ def disagreements(run: Any, replicas: Replicas, policy: TolerancePolicy) -> list
     return sorted(found, key=lambda d: (d["step"], d["order"]))
 
 
-def kept_in_sync(run: Any, replicas: Replicas, keys: Sequence[Key], policy: TolerancePolicy) -> Optional[bool]:
+def kept_in_sync(run: Any, replicas: Replicas, keys: Sequence[Key]) -> Optional[bool]:
     """Whether every replica copy of the variables ``keys`` agrees with its single copy at every
-    step, when there is evidence: None unless some of them has copies past its first step (a moving
+    step within :data:`SYNC_TOLERANCE` (rounding of its own scale, not the training tolerance),
+    when there is evidence: None unless some of them has copies past its first step (a moving
     statistic starts alike on every replica, so only its updates tell)."""
     seen = False
     for key in keys:
         single = run.tensors.get(key)
         if single is None:
             continue
-        tol = policy.for_tag(f"{key[0]}/{key[1]}")
         for copy in replicas.copies.get(key, []):
             if len(np.intersect1d(single.steps, copy.steps)) < 2:
                 continue
             seen = True
-            if _first_difference(single, copy, tol) is not None:
+            if _first_difference(single, copy, SYNC_TOLERANCE) is not None:
                 return False
     return True if seen else None
 

@@ -233,6 +233,13 @@ GRAD_NOISE_OF_MAX = 2.0**-21
 SCALED_KINDS = frozenset({"activation", "output", "state", "loss", "metric"})
 OUTPUT_ATOL_OF_MAX = 2.0**-18
 
+#: Whether a variable's replica copies are kept in sync (a synchronized batch norm's moving
+#: statistics) is judged at 16 float32 ulps of the step's largest |element|, with no atol or rtol
+#: of its own: synchronized copies hold one all-reduced value, and copies of per-replica statistics
+#: differ by a share of their own size. The training atol (1e-5) made a review's unsynchronized
+#: moving means of size 1e-6 look synchronized, and their note was withheld.
+SYNC_TOLERANCE = Tolerance(0.0, 0.0, 0, 2.0**-19)
+
 
 @dataclasses.dataclass(frozen=True)
 class TolerancePolicy:
