@@ -241,3 +241,25 @@ def test_a_schedule_with_staircase_on_one_side_only_says_so(staircase_base: bool
     assert f"the {flat}'s value holds in stairs (changing at step 10)" in (first.note or ""), first.note
     other = Comparison(*_lr_runs(base, lrs(not staircase_base, 0.9))).report().first_divergence
     assert other is not None and "stairs" not in (other.note or ""), other.note
+
+
+def test_a_piecewise_schedule_against_a_linear_one_is_not_told_of_staircase() -> None:
+    """A review: ``PiecewiseConstantDecay`` against a linear ``PolynomialDecay``, equal where each
+    piece starts, was told ``staircase=True`` is on one side only, though neither schedule has
+    that flag: the note now requires the continuous side to decay the way a schedule with a
+    ``staircase`` flag does (geometrically, or as an inverse time)."""
+    import tensorflow as tf
+
+    from tb_parity_plugin.engine import Comparison
+
+    steps = np.arange(20)
+    piecewise = tf.keras.optimizers.schedules.PiecewiseConstantDecay([5, 11, 17], [0.01, 0.009, 0.008, 0.007])
+    linear = tf.keras.optimizers.schedules.PolynomialDecay(0.01, 18, 0.007, power=1.0)
+    base = np.array([float(piecewise(int(s))) for s in steps], np.float32)
+    cand = np.array([float(linear(int(s))) for s in steps], np.float32)
+    # numpy: the linear one passes through each piece's start (steps 6, 12, 18) and parts at step 1
+    np.testing.assert_allclose(cand, 0.01 - 0.003 * np.minimum(steps, 18) / 18, rtol=1e-6)
+    np.testing.assert_allclose(cand[[0, 6, 12, 18]], base[[0, 6, 12, 18]], rtol=1e-6)
+    first = Comparison(*_lr_runs(base, cand)).report().first_divergence
+    assert first is not None and (first.step, first.kind) == (1, "lr"), first
+    assert "stairs" not in (first.note or ""), first.note

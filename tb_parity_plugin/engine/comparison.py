@@ -1893,7 +1893,9 @@ def _staircase_note(steps: np.ndarray, b: np.ndarray, c: np.ndarray, close: floa
     """When one run's scalar schedule holds in stairs (changing at a few steps) and the other's
     moves at most steps in the same direction, equal to it (within ``close``) where each stair
     starts: ``staircase=True`` on one side only. A new user's LSTM port diverged on lr at step 1
-    (0.0097915 against 0.01) with no note."""
+    (0.0097915 against 0.01) with no note. The moving side must decay as a schedule with that flag
+    does (:func:`_decays_as_staircase_schedule`): a review's piecewise-constant against a linear
+    schedule, equal where each piece starts, was told of ``staircase``."""
     for flat, smooth, flat_name, smooth_name in ((b, c, "baseline", "candidate"), (c, b, "candidate", "baseline")):
         starts = np.flatnonzero(np.abs(np.diff(flat)) > close) + 1
         moves = np.abs(np.diff(smooth)) > close
@@ -1903,7 +1905,7 @@ def _staircase_note(steps: np.ndarray, b: np.ndarray, c: np.ndarray, close: floa
         if not np.all(np.sign(np.diff(smooth)[moves]) == direction):
             continue
         at = np.concatenate([[0], starts])
-        if np.all(np.abs(smooth[at] - flat[at]) <= close):
+        if np.all(np.abs(smooth[at] - flat[at]) <= close) and _decays_as_staircase_schedule(steps, smooth):
             where = ", ".join(str(int(s)) for s in steps[starts][:5]) + (", ..." if len(starts) > 5 else "")
             return (
                 f"the {flat_name}'s value holds in stairs (changing at step {where}) and the {smooth_name}'s changes "
@@ -1912,6 +1914,27 @@ def _staircase_note(steps: np.ndarray, b: np.ndarray, c: np.ndarray, close: floa
                 "ExponentialDecay, InverseTimeDecay)"
             )
     return None
+
+
+#: how far (relative) a continuous schedule's values may lie from its exact form: float32 rounding of
+#: ``lr0 * rate ** (step / decay_steps)``, a few ulps, within 16 (a linear decay over 1% of its value
+#: bends 1.2e-5 away from a geometric one)
+_SCHEDULE_FORM_RTOL = 2.0**-20
+
+
+def _decays_as_staircase_schedule(steps: np.ndarray, values: np.ndarray) -> bool:
+    """Whether positive ``values`` at ``steps`` follow the continuous form of a schedule that has a
+    ``staircase`` flag: geometric (``ExponentialDecay``: log-linear in the step) or an inverse time
+    (``InverseTimeDecay``: 1/value linear in the step), within float32 rounding."""
+    v = np.asarray(values, dtype=np.float64)
+    t = np.asarray(steps, dtype=np.float64)
+    if len(v) < 3 or not np.all(np.isfinite(v) & (v > 0)):
+        return False
+    for form, relative in ((np.log(v), 1.0), (1.0 / v, v)):
+        fit = np.polyval(np.polyfit(t, form, 1), t)
+        if np.max(np.abs(form - fit) * relative) <= _SCHEDULE_FORM_RTOL:
+            return True
+    return False
 
 
 def _decayed_peak(series: Any, rows: np.ndarray, steps: np.ndarray, k: int) -> float:
