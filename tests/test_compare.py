@@ -1270,6 +1270,8 @@ def test_a_divergence_names_the_earlier_tensors_only_statistics_compared_at_its_
         ("word_vectors", "h0", True),
         ("conv/kernel", "conv", False),
         ("stock/kernel", "out", False),
+        ("dense/kernel", "word_logits", False),  # a review: a word's logits and a throughput metric
+        ("dense/kernel", "tokens_per_sec", False),
     ],
 )
 def test_a_divergence_says_it_may_predate_its_step_when_earlier_steps_rested_on_statistics(
