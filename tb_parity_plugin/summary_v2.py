@@ -97,6 +97,9 @@ _PER_REPLICA = (
     "in the cross-replica context around strategy.run in a custom loop (README: 'Distributed training')"
 )
 _REDUCTIONS = ("sum", "mean", "concat")
+#: Kinds whose one value is a single tensor that a per-replica value reduces into with ``reduction=``:
+#: a list or tuple of them is the replicas' parts, never one value.
+_REDUCED_KINDS = frozenset({"loss", "metric"})
 
 
 def _in_replicas() -> bool:
@@ -183,11 +186,12 @@ class Recorder(BaseRecorder):
             # strategy.run returns plain tensors (it raised there, leaving the run empty)
             if reduction is not None and reduction not in _REDUCTIONS:
                 raise ValueError(f"{kind}/{name!r}: reduction= is one of {', '.join(_REDUCTIONS)}; got {reduction!r}")
-            if reduction is not None and isinstance(value, (list, tuple)):
+            if isinstance(value, (list, tuple)) and (reduction is not None or kind in _REDUCED_KINDS):
                 # experimental_local_results(loss) is one value per replica: stacked as one tensor,
                 # a scalar loss became a vector of the replicas' parts, compared element by element
+                # (with reduction= or without: a review's rec.loss(local_results) was stacked)
                 raise TypeError(
-                    f"{kind}/{name!r}: reduction= takes strategy.run's result itself (a PerReplica value), "
+                    f"{kind}/{name!r}: takes strategy.run's result itself (a PerReplica value, with reduction=), "
                     f"or one tensor; got a {type(value).__name__} of {len(value)}, as from "
                     "experimental_local_results: pass the PerReplica value so each replica is recorded and reduced"
                 )
