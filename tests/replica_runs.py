@@ -19,6 +19,9 @@ TF guides write it. Variants of the TF2 port:
 - ``momentum``: faithful, with Keras SGD's momentum against TF1's ``MomentumOptimizer``
   (``tf1_momentum``), the slots recorded: a mirrored momentum slot was recorded as Keras keeps
   it (``-lr x accumulator``), not in lr units as on one device (a new user's false DIVERGE).
+
+``bn_synced`` and ``bn_unsynced`` write a Keras ``BatchNormalization(synchronized=...)`` run over
+small inputs (:data:`BN_SCALE`), its moving statistics recorded with each replica's copy.
 """
 
 from __future__ import annotations
@@ -180,9 +183,49 @@ def tf2(logdir: str, variant: str) -> None:
     rec.close()
 
 
+#: the batch-norm variants' input scale: small activations, whose per-replica moving means (about
+#: 1e-6) are apart by far less than the training atol (1e-5), yet not in sync
+BN_SCALE = 1e-4
+
+
+def bn_data() -> np.ndarray:
+    return (np.random.default_rng(3).standard_normal((STEPS * BATCH, FEATURES)) * BN_SCALE).astype(np.float32)
+
+
+def tf2_batch_norm(logdir: str, synchronized: bool) -> None:
+    """A Keras ``BatchNormalization(synchronized=...)`` over the input under MirroredStrategy, its
+    moving statistics recorded (mirrored: the single copy and each replica's)."""
+    import tensorflow as tf
+
+    (cpu,) = tf.config.list_physical_devices("CPU")
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    from tb_parity_plugin import summary_v2
+
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        model = tf.keras.Sequential(
+            [tf.keras.Input((FEATURES,)), tf.keras.layers.BatchNormalization(synchronized=synchronized)]
+        )
+    rec = summary_v2.Recorder(logdir)
+    dist = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices(bn_data()).batch(BATCH))
+
+    @tf.function
+    def train_step(step: tf.Tensor, xb: tf.Tensor) -> None:
+        with rec.step(step):
+            rec.states(model.non_trainable_variables)
+            out = strategy.run(lambda x: model(x, training=True), args=(xb,))
+            rec.activation("batch_normalization", out)
+
+    for step, xb in enumerate(dist):
+        train_step(tf.constant(step, tf.int64), xb)
+    rec.close()
+
+
 if __name__ == "__main__":
     target, which = sys.argv[1], sys.argv[2]
-    if which.startswith("tf1"):
+    if which.startswith("bn_"):
+        tf2_batch_norm(target, synchronized=which == "bn_synced")
+    elif which.startswith("tf1"):
         tf1(target, MOMENTUM if which == "tf1_momentum" else 0.0)
     else:
         tf2(target, which)

@@ -22,6 +22,7 @@ from tb_parity_plugin import api
 from tb_parity_plugin.logdir.reader import LogdirReader
 
 VARIANTS = ("faithful", "local_mean", "unsynced", "unsynced_var", "momentum")
+BN_VARIANTS = ("bn_synced", "bn_unsynced")
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +32,7 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> str:
     script = os.path.join(os.path.dirname(__file__), "replica_runs.py")
     jobs = {"tf1": str(root / "_tf1"), "tf1_momentum": str(root / "_tf1_momentum")}
     jobs |= {v: str(root / v / "tf2") for v in VARIANTS}
+    jobs |= {v: str(root / v / "tf2") for v in BN_VARIANTS}
     procs = [
         subprocess.Popen([sys.executable, script, path, which], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         for which, path in jobs.items()
@@ -246,3 +248,37 @@ def test_recording_inside_a_replica_context_says_what_records_instead(tmp_path: 
         with rec.step(0):
             strategy.run(lambda: rec.activation("h", tf.constant([1.0, 2.0])))
     rec.close()
+
+
+@pytest.mark.parametrize("variant", BN_VARIANTS)
+def test_a_real_batch_norms_replica_copies_are_in_sync_only_when_synchronized(logdir: str, variant: str) -> None:
+    """A review: per-replica moving means of small activations (1e-6) were within the training atol,
+    so an unsynchronized batch norm looked synchronized and the note naming it was withheld. With
+    real ``BatchNormalization``, synchronized copies are the same bits at every step, and
+    unsynchronized ones are apart by a share of their own size (numpy on the recorded copies), which
+    :func:`replicas.kept_in_sync` tells apart though the gap is under atol 1e-5."""
+    from tb_parity_plugin.engine import replicas
+
+    with LogdirReader(os.path.join(logdir, variant)) as reader:
+        single, found = replicas.split(reader.run("tf2"))
+    key = ("state", "batch_normalization/moving_mean:0")
+    mean = single.tensors[key].values.reshape(rr.STEPS, -1).astype(np.float64)
+    copies = [c.values.reshape(rr.STEPS, -1).astype(np.float64) for c in found.copies[key]]
+    assert len(copies) == 2
+    gap = max(np.abs(c - mean).max() for c in copies)
+    # numpy: the step-1 moving mean is 0.01 x the batch mean (inputs of size 1e-4), the whole
+    # batch's when synchronized, each half's otherwise
+    x = rr.bn_data()[: rr.BATCH]
+    whole, halves = 0.01 * x.mean(0), [0.01 * x[: rr.BATCH // 2].mean(0), 0.01 * x[rr.BATCH // 2 :].mean(0)]
+    np.testing.assert_allclose(mean[1], whole, rtol=1e-5, atol=1e-12)
+    keys = [k for k in found.copies if k[0] == "state"]
+    if variant == "bn_synced":
+        assert gap == 0.0
+        for copy in copies:
+            np.testing.assert_array_equal(copy, mean)
+        assert replicas.kept_in_sync(single, found, keys) is True
+    else:
+        for copy, half in zip(copies, halves):
+            np.testing.assert_allclose(copy[1], half, rtol=1e-5, atol=1e-12)
+        assert 0.1 * np.abs(mean).max() < gap < 1e-5  # apart by a share of itself, within the training atol
+        assert replicas.kept_in_sync(single, found, keys) is False
