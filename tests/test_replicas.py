@@ -282,3 +282,37 @@ def test_a_real_batch_norms_replica_copies_are_in_sync_only_when_synchronized(lo
             np.testing.assert_allclose(copy[1], half, rtol=1e-5, atol=1e-12)
         assert 0.1 * np.abs(mean).max() < gap < 1e-5  # apart by a share of itself, within the training atol
         assert replicas.kept_in_sync(single, found, keys) is False
+
+
+@pytest.mark.parametrize("width", [4, 5000])
+def test_the_replicas_line_says_when_copies_were_compared_by_statistics(width: int) -> None:
+    """A replica copy too large for full values is compared by what its statistics prove: the
+    replicas line said "out of sync from step 1" as if element-wise. It now says "(by statistics)"
+    there, and the finding's evidence is statistics; a small copy's is its values."""
+    from engine_helpers import run as make_run
+    from engine_helpers import series as make_series
+
+    from tb_parity_plugin.engine import Comparison
+    from tb_parity_plugin.engine.replicas import describe
+    from tb_parity_plugin.records import metadata
+
+    kept = width <= 4096
+    single = [np.full(width, 1.0, np.float32), np.full(width, 0.5, np.float32)]
+    apart = [single[0], single[1] * np.float32(1.5)]  # numpy: the copy's mean is 1.5x the single copy's
+    tensors = [make_series("weight", "w", single, keep_values=kept)]
+    base = make_run("tf1", tensors)
+    cand = make_run(
+        "tf2",
+        [
+            *tensors,
+            make_series("weight", "w" + metadata.REPLICA_MARK + "0", single, keep_values=kept),
+            make_series("weight", "w" + metadata.REPLICA_MARK + "1", apart, keep_values=kept),
+        ],
+    )
+    cand.info["replicas"] = 2
+    report = Comparison(base, cand).report()
+    (found,) = report.replicas["tf2"]["disagreements"]
+    assert (found["step"], found["evidence"]) == (1, "values" if kept else "statistics"), found
+    line = describe(report.to_dict()["replicas"])[0]
+    assert ("out of sync: weight/w from step 1 (by statistics)" in line) == (not kept), line
+    assert ("by statistics" in found["note"]) == (not kept), found["note"]

@@ -87,7 +87,8 @@ def disagreements(run: Any, replicas: Replicas, policy: TolerancePolicy) -> list
         for k, copy in enumerate(series):
             hit = _first_difference(single, copy, tol)
             if hit is not None:
-                step, worst = hit
+                step, worst, evidence = hit
+                by = "" if evidence == "values" else ", by statistics: a copy is too large for full values"
                 found.append(
                     {
                         "step": step,
@@ -96,10 +97,10 @@ def disagreements(run: Any, replicas: Replicas, policy: TolerancePolicy) -> list
                         "candidate_tensor": copy.name,
                         "order": int(single.order),
                         "reason": "replica",
-                        "evidence": "replicas",
+                        "evidence": evidence,
                         "error_ratio": worst,
                         "note": f"{run.name}: replica {k}'s copy of {kind}/{name} differs from the variable's "
-                        f"single copy (error ratio {worst:.3g}): the replicas are not in sync",
+                        f"single copy (error ratio {worst:.3g}{by}): the replicas are not in sync",
                     }
                 )
                 break  # one finding per variable: its first replica out of sync
@@ -125,8 +126,9 @@ def kept_in_sync(run: Any, replicas: Replicas, keys: Sequence[Key]) -> Optional[
     return True if seen else None
 
 
-def _first_difference(single: Any, copy: Any, tol: Tolerance) -> Optional[tuple[int, float]]:
-    """(first step, error ratio) where ``copy`` breaks the tolerance against ``single``, or None.
+def _first_difference(single: Any, copy: Any, tol: Tolerance) -> Optional[tuple[int, float, str]]:
+    """(first step, error ratio, evidence: values or statistics) where ``copy`` breaks the tolerance
+    against ``single``, or None.
     The warm-up counts training steps from the first step both hold, as a comparison counts
     them from its first compared step."""
     steps, ia, ib = np.intersect1d(single.steps, copy.steps, return_indices=True)
@@ -142,13 +144,13 @@ def _first_difference(single: Any, copy: Any, tol: Tolerance) -> Optional[tuple[
         # Equal elements are in sync whatever the tolerance: inf - inf (and 0 / 0 under atol 0) is
         # NaN, which only a NaN on one side, or infs of other signs, may mean.
         ratio = np.where((a == b) | (np.isnan(a) & np.isnan(b)), 0.0, np.nan_to_num(ratio, nan=np.inf))
-        per_step = ratio.max(axis=1) if ratio.shape[1] else np.zeros(len(steps))
+        per_step, evidence = (ratio.max(axis=1) if ratio.shape[1] else np.zeros(len(steps))), "values"
     else:
-        per_step = stat_bounds.ratios(single.stats[ia], copy.stats[ib], atol, rtol).max(axis=1)
+        per_step, evidence = stat_bounds.ratios(single.stats[ia], copy.stats[ib], atol, rtol).max(axis=1), "statistics"
     bad = np.flatnonzero(per_step > 1)
     if not len(bad):
         return None
-    return int(steps[bad[0]]), float(per_step[bad[0]])
+    return int(steps[bad[0]]), float(per_step[bad[0]]), evidence
 
 
 def describe(report_replicas: dict[str, dict[str, Any]]) -> list[str]:
@@ -160,7 +162,11 @@ def describe(report_replicas: dict[str, dict[str, Any]]) -> list[str]:
         for warning in r.get("warnings") or []:
             text += f"; warning: {warning}"
         if bad:
-            text += "; out of sync: " + ", ".join(f"{d['kind']}/{d['tensor']} from step {d['step']}" for d in bad)
+            text += "; out of sync: " + ", ".join(
+                f"{d['kind']}/{d['tensor']} from step {d['step']}"
+                + (" (by statistics)" if d.get("evidence") == "statistics" else "")
+                for d in bad
+            )
         else:
             text += "; every variable's copies agree"
         lines.append(text)
