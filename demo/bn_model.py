@@ -53,13 +53,15 @@ def train_tf1(
     update_ops: bool = True,
     steps: int = STEPS,
     moving_means: Optional[list[np.ndarray]] = None,
+    full_values_limit: int = summary_v1.DEFAULT_FULL_VALUES_LIMIT,
 ) -> None:
     """The TF1 original: the train op waits for ``UPDATE_OPS`` (unless ``update_ops`` is False,
     the classic TF1 bug), built by the user outside any recorder block; every variable and
     slot is recorded with ``rec.variables``. ``moving_means`` gets the moving mean read by the
-    session before each step, apart from the recorder (a test's own reference)."""
+    session before each step, apart from the recorder (a test's own reference).
+    ``full_values_limit``: the recorder's (below 256: statistics only, as for a wide layer)."""
     with tf.Graph().as_default():
-        rec = summary_v1.Recorder(run_dir)
+        rec = summary_v1.Recorder(run_dir, full_values_limit)
         gs = tf.compat.v1.train.get_or_create_global_step()
         x = tf.compat.v1.placeholder(tf.float32, (BATCH, 3))
         y = tf.compat.v1.placeholder(tf.float32, (BATCH, 3))
@@ -118,6 +120,7 @@ def train_tf2_loop(
     bn_scale: bool = True,
     eval_in_training_after: Optional[int] = None,
     moving_means: Optional[list[np.ndarray]] = None,
+    full_values_limit: int = summary_v2.DEFAULT_FULL_VALUES_LIMIT,
 ) -> None:
     """The TF2 port as a custom ``tf.function`` loop, everything read on entering the step.
     ``eval_in_training_after``: after that step, an evaluation pass calls the layers with
@@ -125,7 +128,7 @@ def train_tf2_loop(
     moving mean before each step, read from the layer apart from the recorder."""
     model = keras_model(scale=bn_scale)
     opt = OPTIMIZERS[optimizer][2 if legacy else 1]()
-    rec = summary_v2.Recorder(run_dir)
+    rec = summary_v2.Recorder(run_dir, full_values_limit)
     loss_fn = tf.keras.losses.CategoricalCrossentropy(from_logits=True)
     dense, bn, relu, dense_1 = model.layers
 

@@ -14,9 +14,9 @@ from tb_parity_plugin import compare, summary_v1, summary_v2
 MOVING_MEAN = "batch_normalization/moving_mean:0"
 
 
-def _pair(tmp_path, optimizer: str = "sgd", legacy: bool = False, update_ops: bool = True):
-    train_tf1(str(tmp_path / "tf1"), optimizer, update_ops=update_ops)
-    train_tf2_loop(str(tmp_path / "tf2"), optimizer, legacy=legacy)
+def _pair(tmp_path, optimizer: str = "sgd", legacy: bool = False, update_ops: bool = True, limit: int = 4096):
+    train_tf1(str(tmp_path / "tf1"), optimizer, update_ops=update_ops, full_values_limit=limit)
+    train_tf2_loop(str(tmp_path / "tf2"), optimizer, legacy=legacy, full_values_limit=limit)
     return compare(str(tmp_path), baseline="tf1", candidate="tf2")
 
 
@@ -43,6 +43,18 @@ def test_tf1_forgetting_update_ops_diverges_at_step_1_on_the_moving_mean(tmp_pat
     # the note says which run held the state still, from its own step-0 and step-1 values
     assert "'tf1' did not update it between steps 0 and 1" in first.note, first.note
     assert "UPDATE_OPS" in first.note
+
+
+def test_forgotten_update_ops_are_named_on_moving_statistics_kept_as_statistics(tmp_path) -> None:
+    """A helper's batch norm over 5000 features kept its moving statistics as statistics only, and a
+    forgotten UPDATE_OPS got no note: the run whose statistics are the very same at both steps did
+    not update it (recorded here with statistics only, full_values_limit=2)."""
+    report = _pair(tmp_path, update_ops=False, limit=2)
+    first = report.first_divergence
+    assert (first.step, first.kind, first.tensor, first.evidence) == (1, "state", MOVING_MEAN, "statistics"), first
+    assert "'tf1' did not update it between steps 0 and 1 (its statistics are its step-0 ones)" in first.note
+    assert "UPDATE_OPS" in first.note, first.note
+    assert _pair(tmp_path / "faithful", limit=2).agree  # statistics only, wired right
 
 
 def test_an_evaluation_in_training_mode_is_named_on_the_moving_statistics(tmp_path) -> None:
