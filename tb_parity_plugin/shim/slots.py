@@ -44,6 +44,22 @@ def _is_keras_sgd(optimizer: Any) -> bool:
     return any(c.__name__ == "SGD" for c in type(optimizer).__mro__) and hasattr(optimizer, "nesterov")
 
 
+#: The methods that hold a Keras optimizer's update rule (tf_keras and Keras 3; tf_keras legacy).
+_UPDATE_RULES = ("update_step", "_resource_apply_dense", "_resource_apply_sparse")
+
+
+def _keeps_keras_velocity(optimizer: Any) -> bool:
+    """Whether ``optimizer`` is a Keras SGD updating by Keras's own rule, so its momentum slot is
+    ``-lr x accumulator`` (:attr:`Slot.lr_units`). A subclass that overrides the rule keeps the slot
+    as its own rule does, recorded as held: a new user's port wrote TF1's accumulator rule into an
+    ``SGD`` subclass's ``update_step`` (the README: no Keras SGD matches ``MomentumOptimizer`` under
+    a schedule), and the slot, divided by ``-lr`` anyway, was a false DIVERGE at step 1, cosine -1."""
+    if not _is_keras_sgd(optimizer):
+        return False
+    sgd = next(c for c in type(optimizer).__mro__ if c.__name__ == "SGD")
+    return all(getattr(type(optimizer), rule, None) is getattr(sgd, rule, None) for rule in _UPDATE_RULES)
+
+
 def _strip(name: str) -> str:
     return name[:-2] if name.endswith(":0") else name
 
@@ -70,7 +86,7 @@ def _keras_variables_of(optimizer: Any, var: Any) -> list[tuple[str, Slot]]:
     """(role, slot) for each variable a tf_keras (``m/dense/kernel:0``) or Keras 3
     (``adam/dense_kernel_m``) ``Optimizer`` keeps for ``var``."""
     out: list[tuple[str, Slot]] = []
-    sgd = _is_keras_sgd(optimizer)
+    sgd = _keeps_keras_velocity(optimizer)
     path = getattr(var, "path", None)
     flat = path.replace("/", "_") if path else None
     for slot in optimizer.variables if not callable(optimizer.variables) else optimizer.variables():
@@ -115,7 +131,7 @@ def slots_of(optimizer: Any, var: Any) -> list[Slot]:
     """Every slot ``optimizer`` keeps for ``var`` (empty if it keeps none, or has not built them)."""
     if hasattr(optimizer, "get_slot_names"):  # TF1 train.Optimizer, tf_keras legacy OptimizerV2
         found = []
-        sgd = _is_keras_sgd(optimizer)
+        sgd = _keeps_keras_velocity(optimizer)
         for slot_name in optimizer.get_slot_names():
             try:
                 slot = optimizer.get_slot(var, slot_name)
