@@ -77,6 +77,13 @@ class RenamedSGD(tf.keras.optimizers.SGD):
     """Keras's own rule under another class name."""
 
 
+class CountingSGD(tf.keras.optimizers.SGD):
+    """Keras's own rule, called from an override that adds to it."""
+
+    def update_step(self, gradient, variable):  # type: ignore[no-untyped-def]
+        return super().update_step(gradient, variable)
+
+
 def train_port(run_dir: str, optimizer: tf.keras.optimizers.Optimizer) -> None:
     model = tf.keras.Sequential(
         [
@@ -112,13 +119,13 @@ def test_a_subclass_with_tf1s_rule_agrees_and_records_its_slot_as_held(tmp_path)
     assert report.agree, report.first_divergence
 
 
-@pytest.mark.parametrize("optimizer", ["keras", "renamed"])
+@pytest.mark.parametrize("optimizer", ["keras", "renamed", "calls_super"])
 def test_keras_own_rule_is_still_recorded_in_lr_units(tmp_path, optimizer: str) -> None:
     """Keras SGD (and a subclass that keeps its rule) under the schedule: its slot in lr units is
     TF1's accumulator up to the first lr change, and the real difference after it is still found
     at step 3, the first step the old velocity is scaled by another lr (numpy: lr(2)/lr(3) = 2.5
     on the velocity of step 2's accumulator)."""
-    make = {"keras": tf.keras.optimizers.SGD, "renamed": RenamedSGD}[optimizer]
+    make = {"keras": tf.keras.optimizers.SGD, "renamed": RenamedSGD, "calls_super": CountingSGD}[optimizer]
     train_tf1(str(tmp_path / "tf1"))
     train_port(str(tmp_path / "tf2"), make(schedule(), momentum=MOMENTUM, nesterov=True))
     want = numpy_accumulators()
@@ -128,3 +135,32 @@ def test_keras_own_rule_is_still_recorded_in_lr_units(tmp_path, optimizer: str) 
         np.testing.assert_allclose(np.ravel(slot[2]), want[step].ravel(), rtol=1e-5, atol=1e-7)
     first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
     assert first is not None and (first.step, first.kind) == (3, "slot"), first
+
+
+def test_a_slot_held_as_keras_velocity_against_tf1s_accumulator_says_so() -> None:
+    """A slot recorded as Keras SGD holds it (``-lr x accumulator``, a subclass the shim cannot read)
+    against TF1's accumulator: cosine -1, blamed on clipping or a weight decay. The note names the
+    factor as -lr and which run holds which units, either way round."""
+    from engine_helpers import run, series
+
+    from tb_parity_plugin.engine import Comparison
+
+    acc = numpy_accumulators()
+    grads = [np.ones(4, np.float32) * (s + 1) for s in range(3)]
+    tf1_acc = [a.ravel().astype(np.float32) for a in acc[:3]]  # 0 before the first update
+    velocity = [(-0.1 * a).astype(np.float32) for a in tf1_acc]
+
+    def side(name: str, slot: list) -> object:
+        return run(
+            name,
+            [
+                series("lr", "lr", [np.float32(0.1)] * 3),
+                series("grad", "dense/kernel:0", grads, order=1),
+                series("slot", "dense/kernel/Momentum:0", slot, order=2),
+            ],
+        )
+
+    for base, cand, held in ((tf1_acc, velocity, "candidate"), (velocity, tf1_acc, "baseline")):
+        found = Comparison(side("tf1", base), side("tf2", cand)).report().first_divergence
+        assert found is not None and (found.step, found.kind) == (1, "slot"), found
+        assert f"the {held} holds this slot as Keras SGD's velocity (-lr x accumulator)" in (found.note or ""), found

@@ -1081,7 +1081,11 @@ class Comparison:
         if both is None:
             return note
         b, c = (np.asarray(x, np.float64) for x in both)
-        scale = _uniform_scale(b, c, pair.tol.atol, (OUTPUT_ATOL_OF_MAX * float(np.abs(b).max(initial=0.0)), 0.0))
+        rounding = (OUTPUT_ATOL_OF_MAX * float(np.abs(b).max(initial=0.0)), 0.0)
+        units = self._velocity_units(pair, k, b, c, rounding)
+        if units:
+            return note + units
+        scale = _uniform_scale(b, c, pair.tol.atol, rounding)
         if scale is None:
             return note
         power, averaging = align.slot_rule(pair.base.name, pair.cand.name)
@@ -1111,6 +1115,40 @@ class Comparison:
                 f"{scale:.4g} (clipping: one side's clip factor over the other's), or one side scales it (dampening)"
             )
         return note
+
+    def _velocity_units(self, pair: Pair, k: int, b: np.ndarray, c: np.ndarray, rounding: tuple[float, float]) -> str:
+        """For a momentum slot whose values at step ``k`` (``b``, ``c``) are one another's times
+        ``-lr`` of a recorded lr at step ``k`` or the one before: that one run holds Keras SGD's
+        velocity (``-lr x accumulator``) and the other TF1's accumulator. A port's ``SGD`` subclass
+        that overrides ``update_step`` but keeps Keras's rule is recorded as held (the shim cannot
+        tell its rule), and its slot, cosine -1, was blamed on clipping or a weight decay. ""
+        otherwise. (:func:`_uniform_scale` takes positive factors only.)"""
+        if not _MOMENTUM.search(f"{pair.base.name} {pair.cand.name}"):
+            return ""
+        rates = {
+            float(np.ravel(series.values[int(rows[j])])[0])
+            for lr in self._pairs
+            if lr.base.kind == "lr" and lr.use_values
+            for series, rows in ((lr.base, lr.ib), (lr.cand, lr.ic))
+            for j in (k - 1, k)
+            if j >= 0 and int(rows[j]) >= 0
+        }
+        large = np.abs(b) > pair.tol.atol
+        if large.sum() < 2 or not (np.isfinite(b).all() and np.isfinite(c).all()):
+            return ""
+        for rate in sorted(r for r in rates if r > 0):
+            for factor, held in ((-rate, "candidate"), (-1.0 / rate, "baseline")):
+                allowed = 1e-4 * np.abs(factor * b) + abs(factor) * rounding[0] + rounding[1]
+                if np.all(np.abs(c - factor * b)[large] <= allowed[large]):
+                    other = "baseline" if held == "candidate" else "candidate"
+                    return (
+                        f"; every element is the baseline's times {factor:.4g} = -{'' if held == 'candidate' else '1/'}"
+                        f"lr ({rate:g}): the {held} holds this slot as Keras "
+                        f"SGD's velocity (-lr x accumulator) and the {other} as TF1's accumulator. The shim records a "
+                        "Keras SGD's slot divided by -lr unless its class overrides the update rule (update_step): "
+                        "a subclass that overrides it but keeps Keras's rule is recorded as held"
+                    )
+        return ""
 
     def _carried_gradient_difference(
         self, pair: Pair, g: Pair, k: int, earlier: tuple[list[np.ndarray], Optional[np.ndarray]]

@@ -53,11 +53,25 @@ def _keeps_keras_velocity(optimizer: Any) -> bool:
     ``-lr x accumulator`` (:attr:`Slot.lr_units`). A subclass that overrides the rule keeps the slot
     as its own rule does, recorded as held: a new user's port wrote TF1's accumulator rule into an
     ``SGD`` subclass's ``update_step`` (the README: no Keras SGD matches ``MomentumOptimizer`` under
-    a schedule), and the slot, divided by ``-lr`` anyway, was a false DIVERGE at step 1, cosine -1."""
+    a schedule), and the slot, divided by ``-lr`` anyway, was a false DIVERGE at step 1, cosine -1.
+    An override that calls ``super().<rule>(...)`` keeps Keras's rule (a subclass that only adds to it)."""
     if not _is_keras_sgd(optimizer):
         return False
     sgd = next(c for c in type(optimizer).__mro__ if c.__name__ == "SGD")
-    return all(getattr(type(optimizer), rule, None) is getattr(sgd, rule, None) for rule in _UPDATE_RULES)
+    for rule in _UPDATE_RULES:
+        own = getattr(type(optimizer), rule, None)
+        if own is not getattr(sgd, rule, None) and not _calls_super(own, rule):
+            return False
+    return True
+
+
+def _calls_super(method: Any, rule: str) -> bool:
+    """Whether ``method``'s source calls ``super().<rule>(`` (False when it has no source)."""
+    try:
+        source = inspect.getsource(method)
+    except (OSError, TypeError):
+        return False
+    return re.search(r"super\([^)]*\)\s*\.\s*" + re.escape(rule) + r"\s*\(", source) is not None
 
 
 def _strip(name: str) -> str:
