@@ -428,7 +428,8 @@ class Comparison:
         )
         if len(seen) == 1:
             return (
-                f"it agreed at step {s_j}, the only step compared before: its update rule differs{rule}, or the two runs "
+                f"it agreed at step {s_j}{' (by statistics)' if by_statistics else ''}, the only step compared before: "
+                f"its update rule differs{rule}, or the two runs "
                 "updated it from inputs no recorded tensor shows"
             )
         if before is None:  # how far apart it already was needs its values
