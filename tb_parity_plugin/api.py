@@ -84,10 +84,11 @@ def make_policy(
     overrides: Sequence[Any] = (),
     allow_unmatched: Sequence[str] = (),
     accept_read_problems: bool = False,
+    accept_fewer_steps: bool = False,
 ) -> TolerancePolicy:
     """``policy`` as given, or one built from the keyword settings (mixing is an error)."""
     if policy is not None:
-        settings = (equal_nan, overrides, allow_unmatched, accept_read_problems)
+        settings = (equal_nan, overrides, allow_unmatched, accept_read_problems, accept_fewer_steps)
         if any(v is not None for v in (atol, rtol, warmup_steps)) or any(settings):
             raise ParityInputError(
                 "pass either policy= or atol/rtol/warmup_steps/equal_nan/overrides/allow_unmatched, not both"
@@ -95,7 +96,7 @@ def make_policy(
         return policy
     try:
         return TolerancePolicy.build(
-            atol, rtol, warmup_steps, equal_nan, overrides, allow_unmatched, accept_read_problems
+            atol, rtol, warmup_steps, equal_nan, overrides, allow_unmatched, accept_read_problems, accept_fewer_steps
         )
     except ValueError as exc:
         raise ParityInputError(str(exc)) from None
@@ -114,6 +115,7 @@ def compare(
     overrides: Sequence[Any] = (),
     allow_unmatched: Sequence[str] = (),
     accept_read_problems: bool = False,
+    accept_fewer_steps: bool = False,
     policy: Optional[TolerancePolicy] = None,
     reload: Optional[Callable[[LogdirReader], object]] = None,
 ) -> ParityReport:
@@ -132,6 +134,7 @@ def compare(
         overrides=overrides,
         allow_unmatched=allow_unmatched,
         accept_read_problems=accept_read_problems,
+        accept_fewer_steps=accept_fewer_steps,
     )
     base, cand = load_runs(logdir, baseline, candidate, reload)
     try:

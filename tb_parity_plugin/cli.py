@@ -77,6 +77,13 @@ def comparison_options() -> _Parser:
         "without it such a run exits 3",
     )
     p.add_argument(
+        "--accept-fewer-steps",
+        dest="accept_fewer_steps",
+        action="store_true",
+        help="agree even when one run ends before the other (the steps it did not log are not compared); "
+        "without it such a run exits 3",
+    )
+    p.add_argument(
         "--require-values",
         dest="require_values",
         action="store_true",
@@ -124,6 +131,7 @@ def _policy_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "overrides": args.overrides,
         "allow_unmatched": args.allow_unmatched,
         "accept_read_problems": args.accept_read_problems,
+        "accept_fewer_steps": args.accept_fewer_steps,
     }
 
 

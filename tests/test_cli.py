@@ -153,8 +153,10 @@ def test_different_step_sets_compare_the_common_steps(tmp_path) -> None:
     shutil.rmtree(os.path.join(logdir, "tf2"))
     write_run(logdir, "tf2", range(0, 30, 2), tensors, side="tf2")
     code, report = run_json(logdir)
-    assert code == 0 and report["steps_compared"] == 10
-    assert report["steps_only"] == {"tf1": 10, "tf2": 5}
+    assert report["steps_compared"] == 10 and report["steps_only"] == {"tf1": 10, "tf2": 5}
+    # tf1 ends at step 19, tf2 (every 2nd step) goes to 28: exit 3 unless accepted
+    assert code == 3 and report["ended_early"] == {"tf1": {"last": 19, "other_last": 28, "steps": 5}}
+    assert run_json(logdir, "--accept-fewer-steps")[0] == 0
     shutil.rmtree(os.path.join(logdir, "tf2"))
     write_run(logdir, "tf2", range(100, 110), tensors, side="tf2")
     code, _, err = run_cli("diff", logdir)

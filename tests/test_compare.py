@@ -302,8 +302,11 @@ def test_steps_only_one_run_logged_are_not_compared() -> None:
     base = run("b", [series("w", "w", steady(5))])
     cand = run("c", [series("w", "w", steady(5)[2:] + steady(3, seed=9), steps=[2, 3, 4, 5, 6, 7])])
     report = compare_runs(base, cand)
-    assert report.steps_compared == 3 and report.agree
-    assert report.steps_only == {"b": 2, "c": 3}
+    assert report.steps_compared == 3 and report.steps_only == {"b": 2, "c": 3}
+    # b ends at step 4 and c logged 3 steps after it: not an agreement unless accepted
+    assert report.verdict == "incomplete" and report.ended_early == {"b": {"last": 4, "other_last": 7, "steps": 3}}
+    assert "'b' ends at step 4 and 'c' logged 3 step(s) after it" in report.verdict_text
+    assert compare_runs(base, cand, TolerancePolicy(accept_fewer_steps=True)).agree
 
 
 # -- ordering --------------------------------------------------------------------

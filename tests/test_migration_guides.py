@@ -202,7 +202,8 @@ def test_planted_difference_is_found_where_numpy_says(tmp_path, plant, step, kin
 def test_a_port_watched_while_it_trains_is_judged_anew_at_each_refresh(tmp_path) -> None:
     """The dashboard's workflow: the TF1 run is done, the port is still training (two sessions into
     one run, as a resumed job writes them), and one comparison is refreshed after each. Each refresh
-    says what a fresh comparison says, and what numpy says: the faithful first session agrees; the
+    says what a fresh comparison says, and what numpy says: the faithful first session has no
+    divergence but is incomplete (the port has steps to go: it ended early, so far); the
     schedule counting one step ahead from step 3 on diverges at step 3, on the learning rate first,
     by lr_at(4) - lr_at(3)."""
     steps = 2 * STEPS
@@ -213,7 +214,11 @@ def test_a_port_watched_while_it_trains_is_judged_anew_at_each_refresh(tmp_path)
     train_tf2(str(tmp_path / "tf2"), "lr_offbyone", phases=phases, after_phase=watch, plant_from=STEPS)
     watch.close()
     first, second = watch.reports
-    assert first.agree and first.steps_compared == STEPS, first.first_divergence
+    # the port still training: no divergence in the steps both logged, but not an agreement yet
+    assert first.first_divergence is None and first.steps_compared == STEPS, first.first_divergence
+    assert first.verdict == "incomplete" and first.ended_early == {
+        "tf2": {"last": STEPS - 1, "other_last": steps - 1, "steps": STEPS}
+    }
     found = second.first_divergence
     assert second.steps_compared == steps and (found.step, found.kind, found.tensor) == (STEPS, "lr", "lr")
     np.testing.assert_allclose(found.max_abs_diff, abs(lr_at(STEPS + 1) - lr_at(STEPS)), rtol=1e-5)

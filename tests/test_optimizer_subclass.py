@@ -84,7 +84,7 @@ class CountingSGD(tf.keras.optimizers.SGD):
         return super().update_step(gradient, variable)
 
 
-def train_port(run_dir: str, optimizer: tf.keras.optimizers.Optimizer) -> None:
+def train_port(run_dir: str, optimizer: tf.keras.optimizers.Optimizer, steps: int = STEPS) -> None:
     model = tf.keras.Sequential(
         [
             tf.keras.Input((4,)),
@@ -94,7 +94,7 @@ def train_port(run_dir: str, optimizer: tf.keras.optimizers.Optimizer) -> None:
     model.compile(optimizer, "mse")
     rec = summary_v2.Recorder(run_dir)
     summary_v2.instrument(model, rec, layers=["dense"])
-    model.fit(X, Y, batch_size=BATCH, shuffle=False, epochs=1, verbose=0)
+    model.fit(X[: steps * BATCH], Y[: steps * BATCH], batch_size=BATCH, shuffle=False, epochs=1, verbose=0)
     rec.close()
 
 

@@ -79,7 +79,9 @@ export interface Summary {
   unmatched: Record<string, string[]>;
   mapping: MappingRow[];
   steps_only: Record<string, number>;
-  policy: { atol: Num; rtol: Num; warmup_steps: number; equal_nan: boolean };
+  /** Runs that end before the other: run -> its last step, the other's, and the steps never compared. */
+  ended_early?: Record<string, { last: number; other_last: number; steps: number }>;
+  policy: { atol: Num; rtol: Num; warmup_steps: number; equal_nan: boolean; accept_read_problems?: boolean; accept_fewer_steps?: boolean };
   problems: { run: string; path: string; offset: number; message: string }[];
   warnings: string[];
   /** Tensors before the first divergent one that only statistics compared at its step, in words (or null). */

@@ -137,8 +137,11 @@ function agreeCard(card: HTMLElement, s: Summary): void {
   const incomplete = s.verdict === "incomplete"; // no divergence in what was read, but read problems
   const stats = s.verdict === "agree within statistics" || incomplete;
   const what = s.verdict === "agree within statistics" ? "within statistics" : "within tolerance";
+  const short = Object.keys(s.ended_early ?? {});
   const headline = incomplete
-    ? `No divergence in what was read, but ${s.problems.length} read problem(s): not an agreement`
+    ? s.problems.length && !s.policy.accept_read_problems
+      ? `No divergence in what was read, but ${s.problems.length} read problem(s): not an agreement`
+      : `No divergence in what was compared, but ${short.map((r) => `'${r}'`).join(" and ")} ended early: not an agreement`
     : `Runs agree ${what} across ${s.steps_compared} steps and ${s.tensors_compared} tensors`;
   replaceChildren(
     card,

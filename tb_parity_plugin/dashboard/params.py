@@ -27,6 +27,7 @@ POLICY_PARAMS = (
     "mapping",
     "allow_unmatched",
     "accept_read_problems",
+    "accept_fewer_steps",
 )
 PAIR_PARAMS = ("baseline", "candidate")
 ROUTE_PARAMS = {
@@ -156,6 +157,7 @@ def parse_pair(args: Args) -> PairQuery:
             overrides=args.getlist("override"),
             allow_unmatched=args.getlist("allow_unmatched"),
             accept_read_problems=_bool(args, "accept_read_problems"),
+            accept_fewer_steps=_bool(args, "accept_fewer_steps"),
         )
     except ValueError as exc:
         raise errors.InvalidArgumentError(str(exc)) from None

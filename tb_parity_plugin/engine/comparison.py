@@ -34,7 +34,7 @@ from tb_parity_plugin.engine.tolerance import (
     TolerancePolicy,
 )
 from tb_parity_plugin.engine.verdict_table import VerdictTable
-from tb_parity_plugin.engine.verdicts import Divergence, ParityReport, TensorDetail
+from tb_parity_plugin.engine.verdicts import Divergence, ParityReport, TensorDetail, ended_early
 from tb_parity_plugin.records import metadata
 
 __all__ = ["Comparison", "compare_runs"]
@@ -1470,6 +1470,7 @@ class Comparison:
                 for m in alignment.matches
             ],
             steps_only={run.name: len(run.steps) - len(self.steps) for run in (base, cand)},  # steps are unique
+            ended_early=ended_early({run.name: np.asarray(run.steps) for run in (base, cand)}),
             policy=self.policy,
             problems=problems,
             structure=copy.deepcopy(struct.to_dict()),  # the structure is kept between reports

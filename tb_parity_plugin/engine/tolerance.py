@@ -268,6 +268,11 @@ class TolerancePolicy:
     #: Read problems in the compared runs (corrupt or truncated records) make "no divergence"
     #: an ``incomplete`` verdict, since what was not read may diverge; True accepts them.
     accept_read_problems: bool = False
+    #: A run that ends before the other (the other logged steps past its last one, by more than its
+    #: own logging interval) makes "no divergence" ``incomplete`` too: the steps it did not train
+    #: were never compared (a new user's port trained one epoch too few and agreed). True accepts it
+    #: (a port still training, or one trained shorter on purpose).
+    accept_fewer_steps: bool = False
 
     def __post_init__(self) -> None:
         check_settings(self.atol, self.rtol, self.warmup_steps)
@@ -336,6 +341,7 @@ class TolerancePolicy:
             "hparam_rtol": self.hparam_rtol,
             "allow_unmatched": list(self.allow_unmatched),
             "accept_read_problems": self.accept_read_problems,
+            "accept_fewer_steps": self.accept_fewer_steps,
             "overrides": [dataclasses.asdict(o) for o in self.overrides],
         }
 
@@ -349,6 +355,7 @@ class TolerancePolicy:
         overrides: Sequence[Any] = (),
         allow_unmatched: Sequence[str] = (),
         accept_read_problems: bool = False,
+        accept_fewer_steps: bool = False,
     ) -> TolerancePolicy:
         """Policy from optional settings (``None`` keeps the default); overrides may be strings."""
         parsed = tuple(o if isinstance(o, ToleranceOverride) else ToleranceOverride.parse(str(o)) for o in overrides)
@@ -361,4 +368,5 @@ class TolerancePolicy:
             overrides=parsed,
             allow_unmatched=tuple(allow_unmatched),
             accept_read_problems=bool(accept_read_problems),
+            accept_fewer_steps=bool(accept_fewer_steps),
         )

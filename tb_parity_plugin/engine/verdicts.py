@@ -69,6 +69,26 @@ class Divergence:
         return dataclasses.asdict(self)
 
 
+def ended_early(steps: dict[str, np.ndarray]) -> dict[str, dict[str, int]]:
+    """Runs (name -> sorted unique logged steps) that end before another: that one logged a step
+    past this run's last by more than this run's own largest logging interval (a run logged every
+    3rd step, its last at 27, has not ended early against one logged to step 29)."""
+    found = {}
+    for name, own in steps.items():
+        for other_name, other in steps.items():
+            if other_name == name or not len(own) or not len(other):
+                continue
+            interval = int(np.diff(own).max()) if len(own) > 1 else 1
+            last = int(own[-1])
+            if int(other[-1]) > last + interval:
+                found[name] = {
+                    "last": last,
+                    "other_last": int(other[-1]),
+                    "steps": int(np.count_nonzero(other > last)),
+                }
+    return found
+
+
 @dataclasses.dataclass
 class ParityReport:
     """What the CLI prints with ``--json`` (:meth:`to_dict`) and what the API returns."""
@@ -113,6 +133,9 @@ class ParityReport:
     #: Runs recorded under a distribution strategy: run -> {count, tensors (with per-replica
     #: copies), disagreements (variables whose replica copies are out of sync)}.
     replicas: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    #: Runs that end before the other: run -> {last: its last step, other_last: the other run's,
+    #: steps: how many steps the other logged after it} (:func:`ended_early`).
+    ended_early: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
     comparison: Optional[Comparison] = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
@@ -122,8 +145,17 @@ class ParityReport:
 
     @property
     def incomplete(self) -> bool:
-        """No divergence in what was read, but read problems in the compared runs, not accepted."""
-        return self.first_divergence is None and bool(self.problems) and not self.policy.accept_read_problems
+        """No divergence in what was read, but read problems in the compared runs, or a run that
+        ended before the other, not accepted."""
+        return self.first_divergence is None and bool(self._unread_problems or self._short_runs)
+
+    @property
+    def _unread_problems(self) -> list[dict[str, Any]]:
+        return [] if self.policy.accept_read_problems else self.problems
+
+    @property
+    def _short_runs(self) -> dict[str, dict[str, int]]:
+        return {} if self.policy.accept_fewer_steps else self.ended_early
 
     @property
     def verdict(self) -> str:
@@ -145,11 +177,21 @@ class ParityReport:
         if first is not None:
             return f"DIVERGE at step {first.step}: {first.kind}/{first.tensor} ({first.reason}, by {first.evidence})"
         if self.incomplete:
-            return (
-                f"INCOMPLETE: no divergence in what was read, but the compared runs have {len(self.problems)} read "
-                "problem(s) (corrupt or truncated records, listed): what was not read may diverge. "
-                "Accept them with --accept-read-problems"
-            )
+            reasons = []
+            if self._unread_problems:
+                reasons.append(
+                    f"the compared runs have {len(self.problems)} read problem(s) (corrupt or truncated records, "
+                    "listed): what was not read may diverge. Accept them with --accept-read-problems"
+                )
+            for run, short in self._short_runs.items():
+                other = self.candidate if run == self.baseline else self.baseline
+                reasons.append(
+                    f"{run!r} ends at step {short['last']} and {other!r} logged {short['steps']} step(s) after it "
+                    f"(to step {short['other_last']}), never compared: {run!r} trained fewer steps (epochs, "
+                    "steps_per_epoch, a dataset that ends early) or is still training. Accept it with "
+                    "--accept-fewer-steps"
+                )
+            return "INCOMPLETE: no divergence in what was compared, but " + "; and ".join(reasons)
         by_stats, by_values = self.evidence.get("statistics", 0), self.evidence.get("values", 0)
         if not by_stats:
             return "AGREE: no divergence within tolerance (every compared tensor element-wise)" + self._declared_text()
@@ -274,6 +316,7 @@ class ParityReport:
             "first_step_divergence": self.first_step_divergence.to_dict() if self.first_step_divergence else None,
             "structure": self.structure,
             "replicas": self.replicas,
+            "ended_early": self.ended_early,
             "first_nonfinite": self.first_nonfinite,
             "unmatched": self.unmatched,
             "mapping": self.mapping,
