@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -97,9 +97,13 @@ _PER_REPLICA = (
     "in the cross-replica context around strategy.run in a custom loop (README: 'Distributed training')"
 )
 _REDUCTIONS = ("sum", "mean", "concat")
-#: Kinds whose one value is a single tensor that a per-replica value reduces into with ``reduction=``:
-#: a list or tuple of them is the replicas' parts, never one value.
-_REDUCED_KINDS = frozenset({"loss", "metric"})
+
+
+def _on_replicas(values: Sequence[Any]) -> bool:
+    """Whether ``values`` are tensors on more than one device: the replicas' parts, as
+    ``experimental_local_results`` returns them (a plain list sits on one device, or on none yet)."""
+    devices = {getattr(v, "device", "") for v in values}
+    return len(devices - {""}) > 1
 
 
 def _in_replicas() -> bool:
@@ -186,10 +190,11 @@ class Recorder(BaseRecorder):
             # strategy.run returns plain tensors (it raised there, leaving the run empty)
             if reduction is not None and reduction not in _REDUCTIONS:
                 raise ValueError(f"{kind}/{name!r}: reduction= is one of {', '.join(_REDUCTIONS)}; got {reduction!r}")
-            if isinstance(value, (list, tuple)) and (reduction is not None or kind in _REDUCED_KINDS):
+            if isinstance(value, (list, tuple)) and (reduction is not None or _on_replicas(value)):
                 # experimental_local_results(loss) is one value per replica: stacked as one tensor,
                 # a scalar loss became a vector of the replicas' parts, compared element by element
-                # (with reduction= or without: a review's rec.loss(local_results) was stacked)
+                # (with reduction= or without: a review's rec.loss(local_results) was stacked); a
+                # list on one device (a metric per head) is recorded stacked, as summary_v1 does
                 raise TypeError(
                     f"{kind}/{name!r}: takes strategy.run's result itself (a PerReplica value, with reduction=), "
                     f"or one tensor; got a {type(value).__name__} of {len(value)}, as from "

@@ -20,7 +20,9 @@ TF guides write it. Variants of the TF2 port:
   (``tf1_momentum``), the slots recorded: a mirrored momentum slot was recorded as Keras keeps
   it (``-lr x accumulator``), not in lr units as on one device (a new user's false DIVERGE).
 
-``bn_synced`` and ``bn_unsynced`` write a Keras ``BatchNormalization(synchronized=...)`` run over
+``local_results`` is ``faithful`` that also records the loss as
+``experimental_local_results(loss)`` (refused: the message goes to ``refused.txt``) and a metric per
+head as a list on one device (recorded). ``bn_synced`` and ``bn_unsynced`` write a Keras ``BatchNormalization(synchronized=...)`` run over
 small inputs (:data:`BN_SCALE`), its moving statistics recorded with each replica's copy.
 """
 
@@ -177,10 +179,20 @@ def tf2(logdir: str, variant: str) -> None:
             rec.activation("logits", logits)
             rec.loss(loss, reduction="mean" if variant == "local_mean" else "sum")
             rec.grads(grads, model.trainable_variables)
+            if variant == "local_results":
+                try:  # the replicas' parts, as a list: refused, not stacked into a vector
+                    rec.loss(strategy.experimental_local_results(loss), name="local")
+                except TypeError as exc:
+                    refused.append(str(exc))
+                rec.metric("heads", [tf.constant(0.25), tf.constant(0.5)])  # one device: one value per head
 
+    refused: list[str] = []
     for xb, yb in dist:
         train_step(xb, yb)
     rec.close()
+    if variant == "local_results":
+        with open(os.path.join(logdir, "refused.txt"), "w") as f:
+            f.write("\n".join(refused))
 
 
 #: the batch-norm variants' input scale: small activations, whose per-replica moving means (about

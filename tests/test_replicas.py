@@ -23,6 +23,7 @@ from tb_parity_plugin.logdir.reader import LogdirReader
 
 VARIANTS = ("faithful", "local_mean", "unsynced", "unsynced_var", "momentum")
 BN_VARIANTS = ("bn_synced", "bn_unsynced")
+ALONE = (*BN_VARIANTS, "local_results")  # TF2 runs with no TF1 baseline beside them
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +33,7 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> str:
     script = os.path.join(os.path.dirname(__file__), "replica_runs.py")
     jobs = {"tf1": str(root / "_tf1"), "tf1_momentum": str(root / "_tf1_momentum")}
     jobs |= {v: str(root / v / "tf2") for v in VARIANTS}
-    jobs |= {v: str(root / v / "tf2") for v in BN_VARIANTS}
+    jobs |= {v: str(root / v / "tf2") for v in ALONE}
     procs = [
         subprocess.Popen([sys.executable, script, path, which], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         for which, path in jobs.items()
@@ -316,3 +317,18 @@ def test_the_replicas_line_says_when_copies_were_compared_by_statistics(width: i
     line = describe(report.to_dict()["replicas"])[0]
     assert ("out of sync: weight/w from step 1 (by statistics)" in line) == (not kept), line
     assert ("by statistics" in found["note"]) == (not kept), found["note"]
+
+
+def test_the_replicas_parts_as_a_list_are_refused_and_a_list_on_one_device_is_recorded(logdir: str) -> None:
+    """A review: ``rec.loss(strategy.experimental_local_results(loss))`` without ``reduction=``
+    was stacked into a vector of the replicas' parts. Tensors on two devices are refused, naming
+    it; a metric per head given as a list on one device is recorded as one value per head, as
+    summary_v1 records it."""
+    with open(os.path.join(logdir, "local_results", "tf2", "refused.txt")) as f:
+        refused = f.read()
+    assert "loss/'local'" in refused and "got a tuple of 2, as from experimental_local_results" in refused
+    with LogdirReader(os.path.join(logdir, "local_results")) as reader:
+        run = reader.run("tf2")
+        assert ("loss", "local") not in run.tensors
+        heads = run.tensors[("metric", "heads")]
+        np.testing.assert_array_equal(heads.values.reshape(len(heads.steps), -1)[0], [0.25, 0.5])
