@@ -239,15 +239,17 @@ def test_a_schedule_with_staircase_on_one_side_only_says_so(staircase_base: bool
     assert first is not None and (first.step, first.kind) == (1, "lr"), first
     flat = "baseline" if staircase_base else "candidate"
     assert f"the {flat}'s value holds in stairs (changing at step 10)" in (first.note or ""), first.note
+    assert "(staircase=True on one side only (tf.compat.v1.train.exponential_decay" in first.note, first.note
     other = Comparison(*_lr_runs(base, lrs(not staircase_base, 0.9))).report().first_divergence
     assert other is not None and "stairs" not in (other.note or ""), other.note
 
 
-def test_a_piecewise_schedule_against_a_linear_one_is_not_told_of_staircase() -> None:
+def test_a_piecewise_schedule_against_a_linear_one_is_not_told_of_staircase_alone() -> None:
     """A review: ``PiecewiseConstantDecay`` against a linear ``PolynomialDecay``, equal where each
     piece starts, was told ``staircase=True`` is on one side only, though neither schedule has
-    that flag: the note now requires the continuous side to decay the way a schedule with a
-    ``staircase`` flag does (geometrically, or as an inverse time)."""
+    that flag: the flag comes first only where the continuous side decays the way a schedule with
+    a ``staircase`` flag does (geometrically, or as an inverse time); here the note says it does
+    not, and names per-epoch and piecewise schedules first."""
     import tensorflow as tf
 
     from tb_parity_plugin.engine import Comparison
@@ -262,4 +264,6 @@ def test_a_piecewise_schedule_against_a_linear_one_is_not_told_of_staircase() ->
     np.testing.assert_allclose(cand[[0, 6, 12, 18]], base[[0, 6, 12, 18]], rtol=1e-6)
     first = Comparison(*_lr_runs(base, cand)).report().first_divergence
     assert first is not None and (first.step, first.kind) == (1, "lr"), first
-    assert "stairs" not in (first.note or ""), first.note
+    assert "holds in stairs (changing at step 6, 12, 18)" in (first.note or ""), first.note
+    assert "neither geometric nor an inverse time" in first.note and "piecewise-constant boundaries" in first.note
+    assert "(staircase=True on one side only (" not in first.note, first.note

@@ -1946,9 +1946,11 @@ def _staircase_note(steps: np.ndarray, b: np.ndarray, c: np.ndarray, close: floa
     """When one run's scalar schedule holds in stairs (changing at a few steps) and the other's
     moves at most steps in the same direction, equal to it (within ``close``) where each stair
     starts: ``staircase=True`` on one side only. A new user's LSTM port diverged on lr at step 1
-    (0.0097915 against 0.01) with no note. The moving side must decay as a schedule with that flag
-    does (:func:`_decays_as_staircase_schedule`): a review's piecewise-constant against a linear
-    schedule, equal where each piece starts, was told of ``staircase``."""
+    (0.0097915 against 0.01) with no note. The flag is named first only where the moving side
+    decays as a schedule with that flag does (:func:`_decays_as_staircase_schedule`): a review's
+    piecewise-constant against a linear schedule, equal where each piece starts, was told of
+    ``staircase`` alone; and a short window cannot tell a linear decay from a geometric one (a
+    review's per-epoch linear lr over 300 steps), so an lr set once per epoch is named too."""
     for flat, smooth, flat_name, smooth_name in ((b, c, "baseline", "candidate"), (c, b, "candidate", "baseline")):
         starts = np.flatnonzero(np.abs(np.diff(flat)) > close) + 1
         moves = np.abs(np.diff(smooth)) > close
@@ -1958,13 +1960,21 @@ def _staircase_note(steps: np.ndarray, b: np.ndarray, c: np.ndarray, close: floa
         if not np.all(np.sign(np.diff(smooth)[moves]) == direction):
             continue
         at = np.concatenate([[0], starts])
-        if np.all(np.abs(smooth[at] - flat[at]) <= close) and _decays_as_staircase_schedule(steps, smooth):
+        if np.all(np.abs(smooth[at] - flat[at]) <= close):
             where = ", ".join(str(int(s)) for s in steps[starts][:5]) + (", ..." if len(starts) > 5 else "")
+            per_epoch = "an lr set once per epoch (a LearningRateScheduler callback) against one computed at every step"
+            causes = (
+                "staircase=True on one side only (tf.compat.v1.train.exponential_decay, ExponentialDecay, "
+                f"InverseTimeDecay), or {per_epoch}"
+                if _decays_as_staircase_schedule(steps, smooth)
+                else f"the continuous one is neither geometric nor an inverse time, the forms with a staircase flag: "
+                f"{per_epoch}, or piecewise-constant boundaries against a continuous schedule; or staircase=True on "
+                "one side only under a floor or a warm-up (tf.maximum(lr, floor))"
+            )
             return (
                 f"the {flat_name}'s value holds in stairs (changing at step {where}) and the {smooth_name}'s changes "
-                "at every step, equal where each stair starts: one schedule decays in stairs and the other "
-                "continuously (staircase=True on one side only: tf.compat.v1.train.exponential_decay, "
-                "ExponentialDecay, InverseTimeDecay)"
+                f"at every step, equal where each stair starts: one schedule is evaluated in stairs and the other at "
+                f"every step ({causes})"
             )
     return None
 
