@@ -148,8 +148,19 @@ def compare(
             "the restored global step, not from a fresh optimizer.iterations)"
         )
     if report.tensors_compared == 0:
-        raise ParityInputError(f"no tensor of {base.name!r} could be paired with one of {cand.name!r}")
+        raise ParityInputError(
+            f"no tensor of {base.name!r} could be paired with one of {cand.name!r}: {_recorded(base)}; "
+            f"{_recorded(cand)}. Record the same kinds and names on both sides (a forward pass: rec.output in "
+            "TF1 for the model's output), or pair names with --map OLD=NEW"
+        )
     return report
+
+
+def _recorded(run: Any, most: int = 4) -> str:
+    """What a run recorded, for an error: a new user's runs shared nothing and were told only that."""
+    tags = [f"{s.kind}/{s.name}" for s in sorted(run.tensors.values(), key=lambda s: s.order)]
+    shown = ", ".join(tags[:most]) + (f" and {len(tags) - most} more" if len(tags) > most else "")
+    return f"{run.name!r} recorded {shown or 'nothing'}"
 
 
 def _fmt(value: Optional[float]) -> str:

@@ -403,3 +403,15 @@ def test_a_structure_divergence_says_its_step_pointer_covers_paired_tensors_only
     with pytest.raises(AssertionError) as raised:  # no tensor's tolerance to name: the policy alone
         api.assert_parity(logdir)
     assert "\ntolerance; policy: {" in str(raised.value) and "None" not in str(raised.value).split("\n")[1]
+
+
+def test_runs_that_recorded_nothing_in_common_are_told_what_each_recorded(tmp_path) -> None:
+    """A new user's forward pass: TF1 recorded each layer with rec.activation, the port only
+    forward_pass's output/inference/output, and the error said only that nothing could be
+    paired. It now names what each run recorded and how to pair them."""
+    write_run(str(tmp_path), "tf1", [0], lambda s: [("activation", "inference/conv2d", np.ones(3, np.float32))], "tf1")
+    write_run(str(tmp_path), "tf2", [0], lambda s: [("output", "inference/output", np.ones(3, np.float32))], "tf2")
+    code, _, err = run_cli("diff", str(tmp_path))
+    assert code == cli.EXIT_ERROR, err
+    assert "'tf1' recorded activation/inference/conv2d; 'tf2' recorded output/inference/output" in err, err
+    assert "rec.output" in err and "--map" in err
