@@ -35,7 +35,7 @@ def demo_logdir(demo_logs: str) -> str:
     """The demo's three pairs, plus a pair whose first-diverging tensor is named with HTML,
     a port with structure bugs, a statistics-only pair with a corrupt record, a pair that a test
     grows while the tab shows it, a divergence after a tensor only statistics compared, and one
-    with a long note."""
+    with a long note, and a port that stopped 3 steps before its baseline."""
     fx.write_pair(demo_logs, "html", 8, diverge_at=2, lr_name=fx.HTML_NAME)
     fx.write_pair(demo_logs, "drift", 8, diverge_at=3, drift=0.01)
     fx.write_structure_pair(demo_logs, "structure", 6)
@@ -47,6 +47,8 @@ def demo_logdir(demo_logs: str) -> str:
     fx.write_upstream_pair(demo_logs, "upstream", 4)
     fx.write_slot_pair(demo_logs, "slot", 3)
     fx.write_scaled_grad_pair(demo_logs, "scaled", 3)
+    fx.write_pair(demo_logs, "short", 6)
+    fx.append_steps(os.path.join(demo_logs, "short", "tf1"), "tf1", 6, 9)  # the port stopped 3 steps early
     return demo_logs
 
 

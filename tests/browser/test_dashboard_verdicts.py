@@ -121,6 +121,22 @@ def test_read_problems_make_no_agreement_and_are_shown_beside_the_verdict(page, 
 
 
 @one_server
+def test_a_port_that_stopped_early_is_no_agreement_in_the_tab(page, server: str, demo_logdir: str) -> None:
+    """A new user's port trained fewer steps and every front end said AGREE: the tab says which
+    run ended where, in amber, as the CLI and the report do."""
+    report = engine(demo_logdir, "short")
+    assert report.verdict == "incomplete" and not report.problems
+    assert report.ended_early == {"short/tf2": {"last": 5, "other_last": 8, "steps": 3}}
+    frame = open_tab(page, server, "short")
+    card = frame.locator("[data-testid=card]")
+    assert verdict(frame) == "incomplete"
+    assert "stats" in card.get_attribute("class")
+    assert "'short/tf2' ended early: not an agreement" in card.locator("[data-testid=verdict]").inner_text()
+    assert report.verdict_text in card.locator("[data-testid=verdict-text]").inner_text()
+    assert frame.locator("[data-testid=problems-alert]").count() == 0
+
+
+@one_server
 def test_a_divergence_after_tensors_only_statistics_compared_says_it_may_start_upstream(
     page, server: str, demo_logdir: str
 ) -> None:
