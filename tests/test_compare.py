@@ -1275,6 +1275,8 @@ def test_a_divergence_names_the_earlier_tensors_only_statistics_compared_at_its_
         ("stock/kernel", "out", False),
         ("dense/kernel", "word_logits", False),  # a review: a word's logits and a throughput metric
         ("dense/kernel", "tokens_per_sec", False),
+        ("vit/cls_token", "out", False),  # the next review's: a ViT's learned token and patch embedding
+        ("vit/patch_embed/kernel", "out", False),
     ],
 )
 def test_a_divergence_says_it_may_predate_its_step_when_earlier_steps_rested_on_statistics(

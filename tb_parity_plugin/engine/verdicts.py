@@ -24,10 +24,11 @@ if TYPE_CHECKING:
 FIGURES = ("max_abs_diff", "max_rel_diff", "cosine", "mismatch_fraction", "error_ratio")
 #: Tags of an embedding table or lookup's output, whose wrong row shows only at the step that looks
 #: it up: GPT-style and word-vector names too (model/wte, token_embs, word_vectors), but a token or
-#: word name only with a table's suffix or alone (a review's word_logits and tokens_per_sec got it).
+#: word name only with a table's suffix or alone (a review's word_logits and tokens_per_sec got it);
+#: not a ViT's learned cls/mask token or its patch embedding (a convolution).
 _LOOKUP = re.compile(
-    r"embed|lookup|gather|(^|[/_:.])(embs?|wte|wpe)($|[/_:.\d])"
-    r"|(^|[/_:.])(tok(en)?|word|vocab(ulary)?)(_?(embs?|vec(tor)?s?|tables?))?($|[/:.\d])",
+    r"(?<!patch_)embed|lookup|gather|(^|[/_:.])(embs?|wte|wpe)($|[/_:.\d])"
+    r"|(^|[/_:.])(?<!cls_)(?<!mask_)(?<!class_)(tok(en)?|word|vocab(ulary)?)(_?(embs?|vec(tor)?s?|tables?))?($|[/:.\d])",
     re.IGNORECASE,
 )
 
