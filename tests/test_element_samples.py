@@ -185,3 +185,25 @@ def test_a_size_crossing_the_limit_is_no_divergence_where_one_run_sampled_it_onl
     record(str(tmp_path / "planted"), planted)
     first = compare(str(tmp_path / "planted"), baseline="tf1", candidate="tf2").first_divergence
     assert (first.step, first.tensor, first.reason, first.evidence) == (2, "h#sample", "value", "sample")
+
+
+def test_a_sample_of_a_tensor_of_another_shape_gives_no_figure(tmp_path) -> None:
+    """A new user's port padded a conv 'same' where TF1 had 'valid': the output was [16, 20, 32]
+    against [16, 18, 32], a shape divergence, and its sample beside it was "73% apart", though
+    sample positions follow a tensor's size, so the two runs sampled unrelated elements (numpy:
+    the positions differ). The sample's line now gives no figure and says why."""
+    from tb_parity_plugin.records import metadata
+
+    assert not np.array_equal(metadata.sample_positions(16 * 18 * 32), metadata.sample_positions(16 * 20 * 32))
+    for run, length in (("tf1", 18), ("tf2", 20)):
+        rec = summary_v2.Recorder(str(tmp_path / run))
+        for step in range(2):
+            with rec.step(step):
+                rec.activation("conv1d", tf.reshape(tf.range(16 * length * 32, dtype=tf.float32), (16, length, 32)))
+        rec.close()
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    first = report.first_divergence
+    assert (first.step, first.tensor, first.reason) == (0, "conv1d", "shape"), first
+    (sample,) = [d for d in report.divergences_at_first_step if d.tensor == "conv1d#sample"]
+    assert sample.max_abs_diff is None and sample.mismatch_fraction is None and sample.cosine is None, sample
+    assert "sampled positions hold unrelated elements" in (sample.note or ""), sample.note

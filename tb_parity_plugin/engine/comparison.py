@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from tb_parity_plugin.engine import align, allclose, batch, kinks, refresh, replicas, structure
-from tb_parity_plugin.engine.matrix import ABSENT, OK, REASONS, VALUE, ParityMatrix
+from tb_parity_plugin.engine.matrix import ABSENT, OK, REASONS, SHAPE, VALUE, ParityMatrix
 from tb_parity_plugin.engine.nonfinite import FirstNonfinite
 from tb_parity_plugin.engine.pair import GradientScale, Pair, take_rows
 from tb_parity_plugin.engine.tolerance import (
@@ -34,7 +34,7 @@ from tb_parity_plugin.engine.tolerance import (
     TolerancePolicy,
 )
 from tb_parity_plugin.engine.verdict_table import VerdictTable
-from tb_parity_plugin.engine.verdicts import Divergence, ParityReport, TensorDetail, ended_early
+from tb_parity_plugin.engine.verdicts import FIGURES, Divergence, ParityReport, TensorDetail, ended_early
 from tb_parity_plugin.records import metadata
 
 __all__ = ["Comparison", "compare_runs"]
@@ -301,6 +301,14 @@ class Comparison:
                 f"{metadata.SAMPLE_SIZE} elements at fixed positions of {parent}, recorded beside its statistics "
                 "for the steps whose full values it does not keep: these elements differ beyond tolerance"
             )
+            if self._shapes_differ(b.kind, parent, k):
+                # positions follow the tensor's size: a new user's conv output of another length had its
+                # sample "73% apart", elements of unrelated positions compared
+                found.update({name: None for name in FIGURES})
+                found["note"] = (
+                    f"{parent} has another shape in each run at this step (its own divergence), so the sampled "
+                    "positions hold unrelated elements: no figure of the sample means anything"
+                )
         if pair.reason[k] == VALUE:
             notes = [
                 found.get("note"),
@@ -358,6 +366,10 @@ class Comparison:
             if note:
                 found[0].note = "; ".join(n for n in (found[0].note, note) if n)
         return found
+
+    def _shapes_differ(self, kind: str, name: str, k: int) -> bool:
+        """Whether the pair of baseline tensor ``kind/name`` diverges by shape at compared step ``k``."""
+        return any(p.base.kind == kind and p.base.name == name and p.reason[k] == SHAPE for p in self._pairs)
 
     def _state_note(self, first: Pair, k: int) -> Optional[str]:
         """What a state tensor (moving statistics, a moving average) diverging first at step ``k``
