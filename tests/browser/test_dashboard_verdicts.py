@@ -33,6 +33,18 @@ def engine(logdir: str, pair: str) -> api.ParityReport:
     return api.compare(logdir, f"{pair}/tf1", f"{pair}/tf2")
 
 
+def amber_card(page, server: str, pair: str, report: api.ParityReport, headline: str):  # type: ignore[no-untyped-def]
+    """The tab's card for ``pair`` drawn in amber (a verdict weaker than an agreement), its headline
+    holding ``headline`` and its text the engine's ``verdict_text``: (frame, card)."""
+    frame = open_tab(page, server, pair)
+    card = frame.locator("[data-testid=card]")
+    assert verdict(frame) == report.verdict
+    assert "stats" in card.get_attribute("class")
+    assert headline in card.locator("[data-testid=verdict]").inner_text()
+    assert report.verdict_text in card.locator("[data-testid=verdict-text]").inner_text()
+    return frame, card
+
+
 @one_server
 def test_structure_divergence_and_the_structure_panel(page, server: str, demo_logdir: str) -> None:
     report = engine(demo_logdir, "structure")
@@ -91,12 +103,7 @@ def test_structure_divergence_and_the_structure_panel(page, server: str, demo_lo
 def test_agreement_on_statistics_is_shown_as_weaker(page, server: str, demo_logdir: str) -> None:
     report = engine(demo_logdir, "stats_clean")
     assert report.verdict == "agree within statistics" and not report.problems
-    frame = open_tab(page, server, "stats_clean")
-    card = frame.locator("[data-testid=card]")
-    assert verdict(frame) == "agree within statistics"
-    assert "stats" in card.get_attribute("class")
-    assert "agree within statistics" in card.locator("[data-testid=verdict]").inner_text()
-    assert report.verdict_text in card.locator("[data-testid=verdict-text]").inner_text()
+    frame, card = amber_card(page, server, "stats_clean", report, "agree within statistics")
     evidence = card.locator("[data-testid=evidence]").inner_text()
     assert f"{report.evidence['statistics']} by statistics" in evidence
     assert f"{report.evidence['values']} element-wise" in evidence
@@ -107,12 +114,7 @@ def test_agreement_on_statistics_is_shown_as_weaker(page, server: str, demo_logd
 def test_read_problems_make_no_agreement_and_are_shown_beside_the_verdict(page, server: str, demo_logdir: str) -> None:
     report = engine(demo_logdir, "stats")
     assert report.verdict == "incomplete" and report.problems and not report.agree
-    frame = open_tab(page, server, "stats")
-    card = frame.locator("[data-testid=card]")
-    assert verdict(frame) == "incomplete"
-    assert "stats" in card.get_attribute("class")  # drawn in amber, apart from an agreement
-    assert "not an agreement" in card.locator("[data-testid=verdict]").inner_text()
-    assert report.verdict_text in card.locator("[data-testid=verdict-text]").inner_text()
+    frame, _ = amber_card(page, server, "stats", report, "not an agreement")
     alert = frame.locator("[data-testid=problems-alert]")
     assert f"{len(report.problems)} read problem" in alert.inner_text()
     for p in report.problems:
@@ -127,12 +129,7 @@ def test_a_port_that_stopped_early_is_no_agreement_in_the_tab(page, server: str,
     report = engine(demo_logdir, "short")
     assert report.verdict == "incomplete" and not report.problems
     assert report.ended_early == {"short/tf2": {"last": 5, "other_last": 8, "steps": 3}}
-    frame = open_tab(page, server, "short")
-    card = frame.locator("[data-testid=card]")
-    assert verdict(frame) == "incomplete"
-    assert "stats" in card.get_attribute("class")
-    assert "'short/tf2' ended early: not an agreement" in card.locator("[data-testid=verdict]").inner_text()
-    assert report.verdict_text in card.locator("[data-testid=verdict-text]").inner_text()
+    frame, _ = amber_card(page, server, "short", report, "'short/tf2' ended early: not an agreement")
     assert frame.locator("[data-testid=problems-alert]").count() == 0
 
 
