@@ -62,3 +62,11 @@ def test_a_run_logged_more_sparsely_has_not_ended_early(tmp_path) -> None:
     assert api.compare(str(tmp_path), baseline="tf1", candidate="tf2").ended_early == {
         "tf2": {"last": 24, "other_last": 29, "steps": 5}
     }
+
+
+def test_a_run_one_step_short_has_ended_early() -> None:
+    """Every step to 4 against every step to 5: the one step it would have logged next is missing."""
+    from tb_parity_plugin.engine.verdicts import ended_early
+
+    assert ended_early({"tf1": np.arange(6), "tf2": np.arange(5)}) == {"tf2": {"last": 4, "other_last": 5, "steps": 1}}
+    assert ended_early({"tf1": np.arange(30), "tf2": np.arange(0, 30, 3)}) == {}  # its next step would be 30

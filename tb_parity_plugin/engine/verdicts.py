@@ -71,9 +71,10 @@ class Divergence:
 
 
 def ended_early(steps: dict[str, np.ndarray]) -> dict[str, dict[str, int]]:
-    """Runs (name -> sorted unique logged steps) that end before another: that one logged a step
-    past this run's last by more than this run's own largest logging interval (a run logged every
-    3rd step, its last at 27, has not ended early against one logged to step 29)."""
+    """Runs (name -> sorted unique logged steps) that end before another: that one logged the step
+    this run would have logged next, or a later one (its last plus its own largest logging interval:
+    a run logged every 3rd step, its last at 27, has not ended early against one logged to step 29;
+    a run logged every step to 4 has against one logged to 5)."""
     found = {}
     for name, own in steps.items():
         for other_name, other in steps.items():
@@ -81,7 +82,7 @@ def ended_early(steps: dict[str, np.ndarray]) -> dict[str, dict[str, int]]:
                 continue
             interval = int(np.diff(own).max()) if len(own) > 1 else 1
             last = int(own[-1])
-            if int(other[-1]) > last + interval:
+            if int(other[-1]) >= last + interval:
                 found[name] = {
                     "last": last,
                     "other_last": int(other[-1]),
