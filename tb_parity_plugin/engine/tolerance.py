@@ -268,8 +268,8 @@ class TolerancePolicy:
     #: Read problems in the compared runs (corrupt or truncated records) make "no divergence"
     #: an ``incomplete`` verdict, since what was not read may diverge; True accepts them.
     accept_read_problems: bool = False
-    #: A run that ends before the other (the other logged steps past its last one, by more than its
-    #: own logging interval) makes "no divergence" ``incomplete`` too: the steps it did not train
+    #: A run that ends before the other (the other logged the step it would have logged next, or a
+    #: later one: ``verdicts.ended_early``) makes "no divergence" ``incomplete`` too: the steps it did not train
     #: were never compared (a new user's port trained one epoch too few and agreed). True accepts it
     #: (a port still training, or one trained shorter on purpose).
     accept_fewer_steps: bool = False
