@@ -1139,7 +1139,7 @@ class Comparison:
         if not _MOMENTUM.search(f"{pair.base.name} {pair.cand.name}"):
             return ""
         rates = {
-            float(np.ravel(series.values[int(rows[j])])[0])
+            _scalar_at(series, rows, j)
             for lr in self._pairs
             if lr.base.kind == "lr" and lr.use_values
             for series, rows in ((lr.base, lr.ib), (lr.cand, lr.ic))
@@ -1381,7 +1381,7 @@ class Comparison:
             ):
                 continue
             lrs = {
-                side: tuple(float(np.ravel(series.values[int(rows[j])])[0]) for j in (k - 1, k))
+                side: tuple(_scalar_at(series, rows, j) for j in (k - 1, k))
                 for side, series, rows in (("baseline", lr.base, lr.ib), ("candidate", lr.cand, lr.ic))
             }
             for keras, (before, now) in lrs.items():
@@ -2010,6 +2010,11 @@ def _decays_as_staircase_schedule(steps: np.ndarray, values: np.ndarray) -> bool
         if np.max(np.abs(form - fit) * relative) <= _SCHEDULE_FORM_RTOL:
             return True
     return False
+
+
+def _scalar_at(series: Any, rows: np.ndarray, j: int) -> float:
+    """A scalar series' value (an lr) at compared step ``j``, which its ``rows`` must hold."""
+    return float(np.ravel(series.values[int(rows[j])])[0])
 
 
 def _decayed_peak(series: Any, rows: np.ndarray, steps: np.ndarray, k: int) -> float:

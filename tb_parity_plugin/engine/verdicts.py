@@ -77,12 +77,12 @@ def ended_early(steps: dict[str, np.ndarray]) -> dict[str, dict[str, int]]:
     a run logged every step to 4 has against one logged to 5)."""
     found = {}
     for name, own in steps.items():
+        if not len(own):
+            continue
+        last = int(own[-1])
+        interval = int(np.diff(own).max()) if len(own) > 1 else 1
         for other_name, other in steps.items():
-            if other_name == name or not len(own) or not len(other):
-                continue
-            interval = int(np.diff(own).max()) if len(own) > 1 else 1
-            last = int(own[-1])
-            if int(other[-1]) >= last + interval:
+            if other_name != name and len(other) and int(other[-1]) >= last + interval:
                 found[name] = {
                     "last": last,
                     "other_last": int(other[-1]),
