@@ -30,8 +30,10 @@ W1 = (RNG.standard_normal((D, H)) * 0.5).astype(np.float32)
 W2 = (RNG.standard_normal((H, C)) * 0.5).astype(np.float32)
 
 
-def _tf1(run_dir: str, dropout: float = 0.0) -> None:
-    """The original; with ``dropout``, a dropout layer (graph seed 2) recorded after the first."""
+def _tf1(run_dir: str, dropout: float = 0.0, training: bool = True) -> None:
+    """The original; with ``dropout``, a dropout layer (graph seed 2) recorded after the first,
+    called with ``training=True`` or, with ``training=False``, as TF1 code often does: without it
+    (``tf.compat.v1.layers.dropout`` is off by default)."""
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(2)
         rec = summary_v1.Recorder(run_dir)
@@ -43,7 +45,12 @@ def _tf1(run_dir: str, dropout: float = 0.0) -> None:
         )
         h = rec.activation("dense", dense)
         if dropout:
-            h = rec.activation("dropout", tf.compat.v1.layers.dropout(h, dropout, training=True))
+            dropped = (
+                tf.compat.v1.layers.dropout(h, dropout, training=True)
+                if training
+                else tf.compat.v1.layers.dropout(h, dropout)
+            )
+            h = rec.activation("dropout", dropped)
         logits = tf.compat.v1.layers.dense(h, C, name="dense_1", kernel_initializer=tf.constant_initializer(W2))
         if not dropout:
             rec.activation("dense_1", logits)
@@ -184,6 +191,29 @@ def test_dropout_masks_drawn_otherwise_are_named_as_such(tmp_path) -> None:
     assert (first.step, first.kind, first.tensor) == (0, "activation", "dropout"), first
     assert f"each of its {int(apart.sum())} elements out of tolerance is exactly 0 in one run only" in first.note
     assert "a different random mask" in first.note and "training flag" not in first.note
+
+
+def test_dropout_on_in_one_run_only_is_named_with_its_rate(tmp_path) -> None:
+    """The classic porting bug, from a trial whose note was generic: the TF1 original calls
+    ``tf.compat.v1.layers.dropout(h, rate)`` without ``training=True``, so its dropout never ran,
+    and the Keras port's runs under ``fit``. Numpy: the original's dropout output is its input,
+    and each element out of tolerance in the port is 0 or h / (1 - rate)."""
+    _tf1(str(tmp_path / "tf1"), dropout=RATE, training=False)
+    _dropout_fit(str(tmp_path / "tf2"))
+    tf1, tf2 = tensors_by_step(str(tmp_path / "tf1")), tensors_by_step(str(tmp_path / "tf2"))
+    h = np.asarray(tf1[0][("activation", "dense")][2]).reshape(-1)
+    off = np.asarray(tf1[0][("activation", "dropout")][2]).reshape(-1)
+    on = np.asarray(tf2[0][("activation", "dropout")][2]).reshape(-1)
+    np.testing.assert_array_equal(off, h)
+    apart = ~np.isclose(on, off, rtol=1e-7, atol=1e-5)
+    assert apart.any() and (on[apart] == 0).any() and (on[apart] != 0).any()
+    np.testing.assert_allclose(on[apart & (on != 0)], h[apart & (on != 0)] / (1 - RATE), rtol=1e-6)
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert (first.step, first.kind, first.tensor) == (0, "activation", "dropout"), first
+    assert (
+        f"in 'tf2' each of its {int(apart.sum())} elements out of tolerance is 0 or 1.42857 times its value in "
+        "'tf1': dropout of rate 0.3 is on in 'tf2' only"
+    ) in first.note, first.note
 
 
 def test_no_batch_hint_when_the_input_agrees_or_a_weight_is_one_runs_only() -> None:

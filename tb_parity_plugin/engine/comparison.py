@@ -602,6 +602,16 @@ class Comparison:
         padded = self._repeats_last_step(first, k)
         if padded:
             return f"{agree} at this step; {padded}"
+        dropout = self._dropout_in_one_run(first, k)
+        if dropout is not None:
+            on, out, scale = dropout
+            off = self.cand.name if on == self.base.name else self.base.name
+            return (
+                f"{agree} at this step, and in '{on}' each of its {out} elements out of tolerance is 0 or "
+                f"{scale:.6g} times its value in '{off}': dropout of rate {1 - 1 / scale:.3g} is on in '{on}' only (inverted "
+                "dropout keeps x / (1 - rate)). tf.compat.v1.layers.dropout and a Keras layer called without "
+                "training=True leave it off, and so does a keep_prob of 1 or a rate of 0 fed at this step"
+            ) + self._positions_note(first, k)
         masked = self._zero_in_one_run(first, k)
         if masked:
             return (
@@ -633,7 +643,8 @@ class Comparison:
                 )
             return (
                 f"{agree} at this step: this layer computes another function of its input (activation, padding, "
-                "epsilon, training flag), or reads an input not recorded" + self._positions_note(first, k)
+                "epsilon, a training flag: dropout or batch normalization in training mode in one run only), or "
+                "reads an input not recorded" + self._positions_note(first, k)
             )
         # both, neither first: a new user's attention scaled by 1/d_model in a custom loop was told of
         # fit's shuffling first; record the layer's input (rec.activation) to tell the two apart
@@ -700,6 +711,29 @@ class Comparison:
             "on one side only, an attention or padding mask, a sequence_length), and only the real positions "
             "need agree"
         )
+
+    def _dropout_in_one_run(self, pair: Pair, k: int) -> Optional[tuple[str, int, float]]:
+        """(the run, elements out of tolerance, the scale) when at step ``k`` each element out of
+        tolerance is, in one run, 0 or the other run's value times one scale above 1, some of each:
+        inverted dropout on in that run only. The classic porting bug: TF1's
+        ``tf.compat.v1.layers.dropout(h, rate)`` is off unless given ``training=True``, and a
+        trial's port with dropout on was told "another function (... training flag)"."""
+        out = self._elements_out(pair, k)
+        both = pair.step_values(k)
+        if out is None or not len(out) or both is None:
+            return None
+        for name, one, other in ((self.base.name, *both), (self.cand.name, *both[::-1])):
+            a, b = one[out].astype(np.float64), other[out].astype(np.float64)
+            dropped = (a == 0) & (b != 0)
+            kept = ~dropped
+            if not dropped.any() or not kept.any() or (b[kept] == 0).any():
+                continue
+            ratio = a[kept] / b[kept]
+            scale = float(np.median(ratio))
+            # float32 rounding of x * (1 / (1 - rate)): a few ulps; 1e-5 is a hundred of them
+            if scale > 1 and bool(np.all(np.abs(ratio - scale) <= 1e-5 * scale)):
+                return name, len(out), scale
+        return None
 
     def _zero_in_one_run(self, pair: Pair, k: int) -> int:
         """How many elements are out of tolerance at step ``k`` when each of them is exactly 0 in
