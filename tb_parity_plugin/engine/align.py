@@ -1241,12 +1241,31 @@ class _Pairing:
         for kind in sorted({s.kind for s in self.base}):
             for bs, cs in self._free_groups(kind).values():
                 if len(bs) == len(cs):
-                    for b, c in zip(bs, cs):
+                    for b, c in _by_leaf_then_order(bs, cs):
                         self.pair((b.kind, b.name), (c.kind, c.name), "fallback")
                 else:
                     for b in bs:
                         candidates[(b.kind, b.name)] = [(c.kind, c.name) for c in cs if _same_role(b, c, centered)]
         return candidates
+
+
+def _by_leaf_then_order(bs: list[SeriesLike], cs: list[SeriesLike]) -> list[tuple[SeriesLike, SeriesLike]]:
+    """Equally many free tensors of one kind and shape per side, paired: the k-th of each leaf
+    name (``gamma``, ``beta``) with the k-th of the same leaf when each side holds every leaf as
+    often, else the k-th with the k-th in execution order. BERT's layer norm creates ``beta``
+    before ``gamma`` and Keras's ``gamma`` first: under scopes named otherwise, a faithful port
+    was paired crosswise, a false DIVERGE at step 0 (gamma starts at 1, beta at 0)."""
+
+    def by_leaf(side: list[SeriesLike]) -> dict[str, list[SeriesLike]]:
+        leaves: dict[str, list[SeriesLike]] = {}
+        for s in side:
+            leaves.setdefault(s.name.rpartition("/")[2].removesuffix(":0"), []).append(s)
+        return leaves
+
+    lb, lc = by_leaf(bs), by_leaf(cs)
+    if {k: len(v) for k, v in lb.items()} != {k: len(v) for k, v in lc.items()}:
+        return list(zip(bs, cs))
+    return [pair for leaf, group in lb.items() for pair in zip(group, lc[leaf])]
 
 
 def _same_role(b: SeriesLike, c: SeriesLike, centered: Sequence[frozenset[str]]) -> bool:
