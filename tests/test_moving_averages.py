@@ -10,6 +10,8 @@ by name. Every expectation is checked against numpy's recursion on the logged we
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -52,14 +54,17 @@ def _tf1(run_dir: str, momentum: float, ema: bool = True) -> None:
         tf1_session.train(rec, train_op, (x, y), (X, Y), STEPS, BATCH)
 
 
-def _keras(run_dir: str, momentum: float, ema_momentum: float) -> None:
-    """The port: Keras defaults (zero biases), ``use_ema`` on the optimizer, trained by ``fit``."""
+def _keras(run_dir: str, momentum: float, ema_momentum: float, overwrite: Optional[int] = None) -> None:
+    """The port: Keras defaults (zero biases), ``use_ema`` on the optimizer (its weights replaced by
+    the averages every ``overwrite`` iterations), trained by ``fit``."""
     model = tf.keras.Sequential(
         [tf.keras.Input((D,)), tf.keras.layers.Dense(H, "tanh", name="dense"), tf.keras.layers.Dense(C, name="dense_1")]
     )
     model.get_layer("dense").kernel.assign(W1)
     model.get_layer("dense_1").kernel.assign(W2)
-    optimizer = tf.keras.optimizers.SGD(LR, momentum=momentum, use_ema=True, ema_momentum=ema_momentum)
+    optimizer = tf.keras.optimizers.SGD(
+        LR, momentum=momentum, use_ema=True, ema_momentum=ema_momentum, ema_overwrite_frequency=overwrite
+    )
     model.compile(optimizer, tf.keras.losses.CategoricalCrossentropy(from_logits=True))
     rec = summary_v2.Recorder(run_dir)
     summary_v2.instrument(model, rec)
@@ -118,3 +123,32 @@ def test_an_average_the_original_lacks_is_one_run_only_and_not_a_slot_created_tw
     only = [(d.kind, d.candidate_tensor, d.note) for d in report.divergences_at_first_step]
     assert sorted(t for _, t, _ in only) == sorted(f"average/{n}" for n in VARIABLES), only
     assert all(kind == "state" and "created twice" not in note for kind, _, note in only), only
+
+
+def test_weights_replaced_by_their_averages_in_one_run_are_named_so(tmp_path) -> None:
+    """tf_keras's ``RMSprop`` alone defaults ``ema_overwrite_frequency`` to 100: a trial's faithful
+    ``use_ema=True`` port jumped at step 100 and was told to compare epsilon, betas and clipping.
+    Here every 3 iterations. Numpy: the port's weights equal its own recorded averages at the
+    first such step and are out of tolerance of the original's there, which never replaces them."""
+    _tf1(str(tmp_path / "tf1"), 0.9)
+    _keras(str(tmp_path / "tf2"), 0.9, DECAY, overwrite=3)
+    tf1, tf2 = tensors_by_step(str(tmp_path / "tf1")), tensors_by_step(str(tmp_path / "tf2"))
+    kernel = "dense/kernel"
+    replaced = [
+        s
+        for s in range(1, STEPS)
+        if np.array_equal(tf2[s][("weight", f"{kernel}:0")][2], tf2[s][("state", f"average/{kernel}")][2])
+    ]
+    assert replaced, "the port never replaced its weights"
+    step = replaced[0]
+    for s in range(step):  # before it, the weights agree: the port is faithful but for the replacing
+        np.testing.assert_allclose(
+            tf2[s][("weight", f"{kernel}:0")][2], tf1[s][("weight", f"{kernel}:0")][2], atol=1e-6
+        )
+    assert np.abs(tf2[step][("weight", f"{kernel}:0")][2] - tf1[step][("weight", f"{kernel}:0")][2]).max() > 1e-3
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert (first.step, first.kind) == (step, "weight"), first
+    assert (
+        f"in 'tf2' this weight equals its own moving average (average/{first.candidate_tensor.removesuffix(':0')}) "
+        "at this step, element for element, and in 'tf1' it does not"
+    ) in first.note, first.note

@@ -312,7 +312,9 @@ class Comparison:
         if pair.reason[k] == VALUE:
             notes = [
                 found.get("note"),
-                self._moved_by_the_update(pair, k, slot_gaps) if b.kind == "weight" and not found.get("note") else None,
+                (self._overwritten_by_average(pair, k) or self._moved_by_the_update(pair, k, slot_gaps))
+                if b.kind == "weight" and not found.get("note")
+                else None,
                 (
                     self._slot_starts_otherwise(pair, k)
                     or self._momentum_at_lr_change(pair, k)
@@ -838,6 +840,35 @@ class Comparison:
                     "fills with zeros and a masked Keras LSTM/GRU with return_sequences=True with the last state "
                     "(zero_output_for_mask); compare the real steps only, or zero the padded ones by the mask"
                 )
+        return None
+
+    def _overwritten_by_average(self, pair: Pair, k: int) -> Optional[str]:
+        """The run whose weight at step ``k`` is its own recorded moving average there, element for
+        element, when the other's is not (None otherwise): that run replaced its weights by their
+        averages. tf_keras's ``RMSprop`` alone defaults ``ema_overwrite_frequency`` to 100, so a
+        trial's faithful ``use_ema=True`` port jumped at step 100 and was told to compare epsilon,
+        betas and clipping."""
+        weights = (align.variable_of("weight", pair.base.name), align.variable_of("weight", pair.cand.name))
+        want = tuple((v[0], "average") for v in weights if v is not None)
+        for p in self._pairs:
+            if p.base.kind != "state" or (
+                (align.variable_of("state", p.base.name), align.variable_of("state", p.cand.name)) != want
+            ):
+                continue
+            values, averages = pair.step_values(k), p.step_values(k)
+            if values is None or averages is None:
+                return None
+            same = [bool(np.array_equal(w, a)) for w, a in zip(values, averages)]
+            if same[0] == same[1]:
+                return None
+            run, other = (self.base.name, self.cand.name) if same[0] else (self.cand.name, self.base.name)
+            average = p.base.name if same[0] else p.cand.name
+            return (
+                f"in '{run}' this weight equals its own moving average ({average}) at this step, element for "
+                f"element, and in '{other}' it does not: '{run}' replaced its weights by their averages "
+                "(tf_keras's use_ema=True with ema_overwrite_frequency, which RMSprop alone sets to 100 by "
+                "default; ema_overwrite_frequency=None keeps the weights), or its code assigns them"
+            )
         return None
 
     def _moved_by_the_update(self, pair: Pair, k: int, slot_gaps: Sequence[tuple[Pair, float]] = ()) -> Optional[str]:
