@@ -252,6 +252,12 @@ SLOT_ROLES = {
     "vhat": "vhat",
     "rms": "v",
     "accumulator": "accumulator",
+    # BERT's AdamWeightDecayOptimizer and the LAMB copies (shim/slots.py MOMENT_LEAVES): Adam's
+    # moments without bias correction, kept as plain variables the TF1 shim records as slots
+    "adam_m": "m",
+    "adam_v": "v",
+    "lamb_m": "m",
+    "lamb_v": "v",
 }
 _PREFIX_SLOT_ROLES = ("m", "v", "vhat", "momentum", "velocity", "accumulator", "average_gradient")
 #: The power of the gradient each role sums: first moments and momenta ``g``, second moments and
@@ -262,7 +268,10 @@ ROLE_MOMENT = {"m": 1, "mg": 1, "v": 2, "vhat": 2, "accumulator": 2}
 #: that sum (momentum ``m s + g``, Adagrad's accumulator), which move by the sum. tf_keras spells
 #: both SGD's momentum and Adam's first moment ``m``: a slot is averaging only when a side says so
 #: and neither says it sums (``Pair.allowance``; unknown: summing, the looser bound).
-AVERAGING_SPELLINGS = frozenset({"Adam", "Adam_1", "RMSProp", "v", "vhat", "velocity", "rms", "mg", "average_gradient"})
+AVERAGING_SPELLINGS = frozenset(
+    {"Adam", "Adam_1", "RMSProp", "v", "vhat", "velocity", "rms", "mg", "average_gradient"}
+    | {"adam_m", "adam_v", "lamb_m", "lamb_v"}
+)
 SUMMING_SPELLINGS = frozenset({"Momentum", "momentum", "Adagrad", "accumulator"})
 
 
