@@ -101,6 +101,11 @@ class Recorder(BaseRecorder):
     def _snapshot(self, var: Any, tag: str) -> tf.Tensor:
         return _read_copy(var)
 
+    def _moment_candidates(self) -> list[Any]:
+        """The graph's global variables: BERT's ``AdamWeightDecayOptimizer`` keeps its moments there,
+        not as slots, so ``rec.slots(opt, tvars)`` and ``rec.variables(tvars, optimizer=opt)`` find them."""
+        return list(tf.compat.v1.global_variables())
+
     # -- building -----------------------------------------------------------------
     def _build(self) -> Blocks:
         if self._blocks is None:

@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from tb_parity_plugin.records import metadata, writer
 from tb_parity_plugin.shim import health_tf, slots
+from tb_parity_plugin.shim.slots import Slot
 from tb_parity_plugin.shim.variables import is_variable, model_variables, variable_name
 
 __all__ = ["BaseRecorder", "Blocks", "Entry", "build_blocks", "variable_name"]
@@ -190,6 +191,11 @@ class BaseRecorder:
         """The value of a variable as read now (``tag`` names it in errors)."""
         raise NotImplementedError
 
+    def _moment_candidates(self) -> list[Any]:
+        """Variables where a BERT-style optimizer's moments may be (``slots.named_moments``) beyond
+        those passed in: none here; TF1's global variables in ``summary_v1``."""
+        return []
+
     # AutoGraph strips the docstring of a body that is only a docstring and fails on what is left:
     # a tf.function recording inside Python control flow (a loop over layers) printed "AutoGraph
     # could not transform ... _after_read ... Please report this to the TensorFlow team"
@@ -287,11 +293,18 @@ class BaseRecorder:
         optimizer whose update is not built yet).
         """
         var_list = list(variables)
+        return self._slots(optimizer, var_list, slots.named_moments(var_list, self._moment_candidates()), required)
+
+    def _slots(self, optimizer: Any, var_list: list[Any], moments: dict[int, list[Slot]], required: bool) -> list:
+        """:meth:`slots`, with each variable's BERT-style moments (``slots.named_moments``) among
+        its slots: BERT's ``AdamWeightDecayOptimizer`` keeps them outside ``get_slot``."""
         slots.build_slots(optimizer, var_list)
         lr = None
         out = []
         for var in var_list:
             found = slots.slots_of(optimizer, var)
+            held = {id(s.variable) for s in found}
+            found += [m for m in moments.get(id(var), []) if id(m.variable) not in held]
             if not found and required:
                 raise ValueError(
                     f"tb_parity: {type(optimizer).__name__} keeps no slot for {variable_name(var)!r} "
@@ -313,20 +326,27 @@ class BaseRecorder:
         GAN's two), also the slots each keeps for the trainable ones (an optimizer without slots
         records none), and the moving averages a Keras ``use_ema`` optimizer keeps, as ``state`` (as
         TF1's ``ExponentialMovingAverage`` shadows are: see ``slots.AVERAGE_ROLE``). The given
-        optimizers' own variables (slots, counters, Adam's beta powers) are never recorded as ``state``."""
+        optimizers' own variables (slots, counters, Adam's beta powers) are never recorded as ``state``.
+        Nor are the moments BERT's ``AdamWeightDecayOptimizer`` (and the LAMB copies) keep as plain
+        variables, ``<variable>/adam_m`` and ``/adam_v`` (``slots.named_moments``): they are that
+        variable's slots, with or without ``optimizer``, so they pair with a Keras port's ``m`` and ``v``."""
         var_list = model_variables(variables)
         optimizers = (
             [] if optimizer is None else list(optimizer) if isinstance(optimizer, (list, tuple)) else [optimizer]
         )
+        trainable = [v for v in var_list if getattr(v, "trainable", True)]
+        moments = slots.named_moments(trainable, [*var_list, *(self._moment_candidates() if optimizers else [])])
         owned = {id(opt_var) for opt in optimizers for opt_var in _optimizer_variables(opt)}
+        owned |= {id(m.variable) for found in moments.values() for m in found}
         out = [
             self._variable("weight" if getattr(v, "trainable", True) else "state", v)
             for v in var_list
             if id(v) not in owned
         ]
-        trainable = [v for v in var_list if getattr(v, "trainable", True)]
-        for opt in optimizers:
-            out += self.slots(opt, trainable, required=False)
+        if not optimizers:
+            out += [self._variable("slot", m.variable, m.name) for v in trainable for m in moments.get(id(v), [])]
+        for i, opt in enumerate(optimizers):  # the moments once (a second optimizer would re-read them)
+            out += self._slots(opt, trainable, moments if i == 0 else {}, required=False)
             out += [self._variable("state", a.variable, a.name) for v in trainable for a in slots.averages_of(opt, v)]
         return out
 

@@ -168,6 +168,44 @@ def averages_of(optimizer: Any, var: Any) -> list[Slot]:
     return [slot for role, slot in _keras_variables_of(optimizer, var) if role == AVERAGE_ROLE]
 
 
+#: The leaves BERT's ``AdamWeightDecayOptimizer`` (google-research/bert ``optimization.py``, copied
+#: by ELECTRA, ALBERT and thousands of fine-tuning projects) gives the two moments it keeps as plain
+#: variables (``get_variable``), ``<variable>/adam_m`` and ``/adam_v``; the LAMB optimizers built on it give
+#: theirs (ALBERT's ``adam_m``/``adam_v``, others' ``lamb_m``/``lamb_v``): ``b m + (1 - b) g`` and
+#: ``b v + (1 - b) g²``, Adam's moments without bias correction. They are no TF1 slots (``get_slot``
+#: finds none), so ``rec.variables`` once recorded them as ``state`` and the Keras port's ``m``/``v``
+#: as slots: a new user's BERT port had 96 structure lines, and the hint's ``--allow-unmatched``
+#: left every moment uncompared. ``engine/align.py`` reads these spellings as Adam's ``m`` and ``v``.
+MOMENT_LEAVES = ("adam_m", "adam_v", "lamb_m", "lamb_v")
+
+
+def _shape(var: Any) -> tuple[Optional[int], ...]:
+    return tuple(tf.TensorShape(var.shape).as_list())
+
+
+def named_moments(var_list: list[Any], candidates: list[Any]) -> dict[int, list[Slot]]:
+    """id(variable) -> the moments among ``candidates`` that a BERT-style optimizer keeps for it
+    (:data:`MOMENT_LEAVES`), in that order: a non-trainable variable named ``<variable>/adam_m``
+    (...) of the variable's own shape. Both conditions, so that a user's own non-trainable
+    ``<variable>/adam_v`` of another shape stays ``state``. Named as they are (a TF1 slot's record
+    name is its own name too)."""
+    trainable = [v for v in var_list if getattr(v, "trainable", True)]
+    if not trainable:
+        return {}
+    by_name: dict[str, Any] = {}
+    for c in candidates:
+        if not getattr(c, "trainable", True):
+            by_name.setdefault(_strip(variable_name(c)), c)
+    found: dict[int, list[Slot]] = {}
+    for var in trainable:
+        stem = _strip(variable_name(var))
+        for leaf in MOMENT_LEAVES:
+            moment = by_name.get(f"{stem}/{leaf}")
+            if moment is not None and _shape(moment) == _shape(var):
+                found.setdefault(id(var), []).append(Slot(variable_name(moment), moment))
+    return found
+
+
 def current_lr(optimizer: Any, dtype: tf.DType = tf.float32) -> Optional[tf.Tensor]:
     """The learning rate ``optimizer`` applies at its current iteration (None if unknown).
 
