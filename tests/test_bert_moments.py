@@ -237,6 +237,34 @@ def test_a_wrong_beta_diverges_on_its_moment_where_numpy_parts_them(
     assert f"the two {wrong}s differ" in note and f"the candidate's is {value:.4g}" in note, note
 
 
+def test_moments_recorded_as_state_are_told_as_the_ports_slots_not_to_be_silenced(tmp_path) -> None:
+    """Runs recorded the old way (the moments as ``state``): each line says the other run records
+    the same quantity as a slot, and no line suggests ``--allow-unmatched 'state/*'`` or says a
+    run keeps no state or no slot at all."""
+    train_tf1(str(tmp_path / "tf1"), record="as_state")
+    train_port(str(tmp_path / "tf2"))
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert report.first_divergence.reason == "structure"
+    notes = {(d.kind, d.tensor or d.candidate_tensor): d.note or "" for d in report.divergences_at_first_step}
+    assert len(notes) == 9, list(notes)
+    assert "'tf2' records it as slot/v/dense/kernel: the same quantity" in notes[("state", "dense/kernel/adam_v:0")]
+    assert "'tf1' records this moment as state/dense/bias/adam_m:0" in notes[("slot", "m/dense/bias")]
+    assert "rec.variables" in notes[("state", "dense/kernel/adam_m:0")]
+    counter = notes.pop(("state", "examples_seen:0"))  # a state of TF1's own: the glob, and what else it hides
+    assert "'tf2' recorded no state at all" in counter, counter
+    assert "--allow-unmatched 'state/*' (which would also leave the 4 optimizer moment(s)" in counter, counter
+    for note in notes.values():
+        assert "--allow-unmatched '" not in note and "at all" not in note, note
+    train_port(str(tmp_path / "bare"), slots=False)  # a port recording no slot: told to record them
+    report = compare(str(tmp_path), baseline="tf1", candidate="bare")
+    notes = {(d.kind, d.tensor): d.note or "" for d in report.divergences_at_first_step}
+    notes.pop(("state", "examples_seen:0"))
+    assert len(notes) == 4, list(notes)
+    first = notes[("state", "dense/kernel/adam_m:0")]
+    assert "'bare' records no slot of that variable" in first and "--allow-unmatched would leave it uncompared" in first
+    assert not any("at all" in note or "--allow-unmatched '" in note for note in notes.values()), notes
+
+
 def _one_step(rec: Any, train: Any, feed: Optional[dict] = None) -> set[tuple[str, str]]:
     """Runs ``train`` once with ``rec.fetches``, writes it as step 0; the (kind, name)s on disk."""
     fetches = rec.fetches

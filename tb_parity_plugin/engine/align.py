@@ -284,6 +284,26 @@ def _slot_parts(name: str) -> tuple[str, str]:
     return (rest, first) if rest and first in _PREFIX_SLOT_ROLES else (name, "")
 
 
+#: Words in a name's last part that say it holds an optimizer's moment though no spelling of
+#: :data:`SLOT_ROLES` (``dense/kernel/Momentum_3``, ``first_moment``, ``adam_mu``).
+_MOMENT_WORDS = ("momentum", "moment", "velocity", "accumulator", "adam", "lamb")
+
+
+def moment_like(name: str) -> Optional[tuple[str, str]]:
+    """(variable, role, "" when the spelling says none) when ``name``, whatever kind it was recorded
+    as, is spelled as an optimizer's moment of a variable (:data:`SLOT_ROLES`, :data:`_MOMENT_WORDS`);
+    else None. For the structure hints: a moment recorded as ``state`` in one run and as a slot in
+    the other is one quantity under two kinds (``engine/structure.py``)."""
+    name = _strip_output_index(name)
+    var, spelled = _slot_parts(name)
+    if spelled:
+        return var, SLOT_ROLES[spelled]
+    var, _, leaf = name.rpartition("/")
+    if var and any(word in leaf.lower() for word in _MOMENT_WORDS):
+        return var, ""
+    return None
+
+
 def slot_rule(base_name: str, cand_name: str) -> tuple[int, bool]:
     """(the power of the gradient two paired slots hold, :data:`ROLE_MOMENT`, 0 when unknown;
     whether they hold a moving average, :data:`AVERAGING_SPELLINGS`), for ``Pair.allowance``."""

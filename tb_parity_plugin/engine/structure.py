@@ -133,12 +133,58 @@ def structure_of(base: Any, cand: Any, alignment: align.Alignment, allow_unmatch
                     "how": m.how,
                 }
             )
+    _moments_of_two_kinds(base, cand, alignment, [only_in[base.name], only_in[cand.name]])
     twice = {run.name: _created_twice(run, keys) for run, keys in sides}
     suggested = suggest_maps(base, cand, alignment, allowed)
     kinds = {run.name: sorted({s.kind for s in run.tensors.values()}) for run, _ in sides}
     return Structure(
         base.name, cand.name, only_in, variables, mismatches, twice, tuple(allow_unmatched), suggested, kinds
     )
+
+
+def _moments_of_two_kinds(
+    base: Any, cand: Any, alignment: align.Alignment, entries: list[list[dict[str, Any]]]
+) -> None:
+    """Marks each unmatched ``state`` named as an optimizer moment of a weight of its run, of that
+    weight's shape (``align.moment_like``), with ``moment_of`` (the weight's tag) and ``recorded_as``
+    (the other run's slots of the weight paired with it, of the same role when the name says one);
+    those slots, when unmatched, get ``recorded_as`` the state. BERT's ``AdamWeightDecayOptimizer``
+    keeps its moments as plain variables (``<variable>/adam_m``), which the TF1 shim recorded as
+    ``state`` once, beside the Keras port's ``m``/``v`` slots: 96 structure lines, told
+    the runs kept no state or no slots at all, and the hint's ``--allow-unmatched 'state/*' 'slot/*'``
+    left every moment uncompared (``first_of`` now says they are one quantity under two kinds)."""
+    runs = (base, cand)
+    if base.name == cand.name:
+        return
+    partner: dict[tuple[int, tuple[str, str]], tuple[str, str]] = {}
+    for m in alignment.matches:
+        if m.base[0] == "weight" and m.cand[0] == "weight":
+            partner[(0, m.base)], partner[(1, m.cand)] = m.cand, m.base
+    keys = (alignment.unmatched_base, alignment.unmatched_cand)
+    by_key = [dict(zip(side_keys, side_entries)) for side_keys, side_entries in zip(keys, entries)]
+    for side, run in enumerate(runs):
+        other = runs[1 - side]
+        weights = {s.name.removesuffix(":0"): key for key, s in run.tensors.items() if s.kind == "weight"}
+        centered = align.centered_rmsprop(s.name for s in other.tensors.values() if s.kind == "slot")
+        slots_of: dict[str, list[tuple[tuple[str, str], str]]] = {}  # the other run's variable -> [(slot, role)]
+        for key, o in other.tensors.items():
+            found = align.variable_of(o.kind, o.name, centered) if o.kind == "slot" else None
+            if found is not None and not metadata.is_sample(o.name):
+                slots_of.setdefault(found[0], []).append((key, found[1]))
+        for key, entry in by_key[side].items():
+            s = run.tensors[key]
+            named = align.moment_like(s.name) if s.kind == "state" and not metadata.is_sample(s.name) else None
+            weight = weights.get(named[0]) if named else None
+            if named is None or weight is None or tuple(run.tensors[weight].shape) != tuple(s.shape):
+                continue
+            entry["moment_of"] = f"weight/{run.tensors[weight].name}"
+            theirs = partner.get((side, weight))
+            held = slots_of.get(other.tensors[theirs].name.removesuffix(":0"), []) if theirs else []
+            same = [k for k, role in held if role == named[1]] or ([] if named[1] else [k for k, _ in held])
+            entry["recorded_as"] = [f"slot/{other.tensors[k].name}" for k in same]
+            for k in same:
+                if k in by_key[1 - side]:
+                    by_key[1 - side][k].setdefault("recorded_as", []).append(entry["tag"])
 
 
 def suggest_maps(base: Any, cand: Any, alignment: align.Alignment, allowed: Sequence[Any] = ()) -> list[str]:
@@ -295,19 +341,62 @@ _HOW_RECORDED = {
 }
 
 
-def _kind_unrecorded(kind: str, other: str) -> str:
+def _kind_unrecorded(kind: str, other: str, moments: int = 0) -> str:
     """Why a whole kind may be missing from ``other``: how it is recorded, and how to leave it out. A new
     user's TF1 run recorded Adam's slots (``rec.variables(optimizer=opt)``) and the TF2 run, written
-    from the README's shortest example, none: ten structure lines and no word of either."""
+    from the README's shortest example, none: ten structure lines and no word of either. ``moments``:
+    how many of this run's tensors of the kind are optimizer moments the glob would leave uncompared
+    (:func:`_moments_of_two_kinds`), which it then says."""
     how = _HOW_RECORDED.get(kind)
     has_none = {
         "slot": "its optimizer keeps none (plain SGD where the other keeps a momentum, say)",
         "state": "its model keeps none (no batch normalization, say)",
     }.get(kind, "it computes none")
+    glob = f"--allow-unmatched '{kind}/*'"
+    if moments:
+        glob += f" (which would also leave the {moments} optimizer moment(s) of this kind uncompared: name the others)"
     return (
         f"'{other}' recorded no {kind} at all: either it was not asked to (record them there too"
         + (f": {how}" if how else "")
-        + f") or {has_none}; to compare without them: --allow-unmatched '{kind}/*'"
+        + f") or {has_none}; to compare without them: {glob}"
+    )
+
+
+#: How to record a moment as a slot in a TF1 run (README "State, optimizer slots").
+_AS_SLOT = (
+    "record it as a slot (the TF1 `rec.variables` does so for BERT's `<variable>/adam_m`, `/adam_v` and "
+    "LAMB's `lamb_m`, `lamb_v`; any other: `rec.tensor('slot', '<variable>/m', var)`)"
+)
+
+
+def _moment_note(entry: dict[str, Any], other: str, first: bool) -> str:
+    """For a tensor :func:`_moments_of_two_kinds` marked: one optimizer moment under two kinds, or a
+    moment recorded as ``state`` where the other run recorded no slot of its variable; how to record
+    it is said on the ``first`` of its run and kind only. Never the bare ``--allow-unmatched`` a
+    missing kind gets: that silences the moments, and a port with a wrong beta passes."""
+    theirs = ", ".join(entry.get("recorded_as", []))
+    if entry["kind"] == "slot":
+        note = (
+            f"'{other}' records this moment as {theirs}: the same quantity under another kind, so neither is compared"
+        )
+        return note + (
+            " (a non-trainable variable named like the optimizer's moment, as BERT's AdamWeightDecayOptimizer keeps "
+            f"them outside its slots); in '{other}', {_AS_SLOT}"
+            if first
+            else ""
+        )
+    if theirs:
+        note = (
+            f"named like an optimizer moment of {entry['moment_of']}, and '{other}' records it as {theirs}: "
+            "the same quantity under another kind, so neither is compared"
+        )
+        return note + (f"; {_AS_SLOT}" if first else "")
+    note = f"named like an optimizer moment of {entry['moment_of']}, and '{other}' records no slot of that variable"
+    return note + (
+        f": if it is one, {_AS_SLOT}, and record the optimizer's slots in '{other}' ({_HOW_RECORDED['slot']}); "
+        "--allow-unmatched would leave it uncompared"
+        if first
+        else ""
     )
 
 
@@ -320,7 +409,12 @@ def first_of(structure: Structure, damaged: Collection[str] = ()) -> list[dict[s
     """
     notes = {t["tag"]: t["like"] for entries in structure.created_twice.values() for t in entries}
     out = []
-    told: set[tuple[str, str]] = set()  # (run, kind) whose absence from the other run was explained
+    told: set[tuple[str, ...]] = set()  # (run, kind) whose absence from the other run was explained, and
+    # ("moment", run, kind) whose moments under two kinds were
+    moments: dict[tuple[str, str], int] = {}  # (run, kind) -> its optimizer moments under two kinds
+    for run, entry in structure.unexpected:
+        if "moment_of" in entry or entry.get("recorded_as"):
+            moments[(run, entry["kind"])] = moments.get((run, entry["kind"]), 0) + 1
     for run, entry in structure.unexpected:
         other = structure.candidate if run == structure.baseline else structure.baseline
         if other in damaged:
@@ -330,9 +424,12 @@ def first_of(structure: Structure, damaged: Collection[str] = ()) -> list[dict[s
         if entry["tag"] in notes:
             note += f"; looks created twice: repeats {notes[entry['tag']]}"
         kind, _, name = entry["tag"].partition("/")
-        if structure.kinds and kind not in structure.kinds.get(other, [kind]) and (run, kind) not in told:
+        if "moment_of" in entry or entry.get("recorded_as"):
+            note += "; " + _moment_note(entry, other, ("moment", run, kind) not in told)
+            told.add(("moment", run, kind))
+        elif structure.kinds and kind not in structure.kinds.get(other, [kind]) and (run, kind) not in told:
             told.add((run, kind))
-            note += "; " + _kind_unrecorded(kind, other)
+            note += "; " + _kind_unrecorded(kind, other, moments.get((run, kind), 0))
         out.append(
             {
                 "tensor": name if side == "baseline" else "",
