@@ -81,6 +81,7 @@ class Recorder(BaseRecorder):
         self._writer = writer.BlockWriter(logdir, side="tf1", mode="graph", tensorflow=tf.__version__)
         self._blocks: Optional[Blocks] = None
         self._updates: frozenset = frozenset()  # ops writing a recorded variable (update_ops)
+        self._training: frozenset = frozenset()  # those whose run trains (training_ops)
         self._step_var: Any = None
         self._layouts = StepLayouts(self.full_values_limit)  # runtime shapes -> this step's layout
         #: global_step as read before the update (set by apply_gradients/minimize/before_update).
@@ -117,6 +118,9 @@ class Recorder(BaseRecorder):
             self._order_writes(reads)
             self._order_alias_readers([e.tensor for e in entries])
             self._updates = frozenset(op for r in reads for op in ordering.writers(r.var))
+            self._training = frozenset(
+                op for r in reads for op in ordering.writers(r.var, conditional=bool(getattr(r.var, "trainable", True)))
+            )
         return self._blocks
 
     @property
@@ -126,6 +130,16 @@ class Recorder(BaseRecorder):
         runs none of them trains nothing (:class:`ParityHook` skips it)."""
         self._build()
         return self._updates
+
+    @property
+    def training_ops(self) -> frozenset:
+        """The :attr:`update_ops` whose run makes a ``sess.run`` a training step: all but a function
+        call (``If``, ``Case``, ``While``) that writes recorded non-trainable variables only on some
+        of its paths, such as a batch norm's ``tf.cond(is_training, update, ...)``, which an
+        evaluation runs with its other branch. A call that may write a trainable variable (a train
+        op under ``tf.cond``) counts."""
+        self._build()
+        return self._training
 
     def _after_read(self, read: VariableRead) -> None:
         self._order_writers(read)
@@ -147,8 +161,6 @@ class Recorder(BaseRecorder):
             if before is None:
                 before = ordering.ancestors([read.read.op])
             if op in before:
-                if op.type in ordering.CALL_TYPES:
-                    continue  # a function that may only read it
                 raise ValueError(
                     f"tb_parity: {read.tag} is read after {op.name!r} writes it (recorded under "
                     "the update's control dependencies?): record it before building its update"
@@ -309,9 +321,11 @@ class Recorder(BaseRecorder):
 class ParityHook(tf.compat.v1.train.SessionRunHook):
     """Writes the recorder's blocks on every ``MonitoredTrainingSession`` run that trains.
 
-    A run trains when it runs an op that writes a recorded variable (``Recorder.update_ops``;
+    A run trains when it runs an op that writes a recorded variable (``Recorder.training_ops``;
     without recorded variables, one that writes a trainable variable): an evaluation's
-    ``sess.run(loss)`` is not a step. Until session 18 every run was written: a new user's
+    ``sess.run(loss)`` is not a step, not even through a batch norm's ``training=is_training`` cond
+    (TF2 control flow builds an ``If`` that takes the variables' handles; each was once counted as
+    a write, and a faithful pair got INCOMPLETE). Until session 18 every run was written: a new user's
     validation run every 10 steps, without a global step, shifted every later step number by one
     (a false divergence blamed on "another batch"), and with one, its batch overwrote the step's.
 
@@ -330,7 +344,7 @@ class ParityHook(tf.compat.v1.train.SessionRunHook):
 
     def begin(self) -> None:
         self._fetches = self._recorder.fetches
-        self._updates = self._recorder.update_ops or frozenset(
+        self._updates = self._recorder.training_ops or frozenset(
             op for v in tf.compat.v1.trainable_variables() for op in ordering.writers(v)
         )
         if "step" not in self._fetches:

@@ -270,6 +270,96 @@ def test_monitored_session_hook_skips_evaluation_runs(tmp_path, with_global_step
         np.testing.assert_allclose(float(got[k][("loss", "loss")][2]), losses[k], rtol=1e-5)
 
 
+@pytest.mark.parametrize("with_global_step", [True, False])
+def test_the_hook_leaves_out_evaluations_through_a_batch_norm_on_an_is_training_placeholder(
+    tmp_path, with_global_step: bool
+) -> None:
+    """With TF2 behaviour, ``batch_normalization(training=is_training)`` builds an ``If``
+    (``bn1/cond``) that takes gamma, beta and the moving statistics' handles to read them in either
+    branch; the hook counted it as an update, so each evaluation ``sess.run(loss, {is_training:
+    False})`` was written as a training step: a faithful pair got INCOMPLETE, an eval-mode extra
+    step blamed on gradient accumulation. Exactly the training runs are steps, each with the loss
+    and the variables ``sess.run`` gave for it."""
+    steps = 4
+    xs = [X + 0.1 * k for k in range(steps)]
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(str(tmp_path / "hook"))
+        x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+        is_training = tf.compat.v1.placeholder(tf.bool, [])
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        w = tf.compat.v1.get_variable("w", initializer=W0)
+        h = tf.compat.v1.layers.batch_normalization(tf.matmul(x, w), training=is_training, name="bn1")
+        loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(tf.constant(Y), h))
+        with tf.control_dependencies(tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)):
+            train_op = rec.minimize(
+                tf.compat.v1.train.GradientDescentOptimizer(LR), loss, global_step=gs if with_global_step else None
+            )
+        rec.variables()
+        variables = {v.name: v for v in tf.compat.v1.global_variables() if v is not gs}
+        seen, losses, evaluations = [], [], []
+        with tf.compat.v1.train.MonitoredTrainingSession(hooks=[summary_v1.ParityHook(rec)]) as sess:
+            for k in range(steps):
+                seen.append(sess.run(variables))  # a run that reads: no step either
+                losses.append(sess.run([train_op, loss], {x: xs[k], is_training: True})[1])
+                evaluations.append(sess.run(loss, {x: X[::-1], is_training: False}))
+        rec.close()
+    got = tensors_by_step(str(tmp_path / "hook"))
+    assert sorted(got) == list(range(steps))
+    assert not np.allclose(evaluations, losses)  # an evaluation written in a step's place would show
+    for k in range(steps):
+        assert float(got[k][("loss", "loss")][2]) == pytest.approx(float(losses[k]), rel=1e-6)
+        for kind, name in got[k]:
+            if kind in ("weight", "state"):
+                np.testing.assert_array_equal(got[k][(kind, name)][2], seen[k][name], err_msg=f"{name} at {k}")
+    assert {name for kind, name in got[0] if kind in ("weight", "state")} == set(variables)
+
+
+def test_the_hook_counts_a_train_op_under_a_cond_and_not_a_cond_that_only_may_update_statistics(tmp_path) -> None:
+    """Functional control flow both ways: the forward pass's own ``tf.cond(is_training, ...)``
+    updates a moving mean in its training branch (an evaluation runs it with the other one: no
+    step), and the train op is itself a ``tf.cond`` (an ``If`` whose branch applies the gradient:
+    each training run is a step). Checked against what ``sess.run`` gave for each training run."""
+    steps = 4
+    xs = [X + 0.1 * k for k in range(steps)]
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(str(tmp_path / "conds"))
+        x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+        is_training = tf.compat.v1.placeholder(tf.bool, [])
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        w = tf.compat.v1.get_variable("w", initializer=W0)
+        moving = tf.compat.v1.get_variable("moving_mean", initializer=np.zeros(3, np.float32), trainable=False)
+        z = tf.matmul(x, w)
+
+        def batch_mean() -> tf.Tensor:
+            mean = tf.reduce_mean(z, 0)
+            with tf.control_dependencies([moving.assign(0.9 * moving + 0.1 * mean)]):
+                return tf.identity(mean)
+
+        h = z - tf.cond(is_training, batch_mean, moving.read_value)
+        loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(tf.constant(Y), h))
+        opt = tf.compat.v1.train.GradientDescentOptimizer(LR)
+        pairs = rec.grads_and_vars(opt.compute_gradients(loss, [w]))
+        rec.set_step(gs)
+        train_op = tf.cond(is_training, lambda: tf.group(opt.apply_gradients(pairs, global_step=gs)), tf.no_op)
+        rec.variables()
+        variables = {v.name: v for v in (w, moving)}
+        seen, losses = [], []
+        with tf.compat.v1.train.MonitoredTrainingSession(hooks=[summary_v1.ParityHook(rec)]) as sess:
+            for k in range(steps):
+                seen.append(sess.run(variables))
+                losses.append(sess.run([train_op, loss], {x: xs[k], is_training: True})[1])
+                sess.run(loss, {x: X[::-1], is_training: False})
+            final = sess.run(variables)
+        rec.close()
+    got = tensors_by_step(str(tmp_path / "conds"))
+    assert sorted(got) == list(range(steps))
+    assert not np.allclose(final["w:0"], seen[-1]["w:0"]) and not np.allclose(final["moving_mean:0"], 0)
+    for k in range(steps):
+        assert float(got[k][("loss", "loss")][2]) == pytest.approx(float(losses[k]), rel=1e-6)
+        np.testing.assert_array_equal(got[k][("weight", "w:0")][2], seen[k]["w:0"])
+        np.testing.assert_array_equal(got[k][("state", "moving_mean:0")][2], seen[k]["moving_mean:0"])
+
+
 def test_before_update_context_and_errors(tmp_path) -> None:
     with tf.Graph().as_default():
         rec = summary_v1.Recorder(str(tmp_path / "ctx"))

@@ -9,7 +9,7 @@ candidates; this module tells writes from reads by op type.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Optional
 
 import tensorflow as tf
 
@@ -28,8 +28,20 @@ _READ_TYPES = frozenset(
         "_Retval",
     }
 )
+#: Call op type -> (the function attributes it runs, how many leading inputs are not the functions'
+#: arguments: an ``If``'s predicate, a ``Case``'s branch index).
+_CALLS = {
+    "If": (("then_branch", "else_branch"), 1),
+    "StatelessIf": (("then_branch", "else_branch"), 1),
+    "Case": (("branches",), 1),
+    "StatelessCase": (("branches",), 1),
+    "While": (("cond", "body"), 0),
+    "StatelessWhile": (("cond", "body"), 0),
+    "PartitionedCall": (("f",), 0),
+    "StatefulPartitionedCall": (("f",), 0),
+}
 #: Ops that run a function over their inputs: they may write a handle they are given.
-CALL_TYPES = frozenset({"If", "StatelessIf", "While", "StatelessWhile", "PartitionedCall", "StatefulPartitionedCall"})
+CALL_TYPES = frozenset(_CALLS)
 _WRITE_PREFIXES = (
     "Assign",
     "Apply",
@@ -42,11 +54,117 @@ _WRITE_PREFIXES = (
 
 
 def is_write(op: tf.Operation) -> bool:
-    """Whether ``op`` (a consumer of a variable's handle) may write the variable."""
-    t = op.type
+    """Whether ``op`` (a consumer of a variable's handle) may write the variable (a function call
+    may: :func:`call_writes` looks inside)."""
+    return _writes_type(op.type) or op.type in CALL_TYPES
+
+
+def _writes_type(t: str) -> bool:
+    """Whether an op of type ``t`` that takes a variable's handle writes it (calls aside)."""
     if t in _READ_TYPES:
         return False
-    return t.startswith(_WRITE_PREFIXES) or "StridedSliceAssign" in t or t in CALL_TYPES
+    return t.startswith(_WRITE_PREFIXES) or "StridedSliceAssign" in t
+
+
+def call_writes(op: tf.Operation, index: int) -> tuple[bool, bool]:
+    """(may, always): whether call op ``op`` writes the variable whose handle is its input ``index``
+    on some path, and on every path (each branch of an ``If``/``Case``; a ``While``'s body may not
+    run). Looks into the functions' bodies (nested calls too): TF2 control flow passes every handle a
+    branch reads to the ``If``, so counting each consumer as a write made a batch norm's read-only
+    ``bn1/cond`` an update (an evaluation's ``sess.run(loss)`` was written as a training step) and
+    ordered ``ExponentialMovingAverage``'s ``initialized_value`` cond after the recorder's read (the
+    shadow's initializer then ran the read, and what it waited for, before the variables existed).
+    A function it cannot find counts as a write."""
+    found = _call_functions(op.graph, op.type, [op.get_attr(a) for a in _CALLS[op.type][0]], index)
+    if found is None:
+        return True, True
+    return _paths(op.type, found)
+
+
+def _call_functions(graph: Any, op_type: str, attrs: list, index: int) -> Optional[list[bool]]:
+    """Whether each function a call of ``op_type`` runs (``attrs``: its function attributes' values)
+    writes its argument fed by input ``index``; None when a function is not in ``graph``'s library."""
+    skip = _CALLS[op_type][1]
+    if index < skip:
+        return [False]
+    names = [f.name for a in attrs for f in (a if isinstance(a, list) else [a])]
+    out = []
+    for name in names:
+        writes = _function_writes(graph, name, index - skip)
+        if writes is None:
+            return None
+        out.append(writes)
+    return out
+
+
+def _paths(op_type: str, writes: list[bool]) -> tuple[bool, bool]:
+    """(may, always) from each function's answer (see :func:`call_writes`)."""
+    if op_type in ("While", "StatelessWhile"):
+        return any(writes), writes[0]  # the condition runs at least once, the body may not
+    return any(writes), all(writes)
+
+
+def _function_writes(graph: Any, name: str, arg: int) -> Optional[bool]:
+    """Whether function ``name`` of ``graph``'s library may write the handle it takes as argument
+    ``arg`` (None: not found). Cached per graph: a function's body never changes."""
+    cache = getattr(graph, "_tb_parity_function_writes", None)
+    if cache is None:
+        cache = graph._tb_parity_function_writes = {}
+    if (name, arg) not in cache:
+        cache[(name, arg)] = False  # a recursive call is not a write by itself
+        cache[(name, arg)] = _body_writes(graph, name, arg)
+    result: Optional[bool] = cache[(name, arg)]
+    return result
+
+
+def _body_writes(graph: Any, name: str, arg: int) -> Optional[bool]:
+    """See :func:`_function_writes`: follows the handle through the body's forwarding ops to a write
+    or a nested call that writes it."""
+    function = graph._get_function(name)
+    definition = getattr(function, "definition", None)
+    if definition is None:
+        return None
+    args = definition.signature.input_arg
+    if arg >= len(args):
+        return True
+    tracked = {args[arg].name}  # names of the handle in the body: ``arg`` or ``node:output:i``
+    nodes = list(definition.node_def)
+    changed = True
+    while changed:  # node_def is not in topological order: repeat until no new forwarding is found
+        changed = False
+        for node in nodes:
+            inputs = [i for i in node.input if not i.startswith("^")]
+            fed = [j for j, i in enumerate(inputs) if i in tracked or i.split(":")[0] in tracked]
+            if not fed:
+                continue
+            if node.op in _FORWARD_TYPES:
+                if node.name not in tracked:
+                    tracked.add(node.name)  # any of its outputs
+                    changed = True
+                continue
+            if _writes_type(node.op):
+                return True
+            call = _CALLS.get(node.op)
+            if call is None and graph._get_function(node.op) is not None:  # a direct call by name
+                attrs: list = [tf.compat.v1.NameAttrList(name=node.op)]
+                call, op_type = (("f",), 0), "PartitionedCall"
+            elif call is not None:
+                op_type = node.op
+                attrs = [_attr_functions(node.attr[a]) for a in call[0]]
+            else:
+                continue
+            for j in fed:
+                found = _call_functions(graph, op_type, attrs, j)
+                if found is None or any(found):
+                    return True
+    return False
+
+
+def _attr_functions(value: Any) -> Any:
+    """A NodeDef's function attribute as ``op.get_attr`` gives it: one function, or a list."""
+    if value.HasField("func"):
+        return value.func
+    return list(value.list.func)
 
 
 def handle_of(var: Any) -> tf.Tensor:
@@ -75,25 +193,41 @@ def _forwards(t: tf.Tensor) -> bool:
     return bool(t.dtype._is_ref_dtype) or t.dtype == tf.resource
 
 
-def writers(var: Any, calls: bool = True) -> list[tf.Operation]:
+def writers(var: Any, calls: bool = True, conditional: bool = True) -> list[tf.Operation]:
     """Ops of the current graph that may write ``var`` (directly, or through ops that forward its
-    ref or handle: :data:`_FORWARD_TYPES`), its initializer excluded; with ``calls=False``, only
-    ops that surely write it (not function calls, which inside a ``tf.function`` also initialize
-    variables created in it)."""
+    ref or handle: :data:`_FORWARD_TYPES`), its initializer excluded. A function call counts when
+    its body writes it (:func:`call_writes`); with ``conditional=False`` only when it does on every
+    path (not a cond writing it in one branch: a batch norm's update under ``tf.cond(is_training,
+    ...)``, run with the other branch by an evaluation). With ``calls=False``, no call counts (inside
+    a ``tf.function`` calls also initialize variables created in it)."""
     init = getattr(var, "initializer", None)
     found: list[tf.Operation] = []
     seen: set[tf.Operation] = set()
     stack = [handle_of(var)]
     while stack:
-        for op in stack.pop().consumers():
+        handle = stack.pop()
+        for op in handle.consumers():
             if op in seen:
                 continue
             seen.add(op)
             if op.type in _FORWARD_TYPES:
                 stack.extend(t for t in op.outputs if _forwards(t))
-            elif is_write(op) and op is not init and (calls or op.type not in CALL_TYPES):
+            elif op.type in CALL_TYPES:
+                if calls and _call_writes_input(op, handle, conditional):
+                    found.append(op)
+            elif is_write(op) and op is not init:
                 found.append(op)
     return found
+
+
+def _call_writes_input(op: tf.Operation, t: tf.Tensor, conditional: bool) -> bool:
+    """Whether call op ``op`` writes the handle ``t`` it takes (on every path unless ``conditional``)."""
+    for i, x in enumerate(op.inputs):
+        if x is t:
+            may, always = call_writes(op, i)
+            if always or (may and conditional):
+                return True
+    return False
 
 
 def ancestors(ops: Iterable[tf.Operation]) -> set[tf.Operation]:
