@@ -66,6 +66,34 @@ def _read_copy(value: Any) -> tf.Tensor:
     return tf.raw_ops.DeepCopy(x=tf.convert_to_tensor(value))
 
 
+@contextlib.contextmanager
+def _free_of_user_scopes() -> Iterator[None]:
+    """Build the recorder's own ops outside the user's ``control_dependencies`` (a v1 cond's or while
+    loop's control-flow context kept; a ``colocate_with`` is kept too: it adds no edge).
+
+    Why: ``rec.minimize`` is built where the user builds the update, often under
+    ``control_dependencies(UPDATE_OPS)``. Its reads then waited for the batch-norm updates, and
+    ``ExponentialMovingAverage.apply`` under ``control_dependencies([train_op])`` fed such a read to
+    the shadow variables' initializer: ``global_variables_initializer()`` ran the updates before the
+    moving statistics existed (``FailedPreconditionError``), and a read could not run without the
+    step's feeds. The values are the same: each read is still ordered before every write of its
+    variable (:meth:`Recorder._order_writers`).
+    """
+    graph = tf.compat.v1.get_default_graph()
+    flow = graph._get_control_flow_context()
+    with graph.control_dependencies(None):  # which clears the control-flow context too
+        graph._set_control_flow_context(flow)
+        yield
+
+
+def _read_after(tag: str, op: tf.Operation) -> ValueError:
+    """The error for a recorded variable read after ``op`` writes it: its value would not be the step's start."""
+    return ValueError(
+        f"tb_parity: {tag} is read after {op.name!r} writes it (recorded under the update's control "
+        "dependencies?): record it before building its update"
+    )
+
+
 class Recorder(BaseRecorder):
     """Collects one training step's tensors in a TF1 graph and writes them per step.
 
@@ -82,6 +110,7 @@ class Recorder(BaseRecorder):
         self._blocks: Optional[Blocks] = None
         self._updates: frozenset = frozenset()  # ops writing a recorded variable (update_ops)
         self._training: frozenset = frozenset()  # those whose run trains (training_ops)
+        self._before_deps: dict[frozenset, set] = {}  # user control dependencies -> their ancestors
         self._step_var: Any = None
         self._layouts = StepLayouts(self.full_values_limit)  # runtime shapes -> this step's layout
         #: global_step as read before the update (set by apply_gradients/minimize/before_update).
@@ -100,7 +129,26 @@ class Recorder(BaseRecorder):
             )
 
     def _snapshot(self, var: Any, tag: str) -> tf.Tensor:
-        return _read_copy(var)
+        return self._read_at_start(var, tag)
+
+    def _own_ops(self) -> contextlib.AbstractContextManager[None]:
+        return _free_of_user_scopes()
+
+    def _read_at_start(self, var: Any, tag: str) -> tf.Tensor:
+        """``var`` read for the step's start, without the user's control dependencies (see
+        :func:`_free_of_user_scopes`); raises if those run a write of it (the user asked for the
+        value after that write: ``weight``/``state`` mean the value before the step's writes)."""
+        deps = tf.compat.v1.get_default_graph()._current_control_dependencies()
+        if deps:
+            key = frozenset(deps)
+            if key not in self._before_deps:
+                self._before_deps[key] = ordering.ancestors(deps)
+            before = self._before_deps[key]
+            for op in ordering.writers(var):
+                if op in before:
+                    raise _read_after(tag, op)
+        with _free_of_user_scopes():
+            return _read_copy(var)
 
     def _moment_candidates(self) -> list[Any]:
         """The graph's global variables: BERT's ``AdamWeightDecayOptimizer`` keeps its moments there,
@@ -114,13 +162,15 @@ class Recorder(BaseRecorder):
             entries = self._take_entries()
             if not entries:
                 raise ValueError("nothing recorded: record tensors before reading fetches")
-            self._blocks = build_blocks(entries, self.full_values_limit, dynamic_values=True)
+            with _free_of_user_scopes():
+                self._blocks = build_blocks(entries, self.full_values_limit, dynamic_values=True)
             self._order_writes(reads)
             self._order_alias_readers([e.tensor for e in entries])
             self._updates = frozenset(op for r in reads for op in ordering.writers(r.var))
             self._training = frozenset(
                 op for r in reads for op in ordering.writers(r.var, conditional=bool(getattr(r.var, "trainable", True)))
             )
+            self._before_deps = {}
         return self._blocks
 
     @property
@@ -161,10 +211,7 @@ class Recorder(BaseRecorder):
             if before is None:
                 before = ordering.ancestors([read.read.op])
             if op in before:
-                raise ValueError(
-                    f"tb_parity: {read.tag} is read after {op.name!r} writes it (recorded under "
-                    "the update's control dependencies?): record it before building its update"
-                )
+                raise _read_after(read.tag, op)
             if ordering.restores(op):
                 continue
             if ordering.ran(op):  # an edge would be ignored now: fine only if it is ordered already
@@ -219,7 +266,7 @@ class Recorder(BaseRecorder):
         if self.step is None:
             self._check_open()
             self._step_var = global_step if is_variable(global_step) else None
-            self.step = _read_copy(global_step)
+            self.step = self._read_at_start(global_step, "global_step")
             if self._step_var is not None:
                 self._order_writers(VariableRead(global_step, self.step, self.step, "global_step"))
         return self.step

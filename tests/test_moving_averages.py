@@ -152,3 +152,65 @@ def test_weights_replaced_by_their_averages_in_one_run_are_named_so(tmp_path) ->
         f"in 'tf2' this weight equals its own moving average (average/{first.candidate_tensor.removesuffix(':0')}) "
         "at this step, element for element, and in 'tf1' it does not"
     ) in first.note, first.note
+
+
+def _tf1_batch_norm_ema(run_dir: str) -> tuple[list[dict], dict]:
+    """TF1's documented idioms together: batch norm's updates through ``UPDATE_OPS`` around
+    ``rec.minimize``, then ``ExponentialMovingAverage.apply`` under the train op's control
+    dependencies, on ``placeholder([None, D])``. Returns what ``sess.run`` read of every variable
+    before each step, and the variables by name."""
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, D])
+        y = tf.compat.v1.placeholder(tf.float32, [None, C])
+        h = tf.compat.v1.layers.dense(x, H, kernel_initializer=tf.constant_initializer(W1), name="dense")
+        h = tf.nn.relu(tf.compat.v1.layers.batch_normalization(h, training=True, name="bn1"))
+        logits = tf.compat.v1.layers.dense(h, C, kernel_initializer=tf.constant_initializer(W2), name="dense_1")
+        loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(y, logits))
+        opt = tf.compat.v1.train.MomentumOptimizer(LR, 0.9)
+        with tf.control_dependencies(tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)):
+            train_op = rec.minimize(opt, loss, global_step=gs)
+        with tf.control_dependencies([train_op]):
+            train_op = tf.compat.v1.train.ExponentialMovingAverage(DECAY).apply(tf.compat.v1.trainable_variables())
+        rec.variables(optimizer=opt)
+        fetches = rec.fetches
+        variables = {v.name: v for v in tf.compat.v1.global_variables() if v is not gs}
+        seen = []
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())  # raised FailedPreconditionError (bn1/moving_mean)
+            for s in range(STEPS):
+                seen.append(sess.run(variables))
+                rows = slice(s * BATCH, (s + 1) * BATCH)
+                rec.write(sess.run([train_op, fetches], {x: X[rows], y: Y[rows]})[1])
+        rec.close()
+    return seen, variables
+
+
+def test_batch_norm_updates_then_ema_under_the_train_op_initialise_and_log_each_steps_start(tmp_path) -> None:
+    """A new user's TF1 script crashed in ``global_variables_initializer()`` with the recorder
+    (``Could not find variable bn1/moving_mean``), not without: ``rec.minimize``'s weight reads
+    took the user's ``control_dependencies(UPDATE_OPS)``, and the recorder ordered the shadows'
+    ``initialized_value`` conds (``If`` ops that only read the weights) after those reads, so the
+    initializer ran batch norm's update first. Every logged variable is the value ``sess.run`` read
+    before the step, and the averages follow numpy's recursion on the logged weights."""
+    seen, variables = _tf1_batch_norm_ema(str(tmp_path / "tf1"))
+    logged = tensors_by_step(str(tmp_path / "tf1"))
+    assert sorted(logged) == list(range(STEPS))
+    kinds = {name: kind for kind, name in logged[0] if kind in ("weight", "state", "slot")}
+    shadows = [n for n in variables if n.endswith("/ExponentialMovingAverage:0")]
+    assert len(shadows) == 6 and {"bn1/moving_mean:0", "bn1/moving_variance:0", *shadows} <= {
+        n for n, k in kinds.items() if k == "state"
+    }
+    for s in range(STEPS):
+        for name, kind in kinds.items():
+            if kind != "slot":
+                np.testing.assert_array_equal(logged[s][(kind, name)][2], seen[s][name], err_msg=f"{name} at {s}")
+    for name in ("dense/kernel", "dense/bias", "bn1/gamma", "bn1/beta", "dense_1/kernel", "dense_1/bias"):
+        want = _numpy_averages(logged, name, DECAY)
+        for s in range(STEPS):
+            np.testing.assert_allclose(
+                logged[s][("state", f"{name}/ExponentialMovingAverage:0")][2], want[s], atol=1e-6
+            )
+    # the moving statistics moved: batch norm's updates ran once per step, after the logged read
+    assert not np.allclose(seen[1]["bn1/moving_mean:0"], seen[0]["bn1/moving_mean:0"])

@@ -360,6 +360,41 @@ def test_the_hook_counts_a_train_op_under_a_cond_and_not_a_cond_that_only_may_up
         np.testing.assert_array_equal(got[k][("state", "moving_mean:0")][2], seen[k]["moving_mean:0"])
 
 
+def test_the_reads_minimize_builds_under_update_ops_wait_for_none_of_them(tmp_path) -> None:
+    """``rec.minimize`` under ``control_dependencies(UPDATE_OPS)`` built its weight and global-step
+    reads there too, so each waited for batch norm's updates: running one needed the step's feed and
+    moved the moving statistics, and ``ExponentialMovingAverage.apply`` under the train op fed
+    them to its shadows' initializer (``global_variables_initializer()`` then failed). The
+    recorder's ops take none of the user's control dependencies now; the reads, run alone and with
+    no feed, give what ``sess.run`` reads of the variables, which they leave as they were."""
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(str(tmp_path / "reads"))
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+        w = tf.compat.v1.get_variable("w", initializer=W0)
+        h = tf.compat.v1.layers.batch_normalization(tf.matmul(x, w), training=True, name="bn1")
+        loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(tf.constant(Y), h))
+        with tf.control_dependencies(tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)):
+            train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(LR), loss, global_step=gs)
+        variables = [v for v in tf.compat.v1.global_variables() if v is not gs]
+        reads = dict(zip((v.name for v in variables), rec.variables(variables)))  # minimize's reads, once read
+        reads["global_step"] = rec.fetches["step"]
+        by_name = {**{v.name: v for v in variables}, "global_step": gs}
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            before = sess.run(by_name)
+            alone = sess.run(reads)  # no feed
+            untouched = sess.run(by_name)
+            sess.run(train_op, {x: X})
+            after = sess.run(by_name)
+        rec.close()
+    assert sorted(reads) == sorted(by_name) and len(variables) == 5  # w, gamma, beta, moving mean and variance
+    for name, value in before.items():
+        np.testing.assert_array_equal(alone[name], value, err_msg=name)
+        np.testing.assert_array_equal(untouched[name], value, err_msg=name)
+    assert not np.allclose(after["bn1/moving_mean:0"], before["bn1/moving_mean:0"])  # the train op updates it
+
+
 def test_before_update_context_and_errors(tmp_path) -> None:
     with tf.Graph().as_default():
         rec = summary_v1.Recorder(str(tmp_path / "ctx"))

@@ -196,6 +196,11 @@ class BaseRecorder:
         those passed in: none here; TF1's global variables in ``summary_v1``."""
         return []
 
+    def _own_ops(self) -> contextlib.AbstractContextManager[None]:
+        """Context for the ops the recorder builds for itself (TF1 frees them of the user's
+        ``control_dependencies``)."""
+        return contextlib.nullcontext()
+
     # AutoGraph strips the docstring of a body that is only a docstring and fails on what is left:
     # a tf.function recording inside Python control flow (a loop over layers) printed "AutoGraph
     # could not transform ... _after_read ... Please report this to the TensorFlow team"
@@ -219,7 +224,8 @@ class BaseRecorder:
         name = self._prefix + name
         if (kind, name) in self._keys:
             raise ValueError(f"tensor {kind}/{name!r} is logged twice in one step; give each a distinct name")
-        t = tf.convert_to_tensor(value)
+        with self._own_ops():
+            t = tf.convert_to_tensor(value)
         health_tf.check_dtype(t.dtype, f"{kind}/{name!r}")
         self._keys.add((kind, name))
         self._entries.append(Entry(kind, name, t))
@@ -244,7 +250,9 @@ class BaseRecorder:
         self._check_open()
         name = name or variable_name(var)
         read = self._snapshot(var, f"{kind}/{name}")
-        logged = self._record(kind, name, slots.in_lr_units(read, lr) if lr is not None else read)
+        with self._own_ops():
+            value = slots.in_lr_units(read, lr) if lr is not None else read
+        logged = self._record(kind, name, value)
         self._reads[id(var)] = entry = VariableRead(var, read, logged, f"{kind}/{self._prefix}{name}")
         self._after_read(entry)
         return logged
@@ -369,7 +377,8 @@ class BaseRecorder:
         if value is None:
             return None
         if isinstance(value, tf.IndexedSlices):
-            value = tf.convert_to_tensor(value)
+            with self._own_ops():
+                value = tf.convert_to_tensor(value)
         return self.tensor("grad", name, value)
 
     def grads(self, grads: Sequence[Any], variables: Sequence[Any]) -> list:
