@@ -303,10 +303,14 @@ class BaseRecorder:
         var_list = list(variables)
         return self._slots(optimizer, var_list, slots.named_moments(var_list, self._moment_candidates()), required)
 
-    def _slots(self, optimizer: Any, var_list: list[Any], moments: dict[int, list[Slot]], required: bool) -> list:
+    def _slots(
+        self, optimizer: Any, var_list: list[Any], moments: dict[int, list[Slot]], required: bool, build: bool = True
+    ) -> list:
         """:meth:`slots`, with each variable's BERT-style moments (``slots.named_moments``) among
-        its slots: BERT's ``AdamWeightDecayOptimizer`` keeps them outside ``get_slot``."""
-        slots.build_slots(optimizer, var_list)
+        its slots: BERT's ``AdamWeightDecayOptimizer`` keeps them outside ``get_slot``. Without
+        ``build``, only the slots the optimizer already keeps."""
+        if build:
+            slots.build_slots(optimizer, var_list)
         lr = None
         out = []
         for var in var_list:
@@ -343,6 +347,17 @@ class BaseRecorder:
             [] if optimizer is None else list(optimizer) if isinstance(optimizer, (list, tuple)) else [optimizer]
         )
         trainable = [v for v in var_list if getattr(v, "trainable", True)]
+        several = len(optimizers) > 1
+        unbuilt = [type(opt).__name__ for opt in optimizers if several and slots.unbuilt(opt)]
+        if unbuilt:
+            # building each for every variable gave each the other's slots (a trial's GAN: 16 slot tags
+            # where TF1 has 8, unused slots in the user's optimizers): which it updates, only it knows
+            raise ValueError(
+                f"tb_parity: with several optimizers, each records the slots of the variables it updates, which a "
+                f"Keras optimizer knows once built, and {', '.join(unbuilt)} is not built yet: record each with its "
+                "own variables, rec.variables(generator, g_opt) then rec.variables(discriminator, d_opt), or build "
+                "each first (g_opt.build(generator.trainable_variables))"
+            )
         moments = slots.named_moments(trainable, [*var_list, *(self._moment_candidates() if optimizers else [])])
         owned = {id(opt_var) for opt in optimizers for opt_var in _optimizer_variables(opt)}
         owned |= {id(m.variable) for found in moments.values() for m in found}
@@ -354,7 +369,7 @@ class BaseRecorder:
         if not optimizers:
             out += [self._variable("slot", m.variable, m.name) for v in trainable for m in moments.get(id(v), [])]
         for i, opt in enumerate(optimizers):  # the moments once (a second optimizer would re-read them)
-            out += self._slots(opt, trainable, moments if i == 0 else {}, required=False)
+            out += self._slots(opt, trainable, moments if i == 0 else {}, required=False, build=not several)
             out += [self._variable("state", a.variable, a.name) for v in trainable for a in slots.averages_of(opt, v)]
         return out
 

@@ -87,6 +87,18 @@ def build_slots(optimizer: Any, var_list: list[Any]) -> None:
             optimizer.build(var_list)
 
 
+def unbuilt(optimizer: Any) -> bool:
+    """Whether ``optimizer`` is a Keras one that has not created its slots yet (so which variables
+    it updates is not known); a TF1 optimizer keeps slots only for its ``var_list``: never."""
+    if isinstance(optimizer, tf.compat.v1.train.Optimizer):
+        return False
+    if hasattr(optimizer, "_create_all_weights"):  # tf_keras legacy OptimizerV2: slots per variable
+        return not getattr(optimizer, "_slots", None)
+    if hasattr(optimizer, "build"):
+        return not (getattr(optimizer, "_built", False) or getattr(optimizer, "built", False))
+    return False
+
+
 #: The role Keras ``use_ema`` gives the moving average of each model variable it keeps among its
 #: optimizer's variables (tf_keras ``average/dense/kernel``, Keras 3 ``adam/dense_kernel_average``).
 #: It is no slot: the update never reads it. TF1 keeps the same quantity outside the optimizer,
