@@ -1193,7 +1193,10 @@ class Comparison:
         note += f"; every element is the baseline's times {scale:.4g}"
         if first and averaging and power in (1, 2):
             beta, default = ("beta_1", 0.9) if power == 1 else ("beta_2", 0.999)
+            # either side may be the one left at Keras's default: a trial's GAN had TF1's beta_1 0.5 and
+            # the port's default 0.9, and was offered only "the candidate's is 0.98"
             implied = 1.0 - scale * (1.0 - default)
+            implied_base = 1.0 - (1.0 - default) / scale
             note += (
                 f": on its first update a moving average holds (1 - {beta}) x the gradient"
                 + ("" if power == 1 else " squared")
@@ -1201,6 +1204,11 @@ class Comparison:
                 + (
                     f"; if the baseline's is Adam's default {default}, the candidate's is {implied:.4g}"
                     if 0.0 < implied < 1.0
+                    else ""
+                )
+                + (
+                    f"; if the candidate's is {default}, the baseline's is {implied_base:.4g}"
+                    if 0.0 < implied_base < 1.0
                     else ""
                 )
                 + ") or the gradients reaching it differ by "
