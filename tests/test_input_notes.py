@@ -463,3 +463,40 @@ def test_a_synchronized_batch_norm_is_not_told_it_normalizes_per_replica(in_sync
     assert ("SyncBatchNormalization" in first.note) == (not in_sync), first.note
     if in_sync:
         assert "epsilon" in first.note, first.note
+
+
+def test_zeros_of_padding_and_a_scale_are_not_called_dropout() -> None:
+    """A review's tensor2tensor-style embedding: TF1 multiplies by sqrt(d) and zeroes the padding
+    id's rows, the port does neither. Each element apart is 0 or 4x the port's, as inverted dropout
+    at rate 0.75 would leave, but 30% are zeros, not 75%, and they fill whole rows: padding. numpy
+    shows both; the note is the generic one, naming a scale and padding."""
+    rng = np.random.default_rng(0)
+    vocab, width = 10, 16
+    table = (rng.standard_normal((vocab, width)) * 0.05).astype(np.float32)
+    ids = np.array([[3, 5, 7, 0, 0], [2, 9, 4, 6, 0]])
+    port = table[ids]
+    tf1 = (port * np.float32(np.sqrt(width))) * (ids != 0)[..., None].astype(np.float32)
+    zeros = (tf1 == 0) & (port != 0)
+    assert abs(zeros.mean() - 0.3) < 1e-9 and (zeros.all(axis=-1) | ~zeros.any(axis=-1)).all()
+    first = (
+        Comparison(
+            run(
+                "tf1",
+                [
+                    series("weight", "embedding/embeddings:0", [table]),
+                    series("activation", "embedding", [tf1], order=1),
+                ],
+            ),
+            run(
+                "tf2",
+                [
+                    series("weight", "embedding/embeddings:0", [table]),
+                    series("activation", "embedding", [port], order=1),
+                ],
+            ),
+        )
+        .report()
+        .first_divergence
+    )
+    assert (first.step, first.tensor) == (0, "embedding"), first
+    assert "dropout of rate" not in first.note and "a scale" in first.note and "padding" in first.note, first.note

@@ -214,3 +214,39 @@ def test_batch_norm_updates_then_ema_under_the_train_op_initialise_and_log_each_
             )
     # the moving statistics moved: batch norm's updates ran once per step, after the logged read
     assert not np.allclose(seen[1]["bn1/moving_mean:0"], seen[0]["bn1/moving_mean:0"])
+
+
+def test_a_weight_an_lr_of_0_left_equal_to_its_average_is_not_said_replaced() -> None:
+    """A review's: BERT's warm-up gives TF1 an lr of 0 at step 0, the port's warm-up is one step
+    off; both keep an average that starts at the weight. At step 1 the TF1 weight has not moved and
+    equals its average (numpy), though nothing replaced it: no such note."""
+    from engine_helpers import run, series
+
+    from tb_parity_plugin.engine import Comparison
+
+    rng = np.random.default_rng(0)
+    w0 = rng.standard_normal((4, 3)).astype(np.float32)
+    grads = [rng.standard_normal((4, 3)).astype(np.float32) for _ in range(4)]
+
+    def train(lrs: list) -> tuple[list, list]:
+        w, avg, ws, avgs = w0.copy(), w0.copy(), [], []
+        for k in range(4):
+            ws.append(w.copy())
+            avgs.append(avg.copy())
+            w = (w - np.float32(lrs[k]) * grads[k]).astype(np.float32)
+            avg = (avg - np.float32(1 - DECAY) * (avg - w)).astype(np.float32)
+        return ws, avgs
+
+    (bw, ba), (cw, ca) = train([0.0, 0.01, 0.02, 0.03]), train([0.01, 0.02, 0.03, 0.04])
+    assert np.array_equal(bw[1], ba[1]) and np.array_equal(bw[1], bw[0]) and not np.array_equal(cw[1], ca[1])
+    tensors = [
+        [
+            series("weight", "dense/kernel:0", w),
+            series("state", name, a, order=1),
+            series("grad", "dense/kernel:0", grads, order=2),
+        ]
+        for w, a, name in ((bw, ba, "dense/kernel/ExponentialMovingAverage:0"), (cw, ca, "average/dense/kernel"))
+    ]
+    first = Comparison(run("tf1", tensors[0]), run("tf2", tensors[1])).report().first_divergence
+    assert (first.step, first.kind) == (1, "weight"), first
+    assert "replaced its weights by their averages" not in (first.note or ""), first.note

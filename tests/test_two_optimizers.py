@@ -194,3 +194,24 @@ def test_both_optimizers_given_at_once_record_each_its_own_slots(tmp_path) -> No
     assert len([key for key in tf2[0] if key[0] == "slot"]) == 8 * 2  # m and v of each model's 4 variables
     report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
     assert report.agree, report.first_divergence
+
+
+@pytest.mark.parametrize("legacy", [True, False], ids=["legacy", "current"])
+def test_two_built_optimizers_without_slots_are_recorded_together(tmp_path, legacy: bool) -> None:
+    """A review's: two plain SGDs, each applied once, given at once. A legacy optimizer keeps no
+    slot ever, so "no slot yet" read as unbuilt refused them, with advice (``build``) a legacy
+    optimizer cannot follow. Each model's weights are recorded, and no slot."""
+    make = tf.keras.optimizers.legacy.SGD if legacy else tf.keras.optimizers.SGD
+    gen = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(2)])
+    disc = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(1)])
+    g_opt, d_opt = make(0.1), make(0.1)
+    for model, opt, x in ((gen, g_opt, tf.ones((4, 3))), (disc, d_opt, tf.ones((4, 2)))):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(model(x) ** 2)
+        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+    rec = summary_v2.Recorder(str(tmp_path / "run"))
+    with rec.step(tf.constant(0, tf.int64)):
+        rec.variables([gen, disc], [g_opt, d_opt])
+    rec.close()
+    logged = tensors_by_step(str(tmp_path / "run"))[0]
+    assert sorted(kind for kind, _ in logged) == ["weight"] * 4, sorted(logged)

@@ -76,6 +76,7 @@ class Comparison:
         self._feeding: dict[int, tuple[int, int, bool]] = {}
         self._weight_grads: dict[int, int] = {}  # weight match -> its gradient's match
         self._grad_of: Optional[dict[int, Pair]] = None  # id(weight pair) -> gradient pair, when asked
+        self._average_of: Optional[dict[tuple[str, str], Pair]] = None  # (variables) -> their averages' pair
         self._fed: list[Pair] = []  # the pairs given a feeder by the last update
         self._unused: Optional[tuple[Any, list[str]]] = None  # (the keys it is for, the warnings)
         self._gradient_scales: dict[str, GradientScale] = {}  # the last update's, per layer, for its fed slots
@@ -170,6 +171,7 @@ class Comparison:
         self._link_scales(pairs, base_tensors)
         self._pairs = pairs
         self._grad_of = None
+        self._average_of = None
         if batch.ENABLED:
             self._table.bind(pairs, len(steps))
         grouped = sum(len(g) for g in self._groups)
@@ -435,7 +437,7 @@ class Comparison:
                 + f"; loosen it as well (--override '{first.base.kind}/{first.base.name}:atol=...'), or drop the "
                 "variable on both sides (README: What counts as a divergence)"
             )
-        if bn and self._moving_mean_agrees(first, k):
+        if bn and (past_noise or _one_signed(now)) and self._moving_mean_agrees(first, k):
             return (
                 "its moving mean agrees at this step (the same momentum, the same batch means): the batch variance "
                 "it averages differs: TF1's fused batch norm (tf.compat.v1.layers.batch_normalization's default on "
@@ -745,6 +747,7 @@ class Comparison:
         both = pair.step_values(k)
         if out is None or not len(out) or both is None:
             return None
+        width = pair.base.shape[-1] if len(pair.base.shape) > 1 else None
         for name, one, other in ((self.base.name, *both), (self.cand.name, *both[::-1])):
             a, b = one[out].astype(np.float64), other[out].astype(np.float64)
             dropped = (a == 0) & (b != 0)
@@ -754,8 +757,21 @@ class Comparison:
             ratio = a[kept] / b[kept]
             scale = float(np.median(ratio))
             # float32 rounding of x * (1 / (1 - rate)): a few ulps; 1e-5 is a hundred of them
-            if scale > 1 and bool(np.all(np.abs(ratio - scale) <= 1e-5 * scale)):
-                return name, len(out), scale
+            if not (scale > 1 and bool(np.all(np.abs(ratio - scale) <= 1e-5 * scale))):
+                continue
+            # a mask drawn at the rate: its zeros, among the elements the other run holds nonzero, within
+            # 4 standard deviations of the binomial's mean; and not whole rows of the last axis, which
+            # is padding (a review's embedding scaled by sqrt(d) with padded rows zeroed, 30% zeros,
+            # was told "dropout of rate 0.75")
+            live = other != 0
+            n, zeros, rate = int(live.sum()), int((live & (one == 0)).sum()), 1.0 - 1.0 / scale
+            if abs(zeros - n * rate) > 4.0 * math.sqrt(n * rate * (1.0 - rate)) + 1.0:
+                continue
+            if isinstance(width, int) and width > 1 and len(one) % width == 0:
+                rows = (one.reshape(-1, width) == 0) & (other.reshape(-1, width) != 0)
+                if rows.any() and bool((rows.all(axis=1) | ~rows.any(axis=1)).all()):
+                    continue
+            return name, len(out), scale
         return None
 
     def _zero_in_one_run(self, pair: Pair, k: int) -> int:
@@ -868,29 +884,40 @@ class Comparison:
         element, when the other's is not (None otherwise): that run replaced its weights by their
         averages. tf_keras's ``RMSprop`` alone defaults ``ema_overwrite_frequency`` to 100, so a
         trial's faithful ``use_ema=True`` port jumped at step 100 and was told to compare epsilon,
-        betas and clipping."""
-        weights = (align.variable_of("weight", pair.base.name), align.variable_of("weight", pair.cand.name))
-        want = tuple((v[0], "average") for v in weights if v is not None)
-        for p in self._pairs:
-            if p.base.kind != "state" or (
-                (align.variable_of("state", p.base.name), align.variable_of("state", p.cand.name)) != want
-            ):
-                continue
-            values, averages = pair.step_values(k), p.step_values(k)
-            if values is None or averages is None:
-                return None
-            same = [bool(np.array_equal(w, a)) for w, a in zip(values, averages)]
-            if same[0] == same[1]:
-                return None
-            run, other = (self.base.name, self.cand.name) if same[0] else (self.cand.name, self.base.name)
-            average = p.base.name if same[0] else p.cand.name
-            return (
-                f"in '{run}' this weight equals its own moving average ({average}) at this step, element for "
-                f"element, and in '{other}' it does not: '{run}' replaced its weights by their averages "
-                "(tf_keras's use_ema=True with ema_overwrite_frequency, which RMSprop alone sets to 100 by "
-                "default; ema_overwrite_frequency=None keeps the weights), or its code assigns them"
-            )
-        return None
+        betas and clipping. Only a weight that moved since the step compared before and was not
+        its average there: a weight an lr of 0 left alone, a frozen one, or an average of decay 0
+        equals its average with nothing replaced (a review's warm-up from lr 0 was told so)."""
+        if self._average_of is None:  # once per set of pairs: a weight's averages, by both variables
+            self._average_of = {}
+            for q in self._pairs:
+                b, c = align.variable_of("state", q.base.name), align.variable_of("state", q.cand.name)
+                if q.base.kind == "state" and b is not None and c is not None and b[1] == c[1] == "average":
+                    self._average_of[(b[0], c[0])] = q
+        names = (align.variable_of("weight", pair.base.name), align.variable_of("weight", pair.cand.name))
+        p = self._average_of.get((names[0][0], names[1][0])) if names[0] and names[1] else None
+        if p is None:
+            return None
+        before = np.flatnonzero((pair.ib[:k] >= 0) & (pair.ic[:k] >= 0) & (p.ib[:k] >= 0) & (p.ic[:k] >= 0))
+        if not len(before):
+            return None
+        values, averages = pair.step_values(k), p.step_values(k)
+        was, averaged = pair.step_values(int(before[-1])), p.step_values(int(before[-1]))
+        if values is None or averages is None or was is None or averaged is None:
+            return None
+        same = [
+            bool(np.array_equal(w, a)) and not np.array_equal(w, w0) and not np.array_equal(w0, a0)
+            for w, a, w0, a0 in zip(values, averages, was, averaged)
+        ]
+        if same[0] == same[1]:
+            return None
+        run, other = (self.base.name, self.cand.name) if same[0] else (self.cand.name, self.base.name)
+        average = p.base.name if same[0] else p.cand.name
+        return (
+            f"in '{run}' this weight equals its own moving average ({average}) at this step, element for "
+            f"element, and in '{other}' it does not: '{run}' replaced its weights by their averages "
+            "(tf_keras's use_ema=True with ema_overwrite_frequency, which RMSprop alone sets to 100 by "
+            "default; ema_overwrite_frequency=None keeps the weights), or its code assigns them"
+        )
 
     def _moved_by_the_update(self, pair: Pair, k: int, slot_gaps: Sequence[tuple[Pair, float]] = ()) -> Optional[str]:
         """What a weight diverging at step ``k`` after its gradient agreed element-wise at every
@@ -1943,6 +1970,17 @@ def _layout_warnings(run: Any) -> list[str]:
     elif batch:
         out.append(f"{run.name}: {batch[0].kind}/{batch[0].name} {batch[0].layout_change}")
     return out
+
+
+def _one_signed(values: Optional[tuple[np.ndarray, np.ndarray]]) -> bool:
+    """Whether the candidate's values are above the baseline's at every element, or below at every
+    one: what the n / (n - 1) between a biased and an unbiased batch variance leaves on a moving
+    variance. Rounding noise leaves both signs: a review's faithful run 1.11x past tolerance was
+    sent to the batch variance by an agreeing moving mean alone."""
+    if values is None or not len(values[0]):
+        return False
+    d = np.asarray(values[1], np.float64) - np.asarray(values[0], np.float64)
+    return bool((d > 0).all() or (d < 0).all())
 
 
 def _loud(pair: Pair, k: int, equal_nan: bool) -> bool:

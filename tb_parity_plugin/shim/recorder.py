@@ -356,7 +356,8 @@ class BaseRecorder:
                 f"tb_parity: with several optimizers, each records the slots of the variables it updates, which a "
                 f"Keras optimizer knows once built, and {', '.join(unbuilt)} is not built yet: record each with its "
                 "own variables, rec.variables(generator, g_opt) then rec.variables(discriminator, d_opt), or build "
-                "each first (g_opt.build(generator.trainable_variables))"
+                "each first (g_opt.build(generator.trainable_variables); a legacy optimizer: "
+                "g_opt._create_all_weights(generator.trainable_variables))"
             )
         moments = slots.named_moments(trainable, [*var_list, *(self._moment_candidates() if optimizers else [])])
         owned = {id(opt_var) for opt in optimizers for opt_var in _optimizer_variables(opt)}

@@ -92,8 +92,8 @@ def unbuilt(optimizer: Any) -> bool:
     it updates is not known); a TF1 optimizer keeps slots only for its ``var_list``: never."""
     if isinstance(optimizer, tf.compat.v1.train.Optimizer):
         return False
-    if hasattr(optimizer, "_create_all_weights"):  # tf_keras legacy OptimizerV2: slots per variable
-        return not getattr(optimizer, "_slots", None)
+    if hasattr(optimizer, "_create_all_weights"):  # tf_keras legacy OptimizerV2: set by its first update
+        return not getattr(optimizer, "_hypers_created", True)  # (a plain SGD keeps no slot ever)
     if hasattr(optimizer, "build"):
         return not (getattr(optimizer, "_built", False) or getattr(optimizer, "built", False))
     return False
