@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import warnings
+from typing import Any
 
 import numpy as np
 import pytest
@@ -270,6 +271,32 @@ def test_monitored_session_hook_skips_evaluation_runs(tmp_path, with_global_step
         np.testing.assert_allclose(float(got[k][("loss", "loss")][2]), losses[k], rtol=1e-5)
 
 
+def _placeholders_and_weight() -> tuple[Any, Any, Any, Any]:
+    """In the default graph: ``x`` of ``[None, 3]``, an ``is_training`` placeholder, the global step
+    and a weight ``w`` starting at ``W0``."""
+    x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+    is_training = tf.compat.v1.placeholder(tf.bool, [])
+    gs = tf.compat.v1.train.get_or_create_global_step()
+    return x, is_training, gs, tf.compat.v1.get_variable("w", initializer=W0)
+
+
+def _train_and_evaluate(rec: Any, train_op: Any, loss: Any, feeds: tuple, variables: dict, xs: list) -> tuple:
+    """One training run per batch of ``xs`` through a ``ParityHook``, each after a run that only
+    reads ``variables`` and before an evaluation (``feeds``: the input and ``is_training``
+    placeholders); the recorder closed. Returns what each read gave, the training losses, the
+    evaluations' losses and the variables at the end."""
+    x, is_training = feeds
+    seen, losses, evaluations = [], [], []
+    with tf.compat.v1.train.MonitoredTrainingSession(hooks=[summary_v1.ParityHook(rec)]) as sess:
+        for batch in xs:
+            seen.append(sess.run(variables))  # a run that reads: no step either
+            losses.append(sess.run([train_op, loss], {x: batch, is_training: True})[1])
+            evaluations.append(sess.run(loss, {x: X[::-1], is_training: False}))
+        final = sess.run(variables)
+    rec.close()
+    return seen, losses, evaluations, final
+
+
 @pytest.mark.parametrize("with_global_step", [True, False])
 def test_the_hook_leaves_out_evaluations_through_a_batch_norm_on_an_is_training_placeholder(
     tmp_path, with_global_step: bool
@@ -284,10 +311,7 @@ def test_the_hook_leaves_out_evaluations_through_a_batch_norm_on_an_is_training_
     xs = [X + 0.1 * k for k in range(steps)]
     with tf.Graph().as_default():
         rec = summary_v1.Recorder(str(tmp_path / "hook"))
-        x = tf.compat.v1.placeholder(tf.float32, [None, 3])
-        is_training = tf.compat.v1.placeholder(tf.bool, [])
-        gs = tf.compat.v1.train.get_or_create_global_step()
-        w = tf.compat.v1.get_variable("w", initializer=W0)
+        x, is_training, gs, w = _placeholders_and_weight()
         h = tf.compat.v1.layers.batch_normalization(tf.matmul(x, w), training=is_training, name="bn1")
         loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(tf.constant(Y), h))
         with tf.control_dependencies(tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)):
@@ -296,13 +320,7 @@ def test_the_hook_leaves_out_evaluations_through_a_batch_norm_on_an_is_training_
             )
         rec.variables()
         variables = {v.name: v for v in tf.compat.v1.global_variables() if v is not gs}
-        seen, losses, evaluations = [], [], []
-        with tf.compat.v1.train.MonitoredTrainingSession(hooks=[summary_v1.ParityHook(rec)]) as sess:
-            for k in range(steps):
-                seen.append(sess.run(variables))  # a run that reads: no step either
-                losses.append(sess.run([train_op, loss], {x: xs[k], is_training: True})[1])
-                evaluations.append(sess.run(loss, {x: X[::-1], is_training: False}))
-        rec.close()
+        seen, losses, evaluations, _ = _train_and_evaluate(rec, train_op, loss, (x, is_training), variables, xs)
     got = tensors_by_step(str(tmp_path / "hook"))
     assert sorted(got) == list(range(steps))
     assert not np.allclose(evaluations, losses)  # an evaluation written in a step's place would show
@@ -323,10 +341,7 @@ def test_the_hook_counts_a_train_op_under_a_cond_and_not_a_cond_that_only_may_up
     xs = [X + 0.1 * k for k in range(steps)]
     with tf.Graph().as_default():
         rec = summary_v1.Recorder(str(tmp_path / "conds"))
-        x = tf.compat.v1.placeholder(tf.float32, [None, 3])
-        is_training = tf.compat.v1.placeholder(tf.bool, [])
-        gs = tf.compat.v1.train.get_or_create_global_step()
-        w = tf.compat.v1.get_variable("w", initializer=W0)
+        x, is_training, gs, w = _placeholders_and_weight()
         moving = tf.compat.v1.get_variable("moving_mean", initializer=np.zeros(3, np.float32), trainable=False)
         z = tf.matmul(x, w)
 
@@ -343,14 +358,7 @@ def test_the_hook_counts_a_train_op_under_a_cond_and_not_a_cond_that_only_may_up
         train_op = tf.cond(is_training, lambda: tf.group(opt.apply_gradients(pairs, global_step=gs)), tf.no_op)
         rec.variables()
         variables = {v.name: v for v in (w, moving)}
-        seen, losses = [], []
-        with tf.compat.v1.train.MonitoredTrainingSession(hooks=[summary_v1.ParityHook(rec)]) as sess:
-            for k in range(steps):
-                seen.append(sess.run(variables))
-                losses.append(sess.run([train_op, loss], {x: xs[k], is_training: True})[1])
-                sess.run(loss, {x: X[::-1], is_training: False})
-            final = sess.run(variables)
-        rec.close()
+        seen, losses, _, final = _train_and_evaluate(rec, train_op, loss, (x, is_training), variables, xs)
     got = tensors_by_step(str(tmp_path / "conds"))
     assert sorted(got) == list(range(steps))
     assert not np.allclose(final["w:0"], seen[-1]["w:0"]) and not np.allclose(final["moving_mean:0"], 0)
