@@ -80,11 +80,10 @@ def _strip(name: str) -> str:
 
 def build_slots(optimizer: Any, var_list: list[Any]) -> None:
     """Create the optimizer's slots now (Keras builds them lazily at its first update)."""
-    if hasattr(optimizer, "_create_all_weights"):  # tf_keras legacy OptimizerV2
+    if hasattr(optimizer, "_create_all_weights"):  # tf_keras legacy OptimizerV2: per variable, each call
         optimizer._create_all_weights(var_list)
-    elif hasattr(optimizer, "build") and not isinstance(optimizer, tf.compat.v1.train.Optimizer):
-        if not (getattr(optimizer, "_built", False) or getattr(optimizer, "built", False)):
-            optimizer.build(var_list)
+    elif hasattr(optimizer, "build") and unbuilt(optimizer):
+        optimizer.build(var_list)
 
 
 def unbuilt(optimizer: Any) -> bool:
