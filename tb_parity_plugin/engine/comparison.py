@@ -1166,17 +1166,15 @@ class Comparison:
         """For a slot diverging at the first step both runs logged, each run's every element one
         value, the two apart: the optimizers start it differently. New users' TF1 RMSProp (its mean
         square starts at 1, Keras's at 0), Adagrad's and Ftrl's ``initial_accumulator_value`` were
-        found there with no note."""
-        both = pair.step_values(k)
-        if both is None or len(both[0]) < 2:
-            return None  # one element is always "one value" (a review's resumed run's momentum)
+        found there with no note. Read from the exact min and max, so a slot kept as statistics only
+        tells it too (a new user's 5000-wide RMSProp mean square read "min 1 vs 0" with no note)."""
         if int(pair.ib[k]) != 0 or int(pair.ic[k]) != 0:
             return None  # not where both runs' slot was first logged (rows follow the steps): updated since
-        b, c = (np.asarray(x, np.float64) for x in both)
-        if not (np.all(b == b[0]) and np.all(c == c[0])) or b[0] == c[0]:
+        starts = [_one_value(pair.base.stats[0]), _one_value(pair.cand.stats[0])]
+        if starts[0] is None or starts[1] is None or starts[0] == starts[1]:
             return None
         return (
-            f"every element starts at {float(b[0]):g} in the baseline and {float(c[0]):g} in the candidate: the "
+            f"every element starts at {starts[0]:g} in the baseline and {starts[1]:g} in the candidate: the "
             "optimizers initialise this slot differently (TF1's RMSProp starts its mean square at 1, Keras at 0: "
             "build the optimizer and assign ones; Adagrad's and Ftrl's initial_accumulator_value)"
         )
@@ -1970,6 +1968,16 @@ def _layout_warnings(run: Any) -> list[str]:
     elif batch:
         out.append(f"{run.name}: {batch[0].kind}/{batch[0].name} {batch[0].layout_change}")
     return out
+
+
+def _one_value(stats: np.ndarray) -> Optional[float]:
+    """The one value every element of a recorded tensor holds, from its statistics row (its exact
+    min and max), or None: fewer than two elements, a non-finite one, or two values."""
+    i = metadata.STAT_INDEX
+    if stats[i["size"]] < 2 or stats[i["nan"]] or stats[i["neg_inf"]] or stats[i["pos_inf"]]:
+        return None
+    low, high = float(stats[i["min"]]), float(stats[i["max"]])
+    return low if low == high else None
 
 
 def _one_signed(values: Optional[tuple[np.ndarray, np.ndarray]]) -> bool:
