@@ -106,6 +106,14 @@ def _on_replicas(values: Sequence[Any]) -> bool:
     return len(devices - {""}) > 1
 
 
+def _always_record() -> Any:
+    """The recorder writes every step it is given, whatever ``tf.summary.record_if`` the caller
+    set for its own summaries: Keras's ``TensorBoard(update_freq=N)`` callback sets one for the
+    whole of ``fit`` (record when the step is a multiple of N), which left an instrumented port
+    with every N-th step only (a false AGREE on the steps between, a late lr found N-1 steps late)."""
+    return tf.summary.record_if(True)
+
+
 def _in_replicas() -> bool:
     """Inside ``strategy.run`` of a strategy that splits the step between replicas.
 
@@ -270,7 +278,7 @@ class Recorder(BaseRecorder):
         """Writes a static string record once per recorder, eagerly even while tracing."""
         if key in self._written_once:
             return
-        with tf.init_scope(), self._writer.as_default():
+        with tf.init_scope(), self._writer.as_default(), _always_record():
             tf.summary.write(
                 tag,
                 tf.constant(payload),
@@ -295,7 +303,7 @@ class Recorder(BaseRecorder):
             return
         h = blocks.layout.hash
         self._write_once("layout/" + h, metadata.layout_tag(h), blocks.layout.to_json_bytes(), "layout", h)
-        with self._writer.as_default():
+        with self._writer.as_default(), _always_record():
             tf.summary.write(
                 metadata.stats_tag(h), blocks.stats, step=step, metadata=metadata.create_summary_metadata("stats", h)
             )
