@@ -1407,7 +1407,7 @@ class Comparison:
         close = 4.0 * HPARAM_RTOL * float(np.abs(b).max())
         index = {int(s): i for i, s in enumerate(steps)}
         step_k = int(steps[at])
-        for shift in SHIFTS:
+        for shift in (*SHIFTS, *self._stair_shifts(steps, b, c, at, close)):
             later = [(i, int(s) + shift) for i, s in enumerate(steps[at:], at)]
             # a step whose counterpart the baseline did not log counts only past either end of its record
             if any(t not in index and steps[0] <= t <= steps[-1] for _, t in later):
@@ -1417,6 +1417,18 @@ class Comparison:
                 continue
             if all(abs(c[i] - b[j]) <= close for i, j in found):
                 side = "later" if shift > 0 else "earlier"
+                if abs(shift) not in SHIFTS:
+                    return (
+                        f"from step {step_k} on (the {len(found)} steps both runs logged that it can be read at), the "
+                        f"candidate's value at each step is the baseline's {abs(shift)} steps {side} (at step {step_k}: "
+                        f"the baseline's at step {step_k + shift}): its schedule changes {abs(shift)} steps "
+                        + ("ahead" if shift > 0 else "behind")
+                        + ": a value set per epoch one epoch "
+                        + ("early" if shift > 0 else "late")
+                        + f" if an epoch is {abs(shift)} steps (a LearningRateScheduler or ReduceLROnPlateau "
+                        "callback, an epoch counted from 1 against 0, a schedule by epoch against one by step), "
+                        "or boundaries that many steps apart"
+                    )
                 return (
                     f"from step {step_k} on (the {len(found)} steps both runs logged that it can be read at), the "
                     f"candidate's value at each step is the baseline's {abs(shift)} step(s) {side} (at step {step_k}: "
@@ -1441,6 +1453,24 @@ class Comparison:
                     "value; a learning rate scaled by the replicas or the batch size on one side)"
                 )
         return None
+
+    @staticmethod
+    def _stair_shifts(steps: np.ndarray, b: np.ndarray, c: np.ndarray, at: int, close: float) -> list[int]:
+        """Shifts past :data:`SHIFTS` that would carry the baseline's value changes onto the
+        candidate's first change from ``at`` on: an lr set per epoch one epoch late (a
+        ``LearningRateScheduler`` callback) is the baseline's one epoch of steps earlier, which the
+        shifts of 1-3 steps never reach (a new user's port got no note). Only shifts that align
+        a change, nearest first and at most :data:`MAX_STAIR_SHIFTS`, each then checked at every step
+        like the short ones."""
+        start = max(at - 1, 0)  # the candidate's change may be what diverges at ``at``
+        moved = np.flatnonzero(np.abs(np.diff(c[start:])) > close)
+        changes = np.flatnonzero(np.abs(np.diff(b)) > close) + 1
+        if len(moved) == 0 or len(changes) == 0:
+            return []
+        first = int(steps[start + int(moved[0]) + 1])
+        shifts = {int(steps[j]) - first for j in changes}
+        ordered = sorted((s for s in shifts if abs(s) not in SHIFTS and s != 0), key=lambda s: (abs(s), -s))
+        return ordered[:MAX_STAIR_SHIFTS]
 
     def _update_scale(self, pair: Pair, k: int) -> Optional[float]:
         """The one factor, not 1, by which the candidate's update of a weight from the step before
@@ -1893,6 +1923,8 @@ def _layer_of(variable: str) -> str:
 
 #: Step offsets a schedule note tries, nearest first (:meth:`Comparison._schedule_note`).
 SHIFTS = (1, -1, 2, -2, 3, -3)
+#: Longer shifts tried for a hyper-parameter in stairs (``Comparison._stair_shifts``).
+MAX_STAIR_SHIFTS = 8
 
 _MOMENTUM = re.compile(r"momentum|velocity", re.IGNORECASE)
 

@@ -1,0 +1,96 @@
+"""An lr set per epoch one epoch late, in a Keras ``fit`` port of a TF1 ``feed_dict`` loop.
+
+A ``LearningRateScheduler`` callback that drops the lr one epoch late is the TF1 schedule shifted
+by one epoch of steps. The lr note named shifts of 1-3 steps only, so a new user's port (4 steps
+an epoch) got the divergence at the right step and no word of why. The expected step and shift
+come from the schedules written out in numpy, and the TF1 side's recorded lr is checked against
+them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+from shim_readback import tensors_by_step
+
+from tb_parity_plugin import compare, summary_v1, summary_v2
+
+RNG = np.random.default_rng(5)
+X = RNG.standard_normal((32, 3)).astype(np.float32)
+Y = np.eye(3, dtype=np.float32)[RNG.integers(0, 3, 32)]
+W = (RNG.standard_normal((3, 3)) * 0.5).astype(np.float32)
+BATCH, EPOCHS = 8, 6
+PER_EPOCH = len(X) // BATCH
+
+
+def lr_of_epoch(epoch: int, drop_at: int) -> float:
+    return 0.1 if epoch < drop_at else 0.03
+
+
+def train_tf1(run_dir: str, drop_at: int) -> None:
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+        y = tf.compat.v1.placeholder(tf.float32, [None, 3])
+        lr = tf.compat.v1.placeholder(tf.float32, [])
+        logits = tf.compat.v1.layers.dense(x, 3, kernel_initializer=tf.constant_initializer(W), name="dense")
+        loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(y, logits))
+        rec.lr(lr)
+        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(lr), loss, global_step=gs)
+        rec.variables()
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for epoch in range(EPOCHS):
+                for i in range(PER_EPOCH):
+                    feed = {x: X[i * BATCH : (i + 1) * BATCH], y: Y[i * BATCH : (i + 1) * BATCH]}
+                    _, parity = sess.run([train_op, fetches], {**feed, lr: lr_of_epoch(epoch, drop_at)})
+                    rec.write(parity)
+        rec.close()
+
+
+def train_fit(run_dir: str, drop_at: int) -> None:
+    model = tf.keras.Sequential(
+        [tf.keras.Input((3,)), tf.keras.layers.Dense(3, kernel_initializer=tf.constant_initializer(W), name="dense")]
+    )
+    model.compile(
+        optimizer=tf.keras.optimizers.SGD(lr_of_epoch(0, drop_at)),
+        loss=tf.keras.losses.CategoricalCrossentropy(from_logits=True),
+    )
+    rec = summary_v2.Recorder(run_dir)
+    summary_v2.instrument(model, rec)
+    callback = tf.keras.callbacks.LearningRateScheduler(lambda epoch, lr: lr_of_epoch(epoch, drop_at))
+    model.fit(X, Y, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0, callbacks=[callback])
+    rec.close()
+
+
+def numpy_lrs(drop_at: int) -> np.ndarray:
+    return np.array([lr_of_epoch(s // PER_EPOCH, drop_at) for s in range(EPOCHS * PER_EPOCH)], np.float64)
+
+
+def numpy_shift(base: np.ndarray, cand: np.ndarray) -> tuple[int, int]:
+    """(first step apart, shift d) with cand[k] == base[k + d] wherever k + d is a step, from there on."""
+    first = int(np.flatnonzero(base != cand)[0])
+    for d in sorted(range(-len(base) + 1, len(base)), key=lambda d: (abs(d), -d)):
+        ks = [k for k in range(first, len(base)) if 0 <= k + d < len(base)]
+        if d and len(ks) >= 2 and all(cand[k] == base[k + d] for k in ks):
+            return first, d
+    raise AssertionError("no shift")
+
+
+def test_an_lr_dropped_one_epoch_late_by_a_callback_is_named_as_a_shift_of_one_epoch(tmp_path) -> None:
+    train_tf1(str(tmp_path / "tf1"), drop_at=2)
+    recorded = tensors_by_step(str(tmp_path / "tf1"))
+    np.testing.assert_allclose([recorded[s][("lr", "lr")][2] for s in sorted(recorded)], numpy_lrs(2), rtol=1e-7)
+    for name, drop_at in (("late", 3), ("early", 1)):
+        train_fit(str(tmp_path / name), drop_at)
+        first, shift = numpy_shift(numpy_lrs(2), numpy_lrs(drop_at))
+        assert abs(shift) == PER_EPOCH
+        d = compare(str(tmp_path), baseline="tf1", candidate=name).first_divergence
+        assert d is not None and (d.step, d.kind) == (first, "lr"), d
+        side = "later" if shift > 0 else "earlier"
+        assert f"the baseline's {PER_EPOCH} steps {side} (at step {first}: the baseline's at step {first + shift})" in (
+            d.note or ""
+        ), d.note
+        assert f"one epoch {'early' if shift > 0 else 'late'} if an epoch is {PER_EPOCH} steps" in d.note
