@@ -655,8 +655,8 @@ class Comparison:
             if loss:
                 return (
                     f"{agree} at this step: the loss is computed differently (reduction, from_logits, label "
-                    "smoothing, regularization terms), its labels differ, or a layer after the last recorded output "
-                    "does"
+                    "smoothing, regularization terms, per-example weights: fit's class_weight= or sample_weight= "
+                    "against TF1's weights=), its labels differ, or a layer after the last recorded output does"
                 )
             return (
                 f"{agree} at this step: this layer computes another function of its input (activation, padding, "
