@@ -48,6 +48,20 @@ _CHUNK_BYTES = 256 << 20
 _MIN_CHUNK_STEPS = 16
 
 
+def _one_constant(pair: Any, k: int) -> bool:
+    """Both runs' rows at compared step ``k`` say every element of the tensor is one and the same
+    finite value (min == max on both sides, equal, no NaN or Inf, the same size): the statistics then
+    prove element-wise equality, so the tensor holds no difference they could miss (an optimizer's
+    slots at step 0, all zeros, were named as possibly hiding one)."""
+    rb, rc = int(pair.ib[k]), int(pair.ic[k])
+    if rb < 0 or rc < 0:
+        return False
+    i = metadata.STAT_INDEX
+    b, c = pair.base.stats[rb], pair.cand.stats[rc]
+    if b[i["size"]] != c[i["size"]] or any(b[i[f]] or c[i[f]] for f in metadata.NONFINITE_FIELDS):
+        return False
+    return bool(b[i["size"]] == 0 or b[i["min"]] == b[i["max"]] == c[i["min"]] == c[i["max"]])
+
 class Comparison:
     """Baseline vs candidate, with verdicts cached per tensor and step.
 
@@ -1701,6 +1715,7 @@ class Comparison:
             and p.ib[k] >= 0
             and p.ic[k] >= 0
             and not p.by_values_at(k)
+            and not _one_constant(p, k)
         ]
         self._unproven = (k, before, found)
         return list(found)
@@ -1721,6 +1736,8 @@ class Comparison:
                 continue
             ib, ic = p.ib[:k], p.ic[:k]
             both = int(np.count_nonzero((ib >= 0) & (ic >= 0)))
+            if both and all(_one_constant(p, j) for j in np.flatnonzero((ib >= 0) & (ic >= 0))):
+                continue
             if both and (not p.partial or p.valued_before(k) < both):
                 found.append(f"{p.base.kind}/{p.base.name}")
         self._earlier = (k, list(self._pairs), found)

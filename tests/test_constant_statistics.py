@@ -1,0 +1,84 @@
+"""A tensor whose statistics say every element is one value in both runs (min == max, equal) is
+proven equal element for element: it is no place a difference could hide upstream of a divergence.
+
+A new user's transformer port, recorded with ``full_values_limit`` below its FFN kernel's size,
+diverged at step 0 on an attention output, and the report said the divergence "may start upstream"
+in the kernel's Adam slots: all zeros at step 0 in both runs, which min == max == 0 proves. Real
+TensorFlow (two ``summary_v2`` runs of Keras Adam), numpy for what each run held."""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from tb_parity_plugin import compare, summary_v2
+
+WIDE = 70  # 70 x 70 = 4900 elements > full_values_limit 4096: statistics (and a sample) only
+
+
+def _train(run_dir: str, kernel: np.ndarray, scale: float, steps: int = 3) -> dict:
+    """Dense(WIDE) under Adam; the candidate scales the recorded activation (a real difference)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, WIDE)).astype(np.float32)
+    layer = tf.keras.layers.Dense(WIDE, name="wide")
+    layer.build((None, WIDE))
+    layer.kernel.assign(kernel)
+    layer.bias.assign(np.zeros(WIDE, np.float32))
+    opt = tf.keras.optimizers.Adam(1e-3)
+    opt.build(layer.trainable_variables)
+    rec = summary_v2.Recorder(run_dir)
+    held = {}
+    for s in range(steps):
+        held[s] = [v.numpy() for v in opt.variables() if v.shape == (WIDE, WIDE)]
+        with rec.step(opt.iterations, variables=layer.trainable_variables, optimizer=opt):
+            with tf.GradientTape() as tape:
+                h = rec.activation("wide", layer(x) * scale)
+                loss = rec.loss(tf.reduce_mean(tf.square(h)))
+            rec.minimize(opt, loss, layer.trainable_variables, tape)
+    rec.close()
+    return held
+
+
+def test_zero_slots_are_not_named_as_hiding_a_difference_upstream(tmp_path) -> None:
+    kernel = np.random.default_rng(1).standard_normal((WIDE, WIDE)).astype(np.float32) * 0.1
+    base = _train(str(tmp_path / "a"), kernel, 1.0)
+    cand = _train(str(tmp_path / "b"), kernel, 1.5)
+    # numpy: at step 0 each kernel slot is all zeros in both runs, so no element can differ there
+    assert len(base[0]) == 2 and all(not np.any(m) for m in base[0] + cand[0])
+    report = compare(str(tmp_path), baseline="a", candidate="b")
+    first = report.first_divergence
+    assert (first.step, first.kind, first.tensor) == (0, "activation", "wide"), first
+    unproven = report.unproven_before_first
+    # the kernel itself is not constant: statistics cannot prove its elements, so it stays named
+    assert any(t.startswith("weight/") and "kernel" in t for t in unproven), unproven
+    assert not any(t.startswith("slot/") for t in unproven), unproven
+
+
+def test_a_slot_constant_only_at_earlier_steps_is_not_named_as_predating_the_divergence(tmp_path) -> None:
+    kernel = np.random.default_rng(2).standard_normal((WIDE, WIDE)).astype(np.float32) * 0.1
+    # the candidate differs from step 1 on: its activation is the same at step 0, then scaled
+    base = _train(str(tmp_path / "a"), kernel, 1.0, steps=3)
+    cand_dir = str(tmp_path / "b")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, WIDE)).astype(np.float32)
+    layer = tf.keras.layers.Dense(WIDE, name="wide")
+    layer.build((None, WIDE))
+    layer.kernel.assign(kernel)
+    layer.bias.assign(np.zeros(WIDE, np.float32))
+    opt = tf.keras.optimizers.Adam(1e-3)
+    opt.build(layer.trainable_variables)
+    rec = summary_v2.Recorder(cand_dir)
+    for s in range(3):
+        with rec.step(opt.iterations, variables=layer.trainable_variables, optimizer=opt):
+            with tf.GradientTape() as tape:
+                h = rec.activation("wide", layer(x) * (1.0 if s == 0 else 1.5))
+                loss = rec.loss(tf.reduce_mean(tf.square(h)))
+            rec.minimize(opt, loss, layer.trainable_variables, tape)
+    rec.close()
+    assert all(not np.any(m) for m in base[0])  # numpy: the slots are zeros at step 0
+    report = compare(str(tmp_path), baseline="a", candidate="b")
+    first = report.first_divergence
+    assert (first.step, first.kind, first.tensor) == (1, "activation", "wide"), first
+    earlier = report.unproven_earlier
+    assert any(t.startswith("weight/") and "kernel" in t for t in earlier), earlier  # not constant at 0
+    assert not any(t.startswith("slot/") for t in earlier), earlier  # zeros at step 0, proven equal
