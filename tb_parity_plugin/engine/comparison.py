@@ -612,7 +612,10 @@ class Comparison:
             if p.base.kind in _RECORDED_BEFORE and p.base.order < first.base.order and p.ib[k] >= 0 and p.ic[k] >= 0
         ]
         if not all(p.by_values_at(k) for p in earlier):
-            return None  # an output compared by statistics only is no proof that it agrees
+            # an output compared by statistics only is no proof that it agrees; but a batch norm
+            # whose replicas' moving statistics parted normalized each replica's share, whatever
+            # came before it
+            return self._per_replica_batch_norm_note(first, k, earlier)
         agree = (
             ("every weight both runs recorded" if unpaired else "every recorded weight")
             + (
@@ -654,7 +657,7 @@ class Comparison:
         counts = [self._replicas[run.name].count for run in (self.base, self.cand) if run.name in self._replicas]
         if (
             len(set(counts)) > 1
-            and _BATCH_NORM.search(f"{first.base.name} {first.cand.name}")
+            and any(_BATCH_NORM.search(name) for name in (first.base.name, first.cand.name))
             and not self._batch_norm_in_sync()
         ):
             # a new user's port under MirroredStrategy normalized each replica's half of the batch
@@ -685,6 +688,36 @@ class Comparison:
             + ("" if loss else " (activation, a scale, epsilon, padding, data format)")
             + ", or its input differs (another batch: Keras fit shuffles unless shuffle=False, a tf.data shuffle "
             "or batching on one side); recording the input too tells the two apart" + self._positions_note(first, k)
+        )
+
+    def _per_replica_batch_norm_note(self, first: Pair, k: int, earlier: list[Pair]) -> Optional[str]:
+        """:meth:`_input_note`'s replicas clause where an output recorded before ``first`` was
+        compared by statistics only at ``k``, so that nothing proves it agrees: given only when the
+        runs ran different replica counts, ``first`` is a batch normalization's and a run's
+        recorded moving statistics show its replicas apart (:func:`replicas.kept_in_sync` False),
+        which an unsynchronized batch norm does whatever its input. A new user's U-Net under
+        MirroredStrategy, its first conv's output (8192 elements) kept as statistics, diverged at
+        step 0 on the batch norm after it with no note, beside a replicas line saying its moving
+        statistics were out of sync. None otherwise."""
+        counts = [self._replicas[run.name].count for run in (self.base, self.cand) if run.name in self._replicas]
+        if len(set(counts)) < 2 or not any(_BATCH_NORM.search(name) for name in (first.base.name, first.cand.name)):
+            return None
+        apart = False
+        for run in (self.base, self.cand):
+            copies = self._replicas[run.name].copies if run.name in self._replicas else {}
+            keys = [key for key in copies if key[0] == "state" and _BATCH_NORM.search(key[1]) and "moving" in key[1]]
+            if keys and replicas.kept_in_sync(run, self._replicas[run.name], keys) is False:
+                apart = True
+        if not apart:
+            return None
+        loose = [p.base.name for p in earlier if not p.by_values_at(k)]
+        return (
+            f"the runs ran {min(counts)} and {max(counts)} replicas, and the replicas' copies of the batch "
+            "normalization's moving statistics parted: a batch normalization under a strategy normalizes each "
+            "replica's share of the batch with that share's statistics unless it is synchronized (Keras "
+            "SyncBatchNormalization, or BatchNormalization(synchronized=True)); every recorded weight agrees at "
+            f"this step, but {', '.join(loose)} before it {'was' if len(loose) == 1 else 'were'} compared by "
+            "statistics only, so a difference upstream is not ruled out"
         )
 
     def _batch_norm_in_sync(self) -> bool:
