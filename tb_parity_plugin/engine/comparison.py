@@ -48,20 +48,6 @@ _CHUNK_BYTES = 256 << 20
 _MIN_CHUNK_STEPS = 16
 
 
-def _one_constant(pair: Any, k: int) -> bool:
-    """Both runs' rows at compared step ``k`` say every element of the tensor is one and the same
-    finite value (min == max on both sides, equal, no NaN or Inf, the same size): the statistics then
-    prove element-wise equality, so the tensor holds no difference they could miss (an optimizer's
-    slots at step 0, all zeros, were named as possibly hiding one)."""
-    rb, rc = int(pair.ib[k]), int(pair.ic[k])
-    if rb < 0 or rc < 0:
-        return False
-    i = metadata.STAT_INDEX
-    b, c = pair.base.stats[rb], pair.cand.stats[rc]
-    if b[i["size"]] != c[i["size"]] or any(b[i[f]] or c[i[f]] for f in metadata.NONFINITE_FIELDS):
-        return False
-    return bool(b[i["size"]] == 0 or b[i["min"]] == b[i["max"]] == c[i["min"]] == c[i["max"]])
-
 class Comparison:
     """Baseline vs candidate, with verdicts cached per tensor and step.
 
@@ -2052,14 +2038,30 @@ def _layout_warnings(run: Any) -> list[str]:
     return out
 
 
-def _one_value(stats: np.ndarray) -> Optional[float]:
+def _one_value(stats: np.ndarray, fewest: int = 2) -> Optional[float]:
     """The one value every element of a recorded tensor holds, from its statistics row (its exact
-    min and max), or None: fewer than two elements, a non-finite one, or two values."""
+    min and max), or None: fewer than ``fewest`` elements, a non-finite one, or two values."""
     i = metadata.STAT_INDEX
-    if stats[i["size"]] < 2 or stats[i["nan"]] or stats[i["neg_inf"]] or stats[i["pos_inf"]]:
+    if stats[i["size"]] < fewest or any(stats[i[f]] for f in metadata.NONFINITE_FIELDS):
         return None
     low, high = float(stats[i["min"]]), float(stats[i["max"]])
     return low if low == high else None
+
+
+def _one_constant(pair: Any, k: int) -> bool:
+    """Both runs' rows at compared step ``k`` say every element of the tensor is one and the same
+    finite value (the same size, min == max on both sides, equal): the statistics then prove
+    element-wise equality, so the tensor holds no difference they could miss (an optimizer's
+    slots at step 0, all zeros, were named as possibly hiding one)."""
+    rb, rc = int(pair.ib[k]), int(pair.ic[k])
+    if rb < 0 or rc < 0:
+        return False
+    b, c = pair.base.stats[rb], pair.cand.stats[rc]
+    size = metadata.STAT_INDEX["size"]
+    if b[size] != c[size]:
+        return False
+    value = _one_value(b, fewest=1)
+    return bool(b[size] == 0 or (value is not None and value == _one_value(c, fewest=1)))
 
 
 def _one_signed(values: Optional[tuple[np.ndarray, np.ndarray]]) -> bool:
