@@ -105,6 +105,27 @@ def _own_train_step(model: Any) -> Optional[str]:
     return None
 
 
+class _StepNumbering:
+    """Step numbers that go on across ``compile`` calls. A model compiled again with a new
+    optimizer (fine-tuning in two phases) counts its ``iterations`` from 0 again: a new user's second
+    phase wrote over the first's steps in the same run (the last write won) and was compared with
+    the TF1 run's first steps, whose ``global_step`` went on counting. A new optimizer's steps are
+    numbered on from the last one's; one restored with its count (from a checkpoint) is not moved."""
+
+    def __init__(self) -> None:
+        self._optimizer: Any = None
+        self._offset = 0
+
+    def step(self, optimizer: Any) -> Any:
+        """The step of ``optimizer``'s next update (read while ``fit`` traces its step function)."""
+        if self._optimizer is not None and optimizer is not self._optimizer:
+            with tf.init_scope():  # eager values: the earlier fit has ended
+                reached = self._offset + int(self._optimizer.iterations.numpy())
+                self._offset = max(0, reached - int(optimizer.iterations.numpy()))
+        self._optimizer = optimizer
+        return optimizer.iterations + self._offset if self._offset else optimizer.iterations
+
+
 def instrument(
     model: Any,
     recorder: Any,
@@ -134,12 +155,14 @@ def instrument(
         # "type object 'str' has no attribute 'call'"); get_layer names the ones it lacks
         instrument_layer(recorder, model.get_layer(layer) if isinstance(layer, str) else layer)
 
+    numbering = _StepNumbering()
+
     def train_step(data: Any) -> Any:
         check_supported(model)
         x, y, sample_weight = tf.keras.utils.unpack_x_y_sample_weight(data)
         opt = model.optimizer
         variables = model.trainable_variables
-        with recorder.step(opt.iterations, variables=model, optimizer=opt if slots else None):
+        with recorder.step(numbering.step(opt), variables=model, optimizer=opt if slots else None):
             lr = slot_lib.current_lr(opt)
             if lr is not None:
                 recorder.lr(lr)

@@ -1,0 +1,53 @@
+"""An instrumented model compiled again with a new optimizer (fine-tuning in two phases).
+
+A new user's second phase (``model.compile(new Adam)``, ``fit`` again) counted
+``optimizer.iterations`` from 0 again: it wrote over the first phase's steps in the same run (the
+last write won) and was compared with the TF1 run's first steps, whose ``global_step`` went on
+counting. The steps now go on. Checked against a float64 numpy replay (plain SGD, a new lr in the
+second phase).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+from shim_readback import tensors_by_step
+
+from tb_parity_plugin import summary_v2
+
+RNG = np.random.default_rng(5)
+X = RNG.standard_normal((16, 3)).astype(np.float32)
+Y = RNG.standard_normal((16, 2)).astype(np.float32)
+W = (RNG.standard_normal((3, 2)) * 0.5).astype(np.float32)
+BATCH, PHASES = 8, ((0.1, 2), (0.05, 1))  # (lr, epochs) of each compile
+
+
+def numpy_replay() -> list[dict]:
+    """lr and kernel as read at each step's start, in float64 (MSE, no bias)."""
+    w, out = W.astype(np.float64), []
+    for lr, epochs in PHASES:
+        for _ in range(epochs):
+            for i in range(0, len(X), BATCH):
+                x, y = X[i : i + BATCH].astype(np.float64), Y[i : i + BATCH]
+                out.append({"lr": lr, "kernel": w.copy()})
+                w = w - lr * x.T @ (2 * (x @ w - y) / y.size)
+    return out
+
+
+def test_a_second_compile_numbers_its_steps_after_the_first(tmp_path) -> None:
+    model = tf.keras.Sequential(
+        [tf.keras.Input((3,)), tf.keras.layers.Dense(2, use_bias=False, kernel_initializer=tf.constant_initializer(W))]
+    )
+    rec = summary_v2.Recorder(str(tmp_path / "tf2"))
+    for n, (lr, epochs) in enumerate(PHASES):
+        model.compile(optimizer=tf.keras.optimizers.SGD(lr), loss="mse")
+        if n == 0:
+            summary_v2.instrument(model, rec)
+        model.fit(X, Y, batch_size=BATCH, epochs=epochs, shuffle=False, verbose=0)
+    rec.close()
+    recorded, reference = tensors_by_step(str(tmp_path / "tf2")), numpy_replay()
+    assert sorted(recorded) == list(range(len(reference)))  # was steps 0-3, the second phase over the first's
+    for step, ref in enumerate(reference):
+        got = {kind: values for (kind, _), (_, _, values) in recorded[step].items() if kind in ("lr", "weight")}
+        np.testing.assert_allclose(got["lr"], ref["lr"], rtol=1e-6)
+        np.testing.assert_allclose(got["weight"], ref["kernel"], rtol=1e-5, atol=1e-6)
