@@ -1755,7 +1755,7 @@ class Comparison:
                 continue
             ib, ic = p.ib[:k], p.ic[:k]
             both = int(np.count_nonzero((ib >= 0) & (ic >= 0)))
-            if both and all(_one_constant(p, j) for j in np.flatnonzero((ib >= 0) & (ic >= 0))):
+            if both and all(_one_constant(p, int(j)) for j in np.flatnonzero((ib >= 0) & (ic >= 0))):
                 continue
             if both and (not p.partial or p.valued_before(k) < both):
                 found.append(f"{p.base.kind}/{p.base.name}")
