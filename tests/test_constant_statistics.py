@@ -16,8 +16,9 @@ from tb_parity_plugin import compare, summary_v2
 WIDE = 70  # 70 x 70 = 4900 elements > full_values_limit 4096: statistics (and a sample) only
 
 
-def _train(run_dir: str, kernel: np.ndarray, scale: float, steps: int = 3) -> dict:
-    """Dense(WIDE) under Adam; the candidate scales the recorded activation (a real difference)."""
+def _train(run_dir: str, kernel: np.ndarray, scales: tuple[float, ...]) -> dict:
+    """Dense(WIDE) under Adam, a step per scale; the candidate scales the recorded activation (a real
+    difference). Returns each step's kernel-shaped slots as held before the step."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((4, WIDE)).astype(np.float32)
     layer = tf.keras.layers.Dense(WIDE, name="wide")
@@ -28,7 +29,7 @@ def _train(run_dir: str, kernel: np.ndarray, scale: float, steps: int = 3) -> di
     opt.build(layer.trainable_variables)
     rec = summary_v2.Recorder(run_dir)
     held = {}
-    for s in range(steps):
+    for s, scale in enumerate(scales):
         held[s] = [v.numpy() for v in opt.variables() if v.shape == (WIDE, WIDE)]
         with rec.step(opt.iterations, variables=layer.trainable_variables, optimizer=opt):
             with tf.GradientTape() as tape:
@@ -41,8 +42,8 @@ def _train(run_dir: str, kernel: np.ndarray, scale: float, steps: int = 3) -> di
 
 def test_zero_slots_are_not_named_as_hiding_a_difference_upstream(tmp_path) -> None:
     kernel = np.random.default_rng(1).standard_normal((WIDE, WIDE)).astype(np.float32) * 0.1
-    base = _train(str(tmp_path / "a"), kernel, 1.0)
-    cand = _train(str(tmp_path / "b"), kernel, 1.5)
+    base = _train(str(tmp_path / "a"), kernel, (1.0,) * 3)
+    cand = _train(str(tmp_path / "b"), kernel, (1.5,) * 3)
     # numpy: at step 0 each kernel slot is all zeros in both runs, so no element can differ there
     assert len(base[0]) == 2 and all(not np.any(m) for m in base[0] + cand[0])
     report = compare(str(tmp_path), baseline="a", candidate="b")
@@ -57,24 +58,8 @@ def test_zero_slots_are_not_named_as_hiding_a_difference_upstream(tmp_path) -> N
 def test_a_slot_constant_only_at_earlier_steps_is_not_named_as_predating_the_divergence(tmp_path) -> None:
     kernel = np.random.default_rng(2).standard_normal((WIDE, WIDE)).astype(np.float32) * 0.1
     # the candidate differs from step 1 on: its activation is the same at step 0, then scaled
-    base = _train(str(tmp_path / "a"), kernel, 1.0, steps=3)
-    cand_dir = str(tmp_path / "b")
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((4, WIDE)).astype(np.float32)
-    layer = tf.keras.layers.Dense(WIDE, name="wide")
-    layer.build((None, WIDE))
-    layer.kernel.assign(kernel)
-    layer.bias.assign(np.zeros(WIDE, np.float32))
-    opt = tf.keras.optimizers.Adam(1e-3)
-    opt.build(layer.trainable_variables)
-    rec = summary_v2.Recorder(cand_dir)
-    for s in range(3):
-        with rec.step(opt.iterations, variables=layer.trainable_variables, optimizer=opt):
-            with tf.GradientTape() as tape:
-                h = rec.activation("wide", layer(x) * (1.0 if s == 0 else 1.5))
-                loss = rec.loss(tf.reduce_mean(tf.square(h)))
-            rec.minimize(opt, loss, layer.trainable_variables, tape)
-    rec.close()
+    base = _train(str(tmp_path / "a"), kernel, (1.0,) * 3)
+    _train(str(tmp_path / "b"), kernel, (1.0, 1.5, 1.5))
     assert all(not np.any(m) for m in base[0])  # numpy: the slots are zeros at step 0
     report = compare(str(tmp_path), baseline="a", candidate="b")
     first = report.first_divergence
