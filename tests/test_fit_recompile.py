@@ -51,3 +51,38 @@ def test_a_second_compile_numbers_its_steps_after_the_first(tmp_path) -> None:
         got = {kind: values for (kind, _), (_, _, values) in recorded[step].items() if kind in ("lr", "weight")}
         np.testing.assert_allclose(got["lr"], ref["lr"], rtol=1e-6)
         np.testing.assert_allclose(got["weight"], ref["kernel"], rtol=1e-5, atol=1e-6)
+
+
+def test_instrumenting_again_after_the_second_compile_keeps_the_numbering(tmp_path) -> None:
+    """``instrument`` called after each ``compile`` (the first needed it after compile, so a user
+    does it again): a new numbering started the second phase at 0 again, over the first phase's
+    steps (a faithful two-phase port against TF1 diverged at step 0 on its lr)."""
+    model = tf.keras.Sequential(
+        [tf.keras.Input((3,)), tf.keras.layers.Dense(2, use_bias=False, kernel_initializer=tf.constant_initializer(W))]
+    )
+    rec = summary_v2.Recorder(str(tmp_path / "tf2"))
+    for lr, epochs in PHASES:
+        model.compile(optimizer=tf.keras.optimizers.SGD(lr), loss="mse")
+        summary_v2.instrument(model, rec)
+        model.fit(X, Y, batch_size=BATCH, epochs=epochs, shuffle=False, verbose=0)
+    rec.close()
+    recorded, reference = tensors_by_step(str(tmp_path / "tf2")), numpy_replay()
+    assert sorted(recorded) == list(range(len(reference)))  # was steps 0-3, the second phase over the first's
+    for step, ref in enumerate(reference):
+        got = {kind: values for (kind, _), (_, _, values) in recorded[step].items() if kind in ("lr", "weight")}
+        np.testing.assert_allclose(got["lr"], ref["lr"], rtol=1e-6)
+        np.testing.assert_allclose(got["weight"], ref["kernel"], rtol=1e-5, atol=1e-6)
+
+
+def test_instrumenting_onto_another_recorder_numbers_from_the_optimizer(tmp_path) -> None:
+    """A new recorder is a new run: its steps are the optimizer's own, not the last run's."""
+    model = tf.keras.Sequential(
+        [tf.keras.Input((3,)), tf.keras.layers.Dense(2, use_bias=False, kernel_initializer=tf.constant_initializer(W))]
+    )
+    for n, (lr, epochs) in enumerate(PHASES):
+        rec = summary_v2.Recorder(str(tmp_path / f"run{n}"))
+        model.compile(optimizer=tf.keras.optimizers.SGD(lr), loss="mse")
+        summary_v2.instrument(model, rec)
+        model.fit(X, Y, batch_size=BATCH, epochs=epochs, shuffle=False, verbose=0)
+        rec.close()
+    assert sorted(tensors_by_step(str(tmp_path / "run1"))) == [0, 1]

@@ -155,7 +155,11 @@ def instrument(
         # "type object 'str' has no attribute 'call'"); get_layer names the ones it lacks
         instrument_layer(recorder, model.get_layer(layer) if isinstance(layer, str) else layer)
 
-    numbering = _StepNumbering()
+    # instrumenting again onto the same recorder (after a second compile, as the first needed it)
+    # keeps the numbering: a new one started the second phase at its optimizer's 0 again, over the
+    # first phase's steps (a faithful two-phase port diverged at step 0 on its lr)
+    previous = getattr(vars(model).get("train_step"), "_tb_parity_numbering", None)
+    numbering = previous[1] if previous is not None and previous[0] is recorder else _StepNumbering()
 
     def train_step(data: Any) -> Any:
         check_supported(model)
@@ -182,6 +186,7 @@ def instrument(
         return model.compute_metrics(x, y, y_pred, sample_weight)
 
     train_step._tb_parity = True  # type: ignore[attr-defined]  # ours: instrumenting again is allowed
+    train_step._tb_parity_numbering = (recorder, numbering)  # type: ignore[attr-defined]
     model.train_step = train_step
     model.train_function = None  # a cached function would keep the old step
     return model
