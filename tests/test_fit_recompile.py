@@ -10,6 +10,7 @@ second phase).
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from shim_readback import tensors_by_step
 
@@ -34,44 +35,48 @@ def numpy_replay() -> list[dict]:
     return out
 
 
-def test_a_second_compile_numbers_its_steps_after_the_first(tmp_path) -> None:
+def _two_phases(run_dir: str, instrument_each: bool, restored: int = 0) -> None:
+    """Compile, fit, compile with a new SGD (its count set to ``restored``), fit, on one recorder."""
     model = tf.keras.Sequential(
         [tf.keras.Input((3,)), tf.keras.layers.Dense(2, use_bias=False, kernel_initializer=tf.constant_initializer(W))]
     )
-    rec = summary_v2.Recorder(str(tmp_path / "tf2"))
+    rec = summary_v2.Recorder(run_dir)
     for n, (lr, epochs) in enumerate(PHASES):
-        model.compile(optimizer=tf.keras.optimizers.SGD(lr), loss="mse")
-        if n == 0:
+        optimizer = tf.keras.optimizers.SGD(lr)
+        if n:
+            optimizer.iterations.assign(restored)
+        model.compile(optimizer=optimizer, loss="mse")
+        if n == 0 or instrument_each:
             summary_v2.instrument(model, rec)
         model.fit(X, Y, batch_size=BATCH, epochs=epochs, shuffle=False, verbose=0)
     rec.close()
-    recorded, reference = tensors_by_step(str(tmp_path / "tf2")), numpy_replay()
-    assert sorted(recorded) == list(range(len(reference)))  # was steps 0-3, the second phase over the first's
-    for step, ref in enumerate(reference):
+
+
+def _check(recorded: dict, expected: dict) -> None:
+    """Each recorded step's lr and kernel against the numpy replay's entry for it."""
+    assert sorted(recorded) == sorted(expected)
+    for step, ref in expected.items():
         got = {kind: values for (kind, _), (_, _, values) in recorded[step].items() if kind in ("lr", "weight")}
         np.testing.assert_allclose(got["lr"], ref["lr"], rtol=1e-6)
         np.testing.assert_allclose(got["weight"], ref["kernel"], rtol=1e-5, atol=1e-6)
 
 
-def test_instrumenting_again_after_the_second_compile_keeps_the_numbering(tmp_path) -> None:
-    """``instrument`` called after each ``compile`` (the first needed it after compile, so a user
-    does it again): a new numbering started the second phase at 0 again, over the first phase's
-    steps (a faithful two-phase port against TF1 diverged at step 0 on its lr)."""
-    model = tf.keras.Sequential(
-        [tf.keras.Input((3,)), tf.keras.layers.Dense(2, use_bias=False, kernel_initializer=tf.constant_initializer(W))]
-    )
-    rec = summary_v2.Recorder(str(tmp_path / "tf2"))
-    for lr, epochs in PHASES:
-        model.compile(optimizer=tf.keras.optimizers.SGD(lr), loss="mse")
-        summary_v2.instrument(model, rec)
-        model.fit(X, Y, batch_size=BATCH, epochs=epochs, shuffle=False, verbose=0)
-    rec.close()
-    recorded, reference = tensors_by_step(str(tmp_path / "tf2")), numpy_replay()
-    assert sorted(recorded) == list(range(len(reference)))  # was steps 0-3, the second phase over the first's
-    for step, ref in enumerate(reference):
-        got = {kind: values for (kind, _), (_, _, values) in recorded[step].items() if kind in ("lr", "weight")}
-        np.testing.assert_allclose(got["lr"], ref["lr"], rtol=1e-6)
-        np.testing.assert_allclose(got["weight"], ref["kernel"], rtol=1e-5, atol=1e-6)
+@pytest.mark.parametrize("instrument_each", [False, True])
+def test_a_second_compile_numbers_its_steps_after_the_first(tmp_path, instrument_each: bool) -> None:
+    """Instrumented once, or again after each ``compile`` (the first needed it after compile, so a
+    user does it again: a new numbering started the second phase at 0 again, and a faithful
+    two-phase port against TF1 diverged at step 0 on its lr). Before either fix the run held steps
+    0-3 only, the second phase written over the first's."""
+    _two_phases(str(tmp_path / "tf2"), instrument_each)
+    _check(tensors_by_step(str(tmp_path / "tf2")), dict(enumerate(numpy_replay())))
+
+
+def test_an_optimizer_restored_with_its_count_keeps_it(tmp_path) -> None:
+    """A second phase whose optimizer comes back with its count (2, from a checkpoint) writes its
+    steps as 2 and 3, as a TF1 run restored to that global_step would; the last write wins."""
+    _two_phases(str(tmp_path / "tf2"), instrument_each=False, restored=2)
+    reference = numpy_replay()
+    _check(tensors_by_step(str(tmp_path / "tf2")), {0: reference[0], 1: reference[1], 2: reference[4], 3: reference[5]})
 
 
 def test_instrumenting_onto_another_recorder_numbers_from_the_optimizer(tmp_path) -> None:

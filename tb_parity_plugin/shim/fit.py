@@ -109,8 +109,9 @@ class _StepNumbering:
     """Step numbers that go on across ``compile`` calls. A model compiled again with a new
     optimizer (fine-tuning in two phases) counts its ``iterations`` from 0 again: a new user's second
     phase wrote over the first's steps in the same run (the last write won) and was compared with
-    the TF1 run's first steps, whose ``global_step`` went on counting. A new optimizer's steps are
-    numbered on from the last one's; one restored with its count (from a checkpoint) is not moved."""
+    the TF1 run's first steps, whose ``global_step`` went on counting. A fresh optimizer's steps
+    (its count at 0) are numbered on from the last one's; one whose count is already past 0 (restored
+    from a checkpoint) keeps its own, as a TF1 run restored to that ``global_step`` would."""
 
     def __init__(self) -> None:
         self._optimizer: Any = None
@@ -120,8 +121,8 @@ class _StepNumbering:
         """The step of ``optimizer``'s next update (read while ``fit`` traces its step function)."""
         if self._optimizer is not None and optimizer is not self._optimizer:
             with tf.init_scope():  # eager values: the earlier fit has ended
-                reached = self._offset + int(self._optimizer.iterations.numpy())
-                self._offset = max(0, reached - int(optimizer.iterations.numpy()))
+                fresh = int(optimizer.iterations.numpy()) == 0
+                self._offset = self._offset + int(self._optimizer.iterations.numpy()) if fresh else 0
         self._optimizer = optimizer
         return optimizer.iterations + self._offset if self._offset else optimizer.iterations
 
