@@ -12,6 +12,8 @@ import numpy as np
 import tensorflow as tf
 
 from tb_parity_plugin import compare, summary_v2
+from tb_parity_plugin.engine.comparison import _one_value
+from tb_parity_plugin.records import health
 
 WIDE = 70  # 70 x 70 = 4900 elements > full_values_limit 4096: statistics (and a sample) only
 
@@ -67,3 +69,12 @@ def test_a_slot_constant_only_at_earlier_steps_is_not_named_as_predating_the_div
     earlier = report.unproven_earlier
     assert any(t.startswith("weight/") and "kernel" in t for t in earlier), earlier  # not constant at 0
     assert not any(t.startswith("slot/") for t in earlier), earlier  # zeros at step 0, proven equal
+
+
+def test_an_int64_tensor_past_2_53_is_not_one_value_by_its_float64_min_and_max() -> None:
+    """Two unequal int64 elements past 2**53 have one float64 min and max: no proof of one value."""
+    unequal = np.array([2**53, 2**53 + 1], np.int64)
+    assert len(set(unequal.tolist())) == 2 and float(unequal.min()) == float(unequal.max())
+    assert _one_value(health.health_numpy(unequal)) is None
+    assert _one_value(health.health_numpy(np.full(3, 7, np.int64))) == 7.0
+    assert _one_value(health.health_numpy(np.zeros(4, np.float32))) == 0.0

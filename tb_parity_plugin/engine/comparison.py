@@ -2040,12 +2040,13 @@ def _layout_warnings(run: Any) -> list[str]:
 
 def _one_value(stats: np.ndarray, fewest: int = 2) -> Optional[float]:
     """The one value every element of a recorded tensor holds, from its statistics row (its exact
-    min and max), or None: fewer than ``fewest`` elements, a non-finite one, or two values."""
+    min and max), or None: fewer than ``fewest`` elements, a non-finite one, or two values. Past
+    2**53 the float64 min and max of an int64 tensor can be equal for unequal elements: None there."""
     i = metadata.STAT_INDEX
     if stats[i["size"]] < fewest or any(stats[i[f]] for f in metadata.NONFINITE_FIELDS):
         return None
     low, high = float(stats[i["min"]]), float(stats[i["max"]])
-    return low if low == high else None
+    return low if low == high and abs(low) < 2.0**53 else None
 
 
 def _one_constant(pair: Any, k: int) -> bool:
