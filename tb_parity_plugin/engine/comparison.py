@@ -640,20 +640,11 @@ class Comparison:
                 "Porting a real model, step 1), padding one run masks, or units a ReLU switched off in one run"
             ) + self._positions_note(first, k)
         loss = first.base.kind == "loss"
-        counts = [self._replicas[run.name].count for run in (self.base, self.cand) if run.name in self._replicas]
-        if (
-            len(set(counts)) > 1
-            and any(_BATCH_NORM.search(name) for name in (first.base.name, first.cand.name))
-            and not self._batch_norm_in_sync()
-        ):
+        counts = self._replica_counts_of_batch_norm(first)
+        if counts and not self._batch_norm_in_sync():
             # a new user's port under MirroredStrategy normalized each replica's half of the batch
             # (numpy: 1.8e-7 from per-half batch norm) and was told of activations and padding
-            return (
-                f"{agree} at this step, and the runs ran {min(counts)} and {max(counts)} replicas: a batch "
-                "normalization under a strategy normalizes each replica's share of the batch with that share's "
-                "statistics unless it is synchronized (Keras SyncBatchNormalization, or "
-                "BatchNormalization(synchronized=True))"
-            )
+            return f"{agree} at this step, and the runs ran {counts[0]} and {counts[1]} replicas: {_PER_REPLICA_BN}"
         if earlier:
             if loss:
                 return (
@@ -685,42 +676,43 @@ class Comparison:
         MirroredStrategy, its first conv's output (8192 elements) kept as statistics, diverged at
         step 0 on the batch norm after it with no note, beside a replicas line saying its moving
         statistics were out of sync. None otherwise."""
-        counts = [self._replicas[run.name].count for run in (self.base, self.cand) if run.name in self._replicas]
-        if len(set(counts)) < 2 or not any(_BATCH_NORM.search(name) for name in (first.base.name, first.cand.name)):
-            return None
-        apart = False
-        for run in (self.base, self.cand):
-            copies = self._replicas[run.name].copies if run.name in self._replicas else {}
-            keys = [key for key in copies if key[0] == "state" and _BATCH_NORM.search(key[1]) and "moving" in key[1]]
-            if keys and replicas.kept_in_sync(run, self._replicas[run.name], keys) is False:
-                apart = True
-        if not apart:
+        counts = self._replica_counts_of_batch_norm(first)
+        if counts is None or False not in self._batch_norm_sync():
             return None
         loose = [p.base.name for p in earlier if not p.by_values_at(k)]
         return (
-            f"the runs ran {min(counts)} and {max(counts)} replicas, and the replicas' copies of the batch "
-            "normalization's moving statistics parted: a batch normalization under a strategy normalizes each "
-            "replica's share of the batch with that share's statistics unless it is synchronized (Keras "
-            "SyncBatchNormalization, or BatchNormalization(synchronized=True)); every recorded weight agrees at "
+            f"the runs ran {counts[0]} and {counts[1]} replicas, and the replicas' copies of the batch "
+            f"normalization's moving statistics parted: {_PER_REPLICA_BN}; every recorded weight agrees at "
             f"this step, but {', '.join(loose)} before it {'was' if len(loose) == 1 else 'were'} compared by "
             "statistics only, so a difference upstream is not ruled out"
         )
+
+    def _replica_counts_of_batch_norm(self, first: Pair) -> Optional[tuple[int, int]]:
+        """(fewer, more) replicas when the runs ran different counts and ``first`` is a batch
+        normalization's (either run's name); None otherwise."""
+        counts = [self._replicas[run.name].count for run in (self.base, self.cand) if run.name in self._replicas]
+        if len(set(counts)) < 2 or not any(_BATCH_NORM.search(name) for name in (first.base.name, first.cand.name)):
+            return None
+        return min(counts), max(counts)
+
+    def _batch_norm_sync(self) -> list[Optional[bool]]:
+        """:func:`replicas.kept_in_sync` of each run's batch-norm moving statistics, for the runs
+        that recorded replica copies of any."""
+        found = []
+        for run in (self.base, self.cand):
+            copies = self._replicas[run.name].copies if run.name in self._replicas else {}
+            keys = [key for key in copies if key[0] == "state" and _BATCH_NORM.search(key[1]) and "moving" in key[1]]
+            if keys:
+                found.append(replicas.kept_in_sync(run, self._replicas[run.name], keys))
+        return found
 
     def _batch_norm_in_sync(self) -> bool:
         """Whether the multi-replica run's batch-norm moving statistics stayed in sync across its
         replicas at every step it logged past the first: a synchronized batch norm. A helper's
         ``BatchNormalization(synchronized=True, epsilon=1e-5)`` was told its replicas normalize each
         share of the batch alone, beside a replicas line saying every copy agrees."""
-        found = False
-        for run in (self.base, self.cand):
-            copies = self._replicas[run.name].copies if run.name in self._replicas else {}
-            keys = [key for key in copies if key[0] == "state" and _BATCH_NORM.search(key[1]) and "moving" in key[1]]
-            if keys:
-                synced = replicas.kept_in_sync(run, self._replicas[run.name], keys)
-                if synced is False or synced is None:
-                    return False
-                found = True
-        return found
+        synced = self._batch_norm_sync()
+        return bool(synced) and all(s is True for s in synced)
 
     def _positions_note(self, pair: Pair, k: int) -> str:
         """For a sequence output (rank 3: ``[batch, time, features]``) whose elements out of
@@ -1449,28 +1441,25 @@ class Comparison:
             if len(found) < 2:
                 continue
             if all(abs(c[i] - b[j]) <= close for i, j in found):
-                side = "later" if shift > 0 else "earlier"
-                if abs(shift) not in SHIFTS:
-                    return (
-                        f"from step {step_k} on (the {len(found)} steps both runs logged that it can be read at), the "
-                        f"candidate's value at each step is the baseline's {abs(shift)} steps {side} (at step {step_k}: "
-                        f"the baseline's at step {step_k + shift}): its schedule changes {abs(shift)} steps "
-                        + ("ahead" if shift > 0 else "behind")
-                        + ": a value set per epoch one epoch "
-                        + ("early" if shift > 0 else "late")
-                        + f" if an epoch is {abs(shift)} steps (a LearningRateScheduler or ReduceLROnPlateau "
-                        "callback, an epoch counted from 1 against 0, a schedule by epoch against one by step), "
-                        "or boundaries that many steps apart"
+                side, n = ("later", "ahead") if shift > 0 else ("earlier", "behind")
+                if abs(shift) in SHIFTS:
+                    steps_of, runs = "step(s)", f"runs {abs(shift)} step(s) {n}"
+                    before = ", before its record begins" if step_k + shift < steps[0] else ""
+                    cause = (
+                        "a step count read after its increment (optimizer.iterations + 1) where the other reads it "
+                        "before, a warm-up counted from 1 against 0, or boundaries shifted by one"
+                    )
+                else:  # a shift of _stair_shifts
+                    steps_of, runs, before = "steps", f"changes {abs(shift)} steps {n}", ""
+                    cause = (
+                        f"a value set per epoch one epoch {'early' if shift > 0 else 'late'} if an epoch is "
+                        f"{abs(shift)} steps (a LearningRateScheduler or ReduceLROnPlateau callback, an epoch counted "
+                        "from 1 against 0, a schedule by epoch against one by step), or boundaries that many steps apart"
                     )
                 return (
                     f"from step {step_k} on (the {len(found)} steps both runs logged that it can be read at), the "
-                    f"candidate's value at each step is the baseline's {abs(shift)} step(s) {side} (at step {step_k}: "
-                    f"the baseline's at step {step_k + shift}"
-                    + (", before its record begins" if step_k + shift < steps[0] else "")
-                    + f"): its schedule runs {abs(shift)} step(s) "
-                    + ("ahead" if shift > 0 else "behind")
-                    + ": a step count read after its increment (optimizer.iterations + 1) where the other reads it "
-                    "before, a warm-up counted from 1 against 0, or boundaries shifted by one"
+                    f"candidate's value at each step is the baseline's {abs(shift)} {steps_of} {side} (at step "
+                    f"{step_k}: the baseline's at step {step_k + shift}{before}): its schedule {runs}: {cause}"
                 )
         stairs = _staircase_note(steps, b, c, close)
         if stairs is not None:
@@ -1961,6 +1950,12 @@ def _layer_of(variable: str) -> str:
 SHIFTS = (1, -1, 2, -2, 3, -3)
 #: Longer shifts tried for a hyper-parameter in stairs (``Comparison._stair_shifts``).
 MAX_STAIR_SHIFTS = 8
+
+#: Why a batch normalization's output differs across replica counts, said by every note that names it.
+_PER_REPLICA_BN = (
+    "a batch normalization under a strategy normalizes each replica's share of the batch with that share's "
+    "statistics unless it is synchronized (Keras SyncBatchNormalization, or BatchNormalization(synchronized=True))"
+)
 
 _MOMENTUM = re.compile(r"momentum|velocity", re.IGNORECASE)
 
