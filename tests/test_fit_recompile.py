@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 from shim_readback import tensors_by_step
 
-from tb_parity_plugin import summary_v2
+from tb_parity_plugin import compare, summary_v1, summary_v2
 
 RNG = np.random.default_rng(5)
 X = RNG.standard_normal((16, 3)).astype(np.float32)
@@ -23,16 +23,39 @@ W = (RNG.standard_normal((3, 2)) * 0.5).astype(np.float32)
 BATCH, PHASES = 8, ((0.1, 2), (0.05, 1))  # (lr, epochs) of each compile
 
 
-def numpy_replay() -> list[dict]:
+def numpy_replay(phases: tuple[tuple[float, int], ...] = PHASES) -> list[dict]:
     """lr and kernel as read at each step's start, in float64 (MSE, no bias)."""
     w, out = W.astype(np.float64), []
-    for lr, epochs in PHASES:
+    for lr, epochs in phases:
         for _ in range(epochs):
             for i in range(0, len(X), BATCH):
                 x, y = X[i : i + BATCH].astype(np.float64), Y[i : i + BATCH]
                 out.append({"lr": lr, "kernel": w.copy()})
                 w = w - lr * x.T @ (2 * (x @ w - y) / y.size)
     return out
+
+
+def _tf1(run_dir: str, phases: tuple[tuple[float, int], ...]) -> None:
+    """The TF1 original: one feed_dict loop, its lr fed per phase, its global_step counting on."""
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+        y = tf.compat.v1.placeholder(tf.float32, [None, 2])
+        lr = tf.compat.v1.placeholder(tf.float32, [])
+        out = tf.compat.v1.layers.dense(x, 2, use_bias=False, kernel_initializer=tf.constant_initializer(W))
+        loss = rec.loss(tf.compat.v1.losses.mean_squared_error(y, out))
+        rec.lr(lr)
+        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(lr), loss, global_step=gs)
+        rec.variables()
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for phase_lr, epochs in phases:
+                for _ in range(epochs):
+                    for i in range(0, len(X), BATCH):
+                        feed = {x: X[i : i + BATCH], y: Y[i : i + BATCH], lr: phase_lr}
+                        rec.write(sess.run([train_op, rec.fetches], feed)[1])
+        rec.close()
 
 
 def _two_phases(run_dir: str, instrument_each: bool, restored: int = 0) -> None:
@@ -91,3 +114,19 @@ def test_instrumenting_onto_another_recorder_numbers_from_the_optimizer(tmp_path
         model.fit(X, Y, batch_size=BATCH, epochs=epochs, shuffle=False, verbose=0)
         rec.close()
     assert sorted(tensors_by_step(str(tmp_path / "run1"))) == [0, 1]
+
+
+def test_a_two_phase_fit_agrees_with_its_tf1_loop_and_a_wrong_second_lr_is_found_where_it_starts(tmp_path) -> None:
+    """The port against the TF1 loop it replaces, whose global_step counts on: faithful, it agrees at
+    every step; with TF1's second lr 0.06 against 0.05 it parts at the first step of the second
+    phase, on the lr (numpy: where the two schedules first differ)."""
+    _two_phases(str(tmp_path / "runs" / "tf2"), instrument_each=True)
+    wrong = (PHASES[0], (0.06, PHASES[1][1]))
+    _tf1(str(tmp_path / "runs" / "tf1"), PHASES)
+    _tf1(str(tmp_path / "runs" / "tf1_wrong"), wrong)
+    faithful = compare(str(tmp_path / "runs"), baseline="tf1", candidate="tf2")
+    assert faithful.agree and faithful.steps_compared == len(numpy_replay()), faithful.to_dict()["verdict_text"]
+    first = next(k for k, (a, b) in enumerate(zip(numpy_replay(), numpy_replay(wrong))) if a["lr"] != b["lr"])
+    assert first == 4
+    d = compare(str(tmp_path / "runs"), baseline="tf1_wrong", candidate="tf2").first_divergence
+    assert d is not None and (d.step, d.kind) == (first, "lr"), d
