@@ -530,16 +530,18 @@ def _noise_runs(kernel_scale: float, steps: int = N, keep_values: bool = True) -
 
 
 @pytest.mark.parametrize("keep_values", [True, False])
-def test_a_noise_gradient_counts_in_full_up_to_four_ulps_of_its_layers_gradient_scale(keep_values: bool) -> None:
+def test_a_noise_gradient_counts_in_full_up_to_1024_ulps_of_its_layers_gradient_scale(keep_values: bool) -> None:
     """numpy: the bias's momentum is 2e-8 x step apart, past the slot rule and its capped allowance
-    (1e-8 + 1e-4 |g| a step); beside a kernel gradient of 0.365 the noise is 0.46 ulp of its layer's
-    gradient scale and counts in full; beside one of 1e-3 it is 168 ulps and does not. The same
-    when the bias's gradient and slot are kept as statistics only (a new user's faithful port 5000
-    wide under MirroredStrategy was a false DIVERGE on that slot at step 12: a slot compared by
-    statistics had no allowance, and a gradient kept as statistics gave none)."""
-    assert 2e-8 <= tolerance.GRAD_NOISE_OF_MAX * 0.365 and 2e-8 > tolerance.GRAD_NOISE_OF_MAX * 1e-3
-    assert Comparison(*_noise_runs(0.365, keep_values=keep_values)).report().agree
-    first = Comparison(*_noise_runs(1e-3, keep_values=keep_values)).report().first_divergence
+    (1e-8 + 1e-4 |g| a step); beside a kernel gradient of 1e-3 the noise is 168 ulps of its layer's
+    gradient scale and counts in full (at 4 ulps, a new user's faithful U-Net was a false DIVERGE
+    in 3 of 11 runs, its conv bias's gradients up to 122 ulps apart); beside one of 1e-5 it is
+    16777 ulps, a difference near the layer's own size, and does not. The same when the bias's
+    gradient and slot are kept as statistics only (a new user's faithful port 5000 wide under
+    MirroredStrategy was a false DIVERGE on that slot at step 12: a slot compared by statistics had
+    no allowance, and a gradient kept as statistics gave none)."""
+    assert 2e-8 <= tolerance.SLOT_NOISE_OF_MAX * 1e-3 and 2e-8 > tolerance.SLOT_NOISE_OF_MAX * 1e-5
+    assert Comparison(*_noise_runs(1e-3, keep_values=keep_values)).report().agree
+    first = Comparison(*_noise_runs(1e-5, keep_values=keep_values)).report().first_divergence
     # from statistics only the rounding is granted, not the slot rule's cap (1e-8 a step, which
     # element values earn): the 2e-8 gap, past 1e-8, is then proven at step 1
     assert first is not None and (first.step, first.kind) == (2 if keep_values else 1, "slot"), first
@@ -548,7 +550,7 @@ def test_a_noise_gradient_counts_in_full_up_to_four_ulps_of_its_layers_gradient_
 def test_a_refresh_that_rewrote_another_gradient_settles_the_slot_again() -> None:
     """The slot's rows and its own gradient's are unchanged, but a rerun rewrote the kernel's
     gradient, its layer's gradient scale: what the slot was allowed changed with it."""
-    comparison = Comparison(*_noise_runs(1e-3))
+    comparison = Comparison(*_noise_runs(1e-5))
     assert not comparison.report().agree
     rerun = _noise_runs(0.365)
     comparison.update(*rerun)
@@ -770,9 +772,9 @@ def test_another_layers_large_gradient_excuses_nothing_in_this_layers_slot() -> 
     """The review of the 4-ulp rule, first written with the step's largest gradient of any layer: a
     gradient 2x off near 4e-7 passed beside another layer's gradient of 1. numpy as in the 2x test
     above (gradients near 1e-6, 1e-6 apart); beside another layer's gradient of 8, the same in both
-    runs, 4 ulps of the model's largest gradient (3.8e-6) would admit that difference in full."""
+    runs, 1024 ulps of the model's largest gradient (1e-3) would admit that difference in full."""
     (base, b), (cand, c) = _scaled_gradient_runs("momentum", 2.0, 40)
-    assert np.abs(c["g"][0] - b["g"][0]).max() < tolerance.GRAD_NOISE_OF_MAX * 8
+    assert np.abs(c["g"][0] - b["g"][0]).max() < tolerance.SLOT_NOISE_OF_MAX * 8
     other = series("grad", "other/kernel:0", [np.full(8, 8.0, np.float32)] * 40, order=5)
     base = dataclasses.replace(base, tensors={**base.tensors, ("grad", "other/kernel:0"): other})
     cand = dataclasses.replace(cand, tensors={**cand.tensors, ("grad", "other/kernel:0"): other})

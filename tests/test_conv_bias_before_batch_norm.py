@@ -7,8 +7,8 @@ The conv's bias sits right before batch normalization, so its gradient is float3
 two frameworks. Momentum's slot at step 1 is that gradient, so the two slots differed by the
 gradient's difference, which the gradient's own tolerance had passed; the slot rule's bound on it
 (1e-8 + 1e-4 |g|) did not: a DIVERGE of ratio 1.005 on every seed of the faithful port. A slot's
-allowance now counts a gradient's differences in full up to 4 ulps of its layer's largest gradient
-element (``tolerance.GRAD_NOISE_OF_MAX``). Expectations are checked with numpy on the logged values.
+allowance now counts a gradient's differences in full up to 1024 ulps of its layer's largest
+gradient element (``tolerance.SLOT_NOISE_OF_MAX``; 4 ulps when this test was written). Expectations are checked with numpy on the logged values.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def test_a_faithful_port_with_a_conv_bias_before_batch_norm_agrees(tmp_path) -> 
     np.testing.assert_allclose(m_b, g_b, rtol=1e-6)
     np.testing.assert_allclose(m_c - m_b, g_c - g_b, atol=1e-12)
     # ...which is within 4 ulps of the largest gradient element of its layer at the step
-    assert np.abs(g_c - g_b).max() <= tolerance.GRAD_NOISE_OF_MAX * scale
+    assert np.abs(g_c - g_b).max() <= 2.0**-21 * scale
     report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
     assert report.agree, (report.first_divergence, report.tolerance_text)
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from tb_parity_plugin.engine import align, allclose, stat_bounds
 from tb_parity_plugin.engine.matrix import ABSENT, DTYPE, MISSING, NONFINITE, OK, SHAPE, VALUE
-from tb_parity_plugin.engine.tolerance import GRAD_NOISE_OF_MAX, StepClock, Tolerance
+from tb_parity_plugin.engine.tolerance import SLOT_NOISE_OF_MAX, StepClock, Tolerance
 from tb_parity_plugin.engine.verdicts import FIGURES, json_float
 from tb_parity_plugin.records import metadata
 
@@ -35,7 +35,7 @@ def take_rows(array: np.ndarray, index: np.ndarray) -> np.ndarray:
 class GradientScale:
     """The largest finite |element| of one layer's gradients in the baseline, per compared step (from
     each gradient's statistics: statistics-only gradients count): the scale of the sums that made
-    them, whose float32 rounding a slot of that layer's allowance admits (:data:`GRAD_NOISE_OF_MAX`).
+    them, whose float32 rounding a slot of that layer's allowance admits (:data:`SLOT_NOISE_OF_MAX`).
     Per layer, not the model's: a review's gradient 2x off at 4e-7 passed beside another layer's
     gradient of 1. One per layer and update of a comparison; computed for new steps only, from
     ``previous`` (the last update's) while every gradient pair is the same, kept one (its rows
@@ -167,7 +167,7 @@ class Pair:
     #: slot's floor of 1e-8: a faithful port was a DIVERGE at step 3 or 4 on that slot alone.
     feeder: Optional[Pair] = dataclasses.field(default=None, repr=False, compare=False)
     #: Its layer's gradient scale per step (:class:`GradientScale`), beside :attr:`feeder`: up to
-    #: :data:`GRAD_NOISE_OF_MAX` of it, a gradient's difference is rounding and counts in full
+    #: :data:`SLOT_NOISE_OF_MAX` of it, a gradient's difference is rounding and counts in full
     grad_scale: Optional[GradientScale] = dataclasses.field(default=None, repr=False, compare=False)
     feeder_equal_nan: bool = False
     feeder_moment: int = 0
@@ -489,7 +489,7 @@ class Pair:
         MirroredStrategy port's bias before batch norm, 5000 wide, has a gradient of float32 noise
         kept as statistics, and its momentum slot (5e-8 against 3.5e-8) was a DIVERGE at step 12
         that the same port 4000 wide, its gradient kept in full, did not have. Up to
-        :data:`GRAD_NOISE_OF_MAX` of its layer's gradient scale (:attr:`grad_scale`), a difference is
+        :data:`SLOT_NOISE_OF_MAX` of its layer's gradient scale (:attr:`grad_scale`), a difference is
         the gradient's rounding and counts in full: a bias before batch norm."""
         g = self.feeder
         if g is None:
@@ -500,7 +500,7 @@ class Pair:
             ib, ic = g.ib[k0:k1], g.ic[k0:k1]
             rows = np.flatnonzero((np.asarray(g.reason[k0:k1]) == OK) & (ib >= 0) & (ic >= 0))
             scale = self.grad_scale.upto(k1) if self.grad_scale is not None else np.zeros(k1)
-            noise = scale[k0:k1][rows] * GRAD_NOISE_OF_MAX
+            noise = scale[k0:k1][rows] * SLOT_NOISE_OF_MAX
             step = np.zeros(k1 - k0)
             if not g.use_values:  # rows with values (a partial gradient's) are replaced below
                 sb, sc = take_rows(g.base.stats, ib[rows]), take_rows(g.cand.stats, ic[rows])
