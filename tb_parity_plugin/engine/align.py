@@ -12,7 +12,9 @@ each stage pairing only what earlier stages left:
    that scope's tensors is paired by name (Keras names layers of
    other widths created in another order alike: ``dense_2/bias`` may be another layer's bias of
    the same shape); identical names of other shapes are paired after every other stage, as a
-   shape divergence;
+   shape divergence, unless their layer holds variables named otherwise in the two runs (another
+   parametrisation: a TF1 ``LSTMCell`` scoped ``lstm`` against Keras ``LSTM``; left unpaired, with
+   the gradients and slots of its unpaired variables, :meth:`_Pairing.parametrised_otherwise`);
 3. ``canonical``: names with ``:0`` and the run-wide shared scope prefix stripped (optimizer
    slots first spelled ``<variable>/<role>`` whatever the optimizer family, :func:`slot_canonical`),
    then additionally with Keras ``_N`` suffixes renumbered by first appearance;
@@ -507,6 +509,7 @@ class _Pairing:
         how: str,
         scoped: bool,
         same_shape: bool = True,
+        skip: Callable[[SeriesLike], bool] = lambda _: False,
     ) -> None:
         """Pair free tensors whose (kind, key) is unique among the free ones on both sides.
 
@@ -521,7 +524,7 @@ class _Pairing:
             free = self.free_base if series is self.base else self.free_cand
             table: dict[Hashable, Optional[SeriesLike]] = {}
             for s, key in zip(series, key_of(series)):
-                if (s.kind, s.name) in free:
+                if (s.kind, s.name) in free and not skip(s):
                     k = (s.kind, key)
                     table[k] = None if k in table else s  # None: ambiguous
             return table
@@ -1015,6 +1018,58 @@ class _Pairing:
                 continue
             self._repair(b, c, "variable", (now, taken), by_base, by_cand)
 
+    def parametrised_otherwise(self) -> set[str]:
+        """Scopes named alike in both runs whose variables are named otherwise and, where named
+        alike, some of other sizes: one layer parametrised two ways. TF1's ``dynamic_rnn(...,
+        scope="lstm")`` names its ``LSTMCell``'s ``lstm/lstm_cell/kernel:0`` ``[in + units, 4 units]``
+        and ``bias:0``, Keras's ``LSTM(name="lstm")`` its kernel ``[in, 4 units]``, a
+        ``recurrent_kernel`` and a bias: pairing the identical names (the last stage) made the
+        kernels a shape divergence and the biases (gates in another order, the forget bias folded
+        in) a value one, a faithful port's false DIVERGE at step 0 that ``--allow-unmatched
+        '*lstm_cell*'`` could not lift. A layer of another width holds the same names: still a shape
+        divergence."""
+        leaves: list[dict[str, dict[str, tuple[Optional[int], ...]]]] = [{}, {}]
+        for side, series in ((0, self.base), (1, self.cand)):
+            for s in series:
+                if s.kind in _LAYER_KINDS and _scope_name(s.name):
+                    scope, _, leaf = _strip_output_index(s.name).rpartition("/")
+                    leaves[side].setdefault(scope, {})[leaf] = tuple(s.shape)
+        found = set()
+        for scope, b_leaves in leaves[0].items():
+            c_leaves = leaves[1].get(scope)
+            if not c_leaves or set(b_leaves) == set(c_leaves):
+                continue
+            if any(not same_elements(b_leaves[k], c_leaves[k]) for k in set(b_leaves) & set(c_leaves)):
+                found.add(scope)
+        return found
+
+    def unpair_unpaired_variables(self, scopes: set[str]) -> None:
+        """Unpair the gradients and slots, named after a variable under ``scopes``
+        (:meth:`parametrised_otherwise`), whose variables were left unpaired (but a ``--map``'s):
+        Keras's ``m/lstm/lstm_cell/bias`` and TF1's ``lstm/lstm_cell/bias/Adam:0`` share a canonical
+        name, and a faithful port's unpaired biases had their Adam slots compared (a false DIVERGE at
+        step 1 under ``--allow-unmatched '*lstm_cell*'``)."""
+        if not scopes:
+            return
+        paired_vars = {
+            (_strip_output_index(m.base[1]), _strip_output_index(m.cand[1]))
+            for m in self.matches
+            if m.base[0] in _LAYER_KINDS
+        }
+        drop = []
+        for m in self.matches:
+            if m.how == "map" or m.base[0] not in ("grad", "slot"):
+                continue
+            b, c = variable_of(*m.base), variable_of(*m.cand)
+            if b is None or c is None or (b[0], c[0]) in paired_vars:
+                continue
+            if _scope_name(b[0]) in scopes or _scope_name(c[0]) in scopes:
+                drop.append(m)
+        for m in drop:
+            self.matches.remove(m)
+            self.free_base.add(m.base)
+            self.free_cand.add(m.cand)
+
     def unpair_partial_layers(self) -> list[str]:
         """Unpair variables paired by shape alone whose layers' other variables stayed unmatched on
         both sides, with their gradients and slots: such layers are parametrised differently. A TF1
@@ -1437,9 +1492,29 @@ def align(
     candidates = state.by_kind_shape_order()
     # Identical names of other shapes last: Keras names layers of other widths created in another
     # order alike (the stages above pair them by shape); what is left is a shape divergence.
-    state.by_key(_names, "exact", scoped=False, same_shape=False)
+    otherwise = state.parametrised_otherwise()
+
+    def in_otherwise(s: SeriesLike) -> bool:
+        var = variable_of(s.kind, s.name)
+        return var is not None and _scope_name(var[0]) in otherwise
+
+    state.by_key(_names, "exact", scoped=False, same_shape=False, skip=in_otherwise)
     warnings += state.by_first_values()
-    warnings += state.unpair_partial_layers()
+    state.unpair_unpaired_variables(otherwise)
+    unpaired = state.unpair_partial_layers()
+    warnings += unpaired
+    for scope in sorted(otherwise):
+        if any(w.startswith(f"{scope}/* and ") for w in unpaired):
+            continue  # said once, by the layer's variables paired by shape and unpaired
+        if not any(k[1].startswith(f"{scope}/") for k in state.free_base if k[0] in _LAYER_KINDS):
+            continue  # a --map paired them
+        warnings.append(
+            f"{scope}/* holds variables named otherwise in each run, some of other sizes under one name "
+            "(another parametrisation, such as TF1's LSTMCell against Keras LSTM): left unpaired, not a shape "
+            "divergence; pair them with --map if they hold the same values, or declare them with --allow-unmatched "
+            f"'*{scope.rpartition('/')[2] or scope}*' if they are parametrised otherwise (their layer's output is still "
+            "compared)"
+        )
     state.follow_variables()
     warnings += state.by_layer_outputs()
     warnings += state.by_output_values()
