@@ -704,10 +704,11 @@ class _Pairing:
             # not a moving average named after a variable (EMA shadows): it follows its variable
             # (follow_variables), and one layer may have one where its same-shaped twin has none
             if m.base[0] in _LAYER_KINDS and m.how in _GUESSED and not (m.base[0] == "state" and variable_of(*m.base)):
-                b_scope, c_scope = _scope_name(m.base[1]), _scope_name(m.cand[1])
-                if b_scope and c_scope:
-                    leaf = (m.base[0], m.base[1][len(b_scope) + 1 :])
-                    scopes.setdefault((b_scope, c_scope), {})[leaf] = (m.base, m.cand)
+                # a variable outside any scope (TF1's `get_variable("user_emb")`, `tf.Variable(name="w1")`)
+                # is a layer of its own: its name is its scope, its tensors are named after it
+                b_scope, c_scope = _layer_scope(m.base[1]), _layer_scope(m.cand[1])
+                leaf = (m.base[0], m.base[1][len(b_scope) + 1 :])
+                scopes.setdefault((b_scope, c_scope), {})[leaf] = (m.base, m.cand)
         # A base scope paired with one candidate scope only (and the reverse), grouped by what
         # the scope holds: leaves and shapes.
         b_count: dict[str, int] = {}
@@ -788,8 +789,8 @@ class _Pairing:
                     else f"by their values at step {step}, the first where such layers differ (they start identical)"
                 )
                 warnings.append(
-                    f"paired {b}/* with {new_c}/* {how}, not by name or creation order: Keras numbers "
-                    "layers of one type by creation order, and these have the same shapes"
+                    f"paired {_scope_text(b)} with {_scope_text(new_c)} {how}, not by name or creation order: "
+                    "Keras numbers layers of one type by creation order, and these have the same shapes"
                 )
         return warnings
 
@@ -886,7 +887,8 @@ class _Pairing:
         evidence and all of it agrees, else None."""
         under: dict[str, list[tuple[Key, str]]] = {b: [] for b, _ in pairs}
         for key, m in current.items():
-            b_scope = _scope_name(key[1])
+            own = key[1] in under and key[0] not in _OUTPUT_KINDS and any((k, key[1]) in current for k in _LAYER_KINDS)
+            b_scope = key[1] if own else _scope_name(key[1])  # a scope-less variable's own tensors
             if b_scope in under and m.how in _GUESSED:
                 under[b_scope].append((key, key[1][len(b_scope) :]))
         # (kind, name under the scope) -> (base scope, candidate scope) -> the two series
@@ -1447,6 +1449,19 @@ def _clear_rows(dist: dict[tuple[str, str], Optional[float]]) -> dict[str, str]:
 
 def _scope_name(name: str) -> str:
     return name.rpartition("/")[0]
+
+
+def _layer_scope(name: str) -> str:
+    """The layer a variable belongs to, for telling layers apart: its scope, or, for a variable
+    outside any scope (TF1's ``get_variable("user_emb")``), its own name. Two such same-shaped tables
+    created in another order than the port's were paired by creation order and never re-paired by
+    their first values (a faithful two-table port's false DIVERGE at step 0)."""
+    return _scope_name(name) or name
+
+
+def _scope_text(scope: str) -> str:
+    """A scope as the warnings name it: ``dense/*``, or a scope-less variable's own name."""
+    return scope if _scope_name(scope) == "" and ":" in scope else f"{scope}/*"
 
 
 def _scope_of(key: Hashable) -> Hashable:

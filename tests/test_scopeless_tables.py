@@ -1,0 +1,149 @@
+"""Two same-shaped embedding tables made outside any scope, created in another order by the port.
+
+TF1 recommender code makes its tables with top-level ``get_variable("user_emb")`` and
+``get_variable("item_emb")``; the Keras port names them ``user_embedding/embeddings`` and
+``item_embedding/embeddings``. No name pairs them, so they were paired by creation order, and the
+re-pairing by first values (written for layers that Keras numbers by creation order) skipped them:
+it took only variables under a scope for layers. A new user's faithful two-table port, whose TF1
+graph created the item table first, got a false DIVERGE at step 0 on ``weight/item_emb:0`` against
+the port's user table, with no word that the pairing was a guess. Every expectation here is from a
+float64 numpy replay of TF1's Adam on the same batches.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from shim_readback import tensors_by_step
+
+from tb_parity_plugin import compare, summary_v1, summary_v2
+
+D, F, B, STEPS, LR, EPS = 16, 3, 8, 3, 1e-2, 1e-7
+RNG = np.random.default_rng(5)
+W = (RNG.standard_normal((2 * D, 1)) * 0.3).astype(np.float32)
+
+
+def _data(vocab: int) -> tuple:
+    rng = np.random.default_rng(vocab)
+    user, item = (rng.standard_normal((2, vocab, D)) * 0.1).astype(np.float32)
+    uids, iids = rng.integers(0, vocab, (2, STEPS, B, F))
+    ys = rng.integers(0, 2, (STEPS, B, 1)).astype(np.float32)
+    return user, item, uids, iids, ys
+
+
+def _train_tf1(run_dir: str, vocab: int) -> None:
+    """The TF1 original: the item table is created first, both at the top level."""
+    user, item, uids, iids, ys = _data(vocab)
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        u_ids = tf.compat.v1.placeholder(tf.int64, [None, F])
+        i_ids = tf.compat.v1.placeholder(tf.int64, [None, F])
+        y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+        item_emb = tf.compat.v1.get_variable("item_emb", initializer=item)
+        user_emb = tf.compat.v1.get_variable("user_emb", initializer=user)
+        u = tf.reduce_mean(tf.nn.embedding_lookup(user_emb, u_ids), 1)
+        i = tf.reduce_mean(tf.nn.embedding_lookup(item_emb, i_ids), 1)
+        logits = tf.compat.v1.layers.dense(
+            tf.concat([u, i], 1), 1, name="dense", kernel_initializer=tf.constant_initializer(W)
+        )
+        rec.activation("dense", logits)
+        loss = rec.loss(tf.compat.v1.losses.sigmoid_cross_entropy(y, logits))
+        rec.lr(tf.constant(LR))
+        opt = tf.compat.v1.train.AdamOptimizer(LR, epsilon=EPS)
+        train = rec.minimize(opt, loss, global_step=gs)
+        rec.variables(optimizer=opt)
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for k in range(STEPS):
+                rec.write(sess.run([train, fetches], {u_ids: uids[k], i_ids: iids[k], y: ys[k]})[1])
+        rec.close()
+
+
+def _train_port(run_dir: str, vocab: int, item_row0: bool = True) -> None:
+    """The Keras ``fit`` port: the user table first (the model's first input). ``item_row0=False``:
+    a converter that zeroed the item table's first row (a real bug)."""
+    user, item, uids, iids, ys = _data(vocab)
+    if not item_row0:
+        item = item.copy()
+        item[0] = 0.0
+    uin, iin = tf.keras.Input((F,), dtype=tf.int64), tf.keras.Input((F,), dtype=tf.int64)
+    u = tf.keras.layers.Embedding(vocab, D, name="user_embedding", embeddings_initializer=tf.constant_initializer(user))
+    i = tf.keras.layers.Embedding(vocab, D, name="item_embedding", embeddings_initializer=tf.constant_initializer(item))
+    pooled = [tf.keras.layers.GlobalAveragePooling1D()(u(uin)), tf.keras.layers.GlobalAveragePooling1D()(i(iin))]
+    out = tf.keras.layers.Dense(1, name="dense", kernel_initializer=tf.constant_initializer(W))(
+        tf.keras.layers.Concatenate()(pooled)
+    )
+    model = tf.keras.Model([uin, iin], out)
+    model.compile(tf.keras.optimizers.Adam(LR, epsilon=EPS), tf.keras.losses.BinaryCrossentropy(from_logits=True))
+    rec = summary_v2.Recorder(run_dir)
+    summary_v2.instrument(model, rec, layers=["dense"])
+    model.fit([uids.reshape(-1, F), iids.reshape(-1, F)], ys.reshape(-1, 1), batch_size=B, shuffle=False, verbose=0)
+    rec.close()
+
+
+def _numpy_tables(vocab: int) -> list[dict[str, np.ndarray]]:
+    """TF1's training in float64: each table as read at the start of each step (Adam, dense
+    semantics: TF1's sparse apply decays every row's moments, as Keras's does)."""
+    user, item, uids, iids, ys = _data(vocab)
+    params = [user.astype(np.float64), item.astype(np.float64), W.astype(np.float64), np.zeros(1)]
+    m = [np.zeros_like(p) for p in params]
+    v = [np.zeros_like(p) for p in params]
+    out = []
+    for k in range(STEPS):
+        out.append({"user_emb": params[0].copy(), "item_emb": params[1].copy()})
+        x = np.concatenate([params[0][uids[k]].mean(1), params[1][iids[k]].mean(1)], 1)
+        z = x @ params[2] + params[3]
+        dz = (1 / (1 + np.exp(-z)) - ys[k]) / B
+        dx = dz @ params[2].T
+        grads = [np.zeros_like(params[0]), np.zeros_like(params[1]), x.T @ dz, dz.sum(0)]
+        np.add.at(grads[0], uids[k].reshape(-1), np.repeat(dx[:, None, :D] / F, F, 1).reshape(-1, D))
+        np.add.at(grads[1], iids[k].reshape(-1), np.repeat(dx[:, None, D:] / F, F, 1).reshape(-1, D))
+        t = k + 1
+        for p, g, mi, vi in zip(params, grads, m, v):
+            mi[:] = 0.9 * mi + 0.1 * g
+            vi[:] = 0.999 * vi + 0.001 * g**2
+            p -= LR * np.sqrt(1 - 0.999**t) / (1 - 0.9**t) * mi / (np.sqrt(vi) + EPS)
+    return out
+
+
+@pytest.mark.parametrize("vocab", [50, 300])  # 800 elements: full values; 4800: statistics and a sample
+def test_a_faithful_port_of_scopeless_tables_created_in_another_order_agrees(tmp_path, vocab: int) -> None:
+    _train_tf1(str(tmp_path / "tf1"), vocab)
+    _train_port(str(tmp_path / "tf2"), vocab)
+    if vocab == 50:  # numpy: each table trains as the one of its name, not of its creation order
+        expected = _numpy_tables(vocab)
+        tf1, tf2 = tensors_by_step(str(tmp_path / "tf1")), tensors_by_step(str(tmp_path / "tf2"))
+        for k in range(STEPS):
+            for b, c in (("user_emb", "user_embedding"), ("item_emb", "item_embedding")):
+                np.testing.assert_allclose(tf1[k][("weight", f"{b}:0")][2], expected[k][b], atol=1e-6)
+                np.testing.assert_allclose(tf2[k][("weight", f"{c}/embeddings:0")][2], expected[k][b], atol=1e-6)
+        # and the two tables are far apart: pairing them crosswise is a divergence
+        assert np.abs(expected[0]["user_emb"] - expected[0]["item_emb"]).max() > 0.1
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert report.agree, report.first_divergence
+    pairs = {(m["kind"], m["baseline"]): m["candidate"] for m in report.to_dict()["mapping"]}
+    for b, c in (("user_emb", "user_embedding"), ("item_emb", "item_embedding")):
+        assert pairs[("weight", f"{b}:0")] == f"{c}/embeddings:0"
+        assert pairs[("grad", f"{b}:0")] == f"{c}/embeddings:0"
+        assert pairs[("slot", f"{b}/Adam:0")] == f"m/{c}/embeddings"
+        assert pairs[("slot", f"{b}/Adam_1:0")] == f"v/{c}/embeddings"
+    assert any("paired user_emb:0 with user_embedding/* by their first-step values" in w for w in report.warnings)
+
+
+def test_a_zeroed_row_in_one_table_diverges_on_that_table_against_its_namesake(tmp_path) -> None:
+    """The re-pairing does not hide a real difference: the port's item table with its first row
+    zeroed still pairs with TF1's item table (the user tables start alike, the one left over pairs
+    with the one left over) and diverges at step 0 on the elements of that row out of tolerance."""
+    vocab = 50
+    _train_tf1(str(tmp_path / "tf1"), vocab)
+    _train_port(str(tmp_path / "tf2"), vocab, item_row0=False)
+    item = _numpy_tables(vocab)[0]["item_emb"]
+    out_of_tolerance = int(np.sum(np.abs(item[0]) > 1e-5 + 1e-7 * np.abs(item[0])))  # numpy's allclose, rtol 1e-7
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert first is not None
+    assert (first.step, first.tensor, first.candidate_tensor) == (0, "item_emb:0", "item_embedding/embeddings:0")
+    assert first.mismatch_fraction == pytest.approx(out_of_tolerance / item.size)
+    assert first.max_abs_diff == pytest.approx(np.abs(item[0]).max(), rel=1e-6)
