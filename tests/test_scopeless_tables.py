@@ -147,3 +147,51 @@ def test_a_zeroed_row_in_one_table_diverges_on_that_table_against_its_namesake(t
     assert (first.step, first.tensor, first.candidate_tensor) == (0, "item_emb:0", "item_embedding/embeddings:0")
     assert first.mismatch_fraction == pytest.approx(out_of_tolerance / item.size)
     assert first.max_abs_diff == pytest.approx(np.abs(item[0]).max(), rel=1e-6)
+
+
+def test_every_slot_that_starts_otherwise_says_so_a_one_element_bias_included(tmp_path) -> None:
+    """TF1 ``AdagradOptimizer(initial_accumulator_value=1.0)`` (old recommender code) against
+    Keras ``Adagrad``'s default 0.1: every accumulator differs at step 0, and each was told the
+    optimizers start it differently but the sigmoid output's bias, whose slot has one element
+    (a CTR model always has one): its line had no note. numpy: each slot holds its initial value
+    at step 0, 1 against float32(0.1)."""
+    vocab = 50
+    user, item, uids, iids, ys = _data(vocab)
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(str(tmp_path / "tf1"))
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        u_ids = tf.compat.v1.placeholder(tf.int64, [None, F])
+        y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+        table = tf.compat.v1.get_variable("embedding", initializer=user)
+        pooled = tf.reduce_mean(tf.nn.embedding_lookup(table, u_ids), 1)
+        logits = tf.compat.v1.layers.dense(pooled, 1, name="dense", kernel_initializer=tf.constant_initializer(W[:D]))
+        loss = rec.loss(tf.compat.v1.losses.sigmoid_cross_entropy(y, logits))
+        rec.lr(tf.constant(LR))
+        opt = tf.compat.v1.train.AdagradOptimizer(LR, initial_accumulator_value=1.0)
+        train = rec.minimize(opt, loss, global_step=gs)
+        rec.variables(optimizer=opt)
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for k in range(STEPS):
+                rec.write(sess.run([train, fetches], {u_ids: uids[k], y: ys[k]})[1])
+        rec.close()
+    uin = tf.keras.Input((F,), dtype=tf.int64)
+    emb = tf.keras.layers.Embedding(vocab, D, name="embedding", embeddings_initializer=tf.constant_initializer(user))
+    out = tf.keras.layers.Dense(1, name="dense", kernel_initializer=tf.constant_initializer(W[:D]))(
+        tf.keras.layers.GlobalAveragePooling1D()(emb(uin))
+    )
+    model = tf.keras.Model(uin, out)
+    model.compile(tf.keras.optimizers.Adagrad(LR), tf.keras.losses.BinaryCrossentropy(from_logits=True))
+    rec = summary_v2.Recorder(str(tmp_path / "tf2"))
+    summary_v2.instrument(model, rec)
+    model.fit(uids.reshape(-1, F), ys.reshape(-1, 1), batch_size=B, shuffle=False, verbose=0)
+    rec.close()
+    start = tensors_by_step(str(tmp_path / "tf2"))[0][("slot", "accumulator/dense/bias")][2]
+    np.testing.assert_array_equal(start, np.full(1, np.float32(0.1)))  # Keras's default, one element
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    slots = [d for d in report.divergences_at_first_step if d.kind == "slot"]
+    assert report.first_divergence.step == 0
+    assert {d.tensor for d in slots} == {"embedding/Adagrad:0", "dense/kernel/Adagrad:0", "dense/bias/Adagrad:0"}
+    for d in slots:
+        assert d.note is not None and "starts at 1 in the baseline and 0.1 in the candidate" in d.note, (d.tensor, d.note)

@@ -1195,7 +1195,11 @@ class Comparison:
         tells it too (a new user's 5000-wide RMSProp mean square read "min 1 vs 0" with no note)."""
         if int(pair.ib[k]) != 0 or int(pair.ic[k]) != 0:
             return None  # not where both runs' slot was first logged (rows follow the steps): updated since
-        starts = [_one_value(pair.base.stats[0]), _one_value(pair.cand.stats[0])]
+        # One element is always "one value", so it tells a start only at step 0 in both runs (no update
+        # applied yet; a run resumed at step 100 is no slot's start): a sigmoid output's bias [1], in
+        # every CTR model, was the one slot of a wrong initial_accumulator_value without the note.
+        fewest = 1 if int(pair.base.steps[0]) == 0 and int(pair.cand.steps[0]) == 0 else 2
+        starts = [_one_value(pair.base.stats[0], fewest), _one_value(pair.cand.stats[0], fewest)]
         if starts[0] is None or starts[1] is None or starts[0] == starts[1]:
             return None
         return (
