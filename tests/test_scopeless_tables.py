@@ -194,4 +194,7 @@ def test_every_slot_that_starts_otherwise_says_so_a_one_element_bias_included(tm
     assert report.first_divergence.step == 0
     assert {d.tensor for d in slots} == {"embedding/Adagrad:0", "dense/kernel/Adagrad:0", "dense/bias/Adagrad:0"}
     for d in slots:
-        assert d.note is not None and "starts at 1 in the baseline and 0.1 in the candidate" in d.note, (d.tensor, d.note)
+        assert d.note is not None and "starts at 1 in the baseline and 0.1 in the candidate" in d.note, (
+            d.tensor,
+            d.note,
+        )

@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from tb_parity_plugin.records import metadata, writer
-from tb_parity_plugin.shim import health_tf, slots
+from tb_parity_plugin.shim import health_tf, partitions, slots
 from tb_parity_plugin.shim.slots import Slot
 from tb_parity_plugin.shim.variables import is_variable, model_variables, variable_name
 
@@ -181,6 +181,8 @@ class BaseRecorder:
         self._entries: list[Entry] = []
         self._keys: set[tuple[str, str]] = set()
         self._reads: dict[int, VariableRead] = {}
+        #: recorded name -> (the partitioned variable's part it is, its variable): ``_whole_parts``
+        self._parts: dict[str, tuple[partitions.Part, Any]] = {}
         self._prefix = ""
 
     # -- hooks for the subclasses -------------------------------------------------
@@ -253,6 +255,7 @@ class BaseRecorder:
         with self._own_ops():
             value = slots.in_lr_units(read, lr) if lr is not None else read
         logged = self._record(kind, name, value)
+        self._note_part(self._prefix + name, var)
         self._reads[id(var)] = entry = VariableRead(var, read, logged, f"{kind}/{self._prefix}{name}")
         self._after_read(entry)
         return logged
@@ -402,20 +405,68 @@ class BaseRecorder:
         grads, variables = list(grads), list(variables)
         if len(grads) != len(variables):
             raise ValueError(f"{len(grads)} gradients for {len(variables)} variables")
-        return [self.grad(variable_name(v), g) for g, v in zip(grads, variables)]
+        out = [self.grad(variable_name(v), g) for g, v in zip(grads, variables)]
+        for g, v in zip(grads, variables):
+            if g is not None:
+                self._note_part(self._prefix + variable_name(v), v)
+        return out
 
     def grads_and_vars(self, grads_and_vars: Iterable[tuple]) -> list:
         """Each pair's gradient and the variable's value as read at the step's start."""
         pairs = list(grads_and_vars)
         for g, v in pairs:
-            self.grad(variable_name(v), g)
+            if self.grad(variable_name(v), g) is not None:
+                self._note_part(self._prefix + variable_name(v), v)
             self.weight(v)
         return pairs
+
+    def _note_part(self, name: str, var: Any) -> None:
+        """Remember that ``name`` is recorded from a part of a partitioned variable (TF1)."""
+        part = partitions.part_of(var)
+        if part is not None:
+            self._parts[name] = (part, var)
+
+    def _whole_parts(self, entries: list[Entry]) -> list[Entry]:
+        """``entries`` with each kind's parts of one partitioned variable replaced by the whole
+        variable, at its first part's place (:mod:`partitions`); parts that do not cover it all
+        (some not recorded) stay as they are."""
+        if not self._parts:
+            return entries
+        mod = partitions.interleaved(var for _, var in self._parts.values())
+        groups: dict[tuple[str, str], list[tuple[partitions.Part, Entry]]] = {}
+        for e in entries:
+            found = self._parts.get(e.name)
+            whole = partitions.whole_name(e.name) if found is not None else None
+            if found is not None and whole is not None:
+                groups.setdefault((e.kind, whole), []).append((found[0], e))
+        names = {(e.kind, e.name) for e in entries}
+        decided: dict[tuple[str, str], Optional[tf.Tensor]] = {}
+        out = []
+        for e in entries:
+            whole = partitions.whole_name(e.name) if e.name in self._parts else None
+            key = (e.kind, whole or "")
+            if whole is None or key not in groups:
+                out.append(e)
+                continue
+            if key in decided:  # the whole is at its first part's place; unmerged parts stay
+                if decided[key] is None:
+                    out.append(e)
+                continue
+            part = groups[key][0][0]
+            interleave = any(part.whole == w or part.whole.startswith(w + "/") for w in mod)
+            value = None
+            if key not in names:  # a name the user recorded already keeps its parts
+                with self._own_ops():
+                    value = partitions.whole([(p, g.tensor) for p, g in groups[key]], interleave)
+            decided[key] = value
+            out.append(e if value is None else Entry(e.kind, whole, value))
+        return out
 
     # -- internals ----------------------------------------------------------------
     def _take_entries(self) -> list[Entry]:
         entries, self._entries, self._keys = self._entries, [], set()
-        self._reads = {}
+        entries = self._whole_parts(entries)
+        self._reads, self._parts = {}, {}
         return entries
 
 

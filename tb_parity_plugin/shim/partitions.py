@@ -1,0 +1,109 @@
+"""A TF1 partitioned variable's parts, recorded as the one tensor they make up.
+
+Why: TF1 code shards a large embedding with a partitioner (``get_variable("item_emb", [20000, 64],
+partitioner=fixed_size_partitioner(4))``): its parts ``item_emb/part_0:0`` ... are ``[5000, 64]``
+each, with their own gradients and slots, against the port's one ``Embedding`` ``[20000, 64]``.
+Recorded part by part, nothing in the port pairs with them: a new user's recommender port got 28
+structure lines and no comparison of its tables. Recorded whole, they pair like any variable.
+
+Rows are laid out as the model reads them. ``tf.compat.v1.nn.embedding_lookup``'s default
+``partition_strategy="mod"`` keeps row ``r`` in part ``r % n`` at row ``r // n``, so the table the
+model looks up interleaves the parts; ``"div"``, and every other use of the variable
+(``tf.convert_to_tensor``, a checkpoint's saved value), puts the parts one after the other. The
+strategy is read from the lookup's ops in the graph (``"div"`` computes a ``Maximum`` there,
+``"mod"`` only a ``FloorMod``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, Iterable, Optional
+
+import tensorflow as tf
+
+#: A part's component in a recorded name: ``item_emb/part_0:0``, ``item_emb/part_0/Adam:0``.
+_PART = re.compile(r"/part_\d+(?=[/:]|$)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """Where one part sits in its variable: along ``axis``, from ``offset``, of ``size`` rows."""
+
+    whole: str  # the partitioned variable's name (``item_emb``)
+    axis: int
+    offset: int
+    size: int
+    full: tuple[int, ...]  # the whole variable's shape
+
+
+def part_of(var: Any) -> Optional[Part]:
+    """The part ``var`` is of a partitioned variable (its slots are parts too), or None."""
+    info = getattr(var, "_save_slice_info", None)
+    if info is None:
+        return None
+    try:
+        full = tuple(int(d) for d in info.full_shape)
+        offset = [int(d) for d in info.var_offset]
+        shape = [int(d) for d in info.var_shape]
+    except (TypeError, ValueError):
+        return None
+    if not (len(full) == len(offset) == len(shape)) or not full:
+        return None
+    axes = [i for i, (f, s) in enumerate(zip(full, shape)) if f != s]
+    if len(axes) > 1:
+        return None  # sliced along several axes: no partitioner of TF1's does that
+    axis = axes[0] if axes else 0
+    return Part(str(info.full_name), axis, offset[axis], shape[axis], full)
+
+
+def whole_name(name: str) -> Optional[str]:
+    """A part's recorded name as its whole variable's (``item_emb/part_2/Adam:0`` -> ``item_emb/Adam:0``)."""
+    merged, found = _PART.subn("", name, count=1)
+    return merged if found else None
+
+
+def interleaved(variables: Iterable[Any]) -> set[str]:
+    """The partitioned variables (by name) every ``embedding_lookup`` of which reads as ``"mod"``."""
+    graph = tf.compat.v1.get_default_graph()
+    strategies: dict[str, set[str]] = {}
+    for var in variables:
+        part = part_of(var)
+        handle = getattr(var, "handle", None)
+        if part is None or handle is None or not hasattr(handle, "consumers"):
+            continue
+        for op in handle.consumers():
+            if op.type not in ("ResourceGather", "GatherV2", "Gather"):
+                continue
+            scope = op.name.rpartition("/")[0]
+            if not scope.split("/")[-1].startswith("embedding_lookup"):
+                strategies.setdefault(part.whole, set()).add("div")  # a gather of its own: rows in order
+                continue
+            types = {o.type for o in graph.get_operations() if o.name.startswith(scope + "/")}
+            strategies.setdefault(part.whole, set()).add(
+                "div" if "Maximum" in types else "mod" if "FloorMod" in types else "div"
+            )
+    return {whole for whole, found in strategies.items() if found == {"mod"}}
+
+
+def whole(parts: list[tuple[Part, tf.Tensor]], interleave: bool) -> Optional[tf.Tensor]:
+    """The whole variable from all its parts' values, or None unless they cover it exactly."""
+    parts = sorted(parts, key=lambda p: p[0].offset)
+    first = parts[0][0]
+    if any(p.whole != first.whole or p.axis != first.axis or p.full != first.full for p, _ in parts):
+        return None
+    offsets = [p.offset for p, _ in parts]
+    if offsets[0] != 0 or any(a.offset + a.size != b.offset for (a, _), (b, _) in zip(parts, parts[1:])):
+        return None
+    if offsets and parts[-1][0].offset + parts[-1][0].size != first.full[first.axis]:
+        return None
+    values = [t for _, t in parts]
+    if len(values) == 1:
+        return tf.identity(values[0])
+    if not interleave or first.axis != 0:
+        return tf.concat(values, axis=first.axis)
+    n = len(values)
+    rows = first.full[0]
+    if any(p.size != len(range(k, rows, n)) for k, (p, _) in enumerate(parts)):
+        return None  # not the sizes "mod" gives: the parts hold other rows
+    return tf.dynamic_stitch([tf.range(k, rows, n) for k in range(n)], values)
