@@ -12,9 +12,12 @@ float64 numpy replay of the model (mean-pooled lookup, a linear head, sigmoid cr
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import tensorflow as tf
+import tf1_session
 from shim_readback import tensors_by_step
 
 from tb_parity_plugin import compare, summary_v1, summary_v2
@@ -41,7 +44,15 @@ def _tf1(run_dir: str, strategy: str) -> None:
         gs = tf.compat.v1.train.get_or_create_global_step()
         ids = tf.compat.v1.placeholder(tf.int64, [None, F])
         y = tf.compat.v1.placeholder(tf.float32, [None, 1])
-        emb = tf.compat.v1.get_variable("item_emb", [V, E], partitioner=tf.compat.v1.fixed_size_partitioner(N))
+        stored = np.concatenate(_parts(strategy))  # the parts one after the other, as a checkpoint holds them
+
+        def restored(shape: Any, dtype: Any = None, partition_info: Any = None) -> np.ndarray:
+            start = partition_info.var_offset[0] if partition_info is not None else 0
+            return stored[start : start + shape[0]]
+
+        emb = tf.compat.v1.get_variable(
+            "item_emb", [V, E], initializer=restored, partitioner=tf.compat.v1.fixed_size_partitioner(N)
+        )
         pooled = tf.reduce_mean(tf.compat.v1.nn.embedding_lookup(emb, ids, partition_strategy=strategy), axis=1)
         logits = tf.compat.v1.layers.dense(
             pooled, 1, use_bias=False, kernel_initializer=tf.constant_initializer(HEAD), name="head"
@@ -51,15 +62,7 @@ def _tf1(run_dir: str, strategy: str) -> None:
         opt = tf.compat.v1.train.AdamOptimizer(LR)
         train_op = rec.minimize(opt, loss, global_step=gs)
         rec.variables(optimizer=opt)
-        fetches = rec.fetches
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for part, var in zip(_parts(strategy), emb):  # the table a checkpoint restores
-                var.load(part, sess)
-            for s in range(STEPS):
-                rows = slice(s * B, (s + 1) * B)
-                rec.write(sess.run([train_op, fetches], {ids: IDS[rows], y: Y[rows]})[1])
-        rec.close()
+        tf1_session.train(rec, train_op, (ids, y), (IDS, Y), STEPS, B)
 
 
 def _keras(run_dir: str, table: np.ndarray) -> None:

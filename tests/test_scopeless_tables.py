@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
+import tf1_session
 from shim_readback import tensors_by_step
 
 from tb_parity_plugin import compare, summary_v1, summary_v2
@@ -54,12 +55,9 @@ def _train_tf1(run_dir: str, vocab: int) -> None:
         opt = tf.compat.v1.train.AdamOptimizer(LR, epsilon=EPS)
         train = rec.minimize(opt, loss, global_step=gs)
         rec.variables(optimizer=opt)
-        fetches = rec.fetches
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for k in range(STEPS):
-                rec.write(sess.run([train, fetches], {u_ids: uids[k], i_ids: iids[k], y: ys[k]})[1])
-        rec.close()
+        tf1_session.train(
+            rec, train, (u_ids, i_ids, y), (uids.reshape(-1, F), iids.reshape(-1, F), ys.reshape(-1, 1)), STEPS, B
+        )
 
 
 def _train_port(run_dir: str, vocab: int, item_row0: bool = True) -> None:
@@ -170,12 +168,7 @@ def test_every_slot_that_starts_otherwise_says_so_a_one_element_bias_included(tm
         opt = tf.compat.v1.train.AdagradOptimizer(LR, initial_accumulator_value=1.0)
         train = rec.minimize(opt, loss, global_step=gs)
         rec.variables(optimizer=opt)
-        fetches = rec.fetches
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for k in range(STEPS):
-                rec.write(sess.run([train, fetches], {u_ids: uids[k], y: ys[k]})[1])
-        rec.close()
+        tf1_session.train(rec, train, (u_ids, y), (uids.reshape(-1, F), ys.reshape(-1, 1)), STEPS, B)
     uin = tf.keras.Input((F,), dtype=tf.int64)
     emb = tf.keras.layers.Embedding(vocab, D, name="embedding", embeddings_initializer=tf.constant_initializer(user))
     out = tf.keras.layers.Dense(1, name="dense", kernel_initializer=tf.constant_initializer(W[:D]))(
