@@ -705,7 +705,11 @@ class _Pairing:
             # (follow_variables), and one layer may have one where its same-shaped twin has none
             if m.base[0] in _LAYER_KINDS and m.how in _GUESSED and not (m.base[0] == "state" and variable_of(*m.base)):
                 # a variable outside any scope (TF1's `get_variable("user_emb")`, `tf.Variable(name="w1")`)
-                # is a layer of its own: its name is its scope, its tensors are named after it
+                # is a layer of its own: its name is its scope, its tensors are named after it. Its
+                # name, when both runs gave it, is no creation-order guess: a converter that swapped
+                # two top-level variables `x` and `y` was re-paired by value and agreed
+                if m.how == "exact" and not _scope_name(m.base[1]):
+                    continue
                 b_scope, c_scope = _layer_scope(m.base[1]), _layer_scope(m.cand[1])
                 leaf = (m.base[0], m.base[1][len(b_scope) + 1 :])
                 scopes.setdefault((b_scope, c_scope), {})[leaf] = (m.base, m.cand)
