@@ -379,6 +379,16 @@ class ParityHook(tf.compat.v1.train.SessionRunHook):
     The step is the global step as read before the update when the recorder built the
     update with a ``global_step``; otherwise the global step at session creation,
     counted up by one per training run.
+
+    A run that trains but does not itself run an op with a side effect that the recorder's fetches
+    need (a ``tf.data`` iterator's ``IteratorGetNext``, a dropout's random op, a queue's dequeue) is
+    not recorded either, with a warning: adding the fetches would run that op once more, and change
+    the program the tool checks. Until session 24 they were added: an evaluation that ran batch
+    norm's updates on its own iterator (``sess.run([eval_loss, eval_update_ops])``), and the apply
+    and zeroing runs of gradient accumulation, each took one batch of the training iterator, so the
+    TF1 original trained on other batches under the hook than without it (a new user's faithful
+    port was a false DIVERGE at the first step after an evaluation, blamed on "another batch", and
+    the TF1 run stopped early when its dataset ran out).
     """
 
     def __init__(self, recorder: Recorder) -> None:
@@ -388,6 +398,8 @@ class ParityHook(tf.compat.v1.train.SessionRunHook):
         self._global_step: Optional[tf.Variable] = None
         self._updates: frozenset = frozenset()
         self._trains: dict[tuple, bool] = {}  # the run's fetched ops -> whether it trains
+        self._side_effects: set = set()  # ops with a side effect that the recorder's fetches run
+        self._left_out: dict[tuple, list] = {}  # a training run's fetched ops -> those it would add
 
     def begin(self) -> None:
         self._fetches = self._recorder.fetches
@@ -396,27 +408,57 @@ class ParityHook(tf.compat.v1.train.SessionRunHook):
         )
         if "step" not in self._fetches:
             self._global_step = tf.compat.v1.train.get_global_step()
+        self._side_effects = ordering.side_effects(ordering.ancestors(self._ops(self._fetches)))
 
     def after_create_session(self, session: tf.compat.v1.Session, coord: Any) -> None:
         if "step" not in self._fetches:
             self._next_step = int(session.run(self._global_step)) if self._global_step is not None else 0
 
-    def _trains_in(self, fetches: Any) -> bool:
-        """Whether running ``fetches`` runs an update (no updates known: every run is a step)."""
-        if not self._updates:
-            return True
+    @staticmethod
+    def _ops(fetches: Any) -> list[tf.Operation]:
+        """The ops that fetching ``fetches`` (tensors, ops or their names, nested) runs."""
         graph = tf.compat.v1.get_default_graph()
         ops = []
         for f in tf.nest.flatten(fetches):
             element = graph.as_graph_element(f) if isinstance(f, str) else f
-            ops.append(element if isinstance(element, tf.Operation) else getattr(element, "op", None))
-        key = tuple(op.name for op in ops if op is not None)
+            op = element if isinstance(element, tf.Operation) else getattr(element, "op", None)
+            if op is not None:
+                ops.append(op)
+        return ops
+
+    def _trains_in(self, fetches: Any) -> bool:
+        """Whether running ``fetches`` runs an update (no updates known: every run is a step)."""
+        if not self._updates:
+            return True
+        ops = self._ops(fetches)
+        key = tuple(op.name for op in ops)
         if key not in self._trains:
-            self._trains[key] = bool(ordering.ancestors(op for op in ops if op is not None) & self._updates)
+            self._trains[key] = bool(ordering.ancestors(ops) & self._updates)
         return self._trains[key]
 
+    def _would_add(self, fetches: Any) -> list[tf.Operation]:
+        """The ops with a side effect that the recorder's fetches would add to a run of ``fetches``."""
+        ops = self._ops(fetches)
+        key = tuple(op.name for op in ops)
+        if key not in self._left_out:
+            added = self._side_effects - ordering.ancestors(ops) if self._side_effects else set()
+            self._left_out[key] = sorted(added, key=lambda op: op.name)
+            if added:
+                names = ", ".join(f"{op.name!r} ({op.type})" for op in self._left_out[key][:3])
+                warnings.warn(
+                    f"tb_parity: a sess.run of {', '.join(key[:3]) or 'nothing'} writes recorded variables but does "
+                    f"not run {names}, which the recorder's fetches need: it is not recorded, since fetching them "
+                    "would run those once more (consume a batch of your input pipeline, draw random numbers) and "
+                    "change the training the tool checks. An evaluation that runs UPDATE_OPS is then no step, and "
+                    "under gradient accumulation run the update with the last micro-batch's (README: Gradient "
+                    "accumulation)",
+                    stacklevel=4,
+                )
+        return self._left_out[key]
+
     def before_run(self, run_context: Any) -> Optional[tf.compat.v1.train.SessionRunArgs]:
-        if not self._trains_in(run_context.original_args.fetches):
+        fetches = run_context.original_args.fetches
+        if not self._trains_in(fetches) or self._would_add(fetches):
             return None
         return tf.compat.v1.train.SessionRunArgs(self._fetches)
 

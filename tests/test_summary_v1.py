@@ -332,6 +332,116 @@ def test_the_hook_leaves_out_evaluations_through_a_batch_norm_on_an_is_training_
     assert {name for kind, name in got[0] if kind in ("weight", "state")} == set(variables)
 
 
+def _softmax_grads(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """numpy, float64: the linear softmax model's gradients on ``x`` (labels ``Y``) and its loss."""
+    z = x @ w + b
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    dz = (p - Y) / len(Y)
+    return x.T @ dz, dz.sum(0), float(-np.mean(np.sum(Y * np.log(p), axis=1)))
+
+
+def test_the_hook_does_not_take_a_batch_of_the_training_iterator_in_an_evaluation_that_updates_statistics(
+    tmp_path,
+) -> None:
+    """The production style: input from a ``tf.data`` one-shot iterator (no feeds), and every other
+    step an evaluation on its own iterator that also runs its statistics' update
+    (``sess.run([eval_loss, eval_update])``, as batch norm's UPDATE_OPS of an evaluation built in
+    training mode). That run writes a recorded variable, so the hook took it for a training step and
+    added its fetches, whose activations and loss read the *training* iterator: each evaluation
+    consumed a training batch, the TF1 original trained on other batches under the hook than
+    without it (a new user's faithful port was a false DIVERGE after the first evaluation, and the
+    run stopped early when its dataset ran out). Each step's loss and weights are numpy's on the
+    batches in order."""
+    steps = 5
+    xs = np.stack([X + 0.1 * k for k in range(steps + 3)])  # room for batches a faulty hook would take
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(str(tmp_path / "hook"))
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.data.make_one_shot_iterator(tf.data.Dataset.from_tensor_slices(xs)).get_next()
+        x_eval = tf.compat.v1.data.make_one_shot_iterator(
+            tf.data.Dataset.from_tensors(X[::-1].copy()).repeat()
+        ).get_next()
+        w = tf.compat.v1.get_variable("w", initializer=W0)
+        b = tf.compat.v1.get_variable("b", initializer=np.zeros(3, np.float32))
+        moving = tf.compat.v1.get_variable("moving_mean", initializer=np.zeros(3, np.float32), trainable=False)
+        loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(tf.constant(Y), tf.matmul(x, w) + b))
+        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(LR), loss, global_step=gs)
+        eval_logits = tf.matmul(x_eval, w) + b
+        eval_loss = tf.compat.v1.losses.softmax_cross_entropy(tf.constant(Y), eval_logits, loss_collection=None)
+        eval_update = moving.assign(0.9 * moving + 0.1 * tf.reduce_mean(eval_logits, 0))
+        rec.variables()
+        hooks = [tf.compat.v1.train.StopAtStepHook(last_step=steps), summary_v1.ParityHook(rec)]
+        losses = []
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with tf.compat.v1.train.MonitoredTrainingSession(hooks=hooks) as sess:
+                while not sess.should_stop():
+                    losses.append(sess.run([train_op, loss])[1])
+                    if len(losses) % 2 == 0 and not sess.should_stop():
+                        sess.run([eval_loss, eval_update])
+        rec.close()
+    assert len(losses) == steps
+    got = tensors_by_step(str(tmp_path / "hook"))
+    assert sorted(got) == list(range(steps))
+    w_np, b_np = W0.astype(np.float64), np.zeros(3)
+    for k in range(steps):
+        gw, gb, want = _softmax_grads(xs[k].astype(np.float64), w_np, b_np)
+        assert float(losses[k]) == pytest.approx(want, rel=1e-5)
+        assert float(got[k][("loss", "loss")][2]) == pytest.approx(want, rel=1e-5), k
+        np.testing.assert_allclose(got[k][("weight", w.name)][2].reshape(3, 3), w_np, rtol=1e-5, atol=1e-6)
+        w_np, b_np = w_np - LR * gw, b_np - LR * gb
+    assert any("does not run 'IteratorGetNext'" in str(c.message) for c in caught)  # the evaluation, said
+
+
+def test_the_hook_does_not_take_a_micro_batch_in_the_apply_and_zeroing_runs_of_gradient_accumulation(
+    tmp_path,
+) -> None:
+    """Gradient accumulation over 2 micro-batches from a ``tf.data`` iterator: ``sess.run(accumulate)``
+    per micro-batch, then ``sess.run(apply)`` and ``sess.run(zero)``. Both write recorded variables
+    and read no input, and the hook's fetches (the loss) took a micro-batch in each: the original
+    trained on micro-batches 0, 1, 4, 5, 8, 9 and stopped after 3 of 6 updates. The weights recorded
+    at each step are numpy's, on the micro-batches in order."""
+    updates = 3
+    xs = np.stack([X + 0.1 * k for k in range(2 * updates)])
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(str(tmp_path / "accumulate"))
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.data.make_one_shot_iterator(tf.data.Dataset.from_tensor_slices(xs)).get_next()
+        w = tf.compat.v1.get_variable("w", initializer=W0)
+        b = tf.compat.v1.get_variable("b", initializer=np.zeros(3, np.float32))
+        loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(tf.constant(Y), tf.matmul(x, w) + b))
+        accumulators = [tf.Variable(tf.zeros_like(v), trainable=False, name=f"{v.op.name}_acc") for v in (w, b)]
+        accumulate = tf.group([a.assign_add(g) for a, g in zip(accumulators, tf.gradients(loss, [w, b]))])
+        opt = tf.compat.v1.train.GradientDescentOptimizer(LR)
+        apply = opt.apply_gradients([(a / 2.0, v) for a, v in zip(accumulators, (w, b))], global_step=gs)
+        zero = tf.group([a.assign(tf.zeros_like(a)) for a in accumulators])
+        rec.set_step(gs)
+        rec.variables()
+        hooks = [tf.compat.v1.train.StopAtStepHook(last_step=updates), summary_v1.ParityHook(rec)]
+        runs = 0
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with tf.compat.v1.train.MonitoredTrainingSession(hooks=hooks) as sess:
+                while not sess.should_stop():
+                    sess.run(accumulate)
+                    runs += 1
+                    if runs % 2 == 0:
+                        sess.run(apply)
+                        if not sess.should_stop():
+                            sess.run(zero)
+        rec.close()
+    assert runs == 2 * updates
+    got = tensors_by_step(str(tmp_path / "accumulate"))
+    assert sorted(got) == list(range(updates))
+    w_np, b_np = W0.astype(np.float64), np.zeros(3)
+    for k in range(updates):
+        np.testing.assert_allclose(got[k][("weight", w.name)][2].reshape(3, 3), w_np, rtol=1e-5, atol=1e-6)
+        (gw0, gb0, _), (gw1, gb1, last) = (_softmax_grads(xs[2 * k + i].astype(np.float64), w_np, b_np) for i in (0, 1))
+        assert float(got[k][("loss", "loss")][2]) == pytest.approx(last, rel=1e-5)  # the last micro-batch's
+        w_np, b_np = w_np - LR * (gw0 + gw1) / 2, b_np - LR * (gb0 + gb1) / 2
+
+
 def test_the_hook_counts_a_train_op_under_a_cond_and_not_a_cond_that_only_may_update_statistics(tmp_path) -> None:
     """Functional control flow both ways: the forward pass's own ``tf.cond(is_training, ...)``
     updates a moving mean in its training branch (an evaluation runs it with the other one: no

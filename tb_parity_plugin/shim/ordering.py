@@ -230,6 +230,48 @@ def _call_writes_input(op: tf.Operation, t: tf.Tensor, conditional: bool) -> boo
     return False
 
 
+#: Stateful op types that leave the program as it was when a run executes them once more: variable
+#: handles and reads (and the copy of a legacy variable's buffer), an iterator's or a table's handle
+#: and lookups, assertions and prints. Every other stateful op changes what later runs see: a
+#: ``tf.data`` iterator's ``IteratorGetNext`` consumes a batch, a random op draws from its stream,
+#: a queue's dequeue takes an element, ``MakeIterator`` restarts a pipeline, a write writes.
+_SIDE_EFFECT_FREE = frozenset(
+    {
+        "VarHandleOp",
+        "ReadVariableOp",
+        "VariableV2",
+        "Variable",
+        "VarIsInitializedOp",
+        "IsVariableInitialized",
+        "ResourceGather",
+        "ResourceGatherNd",
+        "DeepCopy",
+        "OneShotIterator",
+        "Iterator",
+        "IteratorV2",
+        "AnonymousIteratorV2",
+        "AnonymousIteratorV3",
+        "MultiDeviceIterator",
+        "HashTable",
+        "HashTableV2",
+        "MutableHashTableV2",
+        "MutableHashTableOfTensorsV2",
+        "MutableDenseHashTableV2",
+        "LookupTableFindV2",
+        "LookupTableSizeV2",
+        "Assert",
+        "Print",
+        "PrintV2",
+    }
+)
+
+
+def side_effects(ops: Iterable[tf.Operation]) -> set[tf.Operation]:
+    """The ops among ``ops`` whose run changes what later runs see (see :data:`_SIDE_EFFECT_FREE`):
+    stateful ops but for reads and handles; a function call counts when stateful."""
+    return {op for op in ops if op.op_def is not None and op.op_def.is_stateful and op.type not in _SIDE_EFFECT_FREE}
+
+
 def ancestors(ops: Iterable[tf.Operation]) -> set[tf.Operation]:
     """Every op ``ops`` depend on, through data and control inputs (``ops`` included)."""
     return _closure(ops, lambda op: [*(t.op for t in op.inputs), *op.control_inputs])
