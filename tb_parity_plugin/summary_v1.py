@@ -383,7 +383,7 @@ class ParityHook(tf.compat.v1.train.SessionRunHook):
     A run that trains but does not itself run an op with a side effect that the recorder's fetches
     need (a ``tf.data`` iterator's ``IteratorGetNext``, a dropout's random op, a queue's dequeue) is
     not recorded either, with a warning: adding the fetches would run that op once more, and change
-    the program the tool checks. Until session 24 they were added: an evaluation that ran batch
+    the program the tool checks. Until session 23 they were added: an evaluation that ran batch
     norm's updates on its own iterator (``sess.run([eval_loss, eval_update_ops])``), and the apply
     and zeroing runs of gradient accumulation, each took one batch of the training iterator, so the
     TF1 original trained on other batches under the hook than without it (a new user's faithful
