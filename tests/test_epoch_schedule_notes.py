@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
+import tf1_session
 from shim_readback import tensors_by_step
 
 from tb_parity_plugin import compare, summary_v1, summary_v2
@@ -94,3 +95,55 @@ def test_an_lr_dropped_one_epoch_late_by_a_callback_is_named_as_a_shift_of_one_e
             d.note or ""
         ), d.note
         assert f"one epoch {'early' if shift > 0 else 'late'} if an epoch is {PER_EPOCH} steps" in d.note
+
+
+def train_tf1_decay(run_dir: str, decay_steps: int) -> None:
+    """The original with ``tf.compat.v1.train.exponential_decay`` on the global step, in stairs."""
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+        y = tf.compat.v1.placeholder(tf.float32, [None, 3])
+        lr = rec.lr(tf.compat.v1.train.exponential_decay(0.1, gs, decay_steps, 0.5, staircase=True))
+        logits = tf.compat.v1.layers.dense(x, 3, kernel_initializer=tf.constant_initializer(W), name="dense")
+        loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(y, logits))
+        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(lr), loss, global_step=gs)
+        rec.variables()
+        tf1_session.train(rec, train_op, (x, y), (np.tile(X, (4, 1)), np.tile(Y, (4, 1))), 4 * PER_EPOCH, BATCH)
+
+
+def train_fit_decay(run_dir: str, decay_steps: int) -> None:
+    """The port: ``ExponentialDecay`` in stairs, four epochs under ``fit``."""
+    schedule = tf.keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps, 0.5, staircase=True)
+    model = tf.keras.Sequential(
+        [tf.keras.Input((3,)), tf.keras.layers.Dense(3, kernel_initializer=tf.constant_initializer(W), name="dense")]
+    )
+    model.compile(tf.keras.optimizers.SGD(schedule), tf.keras.losses.CategoricalCrossentropy(from_logits=True))
+    rec = summary_v2.Recorder(run_dir)
+    summary_v2.instrument(model, rec)
+    model.fit(X, Y, batch_size=BATCH, epochs=4, shuffle=False, verbose=0)
+    rec.close()
+
+
+def test_a_decay_counted_in_epochs_on_one_side_and_steps_on_the_other_is_named_as_a_time_scale(tmp_path) -> None:
+    """TF1 decays every epoch (``decay_steps=4``, 4 steps an epoch); the port wrote the epoch count,
+    ``decay_steps=1``, and decays every step: numpy says its lr at step s is TF1's at step 4 s, apart
+    from step 1. The other way round, TF1's lr at step s is the port's at step 4 s."""
+    steps = np.arange(4 * PER_EPOCH)
+    per_epoch, per_step = 0.1 * 0.5 ** (steps // PER_EPOCH), 0.1 * 0.5**steps
+    assert per_step[1] != per_epoch[1] and all(per_step[s] == per_epoch[PER_EPOCH * s] for s in (1, 2, 3))
+    assert all(per_epoch[s] == per_step[s // PER_EPOCH] for s in steps)
+    train_tf1_decay(str(tmp_path / "tf1_epoch"), PER_EPOCH)
+    train_tf1_decay(str(tmp_path / "tf1_step"), 1)
+    recorded = tensors_by_step(str(tmp_path / "tf1_epoch"))
+    np.testing.assert_allclose([recorded[s][("lr", "lr")][2] for s in sorted(recorded)], per_epoch, rtol=1e-6)
+    train_fit_decay(str(tmp_path / "fit_step"), 1)
+    train_fit_decay(str(tmp_path / "fit_epoch"), PER_EPOCH)
+    for base, cand, mapped in (
+        ("tf1_epoch", "fit_step", f"{PER_EPOCH} s"),
+        ("tf1_step", "fit_epoch", f"s // {PER_EPOCH}"),
+    ):
+        d = compare(str(tmp_path), baseline=base, candidate=cand).first_divergence
+        assert d is not None and (d.step, d.kind) == (1, "lr"), d
+        assert f"the candidate's value at each step s is the baseline's at step {mapped}" in (d.note or ""), d.note
+        assert f"if an epoch is {PER_EPOCH} steps" in d.note, d.note

@@ -1465,7 +1465,7 @@ class Comparison:
                     f"candidate's value at each step is the baseline's {abs(shift)} {steps_of} {side} (at step "
                     f"{step_k}: the baseline's at step {step_k + shift}{before}): its schedule {runs}: {cause}"
                 )
-        stairs = _staircase_note(steps, b, c, close)
+        stairs = _staircase_note(steps, b, c, close) or _time_scale_note(steps, b, c, at, close)
         if stairs is not None:
             return stairs
         rest = slice(at, None)
@@ -1954,6 +1954,8 @@ def _layer_of(variable: str) -> str:
 SHIFTS = (1, -1, 2, -2, 3, -3)
 #: Longer shifts tried for a hyper-parameter in stairs (``Comparison._stair_shifts``).
 MAX_STAIR_SHIFTS = 8
+#: Time scales tried for a schedule that runs some whole number of times as fast (``_time_scale_note``).
+MAX_TIME_SCALES = 16
 
 #: Why a batch normalization's output differs across replica counts, said by every note that names it.
 _PER_REPLICA_BN = (
@@ -2211,6 +2213,47 @@ def _staircase_note(steps: np.ndarray, b: np.ndarray, c: np.ndarray, close: floa
                 f"the {flat_name}'s value holds in stairs (changing at step {where}) and the {smooth_name}'s changes "
                 f"at every step, equal where each stair starts: one schedule is evaluated in stairs and the other at "
                 f"every step ({causes})"
+            )
+    return None
+
+
+def _time_scale_note(steps: np.ndarray, b: np.ndarray, c: np.ndarray, at: int, close: float) -> Optional[str]:
+    """When, from ``at`` on, the candidate's value at each step ``s`` is the baseline's at step ``m s``
+    (or ``s // m``) for one whole ``m`` of at least 2: one schedule runs ``m`` times as fast. A new
+    user's port decayed its lr every step (``ExponentialDecay(decay_steps=1)``, the epoch count of
+    TF1's ``decay_steps=4``, an epoch of 4 steps) and diverged at step 1 with no note. Each ``m`` is
+    one that carries a change of one run onto a change of the other (at most
+    :data:`MAX_TIME_SCALES`); it must hold at every step both logged where the other's step exists
+    inside its record (at least 2), and the candidate's value must move there."""
+    index = {int(v): i for i, v in enumerate(steps)}
+    first, last = int(steps[0]), int(steps[-1])
+    b_changes = [int(v) for v in steps[1:][np.abs(np.diff(b)) > close] if v > 0]
+    c_changes = [int(v) for v in steps[max(at, 1) :][np.abs(np.diff(c[max(at - 1, 0) :])) > close] if v > 0]
+    tries = sorted({(j // i, True) for j in b_changes for i in c_changes if j % i == 0 and j // i >= 2})
+    tries += sorted({(i // j, False) for i in c_changes for j in b_changes if i % j == 0 and i // j >= 2})
+    for m, faster in tries[:MAX_TIME_SCALES]:
+        found = []
+        for i in range(at, len(steps)):
+            t = int(steps[i]) * m if faster else int(steps[i]) // m
+            if t in index:
+                found.append((i, index[t]))
+            elif first <= t <= last:
+                found = []  # a step the baseline did not log inside its record: no evidence either way
+                break
+        if len(found) < 2 or np.ptp([c[i] for i, _ in found]) <= close:
+            continue
+        if all(abs(c[i] - b[j]) <= close for i, j in found):
+            step_k = int(steps[at])
+            counterpart = step_k * m if faster else step_k // m
+            pace = f"{m} times as fast as" if faster else f"{m} times as slow as"
+            mapped = f"{m} s" if faster else f"s // {m}"
+            return (
+                f"from step {step_k} on, the candidate's value at each step s is the baseline's at step "
+                f"{mapped} ({len(found)} steps both runs logged; at step {step_k}: the "
+                f"baseline's at step {counterpart}): its schedule runs {pace} the baseline's: a decay counted in steps "
+                f"on one side and in epochs on the other (decay_steps, boundaries or a LearningRateScheduler's epoch, if "
+                f"an epoch is {m} steps), or gradient accumulation of {m} micro-batches counted per micro-batch on one "
+                "side"
             )
     return None
 
