@@ -282,3 +282,78 @@ def test_the_override_a_marginal_note_offers_loosens_the_tolerance() -> None:
     assert advice is not None and advice.group(1) == "activation/*:atol=0.001", found.note
     loosened = tolerance.TolerancePolicy(overrides=(tolerance.ToleranceOverride.parse(advice.group(1)),))
     assert Comparison(base, port, loosened).report().agree
+
+
+def _jumping(grad_gaps: list[float], weight_gap: float = 0.0) -> tuple:
+    """A weight and loss that agree (the weight ``weight_gap`` apart at step 4) and a gradient of 0.1
+    whose first element is ``grad_gaps[s]`` apart at step ``s``: a faithful ResNet's conv kernel
+    gradient jumped so when one ReLU unit flipped at its kink (no activation recorded)."""
+    w = [np.full(8, 0.5, np.float32) for _ in grad_gaps]
+    g = [np.full(8, 0.1, np.float64) for _ in grad_gaps]
+    w_c, g_c = [a.copy() for a in w], [a.copy() for a in g]
+    for s, gap in enumerate(grad_gaps):
+        g_c[s][0] += gap
+    w_c[4][0] += weight_gap
+    loss = [np.float32(1.0 / (s + 1)) for s in range(len(grad_gaps))]
+    return tuple(
+        run(
+            name,
+            [
+                series("weight", "conv/kernel:0", ws, order=0),
+                series("loss", "loss", loss, order=1),
+                series("grad", "conv/kernel:0", gs, order=2),
+            ],
+        )
+        for name, ws, gs in (("tf1", w, g), ("tf2", w_c, g_c))
+    )
+
+
+JUMPED = "arises inside this step from agreeing inputs"
+
+
+def test_a_gradient_that_jumps_while_every_input_agrees_says_it_arose_inside_the_step() -> None:
+    """numpy: 1e-8 apart at steps 0-3 (ratio 1e-3 against atol 1e-5), 3e-5 at step 4 (ratio 3): a
+    jump of 3000x with the weight and loss equal. Growth of 1.4x (0.9e-5 to 1.3e-5), or a weight
+    apart at that step too, is told nothing of the kind."""
+    first = Comparison(*_jumping([1e-8] * 4 + [3e-5, 3e-5])).report().first_divergence
+    assert first is not None and (first.step, first.kind) == (4, "grad"), first
+    assert JUMPED in (first.note or "") and "enable_op_determinism" in first.note, first.note
+    grown = Comparison(*_jumping([2e-6, 5e-6, 7e-6, 9e-6, 1.3e-5, 1.3e-5])).report().first_divergence
+    assert grown is not None and (grown.step, grown.kind) == (4, "grad") and JUMPED not in (grown.note or "")
+    moved = Comparison(*_jumping([1e-8] * 4 + [3e-5, 3e-5], weight_gap=1e-3)).report()
+    assert moved.first_divergence.kind == "weight"
+    assert all(JUMPED not in (d.note or "") for d in moved.divergences_at_first_step)
+
+
+def test_a_slot_that_carries_a_gradient_moved_at_a_kink_names_the_kink() -> None:
+    """numpy: at step 2 one ReLU unit is 0 in one run and 3e-7 in the other (rounding of its largest
+    element, 1), and the kernel's gradient 8e-6 apart there (within its atol 1e-5); the Momentum slot
+    carries those 8e-6 from step 3 on, past its rule (1e-8 + 1e-4 of the slot). A helper's faithful
+    ResNet, its ReLU outputs recorded, diverged so on the slot and was told of epsilon."""
+    steps = 5
+    relu = [np.array([0.0, 0.4, 1.0, 0.7], np.float32) for _ in range(steps)]
+    relu_c = [a.copy() for a in relu]
+    relu_c[2][0] = 3e-7
+    g = [np.full(4, 0.01) for _ in range(steps)]
+    g_c = [a.copy() for a in g]
+    g_c[2][0] += 8e-6
+    m = [np.full(4, 0.01 * s) for s in range(steps)]
+    m_c = [a + np.array([8e-6 if s >= 3 else 0.0, 0, 0, 0]) for s, a in enumerate(m)]
+    base, cand = (
+        run(
+            name,
+            [
+                series("activation", "relu", acts, order=1),
+                series("grad", "dense/kernel:0", grads, order=2),
+                series("slot", slot, moms, order=0),
+            ],
+        )
+        for name, acts, grads, slot, moms in (
+            ("tf1", relu, g, "dense/kernel/Momentum:0", m),
+            ("tf2", relu_c, g_c, "m/dense/kernel", m_c),
+        )
+    )
+    first = Comparison(base, cand).report().first_divergence
+    assert first is not None and (first.step, first.kind) == (3, "slot"), first
+    assert "at step 2 activation relu has 1 element exactly 0 in one run" in (first.note or ""), first.note
+    assert "optimizer's epsilon" not in first.note

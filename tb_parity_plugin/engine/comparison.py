@@ -329,6 +329,7 @@ class Comparison:
                 else None,
                 kink if b.kind == "grad" else None,
                 (self._grad_scale(pair, k) or self._decay_note(pair, k)) if b.kind == "grad" else None,
+                self._jump_from_agreeing_inputs(pair, k) if b.kind == "grad" and not kink else None,
                 self._schedule_note(pair, k) if b.kind in HPARAM_KINDS else None,
                 None
                 if loud
@@ -1335,15 +1336,23 @@ class Comparison:
         if not len(per_step) or slot_gap <= 0 or slot_gap > 1.01 * total:
             return None
         seen = np.flatnonzero((g.ib[:k] >= 0) & (g.ic[:k] >= 0))
-        at = int(self.steps[seen[int(np.argmax(per_step))]])
+        most = int(seen[int(np.argmax(per_step))])
+        at = int(self.steps[most])
+        # a unit at its kink there moved the gradient (a helper's faithful ResNet, its ReLU outputs
+        # recorded: the slot diverged a step after one unit flipped, and was told of epsilon)
+        kink = kinks.note(kinks.kinked(self._pairs, most), at)
         return (
             f"its gradient {g.base.kind}/{g.base.name} agreed within its tolerance (atol {g.tol.atol:g}) at every "
             f"earlier step but differed by up to {float(d.max()):.3g} (at step {at}); by the slot's rule those "
             f"differences move it by up to {total:.3g}, enough for its {slot_gap:.3g}: the slot carries the "
             "gradient's difference, which the gradient's tolerance admits and the slot's rule (1e-4 of the "
-            "gradient) does not; look for what moved the gradient there (the weights or inputs before it, a "
-            "setting such as an optimizer's epsilon, or a tolerance loosened with --override) rather than the "
-            "slot's rule"
+            "gradient) does not; "
+            + (
+                kink
+                if kink
+                else "look for what moved the gradient there (the weights or inputs before it, a setting such as an "
+                "optimizer's epsilon, or a tolerance loosened with --override) rather than the slot's rule"
+            )
         )
 
     def _grad_scale(self, pair: Pair, k: int) -> Optional[str]:
@@ -1366,6 +1375,42 @@ class Comparison:
             "strategy; accumulated gradients not divided by their micro-batches; a loss scale not undone), or "
             "gradients recorded after clipping by one run and before it by the other (every gradient then has one "
             "factor, the global norm over the clip norm, and the weights agree)"
+        )
+
+    def _jump_from_agreeing_inputs(self, pair: Pair, k: int) -> Optional[str]:
+        """For a gradient whose error ratio at step ``k`` is at least :data:`JUMP_FACTOR` times its
+        largest at every earlier step both runs logged, while every weight, state and slot both
+        recorded at ``k``, and the loss, agree: the difference arises inside the step from agreeing
+        inputs, which a ReLU-like unit at its kink does when no activation is recorded to show it
+        (:mod:`kinks` names the unit when one is). New users' faithful ResNet ports (a conv's bias
+        and batch norm, Momentum, 100 steps, float64 replays bit-equal) diverged so on a kernel's
+        gradient at steps 6, 19 and 42 with no note, one unit flipping at its kink."""
+        if k == 0 or not pair.by_values_at(k):
+            return None
+        pair.ensure_ratios(k + 1)
+        earlier = np.asarray(pair.ratio[:k], dtype=np.float64)
+        earlier = earlier[np.isfinite(earlier)]
+        now = float(pair.ratio[k])
+        if not len(earlier) or not np.isfinite(now) or now < JUMP_FACTOR * float(earlier.max()):
+            return None
+        weights = 0
+        for p in self._pairs:
+            if p.base.kind not in ("weight", "state", "slot", "loss") or p.ib[k] < 0 or p.ic[k] < 0:
+                continue
+            p.ensure(k + 1, self.policy.equal_nan)
+            if p.reason[k] != OK:
+                return None
+            weights += p.base.kind == "weight"
+        if not weights:
+            return None
+        return (
+            f"every weight, state and slot both runs recorded agrees at this step, and the loss, while this gradient's "
+            f"error ratio jumps to {now:.3g} from at most {float(earlier.max()):.3g} at the steps before: a difference "
+            "that arises inside this step from agreeing inputs, as a ReLU-like unit at its kink makes it (float "
+            "rounding decides whether the gradient flows through it); record the activations before it with full "
+            "values (a unit at its kink is then named), run both sides again to see whether it recurs at this step, "
+            "or compare with tf.config.experimental.enable_op_determinism() on both sides. A port's own difference "
+            "in the backward pass (a custom gradient, a stop_gradient, clipping) shows from the first step"
         )
 
     def _decay_note(self, pair: Pair, k: int) -> Optional[str]:
@@ -1954,6 +1999,10 @@ def _layer_of(variable: str) -> str:
 SHIFTS = (1, -1, 2, -2, 3, -3)
 #: Longer shifts tried for a hyper-parameter in stairs (``Comparison._stair_shifts``).
 MAX_STAIR_SHIFTS = 8
+#: How many times its largest earlier error ratio a gradient's must jump to be told it arose inside
+#: the step (``Comparison._jump_from_agreeing_inputs``): a unit flipping at its kink moved faithful
+#: ResNet ports' kernel gradients about 100x their earlier gap in one step.
+JUMP_FACTOR = 10.0
 #: Time scales tried for a schedule that runs some whole number of times as fast (``_time_scale_note``).
 MAX_TIME_SCALES = 16
 

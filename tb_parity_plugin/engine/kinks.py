@@ -44,15 +44,17 @@ def kinked(pairs: Sequence[Pair], k: int) -> list[tuple[str, int, float, float]]
     return found
 
 
-def note(found: list[tuple[str, int, float, float]]) -> Optional[str]:
-    """The note for a gradient diverging at a step where :func:`kinked` found units at their kink."""
+def note(found: list[tuple[str, int, float, float]], step: Optional[int] = None) -> Optional[str]:
+    """The note for a gradient diverging at a step where :func:`kinked` found units at their kink
+    (``step``: that step, for a tensor diverging later that carries the gradient, such as its slot)."""
     if not found:
         return None
     name, count, b, c = found[0]
     more = f" (and {len(found) - 1} more activations)" if len(found) > 1 else ""
     units = f"{count} element{'s' if count > 1 else ''}"
     return (
-        f"at this step activation {name}{more} has {units} exactly 0 in one run and within rounding of 0 in the other "
+        f"{'at this step' if step is None else f'at step {step}'} activation {name}{more} has {units} exactly 0 in one "
+        "run and within rounding of 0 in the other "
         f"(e.g. {b:.3g} against {c:.3g}): a ReLU-like unit at its kink, where float rounding decides whether the "
         "gradient flows through it. The gradient's difference is real, but rounding rather than the port may "
         "cause it: check whether it recurs at later steps, and with "
