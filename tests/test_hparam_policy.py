@@ -9,6 +9,7 @@ the two schedules differ, which numpy computes here from the schedules' formula.
 from __future__ import annotations
 
 import dataclasses
+import html
 import os
 
 import numpy as np
@@ -89,8 +90,9 @@ def test_a_schedule_diverging_after_the_first_divergent_step_is_still_named(tmp_
     assert hp is not None and (hp.step, hp.kind, hp.tensor) == (5, "lr", "lr")
     text = report.hparam_text
     assert text.startswith("also: the hyper-parameter lr/lr diverges from step 5")
+    assert hp.note and text.endswith(f"({hp.note})") and "1 step(s)" in hp.note, text  # why, not only where
     assert text in cli.format_report(report) and report.to_dict()["hparam_text"] == text
-    assert text in page.render_fragment(report.to_dict())
+    assert html.escape(text) in page.render_fragment(report.to_dict())
     with pytest.raises(AssertionError, match="the hyper-parameter lr/lr diverges from step 5"):
         api.assert_parity(str(tmp_path), baseline="tf1", candidate="tf2")
     # a schedule that diverges first is the first divergence itself, not listed again

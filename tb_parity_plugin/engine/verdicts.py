@@ -289,10 +289,13 @@ class ParityReport:
         d = self.hparam_divergence
         if d is None:
             return None
+        # its note (a schedule one step behind, one epoch late) was in the JSON only: a helper's lr
+        # dropped one step late read "error ratio 1e6" in the CLI, the cause one --json away
+        why = f" ({d.note})" if d.note else ""
         return (
             f"also: the hyper-parameter {d.kind}/{d.tensor} diverges from step {d.step} ({d.reason}, error ratio "
             f"{d.error_ratio if d.error_ratio is None else f'{d.error_ratio:.3g}'}): compared at float32 resolution, "
-            "no rounding explains it; whatever diverges after it may be its effect"
+            f"no rounding explains it; whatever diverges after it may be its effect{why}"
         )
 
     def to_dict(self) -> dict[str, Any]:
