@@ -25,6 +25,7 @@ from shim_readback import tensors_by_step
 
 from tb_parity_plugin import compare, summary_v1, summary_v2
 from tb_parity_plugin.engine import Comparison, tolerance
+from tb_parity_plugin.records import health
 
 RNG = np.random.default_rng(7)
 STEPS, BATCH, D, H = 3, 8, 3, 4
@@ -323,6 +324,19 @@ def test_a_gradient_that_jumps_while_every_input_agrees_says_it_arose_inside_the
     moved = Comparison(*_jumping([1e-8] * 4 + [3e-5, 3e-5], weight_gap=1e-3)).report()
     assert moved.first_divergence.kind == "weight"
     assert all(JUMPED not in (d.note or "") for d in moved.divergences_at_first_step)
+
+
+def test_a_gradient_moved_at_every_element_from_one_step_on_is_not_told_it_jumped_at_a_kink() -> None:
+    """numpy: every element 3e-5 apart from step 4 (a term that starts acting there on one side,
+    such as a threshold first reached): 100 % of the elements move, which one unit at its kink does
+    not do (it moved 0.3-8 % of the ResNets' kernel gradients)."""
+    base, cand = _jumping([1e-8] * 6)
+    grad = cand.tensors[("grad", "conv/kernel:0")]
+    grad.values[4:] += 3e-5
+    grad.stats[4:] = [health.health_numpy(v) for v in grad.values[4:]]
+    first = Comparison(base, cand).report().first_divergence
+    assert first is not None and (first.step, first.kind) == (4, "grad"), first
+    assert first.mismatch_fraction == 1.0 and JUMPED not in (first.note or ""), first.note
 
 
 def test_a_slot_that_carries_a_gradient_moved_at_a_kink_names_the_kink() -> None:

@@ -328,8 +328,13 @@ class Comparison:
                 if b.kind == "slot"
                 else None,
                 kink if b.kind == "grad" else None,
-                (self._grad_scale(pair, k) or self._decay_note(pair, k)) if b.kind == "grad" else None,
-                self._jump_from_agreeing_inputs(pair, k) if b.kind == "grad" and not kink else None,
+                (
+                    self._grad_scale(pair, k)
+                    or self._decay_note(pair, k)
+                    or (None if kink else self._jump_from_agreeing_inputs(pair, k))
+                )
+                if b.kind == "grad"
+                else None,
                 self._schedule_note(pair, k) if b.kind in HPARAM_KINDS else None,
                 None
                 if loud
@@ -1387,6 +1392,9 @@ class Comparison:
         gradient at steps 6, 19 and 42 with no note, one unit flipping at its kink."""
         if k == 0 or not pair.by_values_at(k):
             return None
+        few = pair.finding(k, self.policy.equal_nan).get("mismatch_fraction")
+        if few is None or few > JUMP_FEW:  # a unit at its kink moves the elements it feeds, not all
+            return None
         pair.ensure_ratios(k + 1)
         earlier = np.asarray(pair.ratio[:k], dtype=np.float64)
         earlier = earlier[np.isfinite(earlier)]
@@ -1409,8 +1417,9 @@ class Comparison:
             "that arises inside this step from agreeing inputs, as a ReLU-like unit at its kink makes it (float "
             "rounding decides whether the gradient flows through it); record the activations before it with full "
             "values (a unit at its kink is then named), run both sides again to see whether it recurs at this step, "
-            "or compare with tf.config.experimental.enable_op_determinism() on both sides. A port's own difference "
-            "in the backward pass (a custom gradient, a stop_gradient, clipping) shows from the first step"
+            f"or compare with tf.config.experimental.enable_op_determinism() on both sides. Only {few:.2%} of its "
+            "elements moved; a port's own difference that first acts at this step (a threshold first reached, a "
+            "schedule not recorded) would show so too, so see whether it recurs"
         )
 
     def _decay_note(self, pair: Pair, k: int) -> Optional[str]:
@@ -2003,6 +2012,9 @@ MAX_STAIR_SHIFTS = 8
 #: the step (``Comparison._jump_from_agreeing_inputs``): a unit flipping at its kink moved faithful
 #: ResNet ports' kernel gradients about 100x their earlier gap in one step.
 JUMP_FACTOR = 10.0
+#: ...and the largest share of its elements out of tolerance there: one unit's flip moved 0.3-8 % of
+#: those faithful ResNets' kernel gradients; a clipping first reached moves all of them.
+JUMP_FEW = 0.5
 #: Time scales tried for a schedule that runs some whole number of times as fast (``_time_scale_note``).
 MAX_TIME_SCALES = 16
 
