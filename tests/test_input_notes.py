@@ -500,3 +500,32 @@ def test_zeros_of_padding_and_a_scale_are_not_called_dropout() -> None:
     )
     assert (first.step, first.tensor) == (0, "embedding"), first
     assert "dropout of rate" not in first.note and "a scale" in first.note and "padding" in first.note, first.note
+
+
+@pytest.mark.parametrize("pipeline", ["restarted", "resumed"])
+def test_a_run_resumed_where_its_first_output_diverges_names_the_resume(tmp_path, pipeline: str) -> None:
+    """The baseline crashed after step 4 and was resumed from its step-3 checkpoint into a new event
+    file; its input pipeline (a one-shot iterator, which no checkpoint holds) started again from its
+    first batch, so from step 3 its first layer saw batch 0 again. numpy: its output at step 3 is
+    step 0's, the port's is step 3's; every weight agrees. A helper's TF1 run resumed so under
+    MonitoredTrainingSession was told of fit's shuffling. A pipeline resumed where it stopped agrees."""
+    from engine_helpers import write_run
+
+    batches = [RNG.standard_normal(6).astype(np.float32) for _ in range(6)]
+
+    def at(s: int, batch: int) -> list:
+        return [("weight", "dense/kernel:0", np.full(4, 0.5, np.float32)), ("activation", "dense", batches[batch])]
+
+    logdir = str(tmp_path)
+    write_run(logdir, "tf1", range(5), lambda s: at(s, s))
+    write_run(logdir, "tf1", range(3, 6), lambda s: at(s, s - 3 if pipeline == "restarted" else s))
+    write_run(logdir, "tf2", range(6), lambda s: at(s, s))
+    report = compare(logdir, baseline="tf1", candidate="tf2")
+    if pipeline == "resumed":
+        assert report.agree, report.first_divergence
+        return
+    assert not np.allclose(batches[0], batches[3], atol=1e-5)
+    first = report.first_divergence
+    assert first is not None and (first.step, first.kind) == (3, "activation"), first
+    assert "'tf1' was resumed at this step" in (first.note or "") and "one-shot" in first.note, first.note
+    assert "shuffles" not in first.note

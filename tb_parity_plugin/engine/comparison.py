@@ -665,6 +665,18 @@ class Comparison:
             )
         # both, neither first: a new user's attention scaled by 1/d_model in a custom loop was told of
         # fit's shuffling first; record the layer's input (rec.activation) to tell the two apart
+        step = int(self.steps[k])
+        resumed = [run.name for run in (self.base, self.cand) if step in getattr(run, "resumed_at", ())]
+        if resumed and not loss:
+            # a helper's TF1 run resumed from a checkpoint at step 6, its one-shot iterator back at its
+            # first batch, diverged there on its first layer's output and was told of fit's shuffling
+            return (
+                f"{agree} at this step and no output is recorded before it, and '{resumed[0]}' was resumed at this "
+                "step (an event file of it begins here): an input pipeline no checkpoint holds (a one-shot "
+                "iterator, a generator, a dataset without its iterator in the checkpoint) starts again from its "
+                "first batch on a resume; or the layer computes another function of its input; recording the "
+                "input too tells the two apart" + self._positions_note(first, k)
+            )
         return (
             f"{agree} at this step and no output is recorded before it: "
             f"{'the model or the loss' if loss else 'the layer'} computes another function of its input"

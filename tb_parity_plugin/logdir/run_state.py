@@ -320,6 +320,11 @@ class RunState:
                 )
         return out
 
+    def _resumed_at(self) -> tuple[int, ...]:
+        """The first step of each file after the first (name order) that holds records of ours."""
+        later = [self.files[path].file_id for path in _in_name_order(self.files)[1:]]
+        return tuple(sorted({self._span[i][1] for i in later if i in self._span}))
+
     def rewrites(self) -> list[str]:
         """Each tag that more than one file of the run wrote at the same steps, in words: the last
         write wins, which hid a second writer's values (a reviewer's evaluation recorder logging
@@ -499,6 +504,7 @@ class RunState:
             problems=self.all_problems() + self._layoutless() + self._gap_problems(),
             generation=self.generation,
             notices=self.restarts() + self.rewrites() + _twice_notice(merged),
+            resumed_at=self._resumed_at(),
         )
         return self._snapshot
 

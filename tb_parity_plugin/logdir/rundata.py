@@ -87,6 +87,9 @@ class RunData:
     #: What the reader set aside that is not damage, in words: a file that restarts the run
     #: supersedes the later steps of the files before it (``run_state.Timeline``).
     notices: list[str] = dataclasses.field(default_factory=list)
+    #: The first step of each of the run's event files after the first (in name order): where the run
+    #: was resumed, e.g. from a checkpoint, and an input pipeline no checkpoint holds starts again.
+    resumed_at: tuple[int, ...] = ()
 
 
 #: Memory the reader grew out of older memory (a column that outgrew its capacity, whose rows in use
