@@ -12,6 +12,9 @@ float64 numpy replay of the model (mean-pooled lookup, a linear head, sigmoid cr
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
@@ -133,3 +136,32 @@ def test_mod_parts_concatenated_by_a_converter_are_found_at_step_0(tmp_path) -> 
     _keras(str(tmp_path / "tf2"), concatenated)
     first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
     assert first is not None and (first.step, first.kind, first.tensor) == (0, "weight", "item_emb:0"), first
+
+
+_REFERENCE_VARIABLES = """
+import sys
+import numpy as np
+import tensorflow as tf
+tf.compat.v1.disable_v2_behavior()  # as migrating TF1 code often starts: reference variables
+sys.path.insert(0, {tests!r})
+import test_partitioned_variables as t
+from shim_readback import tensors_by_step
+t._tf1({run_dir!r}, {strategy!r})
+table = np.asarray(tensors_by_step({run_dir!r})[1][("weight", "item_emb:0")][2], np.float64)
+np.testing.assert_allclose(table, t._replay(2)[1], rtol=1e-4, atol=1e-6)
+print("laid out as looked up")
+"""
+
+
+@pytest.mark.parametrize("strategy", ["mod", "div"])
+def test_reference_variables_under_disable_v2_behavior_are_laid_out_as_looked_up(tmp_path, strategy: str) -> None:
+    """TF1 code run after ``tf.compat.v1.disable_v2_behavior()`` makes reference variables, whose
+    lookups read them through an ``Identity``, not a resource handle: the "mod" layout went unseen
+    and the parts were recorded one after the other, rows the model does not look up (a faithful
+    port's false DIVERGE at step 0). numpy: the recorded table after one Adam step is the replay's.
+    In a subprocess: the v2 behavior cannot be switched off in a process that ran eager code."""
+    script = _REFERENCE_VARIABLES.format(
+        tests=os.path.dirname(os.path.abspath(__file__)), run_dir=str(tmp_path / "tf1"), strategy=strategy
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "laid out as looked up" in done.stdout, done.stderr[-3000:]

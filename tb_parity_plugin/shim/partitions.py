@@ -69,10 +69,9 @@ def interleaved(variables: Iterable[Any]) -> set[str]:
     strategies: dict[str, set[str]] = {}
     for var in variables:
         part = part_of(var)
-        handle = getattr(var, "handle", None)
-        if part is None or handle is None or not hasattr(handle, "consumers"):
+        if part is None:
             continue
-        for op in handle.consumers():
+        for op in _readers(var):
             if op.type not in ("ResourceGather", "GatherV2", "Gather"):
                 continue
             scope = op.name.rpartition("/")[0]
@@ -86,6 +85,24 @@ def interleaved(variables: Iterable[Any]) -> set[str]:
     return {whole for whole, found in strategies.items() if found == {"mod"}}
 
 
+def _readers(var: Any) -> list[tf.Operation]:
+    """The ops that read ``var``'s value: the consumers of its handle (a resource variable) or of its
+    buffer (a reference variable, what ``tf.compat.v1.disable_v2_behavior()`` makes), past the
+    ``Identity`` and ``ReadVariableOp`` that pass it on."""
+    op = getattr(var, "op", None)
+    todo: list[tf.Operation] = [op] if op is not None else []
+    seen: set[str] = set()
+    found: list[tf.Operation] = []
+    while todo:
+        for out in todo.pop().outputs:
+            for reader in out.consumers():
+                if reader.name in seen:
+                    continue
+                seen.add(reader.name)
+                (todo if reader.type in ("Identity", "ReadVariableOp") else found).append(reader)
+    return found
+
+
 def whole(parts: list[tuple[Part, tf.Tensor]], interleave: bool) -> Optional[tf.Tensor]:
     """The whole variable from all its parts' values, or None unless they cover it exactly."""
     parts = sorted(parts, key=lambda p: p[0].offset)
@@ -95,7 +112,7 @@ def whole(parts: list[tuple[Part, tf.Tensor]], interleave: bool) -> Optional[tf.
     offsets = [p.offset for p, _ in parts]
     if offsets[0] != 0 or any(a.offset + a.size != b.offset for (a, _), (b, _) in zip(parts, parts[1:])):
         return None
-    if offsets and parts[-1][0].offset + parts[-1][0].size != first.full[first.axis]:
+    if parts[-1][0].offset + parts[-1][0].size != first.full[first.axis]:
         return None
     values = [t for _, t in parts]
     if len(values) == 1:
