@@ -127,6 +127,24 @@ def _in_replicas() -> bool:
     return not isinstance(tf.distribute.get_strategy(), tf.distribute.OneDeviceStrategy)
 
 
+#: Why a step compiled by XLA cannot be recorded, and what does: said where it is tried.
+_IN_XLA = (
+    "tb_parity: recording inside a function compiled with XLA (tf.function(jit_compile=True), or a Keras "
+    "model compiled with jit_compile=True, which Keras 3's default jit_compile='auto' picks on a GPU) is not "
+    "supported: XLA cannot compute the recorder's statistics nor write summaries; record in a function "
+    "without it (tf.function(jit_compile=False), model.compile(..., jit_compile=False))"
+)
+
+
+def _in_xla() -> bool:
+    """Inside a function that XLA compiles: ``tf.function(jit_compile=True)`` (Keras 3 ``fit`` builds its
+    step so under ``jit_compile``). The recorder's ops failed there with XLA's "Detected unsupported
+    operations ... SegmentSum", naming no setting: a new user's Keras 3 ``train_step`` override."""
+    from tensorflow.python.ops import control_flow_util  # pylint: disable=g-direct-tensorflow-import
+
+    return tf.inside_function() and control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
 class Recorder(BaseRecorder):
     """Collects one training step's tensors and writes them as ``tf.summary`` events.
 
@@ -233,7 +251,7 @@ class Recorder(BaseRecorder):
 
     # -- steps --------------------------------------------------------------------
     @contextlib.contextmanager
-    def step(self, step: Any, variables: Any = None, optimizer: Any = None) -> Iterator[Recorder]:
+    def step(self, step: Any, variables: Any = None, optimizer: Any = None, when: Any = None) -> Iterator[Recorder]:
         """Records everything inside as step ``step`` (int, tensor or variable such as
         ``optimizer.iterations``, read on entry) and writes it on exit.
 
@@ -241,9 +259,13 @@ class Recorder(BaseRecorder):
         before the forward pass updates batch-norm statistics and before the optimizer
         updates anything: trainable ones as ``weight``, the others as ``state``; with
         ``optimizer`` (one, or a list of them), their slots too (built now if Keras has not built them yet).
+        ``when``: a boolean tensor; the step is written only where it is true (``instrument`` writes a
+        Keras 3 optimizer's update micro-batch only, under ``gradient_accumulation_steps``).
         """
         if _in_replicas():
             raise RuntimeError(_PER_REPLICA)
+        if _in_xla():
+            raise ValueError(_IN_XLA)
         if self._step is not None:
             raise RuntimeError("recorder.step() does not nest")
         self._step = tf.cast(tf.convert_to_tensor(step), tf.int64)
@@ -260,7 +282,7 @@ class Recorder(BaseRecorder):
             step_t, self._step = self._step, None
             entries = self._take_entries()
         if ok and entries:
-            self._write(step_t, entries)
+            self._write(step_t, entries, when)
 
     def apply_gradients(self, optimizer: Any, grads_and_vars: Iterable[tuple], name: Optional[str] = None) -> Any:
         """Records each gradient and weight (read now), then ``optimizer.apply_gradients``."""
@@ -287,7 +309,7 @@ class Recorder(BaseRecorder):
             )
         self._written_once.add(key)
 
-    def _write(self, step: tf.Tensor, entries: list[Entry]) -> None:
+    def _write(self, step: tf.Tensor, entries: list[Entry], when: Any = None) -> None:
         mode = "function" if tf.inside_function() else "eager"
         info = {
             "version": metadata.FORMAT_VERSION,
@@ -299,11 +321,12 @@ class Recorder(BaseRecorder):
         self._write_once("run_info", metadata.RUN_INFO_TAG, json.dumps(info, sort_keys=True).encode(), "run_info", "")
         blocks = build_blocks(entries, self.full_values_limit, dynamic_values=True)
         if blocks.shapes:  # shapes unknown to the graph: the layout is resolved per step, in Python
-            self._write_resolved(step, blocks)
+            self._write_resolved(step, blocks, when)
             return
         h = blocks.layout.hash
         self._write_once("layout/" + h, metadata.layout_tag(h), blocks.layout.to_json_bytes(), "layout", h)
-        with self._writer.as_default(), _always_record():
+        record = _always_record() if when is None else tf.summary.record_if(tf.cast(when, tf.bool))
+        with self._writer.as_default(), record:
             tf.summary.write(
                 metadata.stats_tag(h), blocks.stats, step=step, metadata=metadata.create_summary_metadata("stats", h)
             )
@@ -322,14 +345,16 @@ class Recorder(BaseRecorder):
                     metadata=scalar_metadata.create_summary_metadata(display_name=kind, description=""),
                 )
 
-    def _write_resolved(self, step: tf.Tensor, blocks: Blocks) -> None:
+    def _write_resolved(self, step: tf.Tensor, blocks: Blocks, when: Any = None) -> None:
         """Write a step whose layout depends on runtime shapes (``tf.function`` with ``None``
         dimensions in its ``input_signature``): the blocks go to a Python writer, which fills
         the runtime shapes into the layout as the TF1 shim does, so such tensors keep full values."""
         dtypes, rows = sorted(blocks.values), sorted(blocks.shapes)
         scalar_kinds = sorted(blocks.scalars)
 
-        def write(step_np: Any, stats: Any, *rest: Any) -> np.int64:
+        def write(when_np: Any, step_np: Any, stats: Any, *rest: Any) -> np.int64:
+            if not bool(when_np):
+                return np.int64(0)
             values = dict(zip(dtypes, rest[: len(dtypes)]))
             shapes = dict(zip(rows, rest[len(dtypes) : len(dtypes) + len(rows)]))
             scalars = {k: float(v) for k, v in zip(scalar_kinds, rest[len(dtypes) + len(rows) :])}
@@ -340,7 +365,7 @@ class Recorder(BaseRecorder):
             self._py_writer.write_step(int(step_np), self._layouts.of(blocks, shapes), stats, values, scalars)
             return np.int64(0)
 
-        inputs = [step, blocks.stats, *(blocks.values[d] for d in dtypes), *(blocks.shapes[i] for i in rows)]
+        inputs = [tf.constant(True) if when is None else tf.cast(when, tf.bool), step, blocks.stats, *(blocks.values[d] for d in dtypes), *(blocks.shapes[i] for i in rows)]
         tf.numpy_function(write, inputs + [blocks.scalars[k] for k in scalar_kinds], tf.int64, stateful=True)
 
     def flush(self) -> None:

@@ -310,6 +310,9 @@ def test_a_biased_moving_variance_just_past_tolerance_still_gets_its_note() -> N
     assert (first.step, first.tensor) == (1, "bn/moving_variance:0"), first
     assert 1 < first.error_ratio < 2, first.error_ratio
     assert "its moving mean agrees at this step" in first.note, first.note
+    # Keras 3's BatchNormalization (keras/src/layers/normalization: ops.moments) is biased, every one
+    # of them: a new user's faithful Keras 3 CNN port was sent to synchronized=True, which it did not use
+    assert "Keras 3's BatchNormalization (every one" in first.note, first.note
 
 
 def test_a_moving_variance_apart_by_noise_of_either_sign_is_not_sent_to_the_batch_variance() -> None:

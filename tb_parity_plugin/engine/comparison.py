@@ -447,9 +447,10 @@ class Comparison:
             return (
                 "its moving mean agrees at this step (the same momentum, the same batch means): the batch variance "
                 "it averages differs: TF1's fused batch norm (tf.compat.v1.layers.batch_normalization's default on "
-                "4-D inputs) averages the unbiased variance (x n / (n - 1) of the n values per channel), Keras "
-                "BatchNormalization(synchronized=True) or SyncBatchNormalization the biased one (TF1: fused=False "
-                "averages the biased one too); or the two layers normalize over other axes"
+                "4-D inputs) averages the unbiased variance (x n / (n - 1) of the n values per channel); Keras 3's "
+                "BatchNormalization (every one: tf.keras in TF 2.16+ without TF_USE_LEGACY_KERAS) and tf_keras's "
+                "BatchNormalization(synchronized=True) or SyncBatchNormalization average the biased one (TF1: "
+                "fused=False averages the biased one too); or the two layers normalize over other axes"
             )
         if not past_noise:
             return None

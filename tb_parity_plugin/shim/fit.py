@@ -59,7 +59,10 @@ def check_supported(model: Any) -> None:
             "or around strategy.run in a custom loop (README: 'Distributed training')"
         )
     if getattr(model, "_jit_compile", False) is True:
-        raise ValueError("tb_parity: fit with jit_compile=True is not supported: XLA cannot write summaries")
+        raise ValueError(
+            "tb_parity: fit with jit_compile=True is not supported: XLA cannot write summaries (Keras 3's default "
+            "jit_compile='auto' turns it on when a GPU is visible): compile(..., jit_compile=False)"
+        )
     optimizer = getattr(model, "optimizer", None)
     if optimizer is None:
         raise ValueError("tb_parity: compile the model before instrumenting it")
@@ -167,7 +170,17 @@ def instrument(
         x, y, sample_weight = tf.keras.utils.unpack_x_y_sample_weight(data)
         opt = model.optimizer
         variables = model.trainable_variables
-        with recorder.step(numbering.step(opt), variables=model, optimizer=opt if slots else None):
+        # Keras 3's gradient_accumulation_steps=n: each call is one micro-batch, `iterations` counts updates
+        # (the same step n times) and the update applies the mean of the n micro-batches' gradients. Only
+        # the update's micro-batch is written, with that mean (what TF1's accumulation applies and records,
+        # README "Gradient accumulation"): every step was written n times, the last micro-batch's own
+        # gradient compared with the applied one, a faithful port's false DIVERGE at step 0.
+        n = slot_lib.accumulation_steps(opt)
+        when = None
+        if n:
+            slot_lib.build_slots(opt, variables)
+            when = tf.equal((tf.convert_to_tensor(opt._iterations) + 1) % n, 0)
+        with recorder.step(numbering.step(opt), variables=model, optimizer=opt if slots else None, when=when):
             lr = slot_lib.current_lr(opt)
             if lr is not None:
                 recorder.lr(lr)
@@ -182,7 +195,11 @@ def instrument(
                 loss = recorder.loss(total)
             grads = tape.gradient(loss, variables)
             if gradients:
-                recorder.grads(grads, variables)
+                recorded = grads
+                if n:
+                    accumulated = [opt._accumulated_gradients[opt._get_variable_index(v)] for v in variables]
+                    recorded = [(tf.convert_to_tensor(g) + tf.convert_to_tensor(a)) / n for g, a in zip(grads, accumulated)]
+                recorder.grads(recorded, variables)
             opt.apply_gradients(zip(grads, variables))
         return model.compute_metrics(x, y, y_pred, sample_weight)
 

@@ -106,6 +106,12 @@ def unbuilt(optimizer: Any) -> bool:
 #: port pairs (as a slot it was recorded by one run only: a false structure DIVERGE, new user 5).
 AVERAGE_ROLE = "average"
 
+#: The role Keras 3 ``gradient_accumulation_steps`` gives the sum of a variable's micro-batch gradients
+#: it keeps among its optimizer's variables (``adam/dense_kernel_gradient_accumulator``). No slot of
+#: the update rule either: a TF1 original accumulates in its own non-trainable variables, which the
+#: shim records as ``state`` (README: "Gradient accumulation"), so it is ``state`` here too.
+ACCUMULATOR_ROLE = "gradient_accumulator"
+
 
 def _keras_variables_of(optimizer: Any, var: Any) -> list[tuple[str, Slot]]:
     """(role, slot) for each variable a tf_keras (``m/dense/kernel:0``) or Keras 3
@@ -129,7 +135,7 @@ def _new_slots(optimizer: Any, var: Any) -> list[Slot]:
     """Slots of a tf_keras or Keras 3 ``Optimizer`` (not its :data:`AVERAGE_ROLE` variables)."""
     if _is_keras_sgd(optimizer) and not getattr(optimizer, "momentum", 0):
         return []  # tf_keras builds momentum slots even without momentum; they stay unused
-    return [slot for role, slot in _keras_variables_of(optimizer, var) if role != AVERAGE_ROLE]
+    return [slot for role, slot in _keras_variables_of(optimizer, var) if role not in (AVERAGE_ROLE, ACCUMULATOR_ROLE)]
 
 
 def _tf1_spelling(optimizer: Any, name: str) -> str:
@@ -177,6 +183,19 @@ def averages_of(optimizer: Any, var: Any) -> list[Slot]:
     if hasattr(optimizer, "get_slot_names") or not hasattr(optimizer, "variables"):
         return []
     return [slot for role, slot in _keras_variables_of(optimizer, var) if role == AVERAGE_ROLE]
+
+
+def accumulators_of(optimizer: Any, var: Any) -> list[Slot]:
+    """The gradient accumulator of ``var`` that a Keras 3 optimizer with ``gradient_accumulation_steps``
+    keeps (:data:`ACCUMULATOR_ROLE`; empty for every other optimizer)."""
+    if hasattr(optimizer, "get_slot_names") or not hasattr(optimizer, "variables"):
+        return []
+    return [slot for role, slot in _keras_variables_of(optimizer, var) if role == ACCUMULATOR_ROLE]
+
+
+def accumulation_steps(optimizer: Any) -> int:
+    """Keras 3's ``gradient_accumulation_steps`` of ``optimizer`` (0 when it applies every step)."""
+    return int(getattr(optimizer, "gradient_accumulation_steps", None) or 0)
 
 
 #: The leaves BERT's ``AdamWeightDecayOptimizer`` (google-research/bert ``optimization.py``, copied
@@ -227,7 +246,11 @@ def current_lr(optimizer: Any, dtype: tf.DType = tf.float32) -> Optional[tf.Tens
         return tf.cast(optimizer._decayed_lr(dtype), dtype)
     schedule = getattr(optimizer, "_learning_rate", None)
     if callable(schedule) and hasattr(optimizer, "iterations"):
-        return tf.cast(schedule(optimizer.iterations), dtype)
+        # Keras 3 with gradient_accumulation_steps: `iterations` counts updates, while the schedule
+        # it applies reads the micro-batch count `_iterations` (its docstring: "Learning rate schedules
+        # will look at 'real' iterations value"); the update count recorded another lr than it applied
+        counter = optimizer._iterations if accumulation_steps(optimizer) else optimizer.iterations
+        return tf.cast(schedule(counter), dtype)
     lr = getattr(optimizer, "learning_rate", None)
     if lr is None:
         return None
