@@ -365,7 +365,13 @@ class Recorder(BaseRecorder):
             self._py_writer.write_step(int(step_np), self._layouts.of(blocks, shapes), stats, values, scalars)
             return np.int64(0)
 
-        inputs = [tf.constant(True) if when is None else tf.cast(when, tf.bool), step, blocks.stats, *(blocks.values[d] for d in dtypes), *(blocks.shapes[i] for i in rows)]
+        inputs = [
+            tf.constant(True) if when is None else tf.cast(when, tf.bool),
+            step,
+            blocks.stats,
+            *(blocks.values[d] for d in dtypes),
+            *(blocks.shapes[i] for i in rows),
+        ]
         tf.numpy_function(write, inputs + [blocks.scalars[k] for k in scalar_kinds], tf.int64, stateful=True)
 
     def flush(self) -> None:

@@ -88,7 +88,9 @@ def _tf1(run_dir: str) -> None:
             for k in range(UPDATES):
                 i = k * N_ACC * MICRO
                 sess.run(accumulate, {x: X[i : i + MICRO], y: Y[i : i + MICRO]})
-                _, parity = sess.run([zero, fetches], {x: X[i + MICRO : i + 2 * MICRO], y: Y[i + MICRO : i + 2 * MICRO]})
+                _, parity = sess.run(
+                    [zero, fetches], {x: X[i + MICRO : i + 2 * MICRO], y: Y[i + MICRO : i + 2 * MICRO]}
+                )
                 rec.write(parity)
         rec.close()
 
@@ -160,7 +162,9 @@ def test_faithful_port_agrees_with_tf1_accumulation(runs) -> None:
     expected = numpy_replay()
     tf1 = LogdirReader(runs).run("tf1").tensors
     for k, e in enumerate(expected):  # the baseline is what numpy says too
-        np.testing.assert_allclose(np.asarray(tf1[("grad", "dense/kernel:0")].values[k]).reshape(3, 3), e["grad"], atol=2e-6)
+        np.testing.assert_allclose(
+            np.asarray(tf1[("grad", "dense/kernel:0")].values[k]).reshape(3, 3), e["grad"], atol=2e-6
+        )
     report = compare(runs, baseline="tf1", candidate="tf2")
     assert report.agree, report.to_dict()["verdict_text"]
     assert report.steps_compared == UPDATES

@@ -375,7 +375,9 @@ class BaseRecorder:
         for i, opt in enumerate(optimizers):  # the moments once (a second optimizer would re-read them)
             out += self._slots(opt, trainable, moments if i == 0 else {}, required=False, build=not several)
             out += [self._variable("state", a.variable, a.name) for v in trainable for a in slots.averages_of(opt, v)]
-            out += [self._variable("state", a.variable, a.name) for v in trainable for a in slots.accumulators_of(opt, v)]
+            out += [
+                self._variable("state", a.variable, a.name) for v in trainable for a in slots.accumulators_of(opt, v)
+            ]
         return out
 
     @contextlib.contextmanager
