@@ -10,8 +10,8 @@ Rows are laid out as the model reads them. ``tf.compat.v1.nn.embedding_lookup``'
 ``partition_strategy="mod"`` keeps row ``r`` in part ``r % n`` at row ``r // n``, so the table the
 model looks up interleaves the parts; ``"div"``, and every other use of the variable
 (``tf.convert_to_tensor``, a checkpoint's saved value), puts the parts one after the other. The
-strategy is read from the lookup's ops in the graph (``"div"`` computes a ``Maximum`` there,
-``"mod"`` only a ``FloorMod``).
+strategy is read from the lookup's ops in the graph (the ``DynamicPartition`` of its ids assigns
+parts by ``ids % n``, a ``FloorMod``, under ``"mod"``, and by a ``Maximum`` under ``"div"``).
 """
 
 from __future__ import annotations
@@ -65,7 +65,6 @@ def whole_name(name: str) -> Optional[str]:
 
 def interleaved(variables: Iterable[Any]) -> set[str]:
     """The partitioned variables (by name) every ``embedding_lookup`` of which reads as ``"mod"``."""
-    graph = tf.compat.v1.get_default_graph()
     strategies: dict[str, set[str]] = {}
     for var in variables:
         part = part_of(var)
@@ -74,15 +73,23 @@ def interleaved(variables: Iterable[Any]) -> set[str]:
         for op in _readers(var):
             if op.type not in ("ResourceGather", "GatherV2", "Gather"):
                 continue
-            scope = op.name.rpartition("/")[0]
-            if not scope.split("/")[-1].startswith("embedding_lookup"):
-                strategies.setdefault(part.whole, set()).add("div")  # a gather of its own: rows in order
-                continue
-            types = {o.type for o in graph.get_operations() if o.name.startswith(scope + "/")}
-            strategies.setdefault(part.whole, set()).add(
-                "div" if "Maximum" in types else "mod" if "FloorMod" in types else "div"
-            )
+            strategies.setdefault(part.whole, set()).add(_strategy(op))
     return {whole for whole, found in strategies.items() if found == {"mod"}}
+
+
+def _strategy(gather: tf.Operation) -> str:
+    """How a gather of a part reads it: ``"mod"`` when its ids are an ``embedding_lookup``'s
+    ``DynamicPartition`` of ``ids % n`` (``FloorMod``), else ``"div"`` (``"div"`` partitions by a
+    ``Maximum``; a gather of its own reads rows in order). Found from the ops, not their names: a
+    lookup given a ``name=`` (``embedding_lookup(emb, ids, name="item_lookup")``) has no
+    ``embedding_lookup`` scope, and was read as ``"div"``."""
+    ids = gather.inputs[1].op
+    if ids.type != "DynamicPartition":
+        return "div"
+    assign = ids.inputs[1].op
+    while assign.type in ("Cast", "Identity"):
+        assign = assign.inputs[0].op
+    return "mod" if assign.type == "FloorMod" else "div"
 
 
 def _readers(var: Any) -> list[tf.Operation]:
