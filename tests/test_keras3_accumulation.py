@@ -168,3 +168,37 @@ def test_faithful_port_agrees_with_tf1_accumulation(runs) -> None:
     report = compare(runs, baseline="tf1", candidate="tf2")
     assert report.agree, report.to_dict()["verdict_text"]
     assert report.steps_compared == UPDATES
+
+
+_KERAS3_UNUSED_HEAD = """
+import sys
+import numpy as np
+import keras
+from tb_parity_plugin import summary_v2
+from tb_parity_plugin.logdir.reader import LogdirReader
+inp = keras.Input((3,))
+model = keras.Model(inp, [keras.layers.Dense(3, name="a")(inp), keras.layers.Dense(2, name="b")(inp)])
+model.compile(optimizer=keras.optimizers.SGD(0.1, gradient_accumulation_steps=2), loss=["mse", None])
+rec = summary_v2.Recorder(sys.argv[1])
+summary_v2.instrument(model, rec)
+x = np.random.default_rng(0).standard_normal((16, 3)).astype("float32")
+model.fit(x, [x, x[:, :2]], batch_size=4, shuffle=False, verbose=0)
+rec.close()
+grads = sorted(name for kind, name in LogdirReader(sys.argv[1]).run(".").tensors if kind == "grad")
+print(grads)
+"""
+
+
+def test_a_variable_without_gradient_is_left_out_under_accumulation(tmp_path) -> None:
+    """A head with no loss (``loss=[..., None]``) has no gradient: Keras 3 skips it, and the
+    accumulated gradient it applies was built from it (``tf.convert_to_tensor(None)``), which raised
+    in ``fit``. Its variables' gradients are left out, as without accumulation."""
+    script = tmp_path / "unused_head.py"
+    script.write_text(_KERAS3_UNUSED_HEAD)
+    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "run")], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "['a/bias', 'a/kernel']" in done.stdout, done.stdout

@@ -198,8 +198,9 @@ def instrument(
                 recorded = grads
                 if n:
                     accumulated = [opt._accumulated_gradients[opt._get_variable_index(v)] for v in variables]
-                    recorded = [
-                        (tf.convert_to_tensor(g) + tf.convert_to_tensor(a)) / n for g, a in zip(grads, accumulated)
+                    recorded = [  # None: a variable the loss does not reach (Keras skips it too)
+                        None if g is None else (tf.convert_to_tensor(g) + tf.convert_to_tensor(a)) / n
+                        for g, a in zip(grads, accumulated)
                     ]
                 recorder.grads(recorded, variables)
             opt.apply_gradients(zip(grads, variables))
