@@ -707,8 +707,9 @@ class _Pairing:
                 # a variable outside any scope (TF1's `get_variable("user_emb")`, `tf.Variable(name="w1")`)
                 # is a layer of its own: its name is its scope, its tensors are named after it. Its
                 # name, when both runs gave it, is no creation-order guess: a converter that swapped
-                # two top-level variables `x` and `y` was re-paired by value and agreed
-                if m.how == "exact" and not _scope_name(m.base[1]):
+                # two top-level variables `x` and `y` was re-paired by value and agreed. Alike but for
+                # ':0' too: Keras 3 records a top-level `keras.Variable(name="x")` by its path, `x`
+                if not _scope_name(m.base[1]) and _strip_output_index(m.base[1]) == _strip_output_index(m.cand[1]):
                     continue
                 b_scope, c_scope = _layer_scope(m.base[1]), _layer_scope(m.cand[1])
                 leaf = (m.base[0], m.base[1][len(b_scope) + 1 :])
