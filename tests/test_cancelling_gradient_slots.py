@@ -782,6 +782,21 @@ def test_another_layers_large_gradient_excuses_nothing_in_this_layers_slot() -> 
     assert first is not None and (first.step, first.kind) == (1, "slot"), first
 
 
+def test_another_top_level_variables_large_gradient_excuses_nothing_in_this_ones_slot() -> None:
+    """The same with TF1's top-level variables (``tf.Variable(name="w1")``, ``w2``, as TF1 tutorials
+    make them): each is a layer of its own, where the scope ``""`` they share made ``w2``'s gradient
+    of 8 the scale of ``w1``'s slot, and the slot of ``w1``'s gradient 2x off agreed."""
+    (base, b), (cand, c) = _scaled_gradient_runs("momentum", 2.0, 40)
+    names = {"dense/kernel:0": "w1:0", "dense/kernel/Momentum:0": "w1/Momentum:0", "m/dense/kernel": "w1/Momentum:0"}
+    other = series("grad", "w2:0", [np.full(8, 8.0, np.float32)] * 40, order=5)
+    runs = []
+    for r in (base, cand):
+        tensors = {(k, names.get(n, n)): dataclasses.replace(s, name=names.get(n, n)) for (k, n), s in r.tensors.items()}
+        runs.append(dataclasses.replace(r, tensors={**tensors, ("grad", "w2:0"): other}))
+    first = Comparison(*runs).report().first_divergence
+    assert first is not None and (first.step, first.kind, first.tensor) == (1, "slot", "w1/Momentum:0"), first
+
+
 @pytest.mark.parametrize("momentum, agree", [(0.9, True), (0.8, False)])
 def test_a_wide_bias_before_batch_norm_kept_as_statistics_agrees_on_a_faithful_port(
     tmp_path, momentum: float, agree: bool
