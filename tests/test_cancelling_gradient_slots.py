@@ -791,7 +791,9 @@ def test_another_top_level_variables_large_gradient_excuses_nothing_in_this_ones
     other = series("grad", "w2:0", [np.full(8, 8.0, np.float32)] * 40, order=5)
     runs = []
     for r in (base, cand):
-        tensors = {(k, names.get(n, n)): dataclasses.replace(s, name=names.get(n, n)) for (k, n), s in r.tensors.items()}
+        tensors = {
+            (k, names.get(n, n)): dataclasses.replace(s, name=names.get(n, n)) for (k, n), s in r.tensors.items()
+        }
         runs.append(dataclasses.replace(r, tensors={**tensors, ("grad", "w2:0"): other}))
     first = Comparison(*runs).report().first_divergence
     assert first is not None and (first.step, first.kind, first.tensor) == (1, "slot", "w1/Momentum:0"), first

@@ -56,7 +56,9 @@ def _tf1(run_dir: str, strategy: str, lookup_name: Any = None) -> None:
         emb = tf.compat.v1.get_variable(
             "item_emb", [V, E], initializer=restored, partitioner=tf.compat.v1.fixed_size_partitioner(N)
         )
-        pooled = tf.reduce_mean(tf.compat.v1.nn.embedding_lookup(emb, ids, partition_strategy=strategy, name=lookup_name), axis=1)
+        pooled = tf.reduce_mean(
+            tf.compat.v1.nn.embedding_lookup(emb, ids, partition_strategy=strategy, name=lookup_name), axis=1
+        )
         logits = tf.compat.v1.layers.dense(
             pooled, 1, use_bias=False, kernel_initializer=tf.constant_initializer(HEAD), name="head"
         )
