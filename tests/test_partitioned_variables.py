@@ -24,6 +24,7 @@ import tf1_session
 from shim_readback import tensors_by_step
 
 from tb_parity_plugin import compare, summary_v1, summary_v2
+from tb_parity_plugin.shim import partitions
 
 V, E, F, B, STEPS, N, LR = 50, 8, 3, 16, 6, 4, 0.05
 RNG = np.random.default_rng(0)
@@ -181,3 +182,12 @@ def test_reference_variables_under_disable_v2_behavior_are_laid_out_as_looked_up
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "laid out as looked up" in done.stdout, done.stderr[-3000:]
+
+
+def test_a_slot_follows_its_own_variables_layout_not_an_enclosing_ones() -> None:
+    """A review's case: partitioned ``emb`` looked up as "mod" and partitioned ``emb/x`` read in
+    order; ``emb/x`` and its slots took ``emb``'s interleaving by name prefix."""
+    mod = {"emb": True, "emb/x": False}
+    assert partitions.interleaves("emb/Adam", mod) and partitions.interleaves("emb", mod)
+    assert not partitions.interleaves("emb/x", mod) and not partitions.interleaves("emb/x/Adam", mod)
+    assert not partitions.interleaves("other/Adam", mod)

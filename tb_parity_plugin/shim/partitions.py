@@ -63,8 +63,20 @@ def whole_name(name: str) -> Optional[str]:
     return merged if found else None
 
 
-def interleaved(variables: Iterable[Any]) -> set[str]:
-    """The partitioned variables (by name) every ``embedding_lookup`` of which reads as ``"mod"``."""
+def interleaves(whole: str, mod: dict[str, bool]) -> bool:
+    """Whether the partitioned variable ``whole`` (a variable, or a slot of one: ``item_emb/Adam``) is
+    laid out interleaved, by :func:`interleaved`'s answer for it or else for the nearest variable it
+    is a slot of (a variable ``emb/x`` read in order is not ``emb``'s slot)."""
+    name = whole
+    while name:
+        if name in mod:
+            return mod[name]
+        name = name.rpartition("/")[0]
+    return False
+
+
+def interleaved(variables: Iterable[Any]) -> dict[str, bool]:
+    """Per partitioned variable (by name) read by a gather: whether every gather reads it as ``"mod"``."""
     strategies: dict[str, set[str]] = {}
     for var in variables:
         part = part_of(var)
@@ -74,7 +86,7 @@ def interleaved(variables: Iterable[Any]) -> set[str]:
             if op.type not in ("ResourceGather", "GatherV2", "Gather"):
                 continue
             strategies.setdefault(part.whole, set()).add(_strategy(op))
-    return {whole for whole, found in strategies.items() if found == {"mod"}}
+    return {whole: found == {"mod"} for whole, found in strategies.items()}
 
 
 def _strategy(gather: tf.Operation) -> str:

@@ -456,7 +456,7 @@ class BaseRecorder:
                     out.append(e)
                 continue
             part = groups[key][0][0]
-            interleave = any(part.whole == w or part.whole.startswith(w + "/") for w in mod)
+            interleave = partitions.interleaves(part.whole, mod)
             value = None
             if key not in names:  # a name the user recorded already keeps its parts
                 with self._own_ops():
