@@ -502,13 +502,15 @@ def test_zeros_of_padding_and_a_scale_are_not_called_dropout() -> None:
     assert "dropout of rate" not in first.note and "a scale" in first.note and "padding" in first.note, first.note
 
 
-@pytest.mark.parametrize("pipeline", ["restarted", "resumed"])
+@pytest.mark.parametrize("pipeline", ["restarted", "resumed", "next file"])
 def test_a_run_resumed_where_its_first_output_diverges_names_the_resume(tmp_path, pipeline: str) -> None:
     """The baseline crashed after step 4 and was resumed from its step-3 checkpoint into a new event
     file; its input pipeline (a one-shot iterator, which no checkpoint holds) started again from its
     first batch, so from step 3 its first layer saw batch 0 again. numpy: its output at step 3 is
     step 0's, the port's is step 3's; every weight agrees. A helper's TF1 run resumed so under
-    MonitoredTrainingSession was told of fit's shuffling. A pipeline resumed where it stopped agrees."""
+    MonitoredTrainingSession was told of fit's shuffling. A pipeline resumed where it stopped agrees.
+    A file that only goes on where the one before ended (a new recorder each epoch, steps 0-2 then
+    3-5) is no resume: its output fed other batches from step 3 is not told of one."""
     from engine_helpers import write_run
 
     batches = [RNG.standard_normal(6).astype(np.float32) for _ in range(6)]
@@ -517,8 +519,8 @@ def test_a_run_resumed_where_its_first_output_diverges_names_the_resume(tmp_path
         return [("weight", "dense/kernel:0", np.full(4, 0.5, np.float32)), ("activation", "dense", batches[batch])]
 
     logdir = str(tmp_path)
-    write_run(logdir, "tf1", range(5), lambda s: at(s, s))
-    write_run(logdir, "tf1", range(3, 6), lambda s: at(s, s - 3 if pipeline == "restarted" else s))
+    write_run(logdir, "tf1", range(3 if pipeline == "next file" else 5), lambda s: at(s, s))
+    write_run(logdir, "tf1", range(3, 6), lambda s: at(s, s if pipeline == "resumed" else s - 3))
     write_run(logdir, "tf2", range(6), lambda s: at(s, s))
     report = compare(logdir, baseline="tf1", candidate="tf2")
     if pipeline == "resumed":
@@ -527,5 +529,8 @@ def test_a_run_resumed_where_its_first_output_diverges_names_the_resume(tmp_path
     assert not np.allclose(batches[0], batches[3], atol=1e-5)
     first = report.first_divergence
     assert first is not None and (first.step, first.kind) == (3, "activation"), first
+    if pipeline == "next file":
+        assert "resumed" not in (first.note or "") and "shuffles" in (first.note or ""), first.note
+        return
     assert "'tf1' was resumed at this step" in (first.note or "") and "one-shot" in first.note, first.note
     assert "shuffles" not in first.note

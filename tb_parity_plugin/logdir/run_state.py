@@ -321,9 +321,19 @@ class RunState:
         return out
 
     def _resumed_at(self) -> tuple[int, ...]:
-        """The first step of each file after the first (name order) that holds records of ours."""
-        later = [self.files[path].file_id for path in _in_name_order(self.files)[1:]]
-        return tuple(sorted({self._span[i][1] for i in later if i in self._span}))
+        """The first step of each file (name order) that starts at or before a step an earlier file
+        of ours reached: a run resumed from a checkpoint taken before it stopped. A file that merely
+        goes on where the one before ended (a new recorder each epoch) is no resume: a review saw the
+        resume named first at every epoch's first step."""
+        found, reached = set(), None
+        for path in _in_name_order(self.files):
+            span = self._span.get(self.files[path].file_id)
+            if span is None:
+                continue
+            if reached is not None and span[1] <= reached:
+                found.add(span[1])
+            reached = span[2] if reached is None else max(reached, span[2])
+        return tuple(sorted(found))
 
     def rewrites(self) -> list[str]:
         """Each tag that more than one file of the run wrote at the same steps, in words: the last

@@ -87,8 +87,9 @@ class RunData:
     #: What the reader set aside that is not damage, in words: a file that restarts the run
     #: supersedes the later steps of the files before it (``run_state.Timeline``).
     notices: list[str] = dataclasses.field(default_factory=list)
-    #: The first step of each of the run's event files after the first (in name order): where the run
-    #: was resumed, e.g. from a checkpoint, and an input pipeline no checkpoint holds starts again.
+    #: The first step of each of the run's event files that starts at or before a step an earlier one
+    #: reached: where the run was resumed from a checkpoint, and an input pipeline no checkpoint holds
+    #: starts again.
     resumed_at: tuple[int, ...] = ()
 
 
