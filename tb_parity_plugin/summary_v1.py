@@ -397,9 +397,8 @@ class ParityHook(tf.compat.v1.train.SessionRunHook):
         self._next_step: Optional[int] = None
         self._global_step: Optional[tf.Variable] = None
         self._updates: frozenset = frozenset()
-        self._trains: dict[tuple, bool] = {}  # the run's fetched ops -> whether it trains
         self._side_effects: set = set()  # ops with a side effect that the recorder's fetches run
-        self._left_out: dict[tuple, list] = {}  # a training run's fetched ops -> those it would add
+        self._records: dict[tuple, bool] = {}  # a run's fetched ops -> whether it is a step to record
 
     def begin(self) -> None:
         self._fetches = self._recorder.fetches
@@ -426,25 +425,20 @@ class ParityHook(tf.compat.v1.train.SessionRunHook):
                 ops.append(op)
         return ops
 
-    def _trains_in(self, fetches: Any) -> bool:
-        """Whether running ``fetches`` runs an update (no updates known: every run is a step)."""
-        if not self._updates:
-            return True
+    def _is_step(self, fetches: Any) -> bool:
+        """Whether a run of ``fetches`` is a step to record: it runs an update (no updates known:
+        every run does), and the recorder's fetches add no op with a side effect to it (a warning
+        says so when they would). Decided once per set of fetched ops, from one walk of the graph."""
         ops = self._ops(fetches)
         key = tuple(op.name for op in ops)
-        if key not in self._trains:
-            self._trains[key] = bool(ordering.ancestors(ops) & self._updates)
-        return self._trains[key]
-
-    def _would_add(self, fetches: Any) -> list[tf.Operation]:
-        """The ops with a side effect that the recorder's fetches would add to a run of ``fetches``."""
-        ops = self._ops(fetches)
-        key = tuple(op.name for op in ops)
-        if key not in self._left_out:
-            added = self._side_effects - ordering.ancestors(ops) if self._side_effects else set()
-            self._left_out[key] = sorted(added, key=lambda op: op.name)
+        if key not in self._records:
+            before = ordering.ancestors(ops) if self._updates or self._side_effects else set()
+            if self._updates and not before & self._updates:
+                self._records[key] = False
+                return False
+            added = sorted(self._side_effects - before, key=lambda op: op.name)
             if added:
-                names = ", ".join(f"{op.name!r} ({op.type})" for op in self._left_out[key][:3])
+                names = ", ".join(f"{op.name!r} ({op.type})" for op in added[:3])
                 warnings.warn(
                     f"tb_parity: a sess.run of {', '.join(key[:3]) or 'nothing'} writes recorded variables but does "
                     f"not run {names}, which the recorder's fetches need: it is not recorded, since fetching them "
@@ -454,11 +448,11 @@ class ParityHook(tf.compat.v1.train.SessionRunHook):
                     "accumulation)",
                     stacklevel=4,
                 )
-        return self._left_out[key]
+            self._records[key] = not added
+        return self._records[key]
 
     def before_run(self, run_context: Any) -> Optional[tf.compat.v1.train.SessionRunArgs]:
-        fetches = run_context.original_args.fetches
-        if not self._trains_in(fetches) or self._would_add(fetches):
+        if not self._is_step(run_context.original_args.fetches):
             return None
         return tf.compat.v1.train.SessionRunArgs(self._fetches)
 
