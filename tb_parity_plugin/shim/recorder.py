@@ -408,20 +408,22 @@ class BaseRecorder:
         grads, variables = list(grads), list(variables)
         if len(grads) != len(variables):
             raise ValueError(f"{len(grads)} gradients for {len(variables)} variables")
-        out = [self.grad(variable_name(v), g) for g, v in zip(grads, variables)]
-        for g, v in zip(grads, variables):
-            if g is not None:
-                self._note_part(self._prefix + variable_name(v), v)
-        return out
+        return [self._variable_grad(g, v) for g, v in zip(grads, variables)]
 
     def grads_and_vars(self, grads_and_vars: Iterable[tuple]) -> list:
         """Each pair's gradient and the variable's value as read at the step's start."""
         pairs = list(grads_and_vars)
         for g, v in pairs:
-            if self.grad(variable_name(v), g) is not None:
-                self._note_part(self._prefix + variable_name(v), v)
+            self._variable_grad(g, v)
             self.weight(v)
         return pairs
+
+    def _variable_grad(self, grad: Any, var: Any) -> Optional[tf.Tensor]:
+        """:meth:`grad` named after ``var``, which may be a part of a partitioned variable (TF1)."""
+        logged = self.grad(variable_name(var), grad)
+        if logged is not None:
+            self._note_part(self._prefix + variable_name(var), var)
+        return logged
 
     def _note_part(self, name: str, var: Any) -> None:
         """Remember that ``name`` is recorded from a part of a partitioned variable (TF1)."""
@@ -436,21 +438,19 @@ class BaseRecorder:
         if not self._parts:
             return entries
         mod = partitions.interleaved(var for _, var in self._parts.values())
+        wholes = [partitions.whole_name(e.name) if e.name in self._parts else None for e in entries]
         groups: dict[tuple[str, str], list[tuple[partitions.Part, Entry]]] = {}
-        for e in entries:
-            found = self._parts.get(e.name)
-            whole = partitions.whole_name(e.name) if found is not None else None
-            if found is not None and whole is not None:
-                groups.setdefault((e.kind, whole), []).append((found[0], e))
+        for e, whole in zip(entries, wholes):
+            if whole is not None:
+                groups.setdefault((e.kind, whole), []).append((self._parts[e.name][0], e))
         names = {(e.kind, e.name) for e in entries}
         decided: dict[tuple[str, str], Optional[tf.Tensor]] = {}
         out = []
-        for e in entries:
-            whole = partitions.whole_name(e.name) if e.name in self._parts else None
-            key = (e.kind, whole or "")
-            if whole is None or key not in groups:
+        for e, whole in zip(entries, wholes):
+            if whole is None:
                 out.append(e)
                 continue
+            key = (e.kind, whole)
             if key in decided:  # the whole is at its first part's place; unmerged parts stay
                 if decided[key] is None:
                     out.append(e)
