@@ -711,7 +711,7 @@ class _Pairing:
                 # ':0' too: Keras 3 records a top-level `keras.Variable(name="x")` by its path, `x`
                 if not _scope_name(m.base[1]) and _strip_output_index(m.base[1]) == _strip_output_index(m.cand[1]):
                     continue
-                b_scope, c_scope = _layer_scope(m.base[1]), _layer_scope(m.cand[1])
+                b_scope, c_scope = layer_scope(m.base[1]), layer_scope(m.cand[1])
                 leaf = (m.base[0], m.base[1][len(b_scope) + 1 :])
                 scopes.setdefault((b_scope, c_scope), {})[leaf] = (m.base, m.cand)
         # A base scope paired with one candidate scope only (and the reverse), grouped by what
@@ -1456,11 +1456,14 @@ def _scope_name(name: str) -> str:
     return name.rpartition("/")[0]
 
 
-def _layer_scope(name: str) -> str:
-    """The layer a variable belongs to, for telling layers apart: its scope, or, for a variable
-    outside any scope (TF1's ``get_variable("user_emb")``), its own name. Two such same-shaped tables
-    created in another order than the port's were paired by creation order and never re-paired by
-    their first values (a faithful two-table port's false DIVERGE at step 0)."""
+def layer_scope(name: str) -> str:
+    """The layer a variable belongs to: its scope, or, for a variable outside any scope (TF1's
+    ``get_variable("user_emb")``, ``tf.Variable(name="w1")``), its own name. Used to tell layers apart
+    (two such same-shaped tables created in another order than the port's were paired by creation
+    order and never re-paired by their first values: a faithful two-table port's false DIVERGE at
+    step 0) and to group the gradients whose scale a slot's allowance reads (``Comparison``: every
+    top-level variable shared the scope ``""``, so one's gradient of 8 admitted another's 2x off near
+    1e-6 in its slot, a false AGREE)."""
     return _scope_name(name) or name
 
 

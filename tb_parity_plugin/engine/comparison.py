@@ -213,8 +213,8 @@ class Comparison:
                 layers = {}
                 for q in pairs:
                     if q.base.kind == "grad":
-                        layers.setdefault(_gradient_layer(q.base.name), []).append(q)
-            layer = _gradient_layer(pairs[j].base.name)  # its whole scope: wide/dense is not deep/dense
+                        layers.setdefault(align.layer_scope(q.base.name), []).append(q)
+            layer = align.layer_scope(pairs[j].base.name)  # its whole scope: wide/dense is not deep/dense
             if layer not in scales:
                 scales[layer] = GradientScale(layers.get(layer, [pairs[j]]), self._gradient_scales.get(layer))
             p.link_feeder(pairs[j], self.policy.equal_nan, moment, averages, scales[layer])
@@ -2010,14 +2010,6 @@ _BATCH_NORM = re.compile(r"batch_?norm|(^|/)bn\d*(/|$)", re.IGNORECASE)
 #: A momentum slot's name on either side (TF1 ``Momentum``, tf_keras ``momentum``, Keras 3 ``velocity``).
 #: Kinds of a layer's output, named after the layer (``rec.activation(layer.name, ...)``, instrument).
 _OUTPUTS = ("activation", "output")
-
-
-def _gradient_layer(variable: str) -> str:
-    """The layer whose gradients set a slot's gradient scale (:class:`pair.GradientScale`): the
-    variable's whole scope, or, for a variable outside any scope (TF1's ``tf.Variable(name="w1")``,
-    ``get_variable("user_emb")``), the variable alone: every top-level variable shared the scope
-    ``""``, so one's gradient of 8 admitted another's 2x off near 1e-6 in its slot (a false AGREE)."""
-    return variable.rpartition("/")[0] or variable
 
 
 def _layer_of(variable: str) -> str:
