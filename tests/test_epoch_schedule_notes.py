@@ -9,6 +9,8 @@ them.
 
 from __future__ import annotations
 
+from typing import Any, Callable, Sequence
+
 import numpy as np
 import tensorflow as tf
 import tf1_session
@@ -28,18 +30,37 @@ def lr_of_epoch(epoch: int, drop_at: int) -> float:
     return 0.1 if epoch < drop_at else 0.03
 
 
+def _tf1_graph(rec: Any, lr_of: Callable[[Any], Any]) -> tuple[Any, Any, Any, Any]:
+    """The original's graph (one dense layer on ``placeholder([None, 3])``, plain SGD) with the lr
+    ``lr_of(global_step)``; returns the input and label placeholders, the lr and the train op."""
+    gs = tf.compat.v1.train.get_or_create_global_step()
+    x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+    y = tf.compat.v1.placeholder(tf.float32, [None, 3])
+    lr = rec.lr(lr_of(gs))
+    logits = tf.compat.v1.layers.dense(x, 3, kernel_initializer=tf.constant_initializer(W), name="dense")
+    loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(y, logits))
+    train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(lr), loss, global_step=gs)
+    rec.variables()
+    return x, y, lr, train_op
+
+
+def _fit(run_dir: str, lr: Any, epochs: int, callbacks: Sequence[Any] = ()) -> None:
+    """The port: the same layer under ``fit`` with Keras defaults; ``lr`` a float or a schedule."""
+    model = tf.keras.Sequential(
+        [tf.keras.Input((3,)), tf.keras.layers.Dense(3, kernel_initializer=tf.constant_initializer(W), name="dense")]
+    )
+    model.compile(tf.keras.optimizers.SGD(lr), tf.keras.losses.CategoricalCrossentropy(from_logits=True))
+    rec = summary_v2.Recorder(run_dir)
+    summary_v2.instrument(model, rec)
+    model.fit(X, Y, batch_size=BATCH, epochs=epochs, shuffle=False, verbose=0, callbacks=list(callbacks))
+    rec.close()
+
+
 def train_tf1(run_dir: str, drop_at: int) -> None:
+    """The original, its lr fed per epoch through a placeholder."""
     with tf.Graph().as_default():
         rec = summary_v1.Recorder(run_dir)
-        gs = tf.compat.v1.train.get_or_create_global_step()
-        x = tf.compat.v1.placeholder(tf.float32, [None, 3])
-        y = tf.compat.v1.placeholder(tf.float32, [None, 3])
-        lr = tf.compat.v1.placeholder(tf.float32, [])
-        logits = tf.compat.v1.layers.dense(x, 3, kernel_initializer=tf.constant_initializer(W), name="dense")
-        loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(y, logits))
-        rec.lr(lr)
-        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(lr), loss, global_step=gs)
-        rec.variables()
+        x, y, lr, train_op = _tf1_graph(rec, lambda gs: tf.compat.v1.placeholder(tf.float32, []))
         fetches = rec.fetches
         with tf.compat.v1.Session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
@@ -52,18 +73,8 @@ def train_tf1(run_dir: str, drop_at: int) -> None:
 
 
 def train_fit(run_dir: str, drop_at: int) -> None:
-    model = tf.keras.Sequential(
-        [tf.keras.Input((3,)), tf.keras.layers.Dense(3, kernel_initializer=tf.constant_initializer(W), name="dense")]
-    )
-    model.compile(
-        optimizer=tf.keras.optimizers.SGD(lr_of_epoch(0, drop_at)),
-        loss=tf.keras.losses.CategoricalCrossentropy(from_logits=True),
-    )
-    rec = summary_v2.Recorder(run_dir)
-    summary_v2.instrument(model, rec)
     callback = tf.keras.callbacks.LearningRateScheduler(lambda epoch, lr: lr_of_epoch(epoch, drop_at))
-    model.fit(X, Y, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0, callbacks=[callback])
-    rec.close()
+    _fit(run_dir, lr_of_epoch(0, drop_at), EPOCHS, [callback])
 
 
 def numpy_lrs(drop_at: int) -> np.ndarray:
@@ -101,28 +112,15 @@ def train_tf1_decay(run_dir: str, decay_steps: int) -> None:
     """The original with ``tf.compat.v1.train.exponential_decay`` on the global step, in stairs."""
     with tf.Graph().as_default():
         rec = summary_v1.Recorder(run_dir)
-        gs = tf.compat.v1.train.get_or_create_global_step()
-        x = tf.compat.v1.placeholder(tf.float32, [None, 3])
-        y = tf.compat.v1.placeholder(tf.float32, [None, 3])
-        lr = rec.lr(tf.compat.v1.train.exponential_decay(0.1, gs, decay_steps, 0.5, staircase=True))
-        logits = tf.compat.v1.layers.dense(x, 3, kernel_initializer=tf.constant_initializer(W), name="dense")
-        loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(y, logits))
-        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(lr), loss, global_step=gs)
-        rec.variables()
+        x, y, _, train_op = _tf1_graph(
+            rec, lambda gs: tf.compat.v1.train.exponential_decay(0.1, gs, decay_steps, 0.5, staircase=True)
+        )
         tf1_session.train(rec, train_op, (x, y), (np.tile(X, (4, 1)), np.tile(Y, (4, 1))), 4 * PER_EPOCH, BATCH)
 
 
 def train_fit_decay(run_dir: str, decay_steps: int) -> None:
     """The port: ``ExponentialDecay`` in stairs, four epochs under ``fit``."""
-    schedule = tf.keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps, 0.5, staircase=True)
-    model = tf.keras.Sequential(
-        [tf.keras.Input((3,)), tf.keras.layers.Dense(3, kernel_initializer=tf.constant_initializer(W), name="dense")]
-    )
-    model.compile(tf.keras.optimizers.SGD(schedule), tf.keras.losses.CategoricalCrossentropy(from_logits=True))
-    rec = summary_v2.Recorder(run_dir)
-    summary_v2.instrument(model, rec)
-    model.fit(X, Y, batch_size=BATCH, epochs=4, shuffle=False, verbose=0)
-    rec.close()
+    _fit(run_dir, tf.keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps, 0.5, staircase=True), 4)
 
 
 def test_a_decay_counted_in_epochs_on_one_side_and_steps_on_the_other_is_named_as_a_time_scale(tmp_path) -> None:
