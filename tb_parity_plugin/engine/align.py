@@ -974,13 +974,18 @@ class _Pairing:
         ``by_base``/``by_cand`` (key -> its match) are kept current."""
         for old in displaced:
             if old is not None and old in self.matches:
-                self.matches.remove(old)
-                self.free_base.add(old.base)
-                self.free_cand.add(old.cand)
+                self._unpair([old])
                 by_base.pop(old.base, None)
                 by_cand.pop(old.cand, None)
         self.pair(b, c, how)
         by_base[b] = by_cand[c] = self.matches[-1]
+
+    def _unpair(self, matches: Iterable[Match]) -> None:
+        """Undo ``matches``: their tensors are free again on both sides."""
+        for m in matches:
+            self.matches.remove(m)
+            self.free_base.add(m.base)
+            self.free_cand.add(m.cand)
 
     def follow_variables(self) -> None:
         """Pair each gradient, slot and moving average as its variable is paired (gradients are named
@@ -1072,10 +1077,7 @@ class _Pairing:
                 continue
             if _scope_name(b[0]) in scopes or _scope_name(c[0]) in scopes:
                 drop.append(m)
-        for m in drop:
-            self.matches.remove(m)
-            self.free_base.add(m.base)
-            self.free_cand.add(m.cand)
+        self._unpair(drop)
 
     def unpair_partial_layers(self) -> list[str]:
         """Unpair variables paired by shape alone whose layers' other variables stayed unmatched on
@@ -1110,10 +1112,7 @@ class _Pairing:
                 b_var, c_var = _scope_name(slot_canonical(b_var)), _scope_name(slot_canonical(c_var))
             if (_scope_name(b_var), _scope_name(c_var)) in layers:
                 drop.append(m)
-        for m in drop:
-            self.matches.remove(m)
-            self.free_base.add(m.base)
-            self.free_cand.add(m.cand)
+        self._unpair(drop)
         return [
             f"{b}/* and {c}/* share variables of the same shapes, but their other variables could not be "
             "paired (another parametrisation, such as TF1's LSTMCell against Keras LSTM, or a variable one side "
