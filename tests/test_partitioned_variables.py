@@ -12,6 +12,7 @@ float64 numpy replay of the model (mean-pooled lookup, a linear head, sigmoid cr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -42,8 +43,9 @@ def _parts(strategy: str) -> list[np.ndarray]:
     return [TABLE[bounds[k] : bounds[k + 1]] for k in range(N)]
 
 
-def _tf1(run_dir: str, strategy: str, lookup_name: Any = None) -> None:
-    with tf.Graph().as_default():
+def _tf1(run_dir: str, strategy: str, lookup_name: Any = None, scope: str = "") -> None:
+    scoped = tf.compat.v1.variable_scope(scope) if scope else contextlib.nullcontext()
+    with tf.Graph().as_default(), scoped:
         rec = summary_v1.Recorder(run_dir)
         gs = tf.compat.v1.train.get_or_create_global_step()
         ids = tf.compat.v1.placeholder(tf.int64, [None, F])
@@ -128,6 +130,23 @@ def test_a_partitioned_table_is_recorded_whole_and_a_faithful_port_agrees(tmp_pa
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6, err_msg=f"step {s}")
     report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
     assert report.agree, (report.first_divergence, report.warnings)
+
+
+def test_a_users_scope_named_like_a_part_stays_in_the_name(tmp_path) -> None:
+    """A scope of the user's called ``part_0`` above a partitioned table, the optimizer built in it
+    too: the name's first ``/part_<k>`` was taken for the partitioner's, so each part kept its own
+    name (``tower/item_emb/part_2:0``), and TF's names for the slots' wholes (one per part, when the
+    slots are named ``tower/part_0/tower/part_0/item_emb/part_2/Adam``) kept the slots in parts."""
+    run = str(tmp_path / "tf1")
+    _tf1(run, "mod", scope="tower/part_0")
+    names = {name for kind, name in tensors_by_step(run)[0] if "item_emb" in name}
+    slot = "tower/part_0/tower/part_0/item_emb"  # TF's name of a slot created in the variable's scope
+    assert names == {"tower/part_0/item_emb:0", f"{slot}/Adam:0", f"{slot}/Adam_1:0"}, names
+    for s, (got, want) in enumerate(zip(_recorded(run, "weight", "tower/part_0/item_emb:0"), _replay(STEPS))):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6, err_msg=f"step {s}")
+    # the first moment after step 0 is non-zero exactly at the rows step 0 looked up: "mod"'s row order
+    m = _recorded(run, "slot", f"{slot}/Adam:0")[1]
+    assert set(np.flatnonzero(np.abs(m).sum(axis=1) > 0)) == set(np.unique(IDS[:B]).tolist())
 
 
 def test_a_named_mod_lookup_is_laid_out_as_looked_up(tmp_path) -> None:

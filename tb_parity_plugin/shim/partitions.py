@@ -58,9 +58,16 @@ def part_of(var: Any) -> Optional[Part]:
 
 
 def whole_name(name: str) -> Optional[str]:
-    """A part's recorded name as its whole variable's (``item_emb/part_2/Adam:0`` -> ``item_emb/Adam:0``)."""
-    merged, found = _PART.subn("", name, count=1)
-    return merged if found else None
+    """A part's recorded name as its whole variable's (``item_emb/part_2/Adam:0`` -> ``item_emb/Adam:0``).
+
+    The last ``/part_<k>`` is the partitioner's: a scope of the user's named ``part_0`` above the
+    variable (``tower/part_0/item_emb/part_2:0``) stays in the name.
+    """
+    found = list(_PART.finditer(name))
+    if not found:
+        return None
+    last = found[-1]
+    return name[: last.start()] + name[last.end() :]
 
 
 def interleaves(whole: str, mod: dict[str, bool]) -> bool:
@@ -126,7 +133,10 @@ def whole(parts: list[tuple[Part, tf.Tensor]], interleave: bool) -> Optional[tf.
     """The whole variable from all its parts' values, or None unless they cover it exactly."""
     parts = sorted(parts, key=lambda p: p[0].offset)
     first = parts[0][0]
-    if any(p.whole != first.whole or p.axis != first.axis or p.full != first.full for p, _ in parts):
+    # Not ``Part.whole``: TF names a slot's whole by cutting the primary's name off the slot's, which
+    # an optimizer created inside the variables' scope (slots ``tower/tower/emb/part_0/Adam``) turns
+    # into one name per part. The caller groups the parts by their recorded names.
+    if any(p.axis != first.axis or p.full != first.full for p, _ in parts):
         return None
     offsets = [p.offset for p, _ in parts]
     if offsets[0] != 0 or any(a.offset + a.size != b.offset for (a, _), (b, _) in zip(parts, parts[1:])):
