@@ -258,10 +258,10 @@ import tensorflow as tf
 import test_scopeless_tables as t
 from tb_parity_plugin import summary_v2
 user, item, uids, iids, ys = t._data(50)
-user_emb, item_emb = keras.Variable(item, name="user_emb"), keras.Variable(user, name="item_emb")  # swapped
+user_emb, item_emb = keras.Variable({user}, name={user_name!r}), keras.Variable({item}, name={item_name!r})
 with keras.name_scope("dense"):
     kernel, bias = keras.Variable(t.W, name="kernel"), keras.Variable(np.zeros(1, np.float32), name="bias")
-assert [v.path for v in (user_emb, kernel)] == ["user_emb", "dense/kernel"]
+assert [v.path for v in (user_emb, kernel)] == [{user_name!r}, "dense/kernel"]
 variables = [user_emb, item_emb, kernel, bias]
 opt = keras.optimizers.Adam(t.LR, epsilon=t.EPS)
 opt.build(variables)
@@ -279,16 +279,35 @@ rec.close()
 """
 
 
+def _train_keras3_module(run_dir: str, **names: str) -> None:
+    """The Keras 3 module port in a subprocess (Keras 3 is not the tf_keras these tests import)."""
+    script = _KERAS3_MODULE_PORT.format(tests=os.path.dirname(os.path.abspath(__file__)), run_dir=run_dir, **names)
+    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_keras3_top_level_tables_named_otherwise_are_named_as_variables_when_re_paired(tmp_path) -> None:
+    """A faithful Keras 3 port naming its top-level tables ``users`` and ``items``, the user table
+    created first where TF1 created the item table first: paired by creation order, re-paired by their
+    first values, and the warning saying so named each port table as a scope, ``users/*``."""
+    _train_keras3_module(str(tmp_path / "tf2"), user="user", item="item", user_name="users", item_name="items")
+    _train_tf1(str(tmp_path / "tf1"), 50)
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert report.first_divergence is None, report.first_divergence  # the port runs step 0 only
+    repaired = [w for w in report.warnings if "by their first-step values" in w]
+    assert any("paired item_emb:0 with items " in w for w in repaired), report.warnings
+    assert not any("/*" in w for w in repaired), repaired
+
+
 def test_top_level_variables_named_alike_but_for_their_output_index_are_paired_by_their_names(tmp_path) -> None:
     """Keras 3 records a top-level ``keras.Variable(name="user_emb")`` by its path, ``user_emb``,
     where TF1 has ``user_emb:0``: alike but for ``:0``, paired canonically, and a converter that
     swapped the two tables was re-paired crosswise by value (a warning each), its tables agreeing and
     the divergence left to the loss. Found at step 0 on both tables."""
-    script = _KERAS3_MODULE_PORT.format(tests=os.path.dirname(os.path.abspath(__file__)), run_dir=str(tmp_path / "tf2"))
-    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    # swapped: the port's user_emb holds the item table
+    _train_keras3_module(str(tmp_path / "tf2"), user="item", item="user", user_name="user_emb", item_name="item_emb")
     _train_tf1(str(tmp_path / "tf1"), 50)
     report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
     first = report.first_divergence

@@ -700,6 +700,7 @@ class _Pairing:
         current = {m.base: m for m in self.matches}
         # Scope pairs of the guessed pairs of layer variables, and their variables by (kind, leaf).
         scopes: dict[tuple[str, str], dict[tuple[str, str], tuple[Key, Key]]] = {}
+        own: set[str] = set()  # the scopes that are a top-level variable's own name
         for m in self.matches:
             # not a moving average named after a variable (EMA shadows): it follows its variable
             # (follow_variables), and one layer may have one where its same-shaped twin has none
@@ -712,6 +713,7 @@ class _Pairing:
                 if not _scope_name(m.base[1]) and _strip_output_index(m.base[1]) == _strip_output_index(m.cand[1]):
                     continue
                 b_scope, c_scope = layer_scope(m.base[1]), layer_scope(m.cand[1])
+                own.update(n for n in (m.base[1], m.cand[1]) if not _scope_name(n))
                 leaf = (m.base[0], m.base[1][len(b_scope) + 1 :])
                 scopes.setdefault((b_scope, c_scope), {})[leaf] = (m.base, m.cand)
         # A base scope paired with one candidate scope only (and the reverse), grouped by what
@@ -794,7 +796,7 @@ class _Pairing:
                     else f"by their values at step {step}, the first where such layers differ (they start identical)"
                 )
                 warnings.append(
-                    f"paired {_scope_text(b)} with {_scope_text(new_c)} {how}, not by name or creation order: "
+                    f"paired {_scope_text(b, own)} with {_scope_text(new_c, own)} {how}, not by name or creation order: "
                     "Keras numbers layers of one type by creation order, and these have the same shapes"
                 )
         return warnings
@@ -1466,9 +1468,10 @@ def layer_scope(name: str) -> str:
     return _scope_name(name) or name
 
 
-def _scope_text(scope: str) -> str:
-    """A scope as the warnings name it: ``dense/*``, or a scope-less variable's own name."""
-    return scope if _scope_name(scope) == "" and ":" in scope else f"{scope}/*"
+def _scope_text(scope: str, own: set[str]) -> str:
+    """A scope as the warnings name it: ``dense/*``, or, for a scope in ``own``, the top-level variable's
+    own name (TF1's ``user_emb:0``; Keras 3's ``user_emb``, without ``:0``, was named ``user_emb/*``)."""
+    return scope if scope in own else f"{scope}/*"
 
 
 def _scope_of(key: Hashable) -> Hashable:
