@@ -41,3 +41,22 @@ def test_a_scaled_schedule_is_named_and_another_schedule_is_not_called_either() 
     assert scaled.step == 1 and "the baseline's times 2 at every step" in (scaled.note or ""), scaled.note
     other = _first(_warmup_then_decay(STEPS), _warmup_then_decay(STEPS, warmup=8))
     assert other.step == 1 and other.note is None, other.note
+
+
+def test_a_warmup_alone_one_step_ahead_is_named() -> None:
+    """BERT's warm-up ported as ``(step + 1) / warmup`` before a decay that reads the step itself:
+    the port's lr is TF1's one step later during the warm-up only, equal after it, and a helper's
+    Transformer port got no note (the shift did not hold at every later step)."""
+    s = STEPS.astype(np.float64)
+    decay = 5e-3 * (1 - s / 30)
+    base = np.where(s < 8, 5e-3 * s / 8, decay)
+    cand = np.where(s < 8, 5e-3 * (s + 1) / 8, decay)
+    # numpy: the port's is the baseline's one step later at steps 0-6, equal from step 8 on
+    assert np.allclose(cand[:7], base[1:8]) and np.allclose(cand[8:], base[8:]) and cand[7] != base[7]
+    found = _first(base, cand)
+    assert found.step == 0 and "from step 0 to step 6 (7 steps both runs logged)" in (found.note or ""), found.note
+    assert "the baseline's 1 step(s) later" in found.note and "from step 8 on the two agree" in found.note
+    assert "warm-up counted from 1 against 0" in found.note
+    # a warm-up of another length is no shift, and gets no such note
+    other = _first(base, np.where(s < 6, 5e-3 * s / 6, decay))
+    assert "one phase of its schedule" not in (other.note or ""), other.note

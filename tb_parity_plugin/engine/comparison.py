@@ -1532,6 +1532,9 @@ class Comparison:
                     f"candidate's value at each step is the baseline's {abs(shift)} {steps_of} {side} (at step "
                     f"{step_k}: the baseline's at step {step_k + shift}{before}): its schedule {runs}: {cause}"
                 )
+        phase = _shifted_phase_note(steps, b, c, at, close)
+        if phase is not None:
+            return phase
         stairs = _staircase_note(steps, b, c, close) or _time_scale_note(steps, b, c, at, close)
         if stairs is not None:
             return stairs
@@ -2019,6 +2022,43 @@ def _layer_of(variable: str) -> str:
 
 #: Step offsets a schedule note tries, nearest first (:meth:`Comparison._schedule_note`).
 SHIFTS = (1, -1, 2, -2, 3, -3)
+
+
+def _shifted_phase_note(steps: np.ndarray, b: np.ndarray, c: np.ndarray, at: int, close: float) -> Optional[str]:
+    """When the candidate's value is the baseline's a few steps later or earlier (:data:`SHIFTS`)
+    at step ``steps[at]`` and each step after it up to some step (at least 2), and equal to the
+    baseline's at every step from at most that many steps past it on (at least 2): one phase of the
+    schedule is shifted, the rest not. BERT's warm-up, ``lr * step / warmup_steps`` before a decay
+    that reads the step itself, ported as ``(step + 1) / warmup_steps``: a helper's port diverged
+    at step 0 on ``lr`` with no note, since the shift holds during the warm-up only."""
+    index = {int(s): i for i, s in enumerate(steps)}
+    agree = np.abs(c - b) <= close
+    for shift in SHIFTS:
+        run = 0
+        for i in range(at, len(steps)):
+            j = index.get(int(steps[i]) + shift)
+            if j is None or abs(c[i] - b[j]) > close:
+                break
+            run += 1
+        end = at + run  # the first step the shift no longer holds at
+        if run < 2 or end >= len(steps):
+            continue
+        rest = np.flatnonzero(~agree[end:])
+        settled = end + (int(rest[-1]) + 1 if len(rest) else 0)  # agreeing from here on
+        if settled - end > abs(shift) or len(steps) - settled < 2:
+            continue
+        side, n = ("later", "ahead") if shift > 0 else ("earlier", "behind")
+        return (
+            f"from step {int(steps[at])} to step {int(steps[end - 1])} ({run} steps both runs logged), the "
+            f"candidate's value at each step is the baseline's {abs(shift)} step(s) {side} (at step "
+            f"{int(steps[at])}: the baseline's at step {int(steps[at]) + shift}), and from step {int(steps[settled])} "
+            f"on the two agree: one phase of its schedule runs {abs(shift)} step(s) {n} and the rest does not, "
+            "as a warm-up counted from 1 against 0 ((step + 1) / warmup_steps) before a decay that reads the "
+            "step itself"
+        )
+    return None
+
+
 #: Longer shifts tried for a hyper-parameter in stairs (``Comparison._stair_shifts``).
 MAX_STAIR_SHIFTS = 8
 #: How many times its largest earlier error ratio a gradient's must jump to be told it arose inside
