@@ -774,11 +774,22 @@ class Comparison:
             runs &= bool(at[-1] - at[0] + 1 == len(at) and (at[0] == 0 or at[-1] == t - 1))
         if not runs:
             return share + ", every element at the others agreeing"
+        # the others all 0 in both runs: padding both recorded as 0 (``mask=``, ``zero_masked``), so
+        # the positions apart are the real ones. A port with LayerNormalization's default epsilon,
+        # padding masked on both sides, was told its runs mask padding differently.
+        others = ~apart & apart.any(axis=1, keepdims=True)  # the agreeing positions of the samples apart
+        base, cand = (v.reshape(n, t, f) for v in both)
+        if others.any() and not (base[others] != 0).any() and not (cand[others] != 0).any():
+            return share + (
+                ", every element at the others agreeing, and those others 0 in both runs in each sample apart "
+                "(padding both runs recorded as 0): its real positions differ, so masking does not explain it"
+            )
         return share + (
             ", in each sample a run at its start or end, every element at the others agreeing: when those "
             "are padded positions, the runs mask them differently (Keras Embedding(mask_zero=True) or Masking "
             "on one side only, an attention or padding mask, a sequence_length), and only the real positions "
-            "need agree"
+            "need agree: record those alone on both sides, rec.activation(name, t, mask=real_positions) in "
+            "TF1 and instrument(..., zero_masked=True) for a Keras mask (README: padded positions)"
         )
 
     def _dropout_in_one_run(self, pair: Pair, k: int) -> Optional[tuple[str, int, float]]:

@@ -21,9 +21,13 @@ from tb_parity_plugin.shim import slots as slot_lib
 _SUPPORTED_STRATEGIES = ("_DefaultDistributionStrategy", "DefaultDistributionStrategy", "OneDeviceStrategy")
 
 
-def instrument_layer(recorder: Any, layer: Any, name: Optional[str] = None) -> Any:
+def instrument_layer(recorder: Any, layer: Any, name: Optional[str] = None, zero_masked: bool = False) -> Any:
     """Make ``layer`` record its output as ``activation/<name>`` (default: the layer's name)
     whenever it runs inside ``with recorder.step(...)``; outside, it only runs.
+
+    ``zero_masked``: record the positions Keras's mask of the output marks as padding
+    (``Embedding(mask_zero=True)``, ``Masking``) as 0, as ``rec.activation(name, t, mask=...)``
+    does, so only the real positions are compared (an output without a mask is recorded whole).
 
     The layer's class is swapped for a same-named subclass whose ``call`` records: Keras and
     SavedModel tracing look ``call`` up on the class, with its signature (``training=``).
@@ -37,16 +41,40 @@ def instrument_layer(recorder: Any, layer: Any, name: Optional[str] = None) -> A
         rec = self._tb_parity_recorder
         if rec.recording:
             flat = tf.nest.flatten(out)
-            for i, t in enumerate(flat):
-                rec.activation(self._tb_parity_name if len(flat) == 1 else f"{self._tb_parity_name}/{i}", t)
+            masks = _output_masks(self, args, kwargs, out) if self._tb_parity_zero_masked else [None] * len(flat)
+            for i, (t, mask) in enumerate(zip(flat, masks)):
+                name = self._tb_parity_name if len(flat) == 1 else f"{self._tb_parity_name}/{i}"
+                rec.activation(name, t, mask=mask)
         return out
 
     call.__signature__ = inspect.signature(base.call)  # type: ignore[attr-defined]
     attrs = {"call": call, "__module__": base.__module__, "__qualname__": base.__qualname__}
     layer._tb_parity_recorder = recorder
     layer._tb_parity_name = name or layer.name
+    layer._tb_parity_zero_masked = zero_masked
     layer.__class__ = type(base.__name__, (base,), attrs)
     return layer
+
+
+def _output_masks(layer: Any, args: tuple, kwargs: dict, out: Any) -> list:
+    """The mask Keras attaches to each of ``layer``'s outputs after ``call`` (``compute_mask`` of
+    the first input and its mask, as ``Layer.__call__`` computes it), None where there is none or
+    its rank is above the output's."""
+    inputs = args[0] if args else next(iter(kwargs.values()), None)
+    mask = kwargs.get("mask")
+    if mask is None:
+        mask = tf.nest.map_structure(lambda t: getattr(t, "_keras_mask", None), inputs)
+    # an Embedding(mask_zero=True) makes its mask from its input, so compute_mask even without one
+    masks = tf.nest.flatten(layer.compute_mask(inputs, mask))
+    flat = tf.nest.flatten(out)
+    if len(masks) != len(flat):
+        masks = masks[:1] * len(flat)
+    return [
+        m
+        if m is not None and m.shape.rank is not None and t.shape.rank is not None and m.shape.rank <= t.shape.rank
+        else None
+        for t, m in zip(flat, masks)
+    ]
 
 
 def check_supported(model: Any) -> None:
@@ -136,6 +164,7 @@ def instrument(
     layers: Sequence[Any] = (),
     gradients: bool = True,
     slots: bool = True,
+    zero_masked: bool = False,
 ) -> Any:
     """Make ``model.fit`` record every training step on ``recorder`` (a ``summary_v2.Recorder``).
 
@@ -146,6 +175,9 @@ def instrument(
         (``model.get_layer(name)``).
       gradients: record each trainable variable's gradient.
       slots: record the optimizer's slots (none for plain SGD).
+      zero_masked: record the positions a layer output's Keras mask marks as padding as 0 (see
+        :func:`instrument_layer`); the TF1 side records them likewise with
+        ``rec.activation(name, t, mask=...)``.
 
     ``steps_per_execution > 1`` works: Keras runs that many ``train_step``s inside one
     ``tf.function``, and each writes its own step. Raises ``ValueError`` for a distribution
@@ -157,7 +189,7 @@ def instrument(
     for layer in layers:
         # a name is the model's layer of that name (a new user's layers=["dense"] failed with
         # "type object 'str' has no attribute 'call'"); get_layer names the ones it lacks
-        instrument_layer(recorder, model.get_layer(layer) if isinstance(layer, str) else layer)
+        instrument_layer(recorder, model.get_layer(layer) if isinstance(layer, str) else layer, zero_masked=zero_masked)
 
     # instrumenting again onto the same recorder (after a second compile, as the first needed it)
     # keeps the numbering: a new one started the second phase at its optimizer's 0 again, over the

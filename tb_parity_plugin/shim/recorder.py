@@ -274,9 +274,22 @@ class BaseRecorder:
     def metric(self, name: str, value: Any) -> tf.Tensor:
         return self.tensor("metric", name, value)
 
-    def activation(self, name: str, value: Any) -> tf.Tensor:
-        """A forward output, e.g. a layer's output."""
-        return self.tensor("activation", name, value)
+    def activation(self, name: str, value: Any, mask: Any = None) -> tf.Tensor:
+        """A forward output, e.g. a layer's output.
+
+        ``mask``: which positions are real (``True`` or 1) and which are padding, of the output's
+        leading shape (``[batch, time]`` for ``[batch, time, features]``): padded positions are
+        recorded as 0, so only the real ones are compared. A port that masks padding elsewhere
+        (Keras ``MultiHeadAttention`` under ``Embedding(mask_zero=True)`` masks padded queries too)
+        computes other values there that nothing downstream reads. Returns ``value`` unchanged.
+        """
+        if mask is None:
+            return self.tensor("activation", name, value)
+        with self._own_ops():
+            t = tf.convert_to_tensor(value)
+            recorded = zero_masked(t, mask)
+        self.tensor("activation", name, recorded)
+        return t
 
     def output(self, name: str, value: Any) -> tf.Tensor:
         """A model output (of a forward pass: see :meth:`mode`)."""
@@ -479,3 +492,13 @@ def _optimizer_variables(optimizer: Any) -> list[Any]:
     if callable(found):
         found = found()
     return list(found or [])
+
+
+def zero_masked(value: tf.Tensor, mask: Any) -> tf.Tensor:
+    """``value`` with the positions ``mask`` marks as padding (False or 0) set to 0; ``mask`` holds
+    ``value``'s leading dimensions (``[batch, time]`` for ``[batch, time, features]``)."""
+    keep = tf.cast(mask, tf.bool)
+    if keep.shape.rank is not None and value.shape.rank is not None:
+        for _ in range(value.shape.rank - keep.shape.rank):
+            keep = keep[..., None]
+    return tf.where(keep, value, tf.zeros_like(value))

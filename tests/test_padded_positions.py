@@ -1,0 +1,135 @@
+"""Padded positions a port computes otherwise, that nothing downstream reads.
+
+A helper's faithful Transformer port (``Embedding(mask_zero=True)`` into ``MultiHeadAttention``,
+which then masks padded queries as well as keys, against TF1's attention masking keys only) was a
+DIVERGE at step 0 on its attention output: its padded query rows attend uniformly where TF1's attend
+to the real keys, and no mask-aware pooling or later attention reads them (a float64 replay of both
+agreed to 1e-15 everywhere else). ``rec.activation(name, t, mask=...)`` and
+``instrument(..., zero_masked=True)`` record padded positions as 0, so only real ones are compared.
+Expected values are numpy's attention on the initial weights.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+from engine_helpers import run, series
+from shim_readback import tensors_by_step
+
+from tb_parity_plugin import compare, summary_v2
+from tb_parity_plugin.engine import Comparison
+
+IDS = np.array([[3, 5, 2, 0, 0], [4, 1, 0, 0, 0], [2, 6, 7, 1, 5]], np.int32)
+LABELS = np.array([0, 2, 1], np.int32)
+STEPS = 3
+
+
+def _model(mask_zero: bool) -> tf.keras.Model:
+    tf.keras.utils.set_random_seed(0)
+    ids = tf.keras.Input((None,), dtype="int32")
+    x = tf.keras.layers.Embedding(8, 6, mask_zero=mask_zero, name="embedding")(ids)
+    keys = None if mask_zero else tf.not_equal(ids, 0)
+    a = tf.keras.layers.MultiHeadAttention(2, 3, name="mha")(
+        x, x, attention_mask=None if keys is None else keys[:, None, :]
+    )
+    pool = tf.keras.layers.GlobalAveragePooling1D(name="pool")
+    pooled = pool(a) if keys is None else pool(a, mask=keys)
+    return tf.keras.Model(ids, tf.keras.layers.Dense(3, name="logits")(pooled))
+
+
+def _numpy_attention(model: tf.keras.Model) -> np.ndarray:
+    """Attention over the real keys only, at every query (TF1's masking), on the model's weights."""
+    x = model.get_layer("embedding").get_weights()[0][IDS].astype(np.float64)
+    wq, bq, wk, bk, wv, bv, wo, bo = (w.astype(np.float64) for w in model.get_layer("mha").get_weights())
+    q = np.einsum("btd,dhk->bthk", x, wq) + bq
+    k = np.einsum("btd,dhk->bthk", x, wk) + bk
+    v = np.einsum("btd,dhk->bthk", x, wv) + bv
+    scores = np.einsum("bqhk,bshk->bhqs", q / np.sqrt(3.0), k) + np.where(IDS[:, None, None, :] == 0, -1e9, 0.0)
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return np.einsum("bhqs,bshk,hkd->bqd", p, v, wo) + bo
+
+
+def _baseline(logdir: str, weights: list, masked: bool) -> None:
+    """Keys masked by hand, every query attending (TF1's attention), in a recorded custom loop."""
+    model = _model(mask_zero=False)
+    model.set_weights(weights)
+    opt = tf.keras.optimizers.SGD(0.1)
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    rec = summary_v2.Recorder(logdir)
+    ids, labels = tf.constant(IDS), tf.constant(LABELS)
+
+    @tf.function
+    def step() -> None:
+        with rec.step(opt.iterations, variables=model):
+            rec.lr(opt.learning_rate)
+            keys = tf.not_equal(ids, 0)
+            with tf.GradientTape() as tape:
+                x = model.get_layer("embedding")(ids)
+                a = model.get_layer("mha")(x, x, attention_mask=keys[:, None, :])
+                rec.activation("mha", a, mask=keys if masked else None)
+                logits = model.get_layer("logits")(model.get_layer("pool")(a, mask=keys))
+                loss = rec.loss(loss_fn(labels, logits))
+            rec.minimize(opt, loss, model.trainable_variables, tape)
+
+    for _ in range(STEPS):
+        step()
+    rec.close()
+
+
+def _candidate(logdir: str, zero_masked: bool) -> tuple[list, np.ndarray]:
+    """The port: Embedding(mask_zero=True), MultiHeadAttention masking queries and keys, fit."""
+    model = _model(mask_zero=True)
+    model.compile(tf.keras.optimizers.SGD(0.1), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    weights = model.get_weights()
+    expected = _numpy_attention(model)
+    rec = summary_v2.Recorder(logdir)
+    summary_v2.instrument(model, rec, layers=["mha"], zero_masked=zero_masked)
+    model.fit(IDS, LABELS, batch_size=3, epochs=STEPS, shuffle=False, verbose=0)
+    rec.close()
+    return weights, expected
+
+
+def test_a_port_masking_padded_queries_agrees_when_both_record_real_positions_only(tmp_path) -> None:
+    weights, expected = _candidate(str(tmp_path / "masked" / "tf2"), zero_masked=True)
+    _baseline(str(tmp_path / "masked" / "tf1"), weights, masked=True)
+    real = IDS != 0
+    got = tensors_by_step(str(tmp_path / "masked" / "tf2"))[0][("activation", "mha")][2].reshape(expected.shape)
+    np.testing.assert_allclose(got[real], expected[real], rtol=1e-4, atol=1e-6)
+    assert (got[~real] == 0).all()  # padding recorded as 0
+    base = tensors_by_step(str(tmp_path / "masked" / "tf1"))[0][("activation", "mha")][2].reshape(expected.shape)
+    np.testing.assert_allclose(base[real], expected[real], rtol=1e-4, atol=1e-6)
+    assert (base[~real] == 0).all()
+    report = compare(str(tmp_path / "masked"), baseline="tf1", candidate="tf2")
+    assert report.first_divergence is None, report.first_divergence
+
+    # recorded whole, the port's padded query rows differ (numpy: uniform over every key against the
+    # real keys), a divergence whose note says how to compare the real positions alone
+    _candidate(str(tmp_path / "whole" / "tf2"), zero_masked=False)
+    _baseline(str(tmp_path / "whole" / "tf1"), weights, masked=False)
+    model = _model(mask_zero=True)
+    model.set_weights(weights)
+    x = model.get_layer("embedding").get_weights()[0][IDS]
+    uniform = model.get_layer("mha")(tf.constant(x), tf.constant(x), attention_mask=tf.zeros((3, 5, 5), tf.bool))
+    assert np.abs(uniform.numpy()[~real] - expected[~real]).max() > 1e-2
+    first = compare(str(tmp_path / "whole"), baseline="tf1", candidate="tf2").first_divergence
+    assert first is not None and (first.step, first.tensor) == (0, "mha"), first
+    assert "zero_masked=True" in (first.note or "") and "mask=" in (first.note or ""), first.note
+
+
+def test_real_positions_apart_with_padding_zero_in_both_runs_are_not_called_masking() -> None:
+    """A port with LayerNormalization's default epsilon, padding recorded as 0 on both sides: its
+    real positions (a run at each sample's start) were told the runs mask padding differently."""
+    rng = np.random.default_rng(0)
+    real = IDS != 0
+    out = rng.standard_normal((3, 5, 4)).astype(np.float32) * real[..., None]
+    moved = (out * np.float32(1.01)).astype(np.float32)  # every real element apart, padding 0 in both
+    embedded = [real[..., None] * np.ones((3, 5, 4), np.float32)]
+    w = [rng.standard_normal((4, 4)).astype(np.float32)]
+    common = [series("activation", "embedding", embedded), series("weight", "ln/gamma:0", w, order=1)]
+    base = run("tf1", [*common, series("activation", "ln", [out], order=2)])
+    cand = run("tf2", [*common, series("activation", "ln", [moved], order=2)])
+    first = Comparison(base, cand).report().first_divergence
+    assert first is not None and (first.step, first.tensor) == (0, "ln"), first
+    assert "mask them differently" not in (first.note or ""), first.note
+    assert "its real positions differ" in (first.note or ""), first.note
