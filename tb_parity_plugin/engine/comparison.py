@@ -581,14 +581,21 @@ class Comparison:
         later = {p.base.name for p in self._pairs if p.base.kind in _OUTPUTS and p.base.order > first.base.order}
         logged = [p for p in self._pairs if p.base.kind == "weight" and p.ib[k] >= 0 and p.ic[k] >= 0]
         weights = [p for p in logged if p.by_values_at(k) or _layer_of(p.base.name) not in later]
-        if not weights or not all(p.by_values_at(k) for p in weights):
-            # statistics cannot prove a weight agrees: a faithful Adam port's embedding, compared by
-            # statistics, held one element 2.7e-5 apart, and this note sent its user to the data
+        if not weights:
             return None
         for p in weights:
-            p.ensure(k + 1, self.policy.equal_nan)
-        if any(p.reason[k] != OK for p in weights):
+            if p.by_values_at(k):
+                p.ensure(k + 1, self.policy.equal_nan)
+        if any(p.by_values_at(k) and p.reason[k] != OK for p in weights):
             return None
+        loose = [p for p in weights if not p.by_values_at(k)]
+        if loose:
+            # statistics cannot prove a weight agrees: a faithful Adam port's embedding, compared by
+            # statistics, held one element 2.7e-5 apart, and this note sent its user to the data; but
+            # a batch norm whose replicas' moving statistics parted normalized each replica's share
+            # whatever its weights (a ResNet's synchronized=False port, its 3x3x16x32 kernels kept as
+            # statistics, got no note)
+            return self._per_replica_batch_norm_note(first, k, self._earlier_by_statistics(first, k) + loose)
         loosened = self._apart_under_override(weights, k)
         if (
             loosened
@@ -608,7 +615,7 @@ class Comparison:
             # an output compared by statistics only is no proof that it agrees; but a batch norm
             # whose replicas' moving statistics parted normalized each replica's share, whatever
             # came before it
-            return self._per_replica_batch_norm_note(first, k, earlier)
+            return self._per_replica_batch_norm_note(first, k, self._earlier_by_statistics(first, k))
         agree = (
             ("every weight both runs recorded" if unpaired else "every recorded weight")
             + (
@@ -686,23 +693,42 @@ class Comparison:
             "or batching on one side); recording the input too tells the two apart" + self._positions_note(first, k)
         )
 
-    def _per_replica_batch_norm_note(self, first: Pair, k: int, earlier: list[Pair]) -> Optional[str]:
-        """:meth:`_input_note`'s replicas clause where an output recorded before ``first`` was
-        compared by statistics only at ``k``, so that nothing proves it agrees: given only when the
-        runs ran different replica counts, ``first`` is a batch normalization's and a run's
-        recorded moving statistics show its replicas apart (:func:`replicas.kept_in_sync` False),
-        which an unsynchronized batch norm does whatever its input. A new user's U-Net under
-        MirroredStrategy, its first conv's output (8192 elements) kept as statistics, diverged at
-        step 0 on the batch norm after it with no note, beside a replicas line saying its moving
-        statistics were out of sync. None otherwise."""
+    def _earlier_by_statistics(self, first: Pair, k: int) -> list[Pair]:
+        """The outputs recorded before ``first`` that both runs logged at ``k`` and compare by
+        statistics only there."""
+        return [
+            p
+            for p in self._pairs
+            if p.base.kind in _RECORDED_BEFORE
+            and p.base.order < first.base.order
+            and p.ib[k] >= 0
+            and p.ic[k] >= 0
+            and not p.by_values_at(k)
+        ]
+
+    def _per_replica_batch_norm_note(self, first: Pair, k: int, loose: list[Pair]) -> Optional[str]:
+        """:meth:`_input_note`'s replicas clause where a weight or an output recorded before
+        ``first`` (``loose``) was compared by statistics only at ``k``, so that nothing proves it
+        agrees: given only when the runs ran different replica counts, ``first`` is a batch
+        normalization's and a run's recorded moving statistics show its replicas apart
+        (:func:`replicas.kept_in_sync` False), which an unsynchronized batch norm does whatever its
+        input. A new user's U-Net under MirroredStrategy, its first conv's output (8192 elements)
+        kept as statistics, diverged at step 0 on the batch norm after it with no note, beside a
+        replicas line saying its moving statistics were out of sync; so did a ResNet whose larger
+        conv kernels were kept as statistics. None otherwise."""
         counts = self._replica_counts_of_batch_norm(first)
         if counts is None or False not in self._batch_norm_sync():
             return None
-        loose = [p.base.name for p in earlier if not p.by_values_at(k)]
+        outputs = [p.base.name for p in loose if p.base.kind != "weight"]
+        weights = [p.base.name for p in loose if p.base.kind == "weight"]
+        named = " and ".join(
+            part for part in (", ".join(outputs) + " before it" if outputs else "", ", ".join(weights)) if part
+        )
         return (
             f"the runs ran {counts[0]} and {counts[1]} replicas, and the replicas' copies of the batch "
-            f"normalization's moving statistics parted: {_PER_REPLICA_BN}; every recorded weight agrees at "
-            f"this step, but {', '.join(loose)} before it {'was' if len(loose) == 1 else 'were'} compared by "
+            f"normalization's moving statistics parted: {_PER_REPLICA_BN}; every "
+            + ("weight compared by values" if weights else "recorded weight")
+            + f" agrees at this step, but {named} {'was' if len(loose) == 1 else 'were'} compared by "
             "statistics only, so a difference upstream is not ruled out"
         )
 
