@@ -339,6 +339,64 @@ def test_a_gradient_moved_at_every_element_from_one_step_on_is_not_told_it_jumpe
     assert first.mismatch_fraction == 1.0 and JUMPED not in (first.note or ""), first.note
 
 
+def _three_layers(flip: bool, clipped: bool = False) -> list:
+    """numpy, float64: a = x W0, z = a W1, h = relu(z), loss = sum(h W2); the gradients of W0, W1
+    and W2 (execution order 2, 3, 4) beside the weights and the loss at steps 0-4. At step 4, with
+    ``flip``, the ReLU of unit (sample 0, unit 1) lets no gradient through: a unit at its kink, where
+    float32 rounding decided otherwise in this run. ``clipped``: every gradient times 0.9 at step 4
+    instead (a clip by global norm first reached)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 3))
+    w0, w1, w2 = rng.standard_normal((3, 3)), rng.standard_normal((3, 4)), rng.standard_normal((4, 2))
+    grads: list[list[np.ndarray]] = [[], [], []]
+    for step in range(5):
+        a = x @ w0
+        z = a @ w1
+        mask = (z > 0).astype(np.float64)
+        if step == 4:
+            mask[0, 1] = 0.0 if flip else 1.0  # z[0, 1] is 1e-9 from 0 there: rounding decides
+        dz = np.ones((4, 2)) @ w2.T * mask
+        found = [x.T @ (dz @ w1.T), a.T @ dz, (np.maximum(z, 0)).T @ np.ones((4, 2))]
+        for g, value in zip(grads, found):
+            g.append((value * (0.9 if clipped and step == 4 else 1.0) + 1e-9 * step).astype(np.float32))
+    weights = [np.asarray(w, np.float32) for w in (w0, w1, w2)]
+    return [
+        *(series("weight", f"l{i}/kernel:0", [w] * 5, order=0) for i, w in enumerate(weights)),
+        series("loss", "loss", [np.float32(1.0)] * 5, order=1),
+        *(series("grad", f"l{i}/kernel:0", g, order=2 + i) for i, g in enumerate(grads)),
+    ]
+
+
+def test_a_kink_moving_every_element_of_an_earlier_gradient_names_the_gradient_it_barely_moved() -> None:
+    """A helper's faithful ResNet (float64 replays agreeing to 2e-10): at step 9 one unit of its last
+    block, 5.8e-7 from 0 in float64, flipped in float32; the first gradient in execution order, its
+    first conv's, moved at 82 % of its elements and got no note, while the block's own gradients,
+    moved at 3 %, got the kink note. numpy: the flip moves l1's gradient at 1 of its 4 columns (25 %)
+    and, through the backward pass, l0's at every element; a clip every gradient reaches at once
+    moves every element of each and is told nothing of a kink."""
+    base = run("tf1", _three_layers(flip=False))
+    grads = base.tensors
+    flipped = run("tf2", _three_layers(flip=True))
+    moved = [
+        float(
+            np.mean(
+                np.abs(
+                    flipped.tensors[("grad", f"l{i}/kernel:0")].values[4] - grads[("grad", f"l{i}/kernel:0")].values[4]
+                )
+                > 1e-5
+            )
+        )
+        for i in range(3)
+    ]
+    assert moved == [1.0, 0.25, 0.0], moved  # numpy: every element of l0's, one column of l1's
+    first = Comparison(base, flipped).report().first_divergence
+    assert first is not None and (first.step, first.tensor) == (4, "l0/kernel:0"), first
+    assert JUMPED in (first.note or "") and "but only 25.00% of those of l1/kernel:0" in first.note, first.note
+    clipped = Comparison(base, run("tf2", _three_layers(flip=False, clipped=True))).report()
+    assert clipped.first_divergence is not None and clipped.first_divergence.step == 4
+    assert all(JUMPED not in (d.note or "") for d in clipped.divergences_at_first_step)
+
+
 def test_a_slot_that_carries_a_gradient_moved_at_a_kink_names_the_kink() -> None:
     """numpy: at step 2 one ReLU unit is 0 in one run and 3e-7 in the other (rounding of its largest
     element, 1), and the kernel's gradient 8e-6 apart there (within its atol 1e-5); the Momentum slot
