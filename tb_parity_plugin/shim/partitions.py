@@ -38,10 +38,11 @@ class Part:
 
 
 def part_of(var: Any) -> Optional[Part]:
-    """The part ``var`` is of a partitioned variable (its slots are parts too), or None."""
+    """The part ``var`` is of a partitioned variable (its slots are parts too), or of a TF2
+    ``ShardedVariable`` (:func:`shard_of`), or None."""
     info = getattr(var, "_save_slice_info", None)
     if info is None:
-        return None
+        return shard_of(var)
     try:
         full = tuple(int(d) for d in info.full_shape)
         offset = [int(d) for d in info.var_offset]
@@ -55,6 +56,38 @@ def part_of(var: Any) -> Optional[Part]:
         return None  # sliced along several axes: no partitioner of TF1's does that
     axis = axes[0] if axes else 0
     return Part(str(info.full_name), axis, offset[axis], shape[axis], full)
+
+
+def shard_of(var: Any) -> Optional[Part]:
+    """The part ``var`` is of a TF2 ``ShardedVariable``, or None.
+
+    ``ParameterServerStrategy(..., variable_partitioner=FixedShardsPartitioner(n))`` (or
+    ``MinSizePartitioner``) makes each variable it shards a ``ShardedVariable`` whose shards
+    ``item_embedding/embeddings/part_0:0`` ... are what a Keras model's ``trainable_variables``
+    lists, each with its own gradient and optimizer slots (a tf_keras ``Optimizer``'s
+    ``m/item_embedding/embeddings/part_0:0`` are shards of a ``ShardedVariable`` of their own). A
+    shard has no ``_save_slice_info`` (``ShardedVariable`` refuses one): it knows its container by
+    ``_sharded_container``, whose shards lie one after the other along axis 0, as TF2's
+    ``tf.nn.embedding_lookup`` (and so Keras ``Embedding``) reads them ("div"; a
+    ``tf.compat.v1.nn.embedding_lookup`` in a ``tf.function`` reads them as "mod": :func:`interleaved`
+    finds it as for TF1's parts). Its whole is named as
+    the shard is, without ``/part_k``: PSS gives the container itself no name of its own
+    (``ShardedVariable``)."""
+    ref = getattr(var, "_sharded_container", None)
+    container = ref() if callable(ref) else None
+    shards = getattr(container, "_variables", None)
+    if not shards:
+        return None
+    offset = 0
+    for shard in shards:
+        if shard is var:
+            whole = whole_name(str(getattr(var, "name", "")))
+            if whole is None:
+                return None
+            full = tuple(int(d) for d in container.shape)
+            return Part(whole[:-2] if whole.endswith(":0") else whole, 0, offset, int(var.shape[0]), full)
+        offset += int(shard.shape[0])
+    return None
 
 
 def whole_name(name: str) -> Optional[str]:
@@ -114,8 +147,11 @@ def _strategy(gather: tf.Operation) -> str:
 def _readers(var: Any) -> list[tf.Operation]:
     """The ops that read ``var``'s value: the consumers of its handle (a resource variable) or of its
     buffer (a reference variable, what ``tf.compat.v1.disable_v2_behavior()`` makes), past the
-    ``Identity`` and ``ReadVariableOp`` that pass it on."""
+    ``Identity`` and ``ReadVariableOp`` that pass it on; a variable made outside the function being
+    traced (a ``ShardedVariable``'s shard) is read through the placeholder that captures its handle."""
     op = getattr(var, "op", None)
+    if op is None:
+        op = _captured(var)
     todo: list[tf.Operation] = [op] if op is not None else []
     seen: set[str] = set()
     found: list[tf.Operation] = []
@@ -127,6 +163,22 @@ def _readers(var: Any) -> list[tf.Operation]:
                 seen.add(reader.name)
                 (todo if reader.type in ("Identity", "ReadVariableOp") else found).append(reader)
     return found
+
+
+def _captured(var: Any) -> Optional[tf.Operation]:
+    """The op of the placeholder by which the function being traced captures ``var``'s handle, or None.
+
+    A TF2 ``tf.compat.v1.nn.embedding_lookup`` of a ``ShardedVariable`` keeps TF1's default ``"mod"``
+    inside a ``tf.function`` (row ``r`` from shard ``r % n``), where the shards are eager variables
+    that have no op: their lookup was unseen, and the whole recorded as if read in order."""
+    handle = getattr(var, "handle", None)
+    graph = tf.compat.v1.get_default_graph()
+    if handle is None or not hasattr(graph, "captures"):
+        return None
+    for external, internal in graph.captures:
+        if external is handle:
+            return internal.op
+    return None
 
 
 def whole(parts: list[tuple[Part, tf.Tensor]], interleave: bool) -> Optional[tf.Tensor]:

@@ -346,7 +346,19 @@ class BaseRecorder:
                 if ("slot", self._prefix + name) in self._keys:  # a second optimizer of the class on this variable:
                     name = variable_name(slot.variable)  # its own name (the class's spelling is the first's)
                 out.append(self._variable("slot", slot.variable, name, lr if slot.lr_units else None))
+                self._note_slot_part(self._prefix + name, slot.variable, var)
         return out
+
+    def _note_slot_part(self, name: str, slot: Any, var: Any) -> None:
+        """A slot of a ``ShardedVariable``'s shard is the part its shard is, and laid out as the shard's
+        lookup reads it: a tf_keras legacy optimizer's slot (``.../part_0/m``) is a plain variable, and a
+        tf_keras ``Optimizer``'s (``m/.../part_0``), a shard of a ``ShardedVariable`` of its own, is named
+        so that its whole is no prefix of its variable's. A TF1 slot keeps its own part."""
+        part = partitions.shard_of(var)
+        if part is None and name not in self._parts:
+            part = partitions.part_of(var)
+        if part is not None and tuple(slot.shape) == tuple(var.shape):
+            self._parts[name] = (part, var)
 
     def variables(self, variables: Any, optimizer: Any = None) -> list:
         """Every variable of ``variables`` (a model, layer, module or list) as read at the step's start:

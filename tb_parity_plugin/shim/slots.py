@@ -120,7 +120,7 @@ def _keras_variables_of(optimizer: Any, var: Any) -> list[tuple[str, Slot]]:
     sgd = _keeps_keras_velocity(optimizer)
     path = getattr(var, "path", None)
     flat = path.replace("/", "_") if path else None
-    for slot in optimizer.variables if not callable(optimizer.variables) else optimizer.variables():
+    for slot in _unsharded(optimizer.variables if not callable(optimizer.variables) else optimizer.variables()):
         own = _strip(variable_name(slot))
         if own.endswith("/" + _strip(var.name)) and own.count("/") == _strip(var.name).count("/") + 1:
             role = own.split("/", 1)[0]
@@ -128,6 +128,18 @@ def _keras_variables_of(optimizer: Any, var: Any) -> list[tuple[str, Slot]]:
         elif flat and own.startswith(f"{optimizer.name}/{flat}_"):
             role = own[len(f"{optimizer.name}/{flat}_") :]
             out.append((role, Slot(f"{path}/{role}", slot, lr_units=sgd and role == "momentum")))
+    return out
+
+
+def _unsharded(variables: Any) -> list[Any]:
+    """``variables`` with each ``ShardedVariable`` replaced by its shards. A tf_keras ``Optimizer``
+    keeps the slots of a ``ShardedVariable``'s shards (``ParameterServerStrategy``) in its
+    ``variables`` only as one ``ShardedVariable`` per slot, named ``ShardedVariable``: the shards'
+    slots ``m/item_embedding/embeddings/part_0`` went unfound, and a port's tables had no slots."""
+    out: list[Any] = []
+    for v in variables:
+        shards = getattr(v, "_variables", None) if type(v).__name__ == "ShardedVariable" else None
+        out.extend(shards if shards else [v])
     return out
 
 

@@ -6,6 +6,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from tb_parity_plugin.shim.partitions import whole_name
+
 
 def is_variable(value: Any) -> bool:
     """A ``tf.Variable``, or a Keras 3 variable (not a ``tf.Variable`` subclass)."""
@@ -14,7 +16,14 @@ def is_variable(value: Any) -> bool:
 
 def variable_name(var: Any) -> str:
     """The name a variable is logged under: ``var.name`` (e.g. ``dense/kernel:0``), or a
-    Keras 3 variable's ``path`` (its ``name`` lacks the layer, so names would collide)."""
+    Keras 3 variable's ``path`` (its ``name`` lacks the layer, so names would collide), or a TF2
+    ``ShardedVariable``'s shards' name without ``/part_k`` (``item_embedding/embeddings:0``), the
+    name its shards are recorded under when recorded whole."""
+    shards = getattr(var, "_variables", None) if type(var).__name__ == "ShardedVariable" else None
+    if shards:  # ParameterServerStrategy names none: each was "ShardedVariable", the second "logged twice"
+        whole = whole_name(str(shards[0].name))
+        if whole is not None:
+            return whole
     name = getattr(var, "path", None) or getattr(var, "name", None)
     if not name:
         raise ValueError(f"cannot name {var!r}: pass name= explicitly")
