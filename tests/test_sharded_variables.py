@@ -145,6 +145,21 @@ def test_mod_parts_loaded_into_the_shards_in_checkpoint_order_are_found_at_step_
     assert first is not None and (first.step, first.kind, first.tensor) == (0, "weight", "item_emb:0"), first
 
 
+def test_a_legacy_optimizers_slots_of_shards_are_built_on_the_parameter_servers(tmp_path) -> None:
+    """A port with ``tf.keras.optimizers.legacy.Adam`` (TF1's update rule, a common migration choice):
+    the recorder built its slots inside the step ``ClusterCoordinator`` schedules, where the strategy's
+    variable creator is not in force, so they were made on the coordinator and the step failed ("Cannot
+    place the graph ... /job:chief ... vs /job:ps"), where the port alone ran. Its slots of the shards
+    (``item_embedding/embeddings/part_0/m:0``) are plain variables: recorded whole, as their shard is."""
+    t._tf1(str(tmp_path / "tf1"), "mod")
+    _port(tmp_path, t.TABLE, "tf.keras.optimizers.legacy.Adam")
+    logged = tensors_by_step(str(tmp_path / "tf2"))
+    m = np.asarray(logged[1][("slot", "item_embedding/embeddings/m:0")][2], np.float64)
+    np.testing.assert_allclose(m, 0.1 * _step0_gradient(), rtol=1e-4, atol=1e-8)
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert report.agree, (report.first_divergence, report.warnings)
+
+
 def test_a_sharded_variable_recorded_itself_is_named_after_its_shards(tmp_path) -> None:
     """``rec.weight(layer.embeddings)`` of a ``ShardedVariable`` recorded its value (the shards one after
     the other) under its name, which ``ParameterServerStrategy`` leaves at ``ShardedVariable``: a second
