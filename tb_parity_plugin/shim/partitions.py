@@ -76,7 +76,7 @@ def shard_of(var: Any) -> Optional[Part]:
     ref = getattr(var, "_sharded_container", None)
     container = ref() if callable(ref) else None
     shards = getattr(container, "_variables", None)
-    if not shards:
+    if container is None or not shards:
         return None
     offset = 0
     for shard in shards:
