@@ -12,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from tb_parity_plugin import compare, summary_v2
-from tb_parity_plugin.engine.comparison import _one_value
+from tb_parity_plugin.engine.notes.context import _one_value
 from tb_parity_plugin.records import health
 
 WIDE = 70  # 70 x 70 = 4900 elements > full_values_limit 4096: statistics (and a sample) only

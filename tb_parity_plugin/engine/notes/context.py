@@ -1,0 +1,112 @@
+"""What every note reads of the comparison it explains, and the helpers several notes share.
+
+A note says *why* a tensor diverges, from what both runs recorded only. The notes are methods of
+:class:`~tb_parity_plugin.engine.comparison.Comparison` (it inherits them from
+:class:`~tb_parity_plugin.engine.notes.Notes`), one module per family, so that each reads the
+comparison's pairs and policy directly; :class:`NoteContext` declares what they read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Any, Optional
+
+import numpy as np
+
+from tb_parity_plugin.engine import align, allclose, replicas
+from tb_parity_plugin.engine.pair import Pair
+from tb_parity_plugin.engine.tolerance import (
+    TolerancePolicy,
+)
+from tb_parity_plugin.records import metadata
+
+#: A batch normalization's output, by the names both frameworks give it.
+_BATCH_NORM = re.compile(r"batch_?norm|(^|/)bn\d*(/|$)", re.IGNORECASE)
+
+#: Kinds of a layer's output, named after the layer (``rec.activation(layer.name, ...)``, instrument).
+_OUTPUTS = ("activation", "output")
+
+
+def _layer_of(variable: str) -> str:
+    """The layer a variable belongs to: its scope's last part (``dense_1`` of ``model/dense_1/kernel:0``)."""
+    return variable.rpartition("/")[0].rpartition("/")[2]
+
+
+#: A momentum slot's name on either side (TF1 ``Momentum``, tf_keras ``momentum``, Keras 3 ``velocity``).
+_MOMENTUM = re.compile(r"momentum|velocity", re.IGNORECASE)
+
+
+def _one_value(stats: np.ndarray, fewest: int = 2) -> Optional[float]:
+    """The one value every element of a recorded tensor holds, from its statistics row (its exact
+    min and max), or None: fewer than ``fewest`` elements, a non-finite one, or two values. Past
+    2**53 the float64 min and max of an int64 tensor can be equal for unequal elements: None there."""
+    i = metadata.STAT_INDEX
+    if stats[i["size"]] < fewest or any(stats[i[f]] for f in metadata.NONFINITE_FIELDS):
+        return None
+    low, high = float(stats[i["min"]]), float(stats[i["max"]])
+    return low if low == high and abs(low) < 2.0**53 else None
+
+
+def _looser(held: float) -> float:
+    """The power of ten at or above twice ``held``: an atol that at least halves an error ratio."""
+    return float(10.0 ** math.ceil(math.log10(max(2.0 * held, 1e-300))))
+
+
+def _scalar_at(series: Any, rows: np.ndarray, j: int) -> float:
+    """A scalar series' value (an lr) at compared step ``j``, which its ``rows`` must hold."""
+    return float(np.ravel(series.values[int(rows[j])])[0])
+
+
+class NoteContext:
+    """What the notes read of the comparison they explain (set by ``Comparison``)."""
+
+    policy: TolerancePolicy
+    steps: np.ndarray
+    base: Any
+    cand: Any
+    _pairs: list[Pair]
+    _alignment: Optional[align.Alignment]
+    _average_of: Optional[dict[tuple[str, str], Pair]]
+    _grad_of: Optional[dict[int, Pair]]
+    _weight_grads: dict[int, int]
+    _replicas: dict[str, replicas.Replicas]
+
+    def _apart_under_override(self, pairs: list[Pair], k: int) -> list[tuple[str, float]]:
+        """(tag, largest |c - b|) at compared step ``k`` of the ``pairs`` (compared by values) that an
+        ``--override`` matches and whose values differ there: they agree by the user's word, not by
+        the policy's, so what they feed is no proof of anything else."""
+        found = []
+        plain_policy = dataclasses.replace(self.policy, overrides=())
+        for p in pairs:
+            tag = f"{p.base.kind}/{p.base.name}"
+            if not any(o.matches(tag) for o in self.policy.overrides):
+                continue
+            both = p.step_values(k)
+            if both is None:
+                continue
+            # apart past what it would be held to at this step without the overrides: a broad
+            # override on a weight 3e-9 apart is no cause (a review's), nor one 1e-4 apart past the
+            # warm-up, where the default rtol is 5% (the next review's)
+            plain = plain_policy.for_tag(tag)
+            rtol = plain.rtol_at(int(p.clock.since(k)))
+            if allclose.isclose(both[1], both[0], rtol, plain.atol, self.policy.equal_nan).all():
+                continue
+            with np.errstate(invalid="ignore", over="ignore"):
+                gap = float(
+                    np.nan_to_num(np.abs(both[1].astype(np.float64) - both[0].astype(np.float64))).max(initial=0.0)
+                )
+            found.append((tag, gap))
+        return sorted(found, key=lambda t: -t[1])
+
+    def _elements_out(self, pair: Pair, k: int) -> Optional[np.ndarray]:
+        """Flat indices of a pair's elements out of tolerance at compared step ``k`` (None
+        without full values on both sides there)."""
+        both = pair.step_values(k)
+        if both is None:
+            return None
+        b, c = both
+        close = allclose.isclose(c, b, pair.rtol_at(k), pair.atol_at(k), self.policy.equal_nan)
+        found: np.ndarray = np.flatnonzero(~close)
+        return found

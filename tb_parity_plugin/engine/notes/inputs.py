@@ -1,0 +1,434 @@
+"""Notes on an output that diverges first while what feeds it agrees: another input, another
+batch or masking, replicas normalizing apart, dropout on one side, variables never compared."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Optional
+
+import numpy as np
+
+from tb_parity_plugin.engine import replicas
+from tb_parity_plugin.engine.matrix import OK
+from tb_parity_plugin.engine.notes.context import (
+    _BATCH_NORM,
+    _OUTPUTS,
+    NoteContext,
+    _layer_of,
+)
+from tb_parity_plugin.engine.pair import Pair
+
+
+class InputNotes(NoteContext):
+    """Notes on an output that diverges first while what feeds it agrees."""
+
+    def _input_note(self, first: Pair, k: int) -> Optional[str]:
+        """What an output diverging first at step ``k`` (nothing before it in execution order
+        does) means when every weight recorded at ``k`` agrees there: its input differs, or the
+        layer computes another function of it. A new user's faithful port under Keras ``fit``'s
+        default ``shuffle=True`` diverged on its first layer's output at step 0, with nothing to
+        say that the batches differed."""
+        alignment = self._alignment
+        # a weight one run alone has (a bias the port dropped, an LSTM cell declared with
+        # --allow-unmatched) is not known to agree: the note says so and names them instead
+        unpaired = (
+            []
+            if alignment is None
+            else [
+                (side, name)
+                for side, keys in enumerate((alignment.unmatched_base, alignment.unmatched_cand))
+                for kind, name in keys
+                if kind in ("weight", "state")
+            ]
+        )
+        # a weight of a layer whose output is recorded after this one cannot move it: a new user's
+        # 1024x1024 dense after the batch norm, compared by statistics, took the note away
+        later = {p.base.name for p in self._pairs if p.base.kind in _OUTPUTS and p.base.order > first.base.order}
+        logged = [p for p in self._pairs if p.base.kind == "weight" and p.ib[k] >= 0 and p.ic[k] >= 0]
+        weights = [p for p in logged if p.by_values_at(k) or _layer_of(p.base.name) not in later]
+        if not weights:
+            return None
+        for p in weights:
+            if p.by_values_at(k):
+                p.ensure(k + 1, self.policy.equal_nan)
+        if any(p.by_values_at(k) and p.reason[k] != OK for p in weights):
+            return None
+        loose = [p for p in weights if not p.by_values_at(k)]
+        if loose:
+            # statistics cannot prove a weight agrees: a faithful Adam port's embedding, compared by
+            # statistics, held one element 2.7e-5 apart, and this note sent its user to the data; but
+            # a batch norm whose replicas' moving statistics parted normalized each replica's share
+            # whatever its weights (a ResNet's synchronized=False port, its 3x3x16x32 kernels kept as
+            # statistics, got no note)
+            return self._per_replica_batch_norm_note(first, k, self._earlier_by_statistics(first, k) + loose)
+        loosened = self._apart_under_override(weights, k)
+        if (
+            loosened
+        ):  # a helper loosened a noise-fed bias as its note said, and its output was told "every weight agrees"
+            tag, gap = loosened[0]
+            return (
+                f"{tag} agrees here only under your override ({gap:.3g} apart at this step): that difference reaches "
+                "this output; loosen what it feeds as well (the layer's output, a normalization's moving mean), or drop "
+                "the variable on both sides (README: What counts as a divergence)"
+            )
+        earlier = [
+            p
+            for p in self._pairs
+            if p.base.kind in _RECORDED_BEFORE and p.base.order < first.base.order and p.ib[k] >= 0 and p.ic[k] >= 0
+        ]
+        if not all(p.by_values_at(k) for p in earlier):
+            # an output compared by statistics only is no proof that it agrees; but a batch norm
+            # whose replicas' moving statistics parted normalized each replica's share, whatever
+            # came before it
+            return self._per_replica_batch_norm_note(first, k, self._earlier_by_statistics(first, k))
+        agree = (
+            ("every weight both runs recorded" if unpaired else "every recorded weight")
+            + (
+                " (but those of layers recorded after it, which statistics alone compare)"
+                if len(weights) < len(logged)
+                else ""
+            )
+            + (" and the outputs recorded before it agree" if earlier else " agrees")
+        )
+        note = self._what_is_left(agree, first, k, bool(earlier))
+        upstream = self._maybe_upstream(first, unpaired)
+        return note + self._unpaired_clause(first, upstream) if upstream else note
+
+    def _what_is_left(self, agree: str, first: Pair, k: int, earlier: bool) -> str:
+        """:meth:`_input_note`'s reading of the output's own values and of what was recorded before
+        it, after ``agree`` (what agrees): padded steps, zeros in one run, replicas, this layer's
+        function or its input, and at which sequence positions it differs."""
+        padded = self._repeats_last_step(first, k)
+        if padded:
+            return f"{agree} at this step; {padded}"
+        dropout = self._dropout_in_one_run(first, k)
+        if dropout is not None:
+            on, out, scale = dropout
+            off = self.cand.name if on == self.base.name else self.base.name
+            return (
+                f"{agree} at this step, and in '{on}' each of its {out} elements out of tolerance is 0 or "
+                f"{scale:.6g} times its value in '{off}': dropout of rate {1 - 1 / scale:.3g} is on in '{on}' only (inverted "
+                "dropout keeps x / (1 - rate)). tf.compat.v1.layers.dropout and a Keras layer called without "
+                "training=True leave it off, and so does a keep_prob of 1 or a rate of 0 fed at this step"
+            ) + self._positions_note(first, k)
+        masked = self._zero_in_one_run(first, k)
+        if masked:
+            return (
+                f"{agree} at this step, and each of its {masked} elements out of tolerance is exactly 0 in one run "
+                "only: a different random mask (dropout: its seed, or another random op drawn before it; README: "
+                "Porting a real model, step 1), padding one run masks, or units a ReLU switched off in one run"
+            ) + self._positions_note(first, k)
+        loss = first.base.kind == "loss"
+        counts = self._replica_counts_of_batch_norm(first)
+        if counts and not self._batch_norm_in_sync():
+            # a new user's port under MirroredStrategy normalized each replica's half of the batch
+            # (numpy: 1.8e-7 from per-half batch norm) and was told of activations and padding
+            return f"{agree} at this step, and the runs ran {counts[0]} and {counts[1]} replicas: {_PER_REPLICA_BN}"
+        if earlier:
+            if loss:
+                return (
+                    f"{agree} at this step: the loss is computed differently (reduction, from_logits, label "
+                    "smoothing, regularization terms, per-example weights: fit's class_weight= or sample_weight= "
+                    "against TF1's weights=), its labels differ, or a layer after the last recorded output does"
+                )
+            return (
+                f"{agree} at this step: this layer computes another function of its input (activation, padding, "
+                "epsilon, a training flag: dropout or batch normalization in training mode in one run only), or "
+                "reads an input not recorded" + self._positions_note(first, k)
+            )
+        # both, neither first: a new user's attention scaled by 1/d_model in a custom loop was told of
+        # fit's shuffling first; record the layer's input (rec.activation) to tell the two apart
+        step = int(self.steps[k])
+        resumed = [run.name for run in (self.base, self.cand) if step in getattr(run, "resumed_at", ())]
+        if resumed and not loss:
+            # a helper's TF1 run resumed from a checkpoint at step 6, its one-shot iterator back at its
+            # first batch, diverged there on its first layer's output and was told of fit's shuffling
+            return (
+                f"{agree} at this step and no output is recorded before it, and '{resumed[0]}' was resumed at this "
+                "step (an event file of it begins here): an input pipeline no checkpoint holds (a one-shot "
+                "iterator, a generator, a dataset without its iterator in the checkpoint) starts again from its "
+                "first batch on a resume; or the layer computes another function of its input; recording the "
+                "input too tells the two apart" + self._positions_note(first, k)
+            )
+        return (
+            f"{agree} at this step and no output is recorded before it: "
+            f"{'the model or the loss' if loss else 'the layer'} computes another function of its input"
+            + ("" if loss else " (activation, a scale, epsilon, padding, data format)")
+            + ", or its input differs (another batch: Keras fit shuffles unless shuffle=False, a tf.data shuffle "
+            "or batching on one side); recording the input too tells the two apart" + self._positions_note(first, k)
+        )
+
+    def _earlier_by_statistics(self, first: Pair, k: int) -> list[Pair]:
+        """The outputs recorded before ``first`` that both runs logged at ``k`` and compare by
+        statistics only there."""
+        return [
+            p
+            for p in self._pairs
+            if p.base.kind in _RECORDED_BEFORE
+            and p.base.order < first.base.order
+            and p.ib[k] >= 0
+            and p.ic[k] >= 0
+            and not p.by_values_at(k)
+        ]
+
+    def _per_replica_batch_norm_note(self, first: Pair, k: int, loose: list[Pair]) -> Optional[str]:
+        """:meth:`_input_note`'s replicas clause where a weight or an output recorded before
+        ``first`` (``loose``) was compared by statistics only at ``k``, so that nothing proves it
+        agrees: given only when the runs ran different replica counts, ``first`` is a batch
+        normalization's and a run's recorded moving statistics show its replicas apart
+        (:func:`replicas.kept_in_sync` False), which an unsynchronized batch norm does whatever its
+        input. A new user's U-Net under MirroredStrategy, its first conv's output (8192 elements)
+        kept as statistics, diverged at step 0 on the batch norm after it with no note, beside a
+        replicas line saying its moving statistics were out of sync; so did a ResNet whose larger
+        conv kernels were kept as statistics. None otherwise."""
+        counts = self._replica_counts_of_batch_norm(first)
+        if counts is None or False not in self._batch_norm_sync():
+            return None
+        outputs = [p.base.name for p in loose if p.base.kind != "weight"]
+        weights = [p.base.name for p in loose if p.base.kind == "weight"]
+        named = " and ".join(
+            part for part in (", ".join(outputs) + " before it" if outputs else "", ", ".join(weights)) if part
+        )
+        return (
+            f"the runs ran {counts[0]} and {counts[1]} replicas, and the replicas' copies of the batch "
+            f"normalization's moving statistics parted: {_PER_REPLICA_BN}; every "
+            + ("weight compared by values" if weights else "recorded weight")
+            + f" agrees at this step, but {named} {'was' if len(loose) == 1 else 'were'} compared by "
+            "statistics only, so a difference upstream is not ruled out"
+        )
+
+    def _replica_counts_of_batch_norm(self, first: Pair) -> Optional[tuple[int, int]]:
+        """(fewer, more) replicas when the runs ran different counts and ``first`` is a batch
+        normalization's (either run's name); None otherwise."""
+        counts = [self._replicas[run.name].count for run in (self.base, self.cand) if run.name in self._replicas]
+        if len(set(counts)) < 2 or not any(_BATCH_NORM.search(name) for name in (first.base.name, first.cand.name)):
+            return None
+        return min(counts), max(counts)
+
+    def _batch_norm_sync(self) -> list[Optional[bool]]:
+        """:func:`replicas.kept_in_sync` of each run's batch-norm moving statistics, for the runs
+        that recorded replica copies of any."""
+        found = []
+        for run in (self.base, self.cand):
+            copies = self._replicas[run.name].copies if run.name in self._replicas else {}
+            keys = [key for key in copies if key[0] == "state" and _BATCH_NORM.search(key[1]) and "moving" in key[1]]
+            if keys:
+                found.append(replicas.kept_in_sync(run, self._replicas[run.name], keys))
+        return found
+
+    def _batch_norm_in_sync(self) -> bool:
+        """Whether the multi-replica run's batch-norm moving statistics stayed in sync across its
+        replicas at every step it logged past the first: a synchronized batch norm. A helper's
+        ``BatchNormalization(synchronized=True, epsilon=1e-5)`` was told its replicas normalize each
+        share of the batch alone, beside a replicas line saying every copy agrees."""
+        synced = self._batch_norm_sync()
+        return bool(synced) and all(s is True for s in synced)
+
+    def _positions_note(self, pair: Pair, k: int) -> str:
+        """For a sequence output (rank 3: ``[batch, time, features]``) whose elements out of
+        tolerance at ``k`` lie at some (batch, time) positions only, every element at the others
+        agreeing: which share, and when each sample's are a run at its start or end (padding), a
+        mask on one side. A helper's ``Embedding(mask_zero=True)`` on one side moved only the padded
+        query rows of its attention and the note spoke of activations and epsilon. "" otherwise."""
+        out = self._elements_out(pair, k)
+        both = pair.step_values(k)
+        if out is None or not len(out) or both is None:
+            return ""
+        shape = pair.runtime_shape("base", int(pair.ib[k]))
+        if len(shape) != 3 or None in shape:
+            return ""
+        n, t, f = (int(d) for d in shape)  # type: ignore[arg-type]
+        if n * t * f != len(both[0]):
+            return ""
+        apart = np.zeros((n, t), bool)
+        apart.flat[np.unique(out // f)] = True
+        if apart.all():
+            return ""
+        rows = apart.any(axis=1)
+        share = f"; its elements out of tolerance lie at {int(apart.sum())} of its {n * t} (batch, time) positions"
+        # a mask or another sample moves most features of a position: a trial's single element 2.2x
+        # past tolerance at a sample's last position was told "the runs mask them differently"
+        per_position = np.bincount(out // f, minlength=n * t).reshape(n, t)[apart]
+        if not (2 * per_position >= f).all():
+            return (
+                share
+                + f" ({len(out)} element(s) of their {int(apart.sum()) * f}), every element at the others agreeing"
+            )
+        if (apart[rows].all(axis=1)).all():  # whole rows of the first axis: not a mask
+            return share + (
+                f", every position of {int(rows.sum())} entries of the first axis and none of the others (whole "
+                "samples, or whole time steps if the output is time-major)"
+            )
+        runs = True
+        for row in apart[rows]:
+            at = np.flatnonzero(row)
+            runs &= bool(at[-1] - at[0] + 1 == len(at) and (at[0] == 0 or at[-1] == t - 1))
+        if not runs:
+            return share + ", every element at the others agreeing"
+        # the others all 0 in both runs: padding both recorded as 0 (``mask=``, ``zero_masked``), so
+        # the positions apart are the real ones. A port with LayerNormalization's default epsilon,
+        # padding masked on both sides, was told its runs mask padding differently.
+        others = ~apart & apart.any(axis=1, keepdims=True)  # the agreeing positions of the samples apart
+        base, cand = (v.reshape(n, t, f) for v in both)
+        if others.any() and not (base[others] != 0).any() and not (cand[others] != 0).any():
+            return share + (
+                ", every element at the others agreeing, and those others 0 in both runs in each sample apart "
+                "(padding both runs recorded as 0): its real positions differ, so masking does not explain it"
+            )
+        return share + (
+            ", in each sample a run at its start or end, every element at the others agreeing: when those "
+            "are padded positions, the runs mask them differently (Keras Embedding(mask_zero=True) or Masking "
+            "on one side only, an attention or padding mask, a sequence_length), and only the real positions "
+            "need agree: record those alone on both sides, rec.activation(name, t, mask=real_positions) in "
+            "TF1 and instrument(..., zero_masked=True) for a Keras mask (README: padded positions)"
+        )
+
+    def _dropout_in_one_run(self, pair: Pair, k: int) -> Optional[tuple[str, int, float]]:
+        """(the run, elements out of tolerance, the scale) when at step ``k`` each element out of
+        tolerance is, in one run, 0 or the other run's value times one scale above 1, some of each:
+        inverted dropout on in that run only. The classic porting bug: TF1's
+        ``tf.compat.v1.layers.dropout(h, rate)`` is off unless given ``training=True``, and a
+        trial's port with dropout on was told "another function (... training flag)"."""
+        out = self._elements_out(pair, k)
+        both = pair.step_values(k)
+        if out is None or not len(out) or both is None:
+            return None
+        width = pair.base.shape[-1] if len(pair.base.shape) > 1 else None
+        for name, one, other in ((self.base.name, *both), (self.cand.name, *both[::-1])):
+            a, b = one[out].astype(np.float64), other[out].astype(np.float64)
+            dropped = (a == 0) & (b != 0)
+            kept = ~dropped
+            if not dropped.any() or not kept.any() or (b[kept] == 0).any():
+                continue
+            ratio = a[kept] / b[kept]
+            scale = float(np.median(ratio))
+            # float32 rounding of x * (1 / (1 - rate)): a few ulps; 1e-5 is a hundred of them
+            if not (scale > 1 and bool(np.all(np.abs(ratio - scale) <= 1e-5 * scale))):
+                continue
+            # a mask drawn at the rate: its zeros, among the elements the other run holds nonzero, within
+            # 4 standard deviations of the binomial's mean; and not whole rows of the last axis, which
+            # is padding (a review's embedding scaled by sqrt(d) with padded rows zeroed, 30% zeros,
+            # was told "dropout of rate 0.75")
+            live = other != 0
+            n, zeros, rate = int(live.sum()), int((live & (one == 0)).sum()), 1.0 - 1.0 / scale
+            if abs(zeros - n * rate) > 4.0 * math.sqrt(n * rate * (1.0 - rate)) + 1.0:
+                continue
+            if isinstance(width, int) and width > 1 and len(one) % width == 0:
+                rows = (one.reshape(-1, width) == 0) & (other.reshape(-1, width) != 0)
+                if rows.any() and bool((rows.all(axis=1) | ~rows.any(axis=1)).all()):
+                    continue
+            return name, len(out), scale
+        return None
+
+    def _zero_in_one_run(self, pair: Pair, k: int) -> int:
+        """How many elements are out of tolerance at step ``k`` when each of them is exactly 0 in
+        one run and not in the other (a dropout mask drawn differently), else 0. A new user's
+        dropout seeded otherwise was told "this layer computes another function (... training
+        flag)" though both ran in training mode."""
+        out = self._elements_out(pair, k)
+        both = pair.step_values(k)
+        if out is None or not len(out) or both is None:
+            return 0
+        b, c = both
+        return len(out) if ((b[out] == 0) != (c[out] == 0)).all() else 0
+
+    def _maybe_upstream(self, first: Pair, unpaired: list[tuple[int, str]]) -> list[str]:
+        """The variables of ``unpaired`` ((side, name): 0 baseline, 1 candidate) that may feed
+        ``first``: not those whose scope is a layer whose output that run records after ``first``'s
+        (a review's dense layer before a declared LSTM was told of the LSTM's cells), matched per
+        run and by whole scope (the next review's: a port's renumbered ``dense_1`` and a scoped
+        ``encoder/dense`` lost their own unpaired bias to the other run's or scope's later output);
+        never those of ``first``'s own layer."""
+        later: list[set[str]] = [set(), set()]
+        for p in self._pairs:
+            if p.base.kind in _OUTPUTS:
+                if p.base.order > first.base.order:
+                    later[0].add(p.base.name)
+                if p.cand.order > first.cand.order:
+                    later[1].add(p.cand.name)
+        own = (first.base.name, first.cand.name)
+
+        def under(scope: str, layer: str) -> bool:  # the layer's name as whole components of the scope
+            return f"/{layer}/" in f"/{scope}/"
+
+        kept = []
+        for side, name in unpaired:
+            scope = name.removesuffix(":0").rpartition("/")[0]
+            if under(scope, own[side]) or not any(under(scope, layer) for layer in later[side]):
+                kept.append(name)
+        return kept
+
+    def _unpaired_clause(self, first: Pair, unpaired: list[str]) -> str:
+        """What :meth:`_input_note` adds when some weight or state that may feed ``first`` was
+        recorded by one run only (declared with ``--allow-unmatched`` or not): those were never
+        compared, so it names them, and what a recurrent cell's port must convert when the recurrent
+        layer itself diverges. A new user's TF1 ``LSTMCell`` against Keras ``LSTM`` (the cells
+        declared, as the warning says) diverged on the LSTM's output at step 0 with a wrong gate
+        order or forget bias, and got no note; a helper's GRU port fed padded steps through its GRU
+        was told only of the cells (what the output's values show now comes first)."""
+        shown = ", ".join(unpaired[:3]) + (f" and {len(unpaired) - 3} more" if len(unpaired) > 3 else "")
+        note = (
+            f"; {len(unpaired)} variable(s) recorded by one run only were never compared ({shown}): a difference "
+            "in them reaches this output if they feed it"
+        )
+        names = " ".join([first.base.name, first.cand.name])  # the recurrent layer itself diverges
+        if _LSTM.search(names):
+            note += (
+                "; an LSTM converted from TF1 (LSTMCell, LSTMBlockCell) to Keras LSTM: the gate order (TF1 i, j, f, "
+                "o; Keras i, f, c, o), the forget bias (TF1 adds forget_bias=1.0 at run time, Keras holds it in the "
+                "bias: add 1 to TF1's forget block), TF1's kernel [input + units, 4 units] split into Keras's kernel "
+                "(its first input rows) and recurrent kernel (the last units rows)"
+            )
+        elif _GRU.search(names):
+            note += (
+                "; a GRU converted from TF1 GRUCell to Keras GRU: Keras's default reset_after=True (TF1 resets "
+                "before the candidate's matmul: reset_after=False), the gate order (TF1 gates r, u; Keras z, r, h), "
+                "and the kernels split into input and recurrent rows"
+            )
+        return note
+
+    def _repeats_last_step(self, pair: Pair, k: int) -> Optional[str]:
+        """For a sequence output (``[batch, time, ...]``) whose every element out of tolerance at
+        ``k`` is exactly 0 in one run and, in the other, the same element one time step earlier:
+        padded time steps, which TF1's ``dynamic_rnn`` zeroes and a masked Keras RNN with
+        ``return_sequences`` fills with the last state (None otherwise)."""
+        out = self._elements_out(pair, k)
+        both = pair.step_values(k)
+        if out is None or not len(out) or both is None:
+            return None
+        known = pair.runtime_shape("base", int(pair.ib[k]))
+        shape = [d for d in known if d is not None]
+        if len(shape) < 3 or len(shape) < len(known) or math.prod(shape) != len(both[0]):
+            return None
+        inner = math.prod(shape[2:])  # elements per time step
+        if (out // inner % shape[1] == 0).any():
+            return None  # the first time step has no earlier one to repeat
+        for zero, side, other in ((both[0], "candidate", both[1]), (both[1], "baseline", both[0])):
+            if (zero[out] == 0).all() and (other[out] != 0).all() and (other[out] == other[out - inner]).all():
+                return (
+                    f"each of its {len(out)} elements out of tolerance is 0 in one run and, in the {side}, the same "
+                    "element one time step earlier: padded time steps, which TF1's dynamic_rnn(sequence_length=...) "
+                    "fills with zeros and a masked Keras LSTM/GRU with return_sequences=True with the last state "
+                    "(zero_output_for_mask); compare the real steps only, or zero the padded ones by the mask"
+                )
+        return None
+
+
+#: Kinds that, recorded before an output, are its input or what led to it (an agreeing one rules
+#: out another batch).
+_RECORDED_BEFORE = frozenset({"input", "activation", "output"})
+
+
+#: A recurrent cell's tensors by name (TF1 ``lstm_cell``, ``LSTMBlockCell``, Keras ``lstm``; ``gru_cell``, ``gru``).
+_LSTM = re.compile(r"lstm", re.IGNORECASE)
+
+
+_GRU = re.compile(r"gru", re.IGNORECASE)
+
+
+#: Why a batch normalization's output differs across replica counts, said by every note that names it.
+_PER_REPLICA_BN = (
+    "a batch normalization under a strategy normalizes each replica's share of the batch with that share's "
+    "statistics unless it is synchronized (Keras SyncBatchNormalization, or BatchNormalization(synchronized=True))"
+)

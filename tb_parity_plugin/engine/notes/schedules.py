@@ -1,0 +1,351 @@
+"""Notes on hyper-parameters that follow a schedule: shifted, in stairs, running at another pace,
+one phase shifted; and momentum carried across an lr change."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from tb_parity_plugin.engine.notes.context import (
+    _MOMENTUM,
+    NoteContext,
+    _scalar_at,
+)
+from tb_parity_plugin.engine.pair import Pair, take_rows
+from tb_parity_plugin.engine.tolerance import (
+    HPARAM_RTOL,
+)
+from tb_parity_plugin.records import metadata
+
+
+class ScheduleNotes(NoteContext):
+    """Notes on hyper-parameters that follow a schedule, and momentum across an lr change."""
+
+    def _schedule_note(self, pair: Pair, k: int) -> Optional[str]:
+        """For a scalar hyper-parameter diverging at compared step ``k``: when, at ``k`` and every
+        later step both runs logged, the candidate's value is the baseline's a few steps later or
+        earlier (:data:`SHIFTS`), or the baseline's times one factor, say so. A new user's warm-up
+        off by one step showed lr 0.001 against 0 at step 0, ``max_rel_diff=n/a``, and no note."""
+        if not pair.use_values or pair.base.values.shape[1] < 1 or pair.cand.values.shape[1] < 1:
+            return None
+        if int(pair.base.stats[pair.ib[k], metadata.STAT_INDEX["size"]]) != 1:
+            return None
+        both = np.flatnonzero((pair.ib >= 0) & (pair.ic >= 0))
+        steps = self.steps[both]
+        b = pair.base.values[pair.ib[both], 0].astype(np.float64)
+        c = pair.cand.values[pair.ic[both], 0].astype(np.float64)
+        if not (np.isfinite(b).all() and np.isfinite(c).all()):
+            return None
+        at = int(np.searchsorted(both, k))  # k's place among the steps both logged
+        # a schedule rounds at the scale of its peak (tolerance.HPARAM_ATOL_OF_PEAK): 4 ulps of it
+        close = 4.0 * HPARAM_RTOL * float(np.abs(b).max())
+        index = {int(s): i for i, s in enumerate(steps)}
+        step_k = int(steps[at])
+        for shift in (*SHIFTS, *self._stair_shifts(steps, b, c, at, close)):
+            later = [(i, int(s) + shift) for i, s in enumerate(steps[at:], at)]
+            # a step whose counterpart the baseline did not log counts only past either end of its record
+            if any(t not in index and steps[0] <= t <= steps[-1] for _, t in later):
+                continue
+            found = [(i, index[t]) for i, t in later if t in index]
+            if len(found) < 2:
+                continue
+            if all(abs(c[i] - b[j]) <= close for i, j in found):
+                side, n = ("later", "ahead") if shift > 0 else ("earlier", "behind")
+                if abs(shift) in SHIFTS:
+                    steps_of, runs = "step(s)", f"runs {abs(shift)} step(s) {n}"
+                    before = ", before its record begins" if step_k + shift < steps[0] else ""
+                    cause = (
+                        "a step count read after its increment (optimizer.iterations + 1) where the other reads it "
+                        "before, a warm-up counted from 1 against 0, or boundaries shifted by one"
+                    )
+                else:  # a shift of _stair_shifts
+                    steps_of, runs, before = "steps", f"changes {abs(shift)} steps {n}", ""
+                    cause = (
+                        f"a value set per epoch one epoch {'early' if shift > 0 else 'late'} if an epoch is "
+                        f"{abs(shift)} steps (a LearningRateScheduler or ReduceLROnPlateau callback, an epoch counted "
+                        "from 1 against 0, a schedule by epoch against one by step), or boundaries that many steps apart"
+                    )
+                return (
+                    f"from step {step_k} on (the {len(found)} steps both runs logged that it can be read at), the "
+                    f"candidate's value at each step is the baseline's {abs(shift)} {steps_of} {side} (at step "
+                    f"{step_k}: the baseline's at step {step_k + shift}{before}): its schedule {runs}: {cause}"
+                )
+        phase = _shifted_phase_note(steps, b, c, at, close)
+        if phase is not None:
+            return phase
+        stairs = _staircase_note(steps, b, c, close) or _time_scale_note(steps, b, c, at, close)
+        if stairs is not None:
+            return stairs
+        rest = slice(at, None)
+        if len(b[rest]) >= 2 and np.all(np.abs(b[rest]) > close):
+            ratio = c[rest] / b[rest]
+            factor = float(np.median(ratio))
+            if abs(factor - 1.0) > 1e-3 and np.all(np.abs(c[rest] - factor * b[rest]) <= close * max(1.0, factor)):
+                return (
+                    f"from step {step_k} on, the candidate's value is the baseline's times {factor:.4g} at every "
+                    f"step both logged ({len(b[rest])}): the same schedule at another scale (its initial or peak "
+                    "value; a learning rate scaled by the replicas or the batch size on one side)"
+                )
+        return None
+
+    @staticmethod
+    def _stair_shifts(steps: np.ndarray, b: np.ndarray, c: np.ndarray, at: int, close: float) -> list[int]:
+        """Shifts past :data:`SHIFTS` that would carry the baseline's value changes onto the
+        candidate's first change from ``at`` on: an lr set per epoch one epoch late (a
+        ``LearningRateScheduler`` callback) is the baseline's one epoch of steps earlier, which the
+        shifts of 1-3 steps never reach (a new user's port got no note). Only shifts that align
+        a change, nearest first and at most :data:`MAX_STAIR_SHIFTS`, each then checked at every step
+        like the short ones."""
+        start = max(at - 1, 0)  # the candidate's change may be what diverges at ``at``
+        moved = np.flatnonzero(np.abs(np.diff(c[start:])) > close)
+        changes = np.flatnonzero(np.abs(np.diff(b)) > close) + 1
+        if len(moved) == 0 or len(changes) == 0:
+            return []
+        first = int(steps[start + int(moved[0]) + 1])
+        shifts = {int(steps[j]) - first for j in changes}
+        ordered = sorted((s for s in shifts if abs(s) not in SHIFTS and s != 0), key=lambda s: (abs(s), -s))
+        return ordered[:MAX_STAIR_SHIFTS]
+
+    def _momentum_at_lr_change(self, pair: Pair, k: int) -> Optional[str]:
+        """For a momentum slot diverging at step ``k`` right after an lr changed, when one slot is
+        the other's times ``lr(k-1) / lr(k)`` of one run's recorded lr (within ``HPARAM_RTOL``, not
+        the slot's own tolerance, which an override may loosen): Keras SGD's momentum kept as
+        ``-lr x accumulator``, recorded divided by this step's lr, against TF1's accumulator.
+
+        A new user's port of ``MomentumOptimizer`` under a staircase schedule diverged by 2x on a
+        slot, with nothing to say that the two optimizers' rules part at an lr change. Each run's lr
+        is tried as the Keras side's (it divides its slot), only the TF2 run's when one run is TF1's
+        and the other TF2's: a port with ``staircase=False`` changed the
+        candidate's lr alone, and its slots, equal in each optimizer's own units, were blamed on
+        clipping or a weight decay."""
+        if not _MOMENTUM.search(f"{pair.base.name} {pair.cand.name}") or k == 0:
+            return None
+        if int(self.steps[k - 1]) != int(self.steps[k]) - 1:
+            return None
+        both = pair.step_values(k)
+        if both is None:
+            return None
+        b, c = (np.asarray(x, np.float64) for x in both)
+        if not (np.abs(b) > pair.tol.atol).any():
+            return None
+        # float32 rounding accumulated in the slot, at the scale of its recent values: a new user's
+        # conv kernel slot (scale 6e-3) was 2x TF1's within 2.3e-9, and a bias slot's elements that
+        # cancelled to 0.006 were 2x within 3e-6 (0.53 the step before). Each step's rounding decays
+        # with the momentum, so an old peak counts decayed: the all-time peak of a slot that spiked
+        # at step 1 let a slot 1.5x the baseline's, or zeroed, be told "times the lr ratio" at step 100
+        rounding = 2.0**-15 * _decayed_peak(pair.base, pair.ib, self.steps, k)
+        sides = {str(run.info.get("side", "")) for run in (self.base, self.cand)}
+        keras_sides = (
+            ("baseline", "candidate")
+            if sides != {"tf1", "tf2"}
+            else (("candidate",) if self.cand.info.get("side") == "tf2" else ("baseline",))
+        )
+        for lr in self._pairs:
+            if (
+                lr.base.kind != "lr"
+                or not lr.use_values
+                or min(int(x) for x in (*lr.ib[k - 1 : k + 1], *lr.ic[k - 1 : k + 1])) < 0
+            ):
+                continue
+            lrs = {
+                side: tuple(_scalar_at(series, rows, j) for j in (k - 1, k))
+                for side, series, rows in (("baseline", lr.base, lr.ib), ("candidate", lr.cand, lr.ic))
+            }
+            for keras, (before, now) in lrs.items():
+                if keras not in keras_sides or not (before > 0 and now > 0) or abs(before - now) <= HPARAM_RTOL * now:
+                    continue
+                scale = before / now if keras == "candidate" else now / before  # c = scale x b
+                if not np.all(np.abs(c - scale * b) <= 1e-4 * scale * np.abs(b) + scale * rounding):
+                    continue
+                other = "baseline" if keras == "candidate" else "candidate"
+                lr_name = f"{lr.base.kind}/{lr.base.name}"
+                ratio = f"{lr_name} at step {int(self.steps[k - 1])} / at step {int(self.steps[k])}"
+                rule = (
+                    "Keras SGD keeps momentum as -lr x accumulator (recorded divided by this step's lr), TF1's "
+                    "MomentumOptimizer as the accumulator"
+                )
+                factor = scale if keras == "candidate" else 1 / scale
+                slot_of = f"the {keras}'s slot is the {other}'s"
+                if abs(lrs[other][1] - now) > HPARAM_RTOL * now or abs(lrs[other][0] - before) > HPARAM_RTOL * before:
+                    return (
+                        f"{slot_of} times the {keras}'s {ratio} = {factor:.4g}: {rule}, so each slot holds what "
+                        f"the other does in its own optimizer's units, and the difference is the {keras}'s lr, "
+                        f"which changed where the {other}'s did not change alike ({lr_name} differs between the runs "
+                        "at these steps: its schedule is the difference)"
+                    )
+                return (
+                    f"{slot_of} times {ratio} = {factor:.4g}: {rule}, and at an lr change their rules part (TF1 "
+                    "applies the new lr to the whole accumulator, Keras to the new gradient only): a real difference "
+                    "from this step's update on, which a port needs its own update rule to remove"
+                )
+        return None
+
+
+#: Step offsets a schedule note tries, nearest first (:meth:`Comparison._schedule_note`).
+SHIFTS = (1, -1, 2, -2, 3, -3)
+
+
+def _shifted_phase_note(steps: np.ndarray, b: np.ndarray, c: np.ndarray, at: int, close: float) -> Optional[str]:
+    """When the candidate's value is the baseline's a few steps later or earlier (:data:`SHIFTS`)
+    at step ``steps[at]`` and each step after it up to some step (at least 2), and equal to the
+    baseline's at every step from at most that many steps past it on (at least 2): one phase of the
+    schedule is shifted, the rest not. BERT's warm-up, ``lr * step / warmup_steps`` before a decay
+    that reads the step itself, ported as ``(step + 1) / warmup_steps``: a helper's port diverged
+    at step 0 on ``lr`` with no note, since the shift holds during the warm-up only."""
+    index = {int(s): i for i, s in enumerate(steps)}
+    agree = np.abs(c - b) <= close
+    for shift in SHIFTS:
+        run = 0
+        for i in range(at, len(steps)):
+            j = index.get(int(steps[i]) + shift)
+            if j is None or abs(c[i] - b[j]) > close:
+                break
+            run += 1
+        end = at + run  # the first step the shift no longer holds at
+        if run < 2 or end >= len(steps):
+            continue
+        rest = np.flatnonzero(~agree[end:])
+        settled = end + (int(rest[-1]) + 1 if len(rest) else 0)  # agreeing from here on
+        if settled - end > abs(shift) or len(steps) - settled < 2:
+            continue
+        side, n = ("later", "ahead") if shift > 0 else ("earlier", "behind")
+        return (
+            f"from step {int(steps[at])} to step {int(steps[end - 1])} ({run} steps both runs logged), the "
+            f"candidate's value at each step is the baseline's {abs(shift)} step(s) {side} (at step "
+            f"{int(steps[at])}: the baseline's at step {int(steps[at]) + shift}), and from step {int(steps[settled])} "
+            f"on the two agree: one phase of its schedule runs {abs(shift)} step(s) {n} and the rest does not, "
+            "as a warm-up counted from 1 against 0 ((step + 1) / warmup_steps) before a decay that reads the "
+            "step itself"
+        )
+    return None
+
+
+#: Longer shifts tried for a hyper-parameter in stairs (``Comparison._stair_shifts``).
+MAX_STAIR_SHIFTS = 8
+
+
+#: Time scales tried for a schedule that runs some whole number of times as fast (``_time_scale_note``).
+MAX_TIME_SCALES = 16
+
+
+#: how much of a momentum slot's old rounding a step keeps: above the usual 0.9, so a 0.95 momentum's
+#: rounding is still covered, and an early spike 100 steps back counts for 0.6 % of itself
+_ROUNDING_DECAY = 0.95
+
+
+def _staircase_note(steps: np.ndarray, b: np.ndarray, c: np.ndarray, close: float) -> Optional[str]:
+    """When one run's scalar schedule holds in stairs (changing at a few steps) and the other's
+    moves at most steps in the same direction, equal to it (within ``close``) where each stair
+    starts: ``staircase=True`` on one side only. A new user's LSTM port diverged on lr at step 1
+    (0.0097915 against 0.01) with no note. The flag is named first only where the moving side
+    decays as a schedule with that flag does (:func:`_decays_as_staircase_schedule`): a review's
+    piecewise-constant against a linear schedule, equal where each piece starts, was told of
+    ``staircase`` alone; and a short window cannot tell a linear decay from a geometric one (a
+    review's per-epoch linear lr over 300 steps), so an lr set once per epoch is named too."""
+    for flat, smooth, flat_name, smooth_name in ((b, c, "baseline", "candidate"), (c, b, "candidate", "baseline")):
+        starts = np.flatnonzero(np.abs(np.diff(flat)) > close) + 1
+        moves = np.abs(np.diff(smooth)) > close
+        if not len(starts) or len(starts) * 2 > len(flat) - 1 or moves.mean() <= 0.5:
+            continue
+        direction = np.sign(flat[starts[0]] - flat[0])
+        if not np.all(np.sign(np.diff(smooth)[moves]) == direction):
+            continue
+        at = np.concatenate([[0], starts])
+        if np.all(np.abs(smooth[at] - flat[at]) <= close):
+            where = ", ".join(str(int(s)) for s in steps[starts][:5]) + (", ..." if len(starts) > 5 else "")
+            per_epoch = "an lr set once per epoch (a LearningRateScheduler callback) against one computed at every step"
+            causes = (
+                "staircase=True on one side only (tf.compat.v1.train.exponential_decay, ExponentialDecay, "
+                f"InverseTimeDecay), or {per_epoch}"
+                if _decays_as_staircase_schedule(steps, smooth)
+                else f"the continuous one is neither geometric nor an inverse time, the forms with a staircase flag: "
+                f"{per_epoch}, or piecewise-constant boundaries against a continuous schedule; or staircase=True on "
+                "one side only under a floor or a warm-up (tf.maximum(lr, floor))"
+            )
+            return (
+                f"the {flat_name}'s value holds in stairs (changing at step {where}) and the {smooth_name}'s changes "
+                f"at every step, equal where each stair starts: one schedule is evaluated in stairs and the other at "
+                f"every step ({causes})"
+            )
+    return None
+
+
+def _time_scale_note(steps: np.ndarray, b: np.ndarray, c: np.ndarray, at: int, close: float) -> Optional[str]:
+    """When, from ``at`` on, the candidate's value at each step ``s`` is the baseline's at step ``m s``
+    (or ``s // m``) for one whole ``m`` of at least 2: one schedule runs ``m`` times as fast. A new
+    user's port decayed its lr every step (``ExponentialDecay(decay_steps=1)``, the epoch count of
+    TF1's ``decay_steps=4``, an epoch of 4 steps) and diverged at step 1 with no note. Each ``m`` is
+    one that carries a change of one run onto a change of the other (at most
+    :data:`MAX_TIME_SCALES`); it must hold at every step both logged where the other's step exists
+    inside its record (at least 2), and the candidate's value must move there."""
+    index = {int(v): i for i, v in enumerate(steps)}
+    first, last = int(steps[0]), int(steps[-1])
+    b_changes = [int(v) for v in steps[1:][np.abs(np.diff(b)) > close] if v > 0]
+    c_changes = [int(v) for v in steps[max(at, 1) :][np.abs(np.diff(c[max(at - 1, 0) :])) > close] if v > 0]
+    tries = sorted({(j // i, True) for j in b_changes for i in c_changes if j % i == 0 and j // i >= 2})
+    tries += sorted({(i // j, False) for i in c_changes for j in b_changes if i % j == 0 and i // j >= 2})
+    for m, faster in tries[:MAX_TIME_SCALES]:
+        found = []
+        for i in range(at, len(steps)):
+            t = int(steps[i]) * m if faster else int(steps[i]) // m
+            if t in index:
+                found.append((i, index[t]))
+            elif first <= t <= last:
+                found = []  # a step the baseline did not log inside its record: no evidence either way
+                break
+        if len(found) < 2 or np.ptp([c[i] for i, _ in found]) <= close:
+            continue
+        if all(abs(c[i] - b[j]) <= close for i, j in found):
+            step_k = int(steps[at])
+            counterpart = step_k * m if faster else step_k // m
+            pace = f"{m} times as fast as" if faster else f"{m} times as slow as"
+            mapped = f"{m} s" if faster else f"s // {m}"
+            return (
+                f"from step {step_k} on, the candidate's value at each step s is the baseline's at step "
+                f"{mapped} ({len(found)} steps both runs logged; at step {step_k}: the "
+                f"baseline's at step {counterpart}): its schedule runs {pace} the baseline's: a decay counted in steps "
+                f"on one side and in epochs on the other (decay_steps, boundaries or a LearningRateScheduler's epoch, if "
+                f"an epoch is {m} steps), or gradient accumulation of {m} micro-batches counted per micro-batch on one "
+                "side"
+            )
+    return None
+
+
+#: how far (relative) a continuous schedule's values may lie from its exact form: float32 rounding of
+#: ``lr0 * rate ** (step / decay_steps)``, a few ulps, within 16 (a linear decay over 1% of its value
+#: bends 1.2e-5 away from a geometric one)
+_SCHEDULE_FORM_RTOL = 2.0**-20
+
+
+def _decays_as_staircase_schedule(steps: np.ndarray, values: np.ndarray) -> bool:
+    """Whether positive ``values`` at ``steps`` follow the continuous form of a schedule that has a
+    ``staircase`` flag: geometric (``ExponentialDecay``: log-linear in the step) or an inverse time
+    (``InverseTimeDecay``: 1/value linear in the step), within float32 rounding."""
+    v = np.asarray(values, dtype=np.float64)
+    t = np.asarray(steps, dtype=np.float64)
+    if len(v) < 3 or not np.all(np.isfinite(v) & (v > 0)):
+        return False
+    for form, relative in ((np.log(v), 1.0), (1.0 / v, v)):
+        fit = np.polyval(np.polyfit(t, form, 1), t)
+        if np.max(np.abs(form - fit) * relative) <= _SCHEDULE_FORM_RTOL:
+            return True
+    return False
+
+
+def _decayed_peak(series: Any, rows: np.ndarray, steps: np.ndarray, k: int) -> float:
+    """The largest finite magnitude of ``series`` at compared steps ``j <= k``, each decayed by
+    ``_ROUNDING_DECAY`` per training step between them (``steps``), from its statistics: the scale of the rounding a momentum slot
+    still carries at step ``k``."""
+    at = np.arange(min(k + 1, len(rows)))
+    taken = rows[at]
+    kept = taken >= 0
+    if not kept.any():
+        return 0.0
+    stats = take_rows(series.stats, taken[kept])
+    lo, hi = stats[:, metadata.STAT_INDEX["min"]], stats[:, metadata.STAT_INDEX["max"]]
+    # decayed per training step, not per logged one: a run logged at steps 1, 50, 99 and 100 kept
+    # its step-1 spike nearly whole (a review's 1.5x slot was told "times the lr ratio" again)
+    since = (steps[k] - steps[at[kept]]).astype(np.float64)
+    big = np.fmax(np.abs(lo), np.abs(hi)) * _ROUNDING_DECAY**since
+    return float(np.nanmax(big)) if np.isfinite(big).any() else 0.0

@@ -1,0 +1,175 @@
+"""Notes on a state tensor that diverges first (moving statistics, a moving average)."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+import numpy as np
+
+from tb_parity_plugin.engine import align
+from tb_parity_plugin.engine.matrix import OK
+from tb_parity_plugin.engine.notes.context import (
+    _OUTPUTS,
+    NoteContext,
+    _layer_of,
+)
+from tb_parity_plugin.engine.pair import Pair, take_rows
+
+
+class StateNotes(NoteContext):
+    """Notes on a state tensor (moving statistics, a moving average) that diverges first."""
+
+    def _state_note(self, first: Pair, k: int, past_noise: bool = True) -> Optional[str]:
+        """What a state tensor (moving statistics, a moving average) diverging first at step ``k``
+        means, from its own values at the last step it agreed: one run did not update it, its
+        first update differs (the rule), or, after updates that agreed, one run updated it once
+        more in between. A new user's Keras validation pass run with ``training=True`` moved the
+        moving statistics, and the divergence said nothing of why. Unless ``past_noise`` (its
+        error ratio past what rounding reaches), only the notes exact evidence proves."""
+        seen = np.flatnonzero((first.ib[:k] >= 0) & (first.ic[:k] >= 0))
+        if not len(seen):
+            return None
+        j = int(seen[-1])
+        now, before = first.step_values(k), first.step_values(j)
+        if now is None or before is None:
+            # too large for full values (a batch norm over 5000 features): a run whose statistics
+            # (min, max, mean, std, norm and counts) are the very same at both steps did not update
+            # it; a helper's forgotten UPDATE_OPS there got no note
+            rows = ((first.base, first.ib), (first.cand, first.ic))
+            held = [take_rows(series.stats, np.array([at[j], at[k]])) for series, at in rows]
+            still, by_statistics = [bool(np.array_equal(h[0], h[1], equal_nan=True)) for h in held], True
+        elif len(before[0]) != len(now[0]):
+            return None
+        else:
+            still, by_statistics = [bool(np.array_equal(a, b, equal_nan=True)) for a, b in zip(before, now)], False
+        s_j, s_k = int(self.steps[j]), int(self.steps[k])
+        bn = _MOVING_STATS.search(f"{first.base.name} {first.cand.name}") is not None
+        average = any(align.variable_of("state", n) is not None for n in (first.base.name, first.cand.name))
+        if still[0] != still[1]:
+            who = (self.base.name, self.cand.name)[still.index(True)]
+            held_text = (
+                f"its statistics are its step-{s_j} ones" if by_statistics else f"it still holds its step-{s_j} value"
+            )
+            return (
+                f"'{who}' did not update it between steps {s_j} and {s_k} ({held_text}) "
+                "and the other did: an update left out of one training step ("
+                + (
+                    "TF1: the train op not run with tf.compat.v1.get_collection(UPDATE_OPS); Keras: the layer "
+                    "called with training=False"
+                    if bn
+                    else "TF1: the op that updates it not run with the train op; Keras: the layer or callback "
+                    "that updates it not called"
+                )
+                + ")"
+            )
+        loosened = self._apart_under_override(self._weights_before(first, k), k)
+        if loosened:  # a helper's moving mean, fed by a bias loosened as its note said, was told "momentum"
+            tag, gap = loosened[0]
+            return (
+                f"{tag} agrees here only under your override ({gap:.3g} apart at this step): that difference "
+                + ("may reach the batch means it averages" if bn else "may reach what it averages")
+                + f"; loosen it as well (--override '{first.base.kind}/{first.base.name}:atol=...'), or drop the "
+                "variable on both sides (README: What counts as a divergence)"
+            )
+        if bn and (past_noise or _one_signed(now)) and self._moving_mean_agrees(first, k):
+            return (
+                "its moving mean agrees at this step (the same momentum, the same batch means): the batch variance "
+                "it averages differs: TF1's fused batch norm (tf.compat.v1.layers.batch_normalization's default on "
+                "4-D inputs) averages the unbiased variance (x n / (n - 1) of the n values per channel); Keras 3's "
+                "BatchNormalization (every one: tf.keras in TF 2.16+ without TF_USE_LEGACY_KERAS) and tf_keras's "
+                "BatchNormalization(synchronized=True) or SyncBatchNormalization average the biased one (TF1: "
+                "fused=False averages the biased one too); or the two layers normalize over other axes"
+            )
+        if not past_noise:
+            return None
+        rule = (
+            " (batch normalization's momentum: Keras and tf.compat.v1.layers default 0.99)"
+            if bn
+            else " (an average's decay: TF1 ExponentialMovingAverage with num_updates caps it at "
+            "(1 + step) / (10 + step); Keras use_ema's ema_momentum)"
+            if average
+            else " (an accumulator or counter reset, scaled or written otherwise)"
+        )
+        if len(seen) == 1:
+            return (
+                f"it agreed at step {s_j}{' (by statistics)' if by_statistics else ''}, the only step compared before: "
+                f"its update rule differs{rule}, or the two runs "
+                "updated it from inputs no recorded tensor shows"
+            )
+        if before is None:  # how far apart it already was needs its values
+            return None
+        b_j, c_j = (np.asarray(x, np.float64) for x in before)
+        with np.errstate(invalid="ignore"):
+            gap = float(np.nanmax(np.abs(c_j - b_j), initial=0.0))
+            scale = float(np.nanmax(np.abs(b_j), initial=0.0))
+        # apart already, within tolerance, past rounding and past 1% of atol: its rule, grown past
+        # tolerance (a review's momentum 0.999 against 0.99, 6e-6 apart at step 1, was told "its
+        # updates agreed ... once more, by an evaluation pass"); a faithful port's 6e-8 of float32
+        # noise before an extra update is no such sign (the next review's)
+        if not gap <= max(2.0**-20 * scale, 0.01 * first.atol_at(j)):
+            return (
+                f"it was within tolerance at the {len(seen)} steps compared before but already apart ({gap:.3g} at "
+                f"step {s_j}): its update rule differs{rule} and the difference grew past tolerance, or the two runs "
+                "updated it from inputs no recorded tensor shows"
+            )
+        return (
+            f"it agreed element-wise at the {len(seen)} steps compared before (last at step {s_j}, to float32 "
+            f"rounding), so its updates agreed until then: between steps {s_j} and {s_k} one run updated it otherwise: "
+            + (
+                "once more, by an evaluation or validation pass in training mode (Keras: the model or layer "
+                "called with training=True; TF1: a sess.run of UPDATE_OPS beside the evaluation)"
+                if bn
+                else "once more, outside the training step"
+            )
+            + ", or from an input no recorded tensor shows"
+        )
+
+    def _weights_before(self, state: Pair, k: int) -> list[Pair]:
+        """The weights compared at step ``k`` that may feed ``state``: all but those of layers whose
+        output is recorded after the output of ``state``'s own layer; when that is not recorded, the
+        weights recorded before it (variables are recorded in creation order)."""
+        layer = _layer_of(state.base.name)
+        outputs = {p.base.name: p.base.order for p in self._pairs if p.base.kind in _OUTPUTS}
+        own = outputs.get(layer)
+        return [
+            p
+            for p in self._pairs
+            if p.base.kind == "weight"
+            and p.ib[k] >= 0
+            and p.ic[k] >= 0
+            and (
+                p.base.order < state.base.order  # no output recorded: the weights created before it
+                if own is None
+                else outputs.get(_layer_of(p.base.name), -1) <= own
+            )
+        ]
+
+    def _moving_mean_agrees(self, variance: Pair, k: int) -> bool:
+        """Whether ``variance`` is a batch normalization's moving variance whose moving mean (the same
+        scope) was compared element-wise at step ``k`` and agrees there. A new user's TF1 fused batch
+        norm against Keras's synchronized one (moving variances n/(n-1) apart, means within 1e-8) was
+        told "batch normalization's momentum", which the agreeing mean rules out."""
+        names = [variance.base.name.replace("moving_variance", "moving_mean")]
+        if names[0] == variance.base.name:
+            return False
+        for p in self._pairs:
+            if p.base.kind == "state" and p.base.name in names and p.by_values_at(k):
+                p.ensure(k + 1, self.policy.equal_nan)
+                return bool(p.reason[k] == OK)
+        return False
+
+
+#: Batch normalization's moving statistics, by name on either side (TF1 and Keras alike).
+_MOVING_STATS = re.compile(r"moving_(mean|variance)", re.IGNORECASE)
+
+
+def _one_signed(values: Optional[tuple[np.ndarray, np.ndarray]]) -> bool:
+    """Whether the candidate's values are above the baseline's at every element, or below at every
+    one: what the n / (n - 1) between a biased and an unbiased batch variance leaves on a moving
+    variance. Rounding noise leaves both signs: a review's faithful run 1.11x past tolerance was
+    sent to the batch variance by an agreeing moving mean alone."""
+    if values is None or not len(values[0]):
+        return False
+    d = np.asarray(values[1], np.float64) - np.asarray(values[0], np.float64)
+    return bool((d > 0).all() or (d < 0).all())

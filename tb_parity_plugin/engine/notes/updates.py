@@ -1,0 +1,661 @@
+"""Notes on weights, slots and gradients: an update that differs (its scale, its momentum, an
+average), a slot fed by another gradient or started otherwise, rounding amplified, a decay term,
+a gradient that jumps from agreeing inputs."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from tb_parity_plugin.engine import align, kinks
+from tb_parity_plugin.engine.matrix import ABSENT, OK, VALUE
+from tb_parity_plugin.engine.notes.context import (
+    _MOMENTUM,
+    NoteContext,
+    _looser,
+    _one_value,
+    _scalar_at,
+)
+from tb_parity_plugin.engine.pair import Pair, take_rows
+from tb_parity_plugin.engine.tolerance import (
+    GRAD_NOISE_OF_MAX,
+    OUTPUT_ATOL_OF_MAX,
+)
+
+
+class UpdateNotes(NoteContext):
+    """Notes on weights, slots and gradients that diverge: what their updates and gradients show."""
+
+    def _overwritten_by_average(self, pair: Pair, k: int) -> Optional[str]:
+        """The run whose weight at step ``k`` is its own recorded moving average there, element for
+        element, when the other's is not (None otherwise): that run replaced its weights by their
+        averages. tf_keras's ``RMSprop`` alone defaults ``ema_overwrite_frequency`` to 100, so a
+        trial's faithful ``use_ema=True`` port jumped at step 100 and was told to compare epsilon,
+        betas and clipping. Only a weight that moved since the step compared before and was not
+        its average there: a weight an lr of 0 left alone, a frozen one, or an average of decay 0
+        equals its average with nothing replaced (a review's warm-up from lr 0 was told so)."""
+        if self._average_of is None:  # once per set of pairs: a weight's averages, by both variables
+            self._average_of = {}
+            for q in self._pairs:
+                b, c = align.variable_of("state", q.base.name), align.variable_of("state", q.cand.name)
+                if q.base.kind == "state" and b is not None and c is not None and b[1] == c[1] == "average":
+                    self._average_of[(b[0], c[0])] = q
+        names = (align.variable_of("weight", pair.base.name), align.variable_of("weight", pair.cand.name))
+        p = self._average_of.get((names[0][0], names[1][0])) if names[0] and names[1] else None
+        if p is None:
+            return None
+        before = np.flatnonzero((pair.ib[:k] >= 0) & (pair.ic[:k] >= 0) & (p.ib[:k] >= 0) & (p.ic[:k] >= 0))
+        if not len(before):
+            return None
+        values, averages = pair.step_values(k), p.step_values(k)
+        was, averaged = pair.step_values(int(before[-1])), p.step_values(int(before[-1]))
+        if values is None or averages is None or was is None or averaged is None:
+            return None
+        same = [
+            bool(np.array_equal(w, a)) and not np.array_equal(w, w0) and not np.array_equal(w0, a0)
+            for w, a, w0, a0 in zip(values, averages, was, averaged)
+        ]
+        if same[0] == same[1]:
+            return None
+        run, other = (self.base.name, self.cand.name) if same[0] else (self.cand.name, self.base.name)
+        average = p.base.name if same[0] else p.cand.name
+        return (
+            f"in '{run}' this weight equals its own moving average ({average}) at this step, element for "
+            f"element, and in '{other}' it does not: '{run}' replaced its weights by their averages "
+            "(tf_keras's use_ema=True with ema_overwrite_frequency, which RMSprop alone sets to 100 by "
+            "default; ema_overwrite_frequency=None keeps the weights), or its code assigns them"
+        )
+
+    def _moved_by_the_update(self, pair: Pair, k: int, slot_gaps: Sequence[tuple[Pair, float]] = ()) -> Optional[str]:
+        """What a weight diverging at step ``k`` after its gradient agreed element-wise at every
+        earlier step means (None otherwise): the update that moved it differs although its input
+        agreed. When the gradient of the elements out of tolerance stayed below its atol at every
+        earlier step, that is likely rounding noise, which an adaptive optimizer turns into steps
+        near its learning rate: new users' faithful Adam ports diverged on a dense bias before batch
+        normalization (the whole tensor) and on an embedding row first looked up at step 2.
+
+        When a slot of this weight (one its gradient feeds) diverges at this step (past what its
+        gradient's differences allow: ``Pair.allowance``) by more than that gradient's atol
+        (``slot_gaps``), another optimizer's slots being no evidence, that is said first and
+        nothing else: noise in a gradient that cancels leaves its slots at rounding scale, so the
+        update's input differs beyond rounding. A new user's ``clipnorm`` in place of
+        ``global_clipnorm`` (clipping between the recorded gradient and the update) was told
+        "likely rounding noise" beside Adam slots 40-140% apart, and under Momentum (every
+        update a per-variable factor of TF1's) "the learning rate or Adam's bias correction"."""
+        if self._grad_of is None:  # once per set of pairs, when a weight first diverges
+            self._grad_of = {id(self._pairs[i]): self._pairs[j] for i, j in self._weight_grads.items()}
+        g = self._grad_of.get(id(pair))
+        if g is None or k == 0:
+            return None
+        if not g.use_values:  # statistics that prove nothing are no evidence that it agreed
+            return None
+        kept = pair.update_note  # each refresh's report asks again: kept while both pairs are
+        if kept is not None and kept[0] is g and kept[1] == k and k < pair.done:
+            note, noise = kept[2]
+        else:
+            earlier = self._earlier_gradients(pair, g, k)
+            note, noise = (None, None) if earlier is None else self._update_note(g, *earlier)
+            pair.update_note = (g, k, (note, noise))
+        if note is None:
+            return None
+        momentum_only = self._momentum_only(g)
+        settings = (
+            "compare the optimizers' settings ("
+            + (
+                "momentum, nesterov"
+                if momentum_only
+                else "epsilon: TF1 Adam 1e-8, Keras 1e-7; betas, momentum, nesterov"
+            )
+            + ", weight decay"
+            # a new user's RMSprop port with Keras's defaults, slots not recorded, was told of Adam alone
+            + ("" if momentum_only else "; a slot's start: TF1 RMSProp's mean square 1, Keras's 0")
+            + ") and clipping between the recorded gradient and the update (clipnorm clips each "
+            "variable by its own norm, clip_by_global_norm / global_clipnorm all by one)"
+        )
+        far = [(p, gap) for p, gap in slot_gaps if p.feeder is g and gap > g.tol.atol]
+        if far:  # read first: the update's input differs, whatever the update's size
+            slot, gap = far[0]
+            return (
+                f"{note}; yet its optimizer slot {slot.base.kind}/{slot.base.name} differs by {gap:.3g} at this step, past atol and past what "
+                "its gradient's differences allow: the update's input differs beyond rounding (what feeds the slot, "
+                f"not the step size): the slot's own rule ({'momentum' if momentum_only else 'betas, momentum'}), "
+                "clipping between the recorded gradient and the update (clipnorm clips each variable by its own norm, "
+                "clip_by_global_norm / global_clipnorm all by one), or a weight decay added to the gradient"
+            )
+        if noise is None:  # the update itself: what a port most often sets otherwise
+            scale = self._update_scale(pair, k)
+            if scale is None:
+                return f"{note}: {settings}"
+            causes = ["the learning rate as applied"]
+            if not momentum_only:  # a momentum optimizer has no bias correction (a new user's nesterov port)
+                causes.append(
+                    "Adam's bias correction, which follows the optimizer's step count (a checkpoint restored "
+                    "without the optimizer's iterations restarts it at 0; README: optimizer counters are not recorded)"
+                )
+            causes.append(
+                "clipping between the recorded gradient and the update (clipnorm clips each variable by its own "
+                "factor, global clipping all by one)"
+            )
+            if not momentum_only:  # a helper's Adadelta: its first update scales with sqrt(epsilon)
+                causes.append(
+                    f"an epsilon under a square root that sets the step's size (Adadelta's first updates scale "
+                    f"with sqrt(epsilon): TF1 1e-8 against Keras's 1e-7 gives {math.sqrt(10):.4g})"
+                )
+            return (
+                f"{note}: the update is the baseline's times {scale:.4g} at every element (the same direction, "
+                f"another size): {'; '.join(causes)}"
+                + (_nesterov_hint(scale) if self._first_momentum_update(g, k) else "")
+            )
+        drift = self._largest_gap(pair)
+        hold = (
+            f"; ruled out, hold this tensor alone to its drift over the {drift[1]} steps both runs logged (at most "
+            f"{drift[0]:.3g}): --override '{pair.base.kind}/{pair.base.name}:atol={_looser(drift[0]):g}'"
+            if drift is not None
+            else ""
+        )
+        return note + noise + hold + "; README: What counts as a divergence"
+
+    def _largest_gap(self, pair: Pair) -> Optional[tuple[float, int]]:
+        """(largest finite |c - b| of ``pair`` over every compared step both runs kept full values at,
+        how many such steps): what an override for that tensor alone must allow (a new user's
+        attention key bias, whose gradient softmax cancels, drifted to 5.2e-4 by step 23 under Adam)."""
+        if not pair.use_values:
+            return None
+        rows = np.flatnonzero((pair.ib >= 0) & (pair.ic >= 0))
+        if not len(rows):
+            return None
+        n = min(pair.base.values.shape[1], pair.cand.values.shape[1])
+        b = take_rows(pair.base.values, pair.ib[rows])[:, :n].astype(np.float64)
+        c = take_rows(pair.cand.values, pair.ic[rows])[:, :n].astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            gap = np.where(np.isfinite(b) & np.isfinite(c), np.abs(c - b), 0.0).max(initial=0.0)
+        return float(gap), len(rows)
+
+    def _slots_fed_by(self, g: Pair) -> list[Pair]:
+        """The slot pairs gradient pair ``g`` feeds (``Pair.feeder``)."""
+        return [p for p in self._pairs if p.base.kind == "slot" and p.feeder is g]
+
+    def _momentum_only(self, g: Pair) -> bool:
+        """Whether the slots ``g`` feeds are momentum's alone (a summing first moment, no second
+        moment: not Adam, whose bias correction gives a factor of the same size)."""
+        rules = [align.slot_rule(p.base.name, p.cand.name) for p in self._slots_fed_by(g)]
+        return any(rule == (1, False) for rule in rules) and not any(power == 2 for power, _ in rules)
+
+    def _first_momentum_update(self, g: Pair, k: int) -> bool:
+        """Whether the update into compared step ``k`` was the first with momentum: the slots ``g``
+        feeds are momentum's alone and were all 0 on both sides at the step before (a review: the
+        Nesterov hint fired at a later update, where the records rule Nesterov's 1 + momentum out)."""
+        if not self._momentum_only(g):
+            return False
+        before = [p.step_values(k - 1) for p in self._slots_fed_by(g)]
+        return bool(before) and all(b is not None and not np.any(b[0]) and not np.any(b[1]) for b in before)
+
+    def _earlier_gradients(
+        self, pair: Pair, g: Pair, k: int
+    ) -> Optional[tuple[list[np.ndarray], Optional[np.ndarray]]]:
+        """The values of ``pair``'s gradient ``g`` (compared by values) at the compared steps before
+        ``k`` both runs logged, ``[baseline, candidate]`` in float64, only at ``pair``'s elements out
+        of tolerance at ``k`` when they are known (returned with them, else None); None unless the
+        gradient agreed at every one of those steps (its verdicts settled here). What a weight's
+        update note and a slot's noise note both read."""
+        g.ensure(k, self.policy.equal_nan)
+        seen = (g.ib[:k] >= 0) & (g.ic[:k] >= 0)
+        if not seen.any() or ((g.reason[:k] != OK) & (g.reason[:k] != ABSENT)).any():
+            return None
+        out = self._elements_out(pair, k)
+        width = min(g.base.values.shape[1], g.cand.values.shape[1])
+        known = out if out is not None and len(out) and out.max() < width else None
+        cols = slice(None) if known is None else known
+        grads = [
+            take_rows(side.values, r)[:, cols].astype(np.float64)
+            for side, r in ((g.base, g.ib[:k][seen]), (g.cand, g.ic[:k][seen]))
+        ]
+        return grads, known
+
+    def _update_note(self, g: Pair, grads: list[np.ndarray], out: Optional[np.ndarray]) -> tuple[str, Optional[str]]:
+        """:meth:`_moved_by_the_update`'s note, from the gradient's values at the earlier steps
+        (:meth:`_earlier_gradients`: at the elements out of tolerance ``out``, when known), and what
+        it adds when those gradients stayed below atol (None when they did not)."""
+        if out is not None:
+            what = f"the {len(out)} elements out of tolerance" if len(out) > 1 else "the element out of tolerance"
+        else:  # every element, the finite ones as a tensor's min and max are
+            what = "its elements"
+            grads = [np.where(np.isfinite(a), a, 0.0) for a in grads]
+        largest = max(float(np.abs(a).max(initial=0.0)) for a in grads)
+        note = (
+            f"its gradient {g.base.kind}/{g.base.name} agreed element-wise at every earlier step: the update "
+            f"that moved it differs; {what} had gradients of at most {largest:.3g} there"
+        )
+        noise = None
+        if largest == 0.0:  # nothing for an optimizer to amplify (a review's: called noise under momentum)
+            note += (
+                ", exactly 0 in both runs: no gradient moved those elements, the update's own rule did (a weight "
+                "decay, decoupled or added to the gradient, on one side only)"
+            )
+        elif largest < g.tol.atol:
+            noise = (
+                f", below atol {g.tol.atol:g}: likely rounding noise (a gradient 0 in exact math: a bias right "
+                "before batch normalization, an attention key's bias, which softmax cancels; or an embedding row "
+                "seldom looked up), which an adaptive optimizer (Adam, RMSprop, Adagrad) turns "
+                "into steps near its learning rate, so faithful runs drift apart there, and so does a small real "
+                "difference in what those gradients came from (a normalization layer's epsilon). Check the "
+                "optimizer's epsilon first (TF1 Adam 1e-8, Keras 1e-7), then Adam's betas (tf_keras Adam "
+                "decays v by 1 - beta_2 of the Python float, TF1 by 1 - beta_2 rounded to float32, 1.3e-5 of "
+                "itself apart from the first step: Adam(beta_1=float(np.float32(0.9)), "
+                "beta_2=float(np.float32(0.999))) decays as TF1 does), then the layers' (Keras "
+                "LayerNormalization and BatchNormalization 1e-3)"
+            )
+        return note, noise
+
+    def _noise_fed(self, pair: Pair, k: int) -> Optional[str]:
+        """For a slot diverging at step ``k`` whose gradient (its elements out of tolerance, when
+        known) stayed below the gradient's atol at every earlier step, compared element-wise: that
+        it sums rounding noise. A new user's faithful port diverged at step 3 on the momentum of a
+        bias right before batch normalization, 2.6e-8 apart, every other tensor agreeing, and
+        nothing said why."""
+        g = pair.feeder
+        if g is None or not g.use_values or k == 0:
+            return None
+        earlier = self._earlier_gradients(pair, g, k)
+        if earlier is None:
+            return None
+        grads = earlier[0]
+        largest = max(float(np.abs(a).max(initial=0.0)) for a in grads)
+        apart = float(np.abs(grads[1] - grads[0]).max(initial=0.0))
+        # noise: below atol, and apart by a good share of itself (a small gradient computed alike is
+        # 1e-6 of itself apart, and a slot that parts from it has another rule, not noise)
+        if not (largest < g.tol.atol and apart >= 0.01 * largest):
+            return None
+        zero = [side for side, a in zip(("baseline", "candidate"), grads) if not np.any(a)]
+        if len(zero) == 1:  # a helper's stop_gradient on one bias: exactly 0 is no rounding noise
+            return (
+                f"its gradient {g.base.kind}/{g.base.name} stayed below atol {g.tol.atol:g} at every earlier step, "
+                f"and is exactly 0 in the {zero[0]} only (at most {largest:.3g} in the other): not rounding noise; "
+                "a gradient that does not reach the variable on one side (a stop_gradient, a frozen or detached "
+                "variable, a term left out of the loss)"
+            )
+        return (
+            f"its gradient {g.base.kind}/{g.base.name} stayed below atol {g.tol.atol:g} at every earlier step (at "
+            f"most {largest:.3g}): rounding noise (a gradient 0 in exact math: a bias right before batch "
+            "normalization, an attention key's bias), which a momentum or moving average sums past the slot's own "
+            "tolerance on faithful ports; drop that bias on both sides (use_bias=False) or loosen this slot with "
+            "--override"
+        )
+
+    def _slot_starts_otherwise(self, pair: Pair, k: int) -> Optional[str]:
+        """For a slot diverging at the first step both runs logged, each run's every element one
+        value, the two apart: the optimizers start it differently. New users' TF1 RMSProp (its mean
+        square starts at 1, Keras's at 0), Adagrad's and Ftrl's ``initial_accumulator_value`` were
+        found there with no note. Read from the exact min and max, so a slot kept as statistics only
+        tells it too (a new user's 5000-wide RMSProp mean square read "min 1 vs 0" with no note)."""
+        if int(pair.ib[k]) != 0 or int(pair.ic[k]) != 0:
+            return None  # not where both runs' slot was first logged (rows follow the steps): updated since
+        # One element is always "one value", so it tells a start only at step 0 in both runs (no update
+        # applied yet; a run resumed at step 100 is no slot's start): a sigmoid output's bias [1], in
+        # every CTR model, was the one slot of a wrong initial_accumulator_value without the note.
+        fewest = 1 if int(pair.base.steps[0]) == 0 and int(pair.cand.steps[0]) == 0 else 2
+        starts = [_one_value(pair.base.stats[0], fewest), _one_value(pair.cand.stats[0], fewest)]
+        if starts[0] is None or starts[1] is None or starts[0] == starts[1]:
+            return None
+        return (
+            f"every element starts at {starts[0]:g} in the baseline and {starts[1]:g} in the candidate: the "
+            "optimizers initialise this slot differently (TF1's RMSProp starts its mean square at 1, Keras at 0: "
+            "build the optimizer and assign ones; Adagrad's and Ftrl's initial_accumulator_value)"
+        )
+
+    def _slot_fed_otherwise(self, pair: Pair, k: int) -> Optional[str]:
+        """For a slot diverging at step ``k`` whose gradient agreed element-wise at every earlier step
+        and was past its atol there (below it: :meth:`_noise_fed`): what reaches the slot differs from
+        the recorded gradient, or the slot's rule does; when every element is the baseline's times one
+        factor, that factor, and on a moving average's first update what it is made of. New users'
+        ``clipnorm`` in place of global clipping (Adam's first moment 1.0348x TF1's: TF1's global norm)
+        and ``beta_2=0.98`` (the second moment 20x) diverged first on the slot, with no note."""
+        g = pair.feeder
+        if g is None or not g.use_values or k == 0:
+            return None
+        earlier = self._earlier_gradients(pair, g, k)
+        if earlier is None or not max(float(np.abs(a).max(initial=0.0)) for a in earlier[0]) >= g.tol.atol:
+            return None
+        carried = self._carried_gradient_difference(pair, g, k, earlier)
+        if carried is not None:
+            return carried
+        note = (
+            f"its gradient {g.base.kind}/{g.base.name} agreed element-wise at every earlier step: what reaches "
+            "the slot differs from the recorded gradient (clipping between the two: clipnorm clips each variable "
+            "by its own norm, clip_by_global_norm / global_clipnorm all by one; a weight decay added to the "
+            "gradient), or the slot's own rule does (betas, momentum, rho, an initial accumulator)"
+        )
+        both = pair.step_values(k)
+        if both is None:
+            return note
+        b, c = (np.asarray(x, np.float64) for x in both)
+        rounding = (OUTPUT_ATOL_OF_MAX * float(np.abs(b).max(initial=0.0)), 0.0)
+        units = self._velocity_units(pair, k, b, c, rounding)
+        if units:
+            return note + units
+        scale = _uniform_scale(b, c, pair.tol.atol, rounding)
+        if scale is None:
+            return note
+        power, averaging = align.slot_rule(pair.base.name, pair.cand.name)
+        before = pair.step_values(k - 1) if int(self.steps[k - 1]) == int(self.steps[k]) - 1 else None
+        first = before is not None and not np.any(before[0]) and not np.any(before[1])
+        note += f"; every element is the baseline's times {scale:.4g}"
+        if first and averaging and power in (1, 2):
+            beta, default = ("beta_1", 0.9) if power == 1 else ("beta_2", 0.999)
+            # either side may be the one left at Keras's default: a trial's GAN had TF1's beta_1 0.5 and
+            # the port's default 0.9, and was offered only "the candidate's is 0.98"
+            implied = 1.0 - scale * (1.0 - default)
+            implied_base = 1.0 - (1.0 - default) / scale
+            note += (
+                f": on its first update a moving average holds (1 - {beta}) x the gradient"
+                + ("" if power == 1 else " squared")
+                + f", so either the two {beta}s differ (the candidate's 1 - {beta} is {scale:.4g}x the baseline's"
+                + (
+                    f"; if the baseline's is Adam's default {default}, the candidate's is {implied:.4g}"
+                    if 0.0 < implied < 1.0
+                    else ""
+                )
+                + (
+                    f"; if the candidate's is {default}, the baseline's is {implied_base:.4g}"
+                    if 0.0 < implied_base < 1.0
+                    else ""
+                )
+                + ") or the gradients reaching it differ by "
+                + (f"{scale:.4g}" if power == 1 else f"{math.sqrt(scale):.4g} (its square root)")
+                + " (clipping: one side's clip factor over the other's; a global norm over the clip norm when the "
+                "other side leaves this variable unclipped)"
+            )
+        elif first and power == 1:
+            note += (
+                ": on its first update a momentum holds the gradient itself, so the gradients reaching it differ by "
+                f"{scale:.4g} (clipping: one side's clip factor over the other's), or one side scales it (dampening)"
+            )
+        return note
+
+    def _velocity_units(self, pair: Pair, k: int, b: np.ndarray, c: np.ndarray, rounding: tuple[float, float]) -> str:
+        """For a momentum slot whose values at step ``k`` (``b``, ``c``) are one another's times
+        ``-lr`` of a recorded lr at step ``k`` or the one before: that one run holds Keras SGD's
+        velocity (``-lr x accumulator``) and the other TF1's accumulator. A port's ``SGD`` subclass
+        that overrides ``update_step`` but keeps Keras's rule is recorded as held (the shim cannot
+        tell its rule), and its slot, cosine -1, was blamed on clipping or a weight decay. ""
+        otherwise. (:func:`_uniform_scale` takes positive factors only.)"""
+        if not _MOMENTUM.search(f"{pair.base.name} {pair.cand.name}"):
+            return ""
+        rates = {
+            _scalar_at(series, rows, j)
+            for lr in self._pairs
+            if lr.base.kind == "lr" and lr.use_values
+            for series, rows in ((lr.base, lr.ib), (lr.cand, lr.ic))
+            for j in (k - 1, k)
+            if j >= 0 and int(rows[j]) >= 0
+        }
+        large = np.abs(b) > pair.tol.atol
+        if large.sum() < 2 or not (np.isfinite(b).all() and np.isfinite(c).all()):
+            return ""
+        for rate in sorted(r for r in rates if r > 0):
+            for factor, held in ((-rate, "candidate"), (-1.0 / rate, "baseline")):
+                allowed = 1e-4 * np.abs(factor * b) + abs(factor) * rounding[0] + rounding[1]
+                if np.all(np.abs(c - factor * b)[large] <= allowed[large]):
+                    other = "baseline" if held == "candidate" else "candidate"
+                    return (
+                        f"; every element is the baseline's times {factor:.4g} = -{'' if held == 'candidate' else '1/'}"
+                        f"lr ({rate:g}): the {held} holds this slot as Keras "
+                        f"SGD's velocity (-lr x accumulator) and the {other} as TF1's accumulator. The shim records a "
+                        "Keras SGD's slot divided by -lr unless its class overrides the update rule (update_step): "
+                        "a subclass that overrides it but keeps Keras's rule is recorded as held"
+                    )
+        return ""
+
+    def _carried_gradient_difference(
+        self, pair: Pair, g: Pair, k: int, earlier: tuple[list[np.ndarray], Optional[np.ndarray]]
+    ) -> Optional[str]:
+        """For :meth:`_slot_fed_otherwise`: when the gradient's differences at the earlier steps (each
+        within the gradient's tolerance) add up to the slot's difference at ``k``, the slot only
+        carries them, and says so rather than blame its rule. A new user's loosened ``grad/*`` atol
+        admitted a gradient 3.3e-4 apart after an epsilon difference; its Adam slot, 0.1 of that
+        apart, was told of clipping, weight decay or its betas (the same on both sides)."""
+        both = pair.step_values(k)
+        if both is None:
+            return None
+        b, c = (np.asarray(x, np.float64) for x in both)
+        cols = earlier[1] if earlier[1] is not None else slice(None)
+        gb, gc = earlier[0]
+        with np.errstate(invalid="ignore", over="ignore"):
+            slot_gap = float(np.nan_to_num(np.abs(c - b)[cols]).max(initial=0.0))
+            d = np.nan_to_num(np.abs(gc - gb))
+        # what the slot's rule moves it by, uncapped: d, or g²'s change for a second moment (a review's
+        # wrong beta2 on v was told its gradient's 1e-6 accounted for 9e-7)
+        per_step = pair._moved(gb, gc, np.full(len(gb), np.inf))
+        total = float(per_step.max(initial=0.0) if pair.feeder_averages else per_step.sum())
+        if not len(per_step) or slot_gap <= 0 or slot_gap > 1.01 * total:
+            return None
+        seen = np.flatnonzero((g.ib[:k] >= 0) & (g.ic[:k] >= 0))
+        most = int(seen[int(np.argmax(per_step))])
+        at = int(self.steps[most])
+        # a unit at its kink there moved the gradient (a helper's faithful ResNet, its ReLU outputs
+        # recorded: the slot diverged a step after one unit flipped, and was told of epsilon)
+        kink = kinks.note(kinks.kinked(self._pairs, most), at)
+        return (
+            f"its gradient {g.base.kind}/{g.base.name} agreed within its tolerance (atol {g.tol.atol:g}) at every "
+            f"earlier step but differed by up to {float(d.max()):.3g} (at step {at}); by the slot's rule those "
+            f"differences move it by up to {total:.3g}, enough for its {slot_gap:.3g}: the slot carries the "
+            "gradient's difference, which the gradient's tolerance admits and the slot's rule (1e-4 of the "
+            "gradient) does not; "
+            + (
+                kink
+                if kink
+                else "look for what moved the gradient there (the weights or inputs before it, a setting such as an "
+                "optimizer's epsilon, or a tolerance loosened with --override) rather than the slot's rule"
+            )
+        )
+
+    def _grad_scale(self, pair: Pair, k: int) -> Optional[str]:
+        """A gradient that is the baseline's times one factor at every element (compared by
+        values): a new user's gradient accumulation not divided by its 4 micro-batches showed every
+        gradient with max_rel_diff=3 and cosine 1, and nothing said "times 4". Each element may be
+        off the factor by a gradient's rounding (:data:`GRAD_NOISE_OF_MAX` of each side's largest
+        element): a helper's embedding gradient, its repeated rows summed in float32, had one small
+        element 1e-4 of itself off the factor and lost the note every other gradient had."""
+        both = pair.step_values(k)
+        if both is None:
+            return None
+        rounding = tuple(GRAD_NOISE_OF_MAX * float(np.abs(side).max(initial=0.0)) for side in both)
+        scale = _uniform_scale(both[0], both[1], pair.tol.atol, (rounding[0], rounding[1]))
+        if scale is None:
+            return None
+        return (
+            f"every element is the baseline's times {scale:.4g} (the same direction, another size): a scale between "
+            "the loss and this gradient (the loss's reduction: a sum against a mean, a global batch size under a "
+            "strategy; accumulated gradients not divided by their micro-batches; a loss scale not undone), or "
+            "gradients recorded after clipping by one run and before it by the other (every gradient then has one "
+            "factor, the global norm over the clip norm, and the weights agree)"
+        )
+
+    def _jump_from_agreeing_inputs(self, pair: Pair, k: int) -> Optional[str]:
+        """For a gradient whose error ratio at step ``k`` is at least :data:`JUMP_FACTOR` times its
+        largest at every earlier step both runs logged, while every weight, state and slot both
+        recorded at ``k``, and the loss, agree: the difference arises inside the step from agreeing
+        inputs, which a ReLU-like unit at its kink does when no activation is recorded to show it
+        (:mod:`kinks` names the unit when one is). New users' faithful ResNet ports (a conv's bias
+        and batch norm, Momentum, 100 steps, float64 replays bit-equal) diverged so on a kernel's
+        gradient at steps 6, 19 and 42 with no note, one unit flipping at its kink."""
+        if k == 0 or not pair.by_values_at(k):
+            return None
+        few = pair.finding(k, self.policy.equal_nan).get("mismatch_fraction")
+        jump = self._jump(pair, k)
+        if few is None or jump is None:
+            return None
+        now, before = jump
+        nearest = None
+        if few > JUMP_FEW:
+            # a unit at its kink moves the elements it feeds, not all, of the gradient nearest it; the
+            # backward pass carries that to every element of the gradients before it (a helper's
+            # faithful ResNet: one unit of its last block flipped and moved 3 % of that block's
+            # gradients, 82 % of the first conv's, which came first and got no note)
+            local = []
+            for p in self._pairs:
+                if p is pair or p.base.kind != "grad" or not p.by_values_at(k) or p.ib[k] < 0 or p.ic[k] < 0:
+                    continue
+                p.ensure(k + 1, self.policy.equal_nan)
+                share = p.finding(k, self.policy.equal_nan).get("mismatch_fraction")
+                if p.reason[k] == VALUE and share is not None and share <= JUMP_FEW and self._jump(p, k):
+                    local.append((share, p))
+            if not local:
+                return None
+            nearest = min(local, key=lambda t: t[0])
+        weights = 0
+        for p in self._pairs:
+            if p.base.kind not in ("weight", "state", "slot", "loss") or p.ib[k] < 0 or p.ic[k] < 0:
+                continue
+            p.ensure(k + 1, self.policy.equal_nan)
+            if p.reason[k] != OK:
+                return None
+            weights += p.base.kind == "weight"
+        if not weights:
+            return None
+        moved = (
+            f"Only {few:.2%} of its elements moved"
+            if nearest is None
+            else f"{few:.2%} of its elements moved, but only {nearest[0]:.2%} of those of {nearest[1].base.name}, "
+            "which also jumped: a unit at its kink moves a few elements of the gradient nearest it, and the "
+            "backward pass carries that to every element of the gradients before it"
+        )
+        return (
+            f"every weight, state and slot both runs recorded agrees at this step, and the loss, while this gradient's "
+            f"error ratio jumps to {now:.3g} from at most {before:.3g} at the steps before: a difference "
+            "that arises inside this step from agreeing inputs, as a ReLU-like unit at its kink makes it (float "
+            "rounding decides whether the gradient flows through it); record the activations before it with full "
+            "values (a unit at its kink is then named), run both sides again to see whether it recurs at this step, "
+            f"or compare with tf.config.experimental.enable_op_determinism() on both sides. {moved}; a port's own "
+            "difference that first acts at this step (a threshold first reached, a schedule not recorded) would "
+            "show so too, so see whether it recurs"
+        )
+
+    def _jump(self, pair: Pair, k: int) -> Optional[tuple[float, float]]:
+        """(its error ratio at ``k``, its largest at the steps before) when the first is at least
+        :data:`JUMP_FACTOR` times the second; None otherwise."""
+        pair.ensure_ratios(k + 1)
+        earlier = np.asarray(pair.ratio[:k], dtype=np.float64)
+        earlier = earlier[np.isfinite(earlier)]
+        now = float(pair.ratio[k])
+        if not len(earlier) or not np.isfinite(now) or now < JUMP_FACTOR * float(earlier.max()):
+            return None
+        return now, float(earlier.max())
+
+    def _decay_note(self, pair: Pair, k: int) -> Optional[str]:
+        """A gradient whose difference at step ``k`` is one factor times its weight's value there at
+        every element (the weight compared by values, agreeing): an L2 term on one side only, or of
+        another size. A helper's port used Keras ``l2(λ)`` (gradient 2λw) for TF1's
+        ``λ * tf.nn.l2_loss(w)`` (gradient λw): every gradient moved by exactly λw, with no note."""
+        weight = next((self._pairs[i] for i, j in self._weight_grads.items() if self._pairs[j] is pair), None)
+        if weight is None or not weight.use_values:
+            return None
+        grads, weights = pair.step_values(k), weight.step_values(k)
+        if grads is None or weights is None or len(weights[0]) != len(grads[0]):
+            return None
+        weight.ensure(k + 1, self.policy.equal_nan)
+        if weight.reason[k] != OK:
+            return None
+        b, c = (np.asarray(a, np.float64) for a in grads)
+        w = np.asarray(weights[0], np.float64)
+        if not (np.isfinite(b).all() and np.isfinite(c).all() and np.isfinite(w).all()):
+            return None
+        d, used = c - b, np.abs(w) > 0
+        if used.sum() < 2 or not np.any(d):
+            return None
+        if np.ptp(w[used]) <= 1e-3 * float(np.abs(w).max()):
+            return None  # a weight of one value (a bias at 0.1, a gamma of ones): an offset explains it as well
+        factor = float(d @ w / (w @ w))
+        rounding = GRAD_NOISE_OF_MAX * max(float(np.abs(b).max()), float(np.abs(c).max()))
+        if factor == 0 or not np.all(np.abs(d - factor * w) <= rounding + 1e-3 * np.abs(factor * w)):
+            return None
+        return (
+            f"the difference is {factor:.4g} times the weight {weight.base.name} at every element: a weight decay "
+            "added to the loss on one side only or of another size (an L2 term: Keras regularizers.l2(λ) adds "
+            "λ·Σw², gradient 2λ·w; TF1's λ·tf.nn.l2_loss(w) adds λ·Σw²/2, gradient λ·w; a regularizer on a "
+            "layer the other run does not regularize)" + self._replicated_regularizer()
+        )
+
+    def _replicated_regularizer(self) -> str:
+        """For an L2-like gradient difference when one run ran several replicas: each replica adds
+        its whole regularization loss unless scaled by ``tf.nn.scale_regularization_loss``, and the
+        all-reduce sums them. A helper's MirroredStrategy port that left it out was told of Keras
+        ``l2`` against ``tf.nn.l2_loss`` only."""
+        counts = [self._replicas[run.name].count for run in (self.base, self.cand) if run.name in self._replicas]
+        n = max(counts, default=1)
+        if n < 2:
+            return ""
+        return (
+            f"; or, under the strategy's {n} replicas, a regularization loss not divided by the replica count "
+            f"(tf.nn.scale_regularization_loss): each replica adds it whole and the all-reduce sums {n} of them"
+        )
+
+    def _update_scale(self, pair: Pair, k: int) -> Optional[float]:
+        """The one factor, not 1, by which the candidate's update of a weight from the step before
+        ``k`` to ``k`` is the baseline's at every element it moved (None otherwise). A new user's
+        port restored Adam's slots but not its step count: every weight's update was 1.9531 times
+        TF1's, which is the ratio of the two bias corrections, and the note listed epsilon."""
+        if k == 0 or int(self.steps[k - 1]) != int(self.steps[k]) - 1:
+            return None
+        now, before = pair.step_values(k), pair.step_values(k - 1)
+        if now is None or before is None or len(now[0]) != len(before[0]):
+            return None
+        (nb, nc), (bb, bc) = ((np.asarray(x, np.float64) for x in both) for both in (now, before))
+        # each difference of two float32 weights carries their rounding: 1e-5 updates of weights
+        # near 0.1 are 6e-4 apart in ratio from rounding alone
+        rounding = (2.0**-23 * (np.abs(nb) + np.abs(bb)), 2.0**-23 * (np.abs(nc) + np.abs(bc)))
+        return _uniform_scale(nb - bb, nc - bc, pair.tol.atol, rounding)
+
+
+#: How many times its largest earlier error ratio a gradient's must jump to be told it arose inside
+#: the step (``Comparison._jump_from_agreeing_inputs``): a unit flipping at its kink moved faithful
+#: ResNet ports' kernel gradients about 100x their earlier gap in one step.
+JUMP_FACTOR = 10.0
+
+
+#: ...and the largest share of its elements out of tolerance there: one unit's flip moved 0.3-8 % of
+#: those faithful ResNets' kernel gradients; a clipping first reached moves all of them.
+JUMP_FEW = 0.5
+
+
+def _uniform_scale(
+    b: np.ndarray, c: np.ndarray, floor: float, rounding: tuple[Any, Any] = (0.0, 0.0)
+) -> Optional[float]:
+    """The one factor ``c / b`` takes at every element where ``|b|`` is above ``floor`` (``c``
+    within 1e-4 of ``scale x b``, plus ``rounding``: each side's rounding error per element; at
+    least 2 such elements, none where ``b`` is below ``floor`` but ``c`` is not), when it is not 1:
+    the same direction, another size (None otherwise)."""
+    b, c = np.asarray(b, np.float64).ravel(), np.asarray(c, np.float64).ravel()
+    if not (np.isfinite(b).all() and np.isfinite(c).all()):
+        return None
+    large = np.abs(b) > floor
+    if large.sum() < 2:
+        return None
+    scale = float(np.median(c[large] / b[large]))
+    if not scale > 0:  # a sign flipped, or nothing moved: not "the same direction" (a review's)
+        return None
+    round_b, round_c = (np.broadcast_to(np.asarray(r, np.float64).ravel(), b.shape)[large] for r in rounding)
+    allowed = 1e-4 * np.abs(scale * b[large]) + abs(scale) * round_b + round_c
+    if not np.all(np.abs(c[large] - scale * b[large]) <= allowed) or abs(scale - 1) <= 1e-3:
+        return None
+    if np.any(np.abs(c[~large]) > abs(scale) * floor * 2):  # what b left small, c did not
+        return None
+    return scale
+
+
+def _nesterov_hint(scale: float) -> str:
+    """For an update ``scale`` times the baseline's: ``1 + mu`` (or its inverse) is what Nesterov
+    momentum ``mu`` on one side only gives on the first update, whose accumulator is that step's
+    gradient (a new user's ``nesterov=True`` showed 1.9, and the note named Adam)."""
+    if scale > 1.0:
+        mu, form, side = scale - 1.0, "1 + {mu}", "the candidate"
+    else:
+        mu, form, side = 1.0 / scale - 1.0, "1 / (1 + {mu})", "the baseline"
+    if not 0.0 < mu < 1.0:
+        return ""
+    return (
+        f"; on this first update with momentum, {scale:.4g} = {form.format(mu=f'{mu:.3g}')} is what Nesterov "
+        f"momentum {mu:.3g} on {side} only gives (nesterov=True)"
+    )
