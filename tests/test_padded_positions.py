@@ -11,6 +11,8 @@ Expected values are numpy's attention on the initial weights.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import tensorflow as tf
 from engine_helpers import run, series
@@ -133,3 +135,72 @@ def test_real_positions_apart_with_padding_zero_in_both_runs_are_not_called_mask
     assert first is not None and (first.step, first.tensor) == (0, "ln"), first
     assert "mask them differently" not in (first.note or ""), first.note
     assert "its real positions differ" in (first.note or ""), first.note
+
+
+def _numpy_probabilities(model: tf.keras.Model) -> np.ndarray:
+    """The attention probabilities ``[batch, heads, query, key]`` over the real keys, on the model's weights."""
+    x = model.get_layer("embedding").get_weights()[0][IDS].astype(np.float64)
+    wq, bq, wk, bk = (w.astype(np.float64) for w in model.get_layer("mha").get_weights()[:4])
+    q = np.einsum("btd,dhk->bthk", x, wq) + bq
+    k = np.einsum("btd,dhk->bthk", x, wk) + bk
+    scores = np.einsum("bqhk,bshk->bhqs", q / np.sqrt(3.0), k) + np.where(IDS[:, None, None, :] == 0, -1e9, 0.0)
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    return p / p.sum(-1, keepdims=True)
+
+
+def _fit_recorded(logdir: str, outputs: Any, layers: list) -> tf.keras.Model:
+    """One recorded fit step of ``ids -> Embedding(mask_zero=True) -> outputs(x)`` pooled into 3 logits."""
+    tf.keras.utils.set_random_seed(0)
+    ids = tf.keras.Input((None,), dtype="int32")
+    x = tf.keras.layers.Embedding(8, 6, mask_zero=True, name="embedding")(ids)
+    pooled = [tf.keras.layers.GlobalAveragePooling1D()(t) for t in outputs(x)]
+    joined = pooled[0] if len(pooled) == 1 else tf.keras.layers.Concatenate()(pooled)
+    model = tf.keras.Model(ids, tf.keras.layers.Dense(3, name="logits")(joined))
+    model.compile(tf.keras.optimizers.SGD(0.1), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    initial = tf.keras.models.clone_model(model)
+    initial.set_weights(model.get_weights())
+    rec = summary_v2.Recorder(logdir)
+    summary_v2.instrument(model, rec, layers=layers, zero_masked=True)
+    model.fit(IDS, LABELS, batch_size=3, epochs=1, shuffle=False, verbose=0)
+    rec.close()
+    return initial
+
+
+def test_an_output_keras_attaches_no_mask_to_is_recorded_whole(tmp_path) -> None:
+    """A Conv1D after ``Embedding(mask_zero=True)``: Keras drops the mask (the conv does not support
+    masking), so its output has none and is recorded whole. ``zero_masked=True`` asked the conv's
+    ``compute_mask`` for one, which raises for a layer that does not support masking: the user's
+    ``fit`` failed with a TypeError. Expected values: numpy's ``same`` convolution of the embedding."""
+    model = _fit_recorded(
+        str(tmp_path), lambda x: [tf.keras.layers.Conv1D(4, 3, padding="same", name="conv")(x)], ["conv"]
+    )
+    table = model.get_layer("embedding").get_weights()[0].astype(np.float64)
+    kernel, bias = (w.astype(np.float64) for w in model.get_layer("conv").get_weights())
+    x = np.pad(table[IDS], ((0, 0), (1, 1), (0, 0)))
+    expected = sum(np.einsum("btd,du->btu", x[:, i : i + IDS.shape[1]], kernel[i]) for i in range(3)) + bias
+    got = tensors_by_step(str(tmp_path))[0][("activation", "conv")][2].reshape(expected.shape)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6)
+    assert np.abs(expected[IDS == 0]).min() > 1e-4  # padded positions recorded too, not as 0
+
+
+def test_each_output_is_recorded_with_the_mask_keras_attaches_to_it(tmp_path) -> None:
+    """``MultiHeadAttention(..., return_attention_scores=True)`` under ``Embedding(mask_zero=True)``:
+    Keras attaches the query mask ``[batch, time]`` to the attention output and the attention mask
+    ``[batch, 1, query, key]`` (its softmax's) to the scores ``[batch, heads, query, key]``. The query
+    mask, given to both, was laid on the scores' ``[batch, heads]``: with 5 heads over 5 positions,
+    a short sample's heads 2-4 were recorded as 0 at its real queries, and its padded query rows kept
+    in the other heads (with 2 heads, ``fit`` failed on the shapes). Expected: numpy's probabilities
+    over the real keys, 0 at padded queries and keys."""
+    model = _fit_recorded(
+        str(tmp_path),
+        lambda x: [tf.keras.layers.MultiHeadAttention(5, 3, name="mha")(x, x, return_attention_scores=True)[0]],
+        ["mha"],
+    )
+    real = IDS != 0
+    p = _numpy_probabilities(model) * (real[:, None, :, None] & real[:, None, None, :])
+    step = tensors_by_step(str(tmp_path))[0]
+    got = step[("activation", "mha/1")][2].reshape(p.shape)
+    np.testing.assert_allclose(got, p, rtol=1e-4, atol=1e-6)
+    expected = _numpy_attention(model) * real[..., None]
+    out = step[("activation", "mha/0")][2].reshape(expected.shape)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-6)

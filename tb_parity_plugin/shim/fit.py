@@ -57,18 +57,31 @@ def instrument_layer(recorder: Any, layer: Any, name: Optional[str] = None, zero
 
 
 def _output_masks(layer: Any, args: tuple, kwargs: dict, out: Any) -> list:
-    """The mask Keras attaches to each of ``layer``'s outputs after ``call`` (``compute_mask`` of
-    the first input and its mask, as ``Layer.__call__`` computes it), None where there is none or
-    its rank is above the output's."""
-    inputs = args[0] if args else next(iter(kwargs.values()), None)
-    mask = kwargs.get("mask")
-    if mask is None:
-        mask = tf.nest.map_structure(lambda t: getattr(t, "_keras_mask", None), inputs)
-    # an Embedding(mask_zero=True) makes its mask from its input, so compute_mask even without one
-    masks = tf.nest.flatten(layer.compute_mask(inputs, mask))
+    """The mask Keras attaches to each of ``layer``'s outputs after ``call``, as ``Layer.__call__``
+    does (``_set_mask_metadata``), None where there is none or its rank is above the output's.
+
+    Not ``compute_mask`` for every output: Keras leaves a layer that does not support masking without
+    one (a ``Conv1D`` after ``Embedding(mask_zero=True)``, whose ``compute_mask`` raises when asked);
+    keeps a mask ``call`` set on an output (``Masking``, a nested model, ``MultiHeadAttention``'s scores
+    ``[batch, 1, query, key]`` from its softmax) unless ``compute_mask`` gives that output one; and
+    gives ``compute_mask``'s masks to the outputs in order, not its first to all (the query mask laid
+    on the scores' ``[batch, heads]`` zeroed real queries).
+    """
     flat = tf.nest.flatten(out)
-    if len(masks) != len(flat):
-        masks = masks[:1] * len(flat)
+    if not getattr(layer, "supports_masking", False):
+        return [None] * len(flat)
+    masks = [getattr(t, "_keras_mask", None) for t in flat]
+    if not getattr(layer, "_compute_output_and_mask_jointly", False) and any(m is None for m in masks):
+        inputs = args[0] if args else next(iter(kwargs.values()), None)
+        if "mask" in kwargs:  # passed to ``call``: the mask Keras gives ``compute_mask`` too
+            previous = kwargs["mask"]
+        else:
+            previous = tf.nest.map_structure(lambda t: getattr(t, "_keras_mask", None), inputs)
+        # an Embedding(mask_zero=True) makes its mask from its input, so compute_mask even without one
+        computed = layer.compute_mask(inputs, previous)
+        if computed is not None:
+            for i, m in enumerate(tf.nest.flatten(computed)[: len(flat)]):
+                masks[i] = m
     return [
         m
         if m is not None and m.shape.rank is not None and t.shape.rank is not None and m.shape.rank <= t.shape.rank
