@@ -60,3 +60,21 @@ def test_a_warmup_alone_one_step_ahead_is_named() -> None:
     # a warm-up of another length is no shift, and gets no such note
     other = _first(base, np.where(s < 6, 5e-3 * s / 6, decay))
     assert "one phase of its schedule" not in (other.note or ""), other.note
+
+
+def test_one_boundary_of_a_piecewise_schedule_shifted_names_the_steps_apart() -> None:
+    """``PiecewiseConstantDecay`` with boundaries [10, 20] ported as [9, 20] (a ``<`` for a ``<=``):
+    numpy, the runs differ at step 9 alone, where the port's value is TF1's at step 10. The phase
+    note said the shift held from step 9 to step 18 and the two agreed from step 19 on (the lr is
+    flat there, so the shift held as well), and gave a warm-up as the cause."""
+    s = STEPS.astype(np.float64)
+    base = np.where(s < 10, 1e-2, np.where(s < 20, 1e-3, 1e-4))
+    cand = np.where(s < 9, 1e-2, np.where(s < 20, 1e-3, 1e-4))
+    assert np.flatnonzero(base != cand).tolist() == [9] and cand[9] == base[10]
+    found = _first(base, cand)
+    assert found.step == 9 and "from step 9 to step 9 (1 steps both runs logged)" in (found.note or ""), found.note
+    assert "from step 10 on the two agree" in found.note and "a boundary" in found.note, found.note
+    # [10, 20] ported as [12, 20]: apart at steps 10 and 11 alone, the baseline's 2 steps earlier
+    late = _first(base, np.where(s < 12, 1e-2, np.where(s < 20, 1e-3, 1e-4)))
+    assert late.step == 10 and "from step 10 to step 11 (2 steps" in (late.note or ""), late.note
+    assert "2 step(s) earlier" in late.note and "from step 12 on the two agree" in late.note, late.note

@@ -187,27 +187,30 @@ SHIFTS = (1, -1, 2, -2, 3, -3)
 
 
 def _shifted_phase_note(steps: np.ndarray, b: np.ndarray, c: np.ndarray, at: int, close: float) -> Optional[str]:
-    """When the candidate's value is the baseline's a few steps later or earlier (:data:`SHIFTS`)
-    at step ``steps[at]`` and each step after it up to some step (at least 2), and equal to the
-    baseline's at every step from at most that many steps past it on (at least 2): one phase of the
-    schedule is shifted, the rest not. BERT's warm-up, ``lr * step / warmup_steps`` before a decay
-    that reads the step itself, ported as ``(step + 1) / warmup_steps``: a helper's port diverged
-    at step 0 on ``lr`` with no note, since the shift holds during the warm-up only."""
+    """When the runs agree at every step from some step on (at least 2), and before it, from step
+    ``steps[at]``, the candidate's value is the baseline's a few steps later or earlier
+    (:data:`SHIFTS`) at each step they are apart, but for at most that many steps at the end (where
+    the shifted phase meets the rest): one phase of the schedule is shifted, the rest not. BERT's
+    warm-up, ``lr * step / warmup_steps`` before a decay that reads the step itself, ported as
+    ``(step + 1) / warmup_steps``: a helper's port diverged at step 0 on ``lr`` with no note, since the
+    shift holds during the warm-up only. The phase ends where the runs agree, not where the shift
+    stops holding: over a flat stretch both hold, and one boundary of a piecewise schedule moved by
+    one step was told the shift held for the 10 steps it stayed flat after it."""
+    apart = np.flatnonzero(np.abs(c - b) > close)
+    settled = int(apart[-1]) + 1 if len(apart) else at  # agreeing at every step from here on
+    if settled <= at or len(steps) - settled < 2:
+        return None
     index = {int(s): i for i, s in enumerate(steps)}
-    agree = np.abs(c - b) <= close
     for shift in SHIFTS:
         run = 0
-        for i in range(at, len(steps)):
+        for i in range(at, settled):
             j = index.get(int(steps[i]) + shift)
             if j is None or abs(c[i] - b[j]) > close:
                 break
             run += 1
         end = at + run  # the first step the shift no longer holds at
-        if run < 2 or end >= len(steps):
-            continue
-        rest = np.flatnonzero(~agree[end:])
-        settled = end + (int(rest[-1]) + 1 if len(rest) else 0)  # agreeing from here on
-        if settled - end > abs(shift) or len(steps) - settled < 2:
+        # one step is evidence only when it is every step apart (a boundary moved by one)
+        if run < 1 or settled - end > abs(shift) or (settled > end and run < 2):
             continue
         side, n = ("later", "ahead") if shift > 0 else ("earlier", "behind")
         return (
@@ -216,7 +219,7 @@ def _shifted_phase_note(steps: np.ndarray, b: np.ndarray, c: np.ndarray, at: int
             f"{int(steps[at])}: the baseline's at step {int(steps[at]) + shift}), and from step {int(steps[settled])} "
             f"on the two agree: one phase of its schedule runs {abs(shift)} step(s) {n} and the rest does not, "
             "as a warm-up counted from 1 against 0 ((step + 1) / warmup_steps) before a decay that reads the "
-            "step itself"
+            f"step itself, or a boundary of a piecewise schedule moved by {abs(shift)} step(s)"
         )
     return None
 
