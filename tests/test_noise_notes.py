@@ -429,3 +429,46 @@ def test_a_slot_that_carries_a_gradient_moved_at_a_kink_names_the_kink() -> None
     assert first is not None and (first.step, first.kind) == (3, "slot"), first
     assert "at step 2 activation relu has 1 element exactly 0 in one run" in (first.note or ""), first.note
     assert "optimizer's epsilon" not in first.note
+
+
+def _embedding_and_kernel(moved: bool) -> list:
+    """numpy, float64: an embedding's gradient (50 rows, the 3 a step's batch looks up non-zero) and a
+    kernel's, beside their weights and the loss at steps 0-5. With ``moved``, at step 4 each gradient
+    is 5 % off at every element it holds (a difference spread over the whole backward pass, no unit
+    at a kink)."""
+    rng = np.random.default_rng(9)
+    table, kernel = rng.standard_normal((50, 4)), rng.standard_normal((4, 3))
+    embedding, dense = [], []
+    for step in range(6):
+        g_table = np.zeros((50, 4))
+        rows = rng.choice(50, 3, replace=False)
+        g_table[rows] = rng.standard_normal((3, 4))
+        g_kernel = rng.standard_normal((4, 3))
+        noise = 1 + 0.05 * rng.standard_normal((3, 4)), 1 + 0.05 * rng.standard_normal((4, 3))
+        if moved and step == 4:
+            g_table[rows] *= noise[0]
+            g_kernel *= noise[1]
+        embedding.append(g_table.astype(np.float32))
+        dense.append(g_kernel.astype(np.float32))
+    return [
+        series("weight", "emb:0", [table.astype(np.float32)] * 6, order=0),
+        series("weight", "k:0", [kernel.astype(np.float32)] * 6, order=0),
+        series("loss", "loss", [np.float32(1.0)] * 6, order=1),
+        series("grad", "emb:0", embedding, order=2),
+        series("grad", "k:0", dense, order=3),
+    ]
+
+
+def test_an_embedding_gradient_moved_at_every_row_it_holds_is_not_a_few_elements_moved() -> None:
+    """The kink note rests on a gradient moved at few of its elements; an embedding's gradient is 0
+    in both runs at every row no sample looked up, so one moved at every row it holds (numpy: 12 of
+    its 200 elements, every non-zero one) counted as 6 % moved, got the kink note, and lent it to the
+    kernel's gradient moved at every element ("but only 6.00% of those of emb:0")."""
+    base = run("tf1", _embedding_and_kernel(moved=False))
+    cand = run("tf2", _embedding_and_kernel(moved=True))
+    b, c = (r.tensors[("grad", "emb:0")].values[4] for r in (base, cand))
+    apart = np.abs(b - c) > 1e-5
+    assert apart.sum() == 12 and (apart == ((b != 0) | (c != 0))).all()  # every element it holds moved
+    found = Comparison(base, cand).report().divergences_at_first_step
+    assert [(d.step, d.tensor) for d in found] == [(4, "emb:0"), (4, "k:0")], found
+    assert all(JUMPED not in (d.note or "") for d in found), [d.note for d in found]

@@ -483,7 +483,7 @@ class UpdateNotes(NoteContext):
         gradient at steps 6, 19 and 42 with no note, one unit flipping at its kink."""
         if k == 0 or not pair.by_values_at(k):
             return None
-        few = pair.finding(k, self.policy.equal_nan).get("mismatch_fraction")
+        few = self._moved_share(pair, k)
         jump = self._jump(pair, k)
         if few is None or jump is None:
             return None
@@ -499,7 +499,7 @@ class UpdateNotes(NoteContext):
                 if p is pair or p.base.kind != "grad" or not p.by_values_at(k) or p.ib[k] < 0 or p.ic[k] < 0:
                     continue
                 p.ensure(k + 1, self.policy.equal_nan)
-                share = p.finding(k, self.policy.equal_nan).get("mismatch_fraction")
+                share = self._moved_share(p, k)
                 if p.reason[k] == VALUE and share is not None and share <= JUMP_FEW and self._jump(p, k):
                     local.append((share, p))
             if not local:
@@ -532,6 +532,20 @@ class UpdateNotes(NoteContext):
             "difference that first acts at this step (a threshold first reached, a schedule not recorded) would "
             "show so too, so see whether it recurs"
         )
+
+    def _moved_share(self, pair: Pair, k: int) -> Optional[float]:
+        """The share of a gradient's elements out of tolerance at ``k`` among those either run holds
+        non-zero, or None. An element both hold at exactly 0 (an embedding's row no sample looked up)
+        cannot move: counted, an embedding's gradient moved at every row it holds looked moved at 6 %
+        of its elements, as a unit at its kink moves its gradient, and lent the kink note to a
+        kernel's gradient moved at every element."""
+        few = pair.finding(k, self.policy.equal_nan).get("mismatch_fraction")
+        values = pair.step_values(k)
+        if few is None or values is None:
+            return few
+        b, c = values
+        held = int(np.count_nonzero((b != 0) | (c != 0)))  # elements 0 in both agree: the moved are among these
+        return min(1.0, few * b.size / held) if held else few
 
     def _jump(self, pair: Pair, k: int) -> Optional[tuple[float, float]]:
         """(its error ratio at ``k``, its largest at the steps before) when the first is at least
