@@ -539,9 +539,12 @@ class UpdateNotes(NoteContext):
         cannot move: counted, an embedding's gradient moved at every row it holds looked moved at 6 %
         of its elements, as a unit at its kink moves its gradient, and lent the kink note to a
         kernel's gradient moved at every element."""
-        few = pair.finding(k, self.policy.equal_nan).get("mismatch_fraction")
+        found = pair.finding(k, self.policy.equal_nan).get("mismatch_fraction")
+        if found is None:
+            return None
+        few = float(found)
         values = pair.step_values(k)
-        if few is None or values is None:
+        if values is None:
             return few
         b, c = values
         held = int(np.count_nonzero((b != 0) | (c != 0)))  # elements 0 in both agree: the moved are among these
