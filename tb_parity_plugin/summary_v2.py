@@ -55,7 +55,7 @@ from tensorboard.plugins.scalar import metadata as scalar_metadata
 
 from tb_parity_plugin.records import metadata, writer
 from tb_parity_plugin.shim import ordering, slots
-from tb_parity_plugin.shim.fit import forward_pass, instrument, instrument_layer
+from tb_parity_plugin.shim.fit import forward_pass, instrument, instrument_layer, splitting_replica_context
 from tb_parity_plugin.shim.recorder import (
     DEFAULT_FULL_VALUES_LIMIT,
     BaseRecorder,
@@ -115,16 +115,9 @@ def _always_record() -> Any:
 
 
 def _in_replicas() -> bool:
-    """Inside ``strategy.run`` of a strategy that splits the step between replicas.
-
-    ``OneDeviceStrategy`` never does: its one replica holds the whole step, so recording there is
-    recording on one device, and Keras ``fit`` under it (which ``instrument`` accepts) runs
-    ``train_step`` there (a new user's port crashed at its first step). A ``MirroredStrategy`` is
-    refused even on one device: code recording there would stop working on the next machine's
-    second GPU."""
-    if not tf.distribute.has_strategy() or tf.distribute.in_cross_replica_context():
-        return False
-    return not isinstance(tf.distribute.get_strategy(), tf.distribute.OneDeviceStrategy)
+    """Inside ``strategy.run`` of a strategy that splits the step between replicas
+    (:func:`~tb_parity_plugin.shim.fit.splitting_replica_context`)."""
+    return splitting_replica_context() is not None
 
 
 #: Why a step compiled by XLA cannot be recorded, and what does: said where it is tried.

@@ -20,6 +20,8 @@ TF guides write it. Variants of the TF2 port:
   (``tf1_momentum``), the slots recorded: a mirrored momentum slot was recorded as Keras keeps
   it (``-lr x accumulator``), not in lr units as on one device (a new user's false DIVERGE).
 
+``fit``, ``fit_momentum`` and ``fit_sum`` train the port with Keras ``fit`` instead (:func:`tf2_fit`).
+
 ``local_results`` is ``faithful`` that also records the loss as
 ``experimental_local_results(loss)`` (refused: the message goes to ``refused.txt``) and a metric per
 head as a list on one device (recorded). ``bn_synced`` and ``bn_unsynced`` write a Keras ``BatchNormalization(synchronized=...)`` run over
@@ -195,6 +197,33 @@ def tf2(logdir: str, variant: str) -> None:
             f.write("\n".join(refused))
 
 
+def tf2_fit(logdir: str, variant: str) -> None:
+    """The port trained with Keras ``fit`` under MirroredStrategy, recorded by ``instrument``: the same
+    model and batches as :func:`tf2`. ``fit``: SGD; ``fit_momentum``: SGD with momentum, its slots
+    recorded; ``fit_sum``: the loss compiled with ``reduction="sum"``, which Keras does not scale by the
+    global batch (the gradient is the batch's sum, 8 times the one-device mean's)."""
+    import tensorflow as tf
+
+    (cpu,) = tf.config.list_physical_devices("CPU")
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    from tb_parity_plugin import summary_v2
+
+    x, y, w0 = data()
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        dense = tf.keras.layers.Dense(CLASSES, kernel_initializer=tf.constant_initializer(w0), name="dense")
+        model = tf.keras.Sequential([tf.keras.Input((FEATURES,)), dense])
+        loss = tf.keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, reduction="sum" if variant == "fit_sum" else "auto"
+        )
+        model.compile(tf.keras.optimizers.SGD(LR, momentum=MOMENTUM if variant == "fit_momentum" else 0.0), loss)
+    rec = summary_v2.Recorder(logdir)
+    summary_v2.instrument_layer(rec, dense, "logits")
+    summary_v2.instrument(model, rec)
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    rec.close()
+
+
 #: the batch-norm variants' input scale: small activations, whose per-replica moving means (about
 #: 1e-6) are apart by far less than the training atol (1e-5), yet not in sync
 BN_SCALE = 1e-4
@@ -237,6 +266,8 @@ if __name__ == "__main__":
     target, which = sys.argv[1], sys.argv[2]
     if which.startswith("bn_"):
         tf2_batch_norm(target, synchronized=which == "bn_synced")
+    elif which.startswith("fit"):
+        tf2_fit(target, which)
     elif which.startswith("tf1"):
         tf1(target, MOMENTUM if which == "tf1_momentum" else 0.0)
     else:

@@ -105,10 +105,10 @@ def test_instrumented_layers_work_outside_a_recorded_step(tmp_path) -> None:
 
 def test_unsupported_fit_settings_raise_clearly(tmp_path) -> None:
     rec = summary_v2.Recorder(str(tmp_path / "bad"))
-    with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
+    with tf.distribute.experimental.CentralStorageStrategy(["/cpu:0"]).scope():
         model = keras_model()
         model.compile(optimizer="sgd", loss="mse")
-    with pytest.raises(ValueError, match="MirroredStrategy is not supported"):
+    with pytest.raises(ValueError, match="CentralStorageStrategy is not supported"):
         summary_v2.instrument(model, rec)
     model = keras_model()
     model.compile(optimizer="sgd", loss="mse", jit_compile=True)

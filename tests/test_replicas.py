@@ -21,7 +21,7 @@ import replica_runs as rr
 from tb_parity_plugin import api
 from tb_parity_plugin.logdir.reader import LogdirReader
 
-VARIANTS = ("faithful", "local_mean", "unsynced", "unsynced_var", "momentum")
+VARIANTS = ("faithful", "local_mean", "unsynced", "unsynced_var", "momentum", "fit", "fit_momentum", "fit_sum")
 BN_VARIANTS = ("bn_synced", "bn_unsynced")
 ALONE = (*BN_VARIANTS, "local_results")  # TF2 runs with no TF1 baseline beside them
 
@@ -42,7 +42,7 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> str:
         _, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err.decode()[-3000:]
     for v in VARIANTS:
-        shutil.copytree(jobs["tf1_momentum" if v == "momentum" else "tf1"], root / v / "tf1")
+        shutil.copytree(jobs["tf1_momentum" if v.endswith("momentum") else "tf1"], root / v / "tf1")
     return str(root)
 
 
@@ -110,6 +110,55 @@ def test_a_momentum_slot_under_mirrored_strategy_is_recorded_in_lr_units(logdir:
     report = api.compare(os.path.join(logdir, "momentum"))
     assert report.agree, report.first_divergence
     assert {m["kind"] for m in report.to_dict()["mapping"]} >= {"slot"}
+
+
+#: the TF1 baseline's running statistics, which the fit ports do not keep
+_RUNNING = ("weight/running_mean:0", "weight/running_var:0")
+
+
+@pytest.mark.parametrize("variant", ["fit", "fit_momentum"])
+def test_keras_fit_under_mirrored_strategy_is_recorded_across_replicas_and_agrees(logdir: str, variant: str) -> None:
+    """``instrument`` refused ``fit`` under MirroredStrategy, so a port trained so had to be rewritten
+    as a custom loop to be checked: another program than the user's. It now records across the
+    replicas (a ``merge_call`` opens the step before the forward pass and closes it before the update).
+    numpy first: the weights before each step, the all-reduced gradient (the replicas' halves summed),
+    the loss, the logits as the halves concatenated, and with momentum TF1's accumulator."""
+    momentum = rr.MOMENTUM if variant == "fit_momentum" else 0.0
+    ref = rr.numpy_reference(momentum)
+    x = rr.data()[0].astype(np.float64)
+    kernel = series(logdir, variant, "tf2", "weight", "dense/kernel:0").values
+    grad = series(logdir, variant, "tf2", "grad", "dense/kernel:0").values
+    halves = [series(logdir, variant, "tf2", "grad", f"dense/kernel:0@replica{k}").values for k in (0, 1)]
+    loss = series(logdir, variant, "tf2", "loss", "loss").values
+    logits = series(logdir, variant, "tf2", "activation", "logits").values
+    for step in range(rr.STEPS):
+        np.testing.assert_allclose(kernel[step], ref["kernel"][step], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(grad[step], ref["grad_kernel"][step], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(halves[0][step] + halves[1][step], ref["grad_kernel"][step], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(loss[step], ref["loss"][step], rtol=1e-5)
+        xb = x[step * rr.BATCH : (step + 1) * rr.BATCH]
+        np.testing.assert_allclose(logits[step], xb @ ref["kernel"][step] + ref["bias"][step], rtol=1e-5, atol=1e-6)
+    assert not np.allclose(halves[0], halves[1])  # each replica's own half of the batch
+    if momentum:
+        accum = series(logdir, variant, "tf2", "slot", "m/dense/kernel").values
+        for step in range(rr.STEPS):
+            np.testing.assert_allclose(accum[step], ref["accum"][step], rtol=1e-5, atol=1e-6)
+    report = api.compare(os.path.join(logdir, variant), allow_unmatched=_RUNNING)
+    assert report.agree, (report.first_divergence, report.warnings)
+    assert report.steps_compared == rr.STEPS and report.replicas["tf2"]["count"] == 2
+
+
+def test_a_fit_loss_summed_over_the_batch_under_mirrored_strategy_diverges_on_the_gradient(logdir: str) -> None:
+    """``reduction="sum"``: Keras scales only a mean loss for the replicas, so the all-reduced
+    gradient is the global batch's sum, 8 times the one-device mean's (numpy), found at step 0."""
+    ref = rr.numpy_reference()
+    grad = series(logdir, "fit_sum", "tf2", "grad", "dense/kernel:0").values
+    np.testing.assert_allclose(grad[0], rr.BATCH * ref["grad_kernel"][0], rtol=1e-5, atol=1e-5)
+    report = api.compare(os.path.join(logdir, "fit_sum"), allow_unmatched=_RUNNING)
+    first = report.first_divergence
+    assert first is not None and first.step == 0 and first.kind in ("loss", "grad"), first
+    grads = [d for d in report.divergences_at_first_step if d.kind == "grad" and d.tensor == "dense/kernel:0"]
+    assert grads and grads[0].max_rel_diff == pytest.approx(rr.BATCH - 1, rel=1e-3), grads
 
 
 def test_a_loss_not_scaled_for_the_global_batch_diverges_on_the_gradient_at_step_0(logdir: str) -> None:

@@ -11,14 +11,41 @@ nothing else anywhere else (``predict``, ``evaluate``, ``save``).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import threading
 from typing import Any, Optional, Sequence
 
 import tensorflow as tf
 
 from tb_parity_plugin.shim import slots as slot_lib
+from tb_parity_plugin.shim.recorder import zero_masked as padding_zeroed
 
-_SUPPORTED_STRATEGIES = ("_DefaultDistributionStrategy", "DefaultDistributionStrategy", "OneDeviceStrategy")
+#: Strategies whose ``fit`` runs the whole step on one replica: recorded as on one device.
+_ONE_DEVICE_STRATEGIES = ("_DefaultDistributionStrategy", "DefaultDistributionStrategy", "OneDeviceStrategy")
+#: Strategies whose ``fit`` splits each step between replicas, recorded across them (:func:`instrument`).
+_MIRRORED_STRATEGIES = ("MirroredStrategy", "MirroredStrategyV1")
+
+
+def splitting_replica_context() -> Any:
+    """The replica context when inside ``strategy.run`` of a strategy that splits the step between
+    replicas, else None.
+
+    ``OneDeviceStrategy`` never does: its one replica holds the whole step, so recording there is
+    recording on one device, and Keras ``fit`` under it runs ``train_step`` there (a new user's port
+    crashed at its first step). A ``MirroredStrategy`` splits even on one device: code recording
+    there would stop working on the next machine's second GPU."""
+    if not tf.distribute.has_strategy() or tf.distribute.in_cross_replica_context():
+        return None
+    if isinstance(tf.distribute.get_strategy(), tf.distribute.OneDeviceStrategy):
+        return None
+    return tf.distribute.get_replica_context()
+
+
+#: Per replica thread (``MirroredStrategy`` runs each replica's ``train_step`` on its own thread
+#: while ``fit`` traces it): the instrumented layers' outputs of this replica, (name, tensor), which
+#: :func:`instrument` hands to the cross-replica context to record (a replica cannot record).
+_REPLICA_OUTPUTS = threading.local()
 
 
 def instrument_layer(recorder: Any, layer: Any, name: Optional[str] = None, zero_masked: bool = False) -> Any:
@@ -42,9 +69,13 @@ def instrument_layer(recorder: Any, layer: Any, name: Optional[str] = None, zero
         if rec.recording:
             flat = tf.nest.flatten(out)
             masks = _output_masks(self, args, kwargs, out) if self._tb_parity_zero_masked else [None] * len(flat)
+            captured = getattr(_REPLICA_OUTPUTS, "outputs", None)
             for i, (t, mask) in enumerate(zip(flat, masks)):
                 name = self._tb_parity_name if len(flat) == 1 else f"{self._tb_parity_name}/{i}"
-                rec.activation(name, t, mask=mask)
+                if captured is not None:  # a replica's share of a step instrument records across replicas
+                    captured.append((name, t if mask is None else padding_zeroed(t, mask)))
+                else:
+                    rec.activation(name, t, mask=mask)
         return out
 
     call.__signature__ = inspect.signature(base.call)  # type: ignore[attr-defined]
@@ -93,11 +124,11 @@ def _output_masks(layer: Any, args: tuple, kwargs: dict, out: Any) -> list:
 def check_supported(model: Any) -> None:
     """Raise ``ValueError`` for what a recorded ``fit`` cannot do, naming the setting."""
     strategy = getattr(model, "distribute_strategy", None)
-    if strategy is not None and type(strategy).__name__ not in _SUPPORTED_STRATEGIES:
+    supported = _ONE_DEVICE_STRATEGIES + _MIRRORED_STRATEGIES
+    if strategy is not None and type(strategy).__name__ not in supported:
         raise ValueError(
-            f"tb_parity: fit under {type(strategy).__name__} is not supported: each replica would "
-            "record its own share of the step; record on one device (no strategy, or OneDeviceStrategy), "
-            "or around strategy.run in a custom loop (README: 'Distributed training')"
+            f"tb_parity: fit under {type(strategy).__name__} is not supported (MirroredStrategy and one "
+            "device are): record around strategy.run in a custom loop (README: 'Distributed training')"
         )
     if getattr(model, "_jit_compile", False) is True:
         raise ValueError(
@@ -212,6 +243,9 @@ def instrument(
 
     def train_step(data: Any) -> Any:
         check_supported(model)
+        replica = splitting_replica_context()
+        if replica is not None:
+            return mirrored_step(replica, data)
         x, y, sample_weight = tf.keras.utils.unpack_x_y_sample_weight(data)
         opt = model.optimizer
         variables = model.trainable_variables
@@ -249,6 +283,62 @@ def instrument(
                     ]
                 recorder.grads(recorded, variables)
             opt.apply_gradients(zip(grads, variables))
+        return model.compute_metrics(x, y, y_pred, sample_weight)
+
+    def mirrored_step(replica: Any, data: Any) -> Any:
+        """Keras's default step on one replica of a ``MirroredStrategy``, recorded across the replicas.
+
+        A replica cannot record (each would write its own share of the step), so the step is opened
+        and closed in the cross-replica context by two ``merge_call``s, as a custom loop records around
+        ``strategy.run`` (README "Distributed training"): the first reads every variable before the
+        forward pass updates batch-norm statistics, the second records the replicas' layer outputs
+        (concatenated along the batch), their losses (summed: Keras scales each replica's loss by the
+        number of replicas) and gradients (summed, as the optimizer's all-reduce sums them), before the
+        optimizer applies them. Until then ``fit`` under ``MirroredStrategy`` was refused and had to be
+        rewritten as a custom loop, another program than the user's."""
+        x, y, sample_weight = tf.keras.utils.unpack_x_y_sample_weight(data)
+        opt = model.optimizer
+        variables = model.trainable_variables
+        if slot_lib.accumulation_steps(opt):
+            raise ValueError(
+                "tb_parity: gradient_accumulation_steps under MirroredStrategy is not supported: record one "
+                "device, or a custom loop around strategy.run"
+            )
+        stack = contextlib.ExitStack()
+
+        def open_step(strategy: Any) -> None:
+            stack.enter_context(recorder.step(numbering.step(opt), variables=model, optimizer=opt if slots else None))
+            lr = slot_lib.current_lr(opt)
+            if lr is not None:
+                recorder.lr(lr)
+
+        replica.merge_call(open_step)
+        outputs: list[tuple[str, Any]] = []
+        _REPLICA_OUTPUTS.outputs = outputs
+        try:
+            with tf.GradientTape() as tape:
+                y_pred = model(x, training=True)
+                total = model.compute_loss(x, y, y_pred, sample_weight)
+        finally:
+            _REPLICA_OUTPUTS.outputs = None
+        if total is None:
+            stack.close()
+            raise ValueError(
+                "tb_parity: the model computes no loss (compile(loss=...) or add_loss); instrument records the "
+                "loss fit minimises"
+            )
+        grads = tape.gradient(total, variables)
+
+        def close_step(strategy: Any, outputs: list, total: Any, grads: list) -> None:
+            with stack:
+                for name, value in outputs:
+                    recorder.activation(name, value)
+                recorder.loss(total, reduction="sum")
+                if gradients:
+                    recorder.grads(grads, variables)
+
+        replica.merge_call(close_step, args=(outputs, total, grads))
+        opt.apply_gradients(zip(grads, variables))
         return model.compute_metrics(x, y, y_pred, sample_weight)
 
     train_step._tb_parity = True  # type: ignore[attr-defined]  # ours: instrumenting again is allowed

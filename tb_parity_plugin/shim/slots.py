@@ -79,16 +79,18 @@ def _strip(name: str) -> str:
 
 
 def build_slots(optimizer: Any, var_list: list[Any]) -> None:
-    """Create the optimizer's slots now (Keras builds them lazily at its first update)."""
-    if hasattr(optimizer, "_create_all_weights"):  # tf_keras legacy OptimizerV2: per variable, each call
-        # outside the function being traced, as its apply_gradients builds them: under
-        # ParameterServerStrategy, a step scheduled by ClusterCoordinator traces with the strategy
-        # current but its variable creator not in force, so slots built in the trace were made on the
-        # coordinator and the step failed with "Cannot place the graph ... /job:chief ... vs /job:ps"
-        with tf.init_scope():
+    """Create the optimizer's slots now (Keras builds them lazily at its first update), outside the
+    function being traced, as Keras's own ``apply_gradients`` builds them (``tf.init_scope``): under
+    ParameterServerStrategy a step scheduled by ClusterCoordinator traces with the strategy current
+    but its variable creator not in force, so a legacy optimizer's slots built in the trace were made
+    on the coordinator ("Cannot place the graph ... /job:chief ... vs /job:ps"); under
+    MirroredStrategy, ``fit``'s first step built them inside the function's variable-initialization
+    ``cond`` and failed ("You must feed a value for placeholder tensor 'cond/else/...'")."""
+    with tf.init_scope():
+        if hasattr(optimizer, "_create_all_weights"):  # tf_keras legacy OptimizerV2: per variable, each call
             optimizer._create_all_weights(var_list)
-    elif hasattr(optimizer, "build") and unbuilt(optimizer):
-        optimizer.build(var_list)
+        elif hasattr(optimizer, "build") and unbuilt(optimizer):
+            optimizer.build(var_list)
 
 
 def unbuilt(optimizer: Any) -> bool:
