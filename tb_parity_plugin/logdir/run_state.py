@@ -676,6 +676,7 @@ def _merge(parts: list[Part]) -> TensorSeries:
         column,
         partial_values=partial_values,
         value_rows=value_rows,
+        random=tuple(spec.random or ()),
     )
 
 

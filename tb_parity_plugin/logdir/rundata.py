@@ -57,6 +57,9 @@ class TensorSeries:
     #: that takes ``values`` for every step sees rows that do not exist.
     partial_values: Optional[np.ndarray] = dataclasses.field(default=None, repr=False, compare=False)
     value_rows: Optional[np.ndarray] = dataclasses.field(default=None, repr=False, compare=False)
+    #: The types of the random ops the tensor is computed from in this run (a forward tensor of a
+    #: graph: ``TensorSpec.random``), else ``()``.
+    random: tuple[str, ...] = ()
 
     @property
     def tag(self) -> str:

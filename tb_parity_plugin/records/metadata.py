@@ -179,6 +179,8 @@ class TensorSpec:
         when full values are kept, else ``None`` (statistics only).
       static: the graph's static shape when ``shape`` was resolved at run time (information
         only: verdicts use the runtime shape), else ``None``.
+      random: the types of the random ops a forward tensor is computed from (the shims'
+        ``randomness``), else ``None``: its runs draw other numbers unless made equal.
     """
 
     kind: str
@@ -188,6 +190,7 @@ class TensorSpec:
     shape: tuple[Optional[int], ...]
     values: Optional[tuple[Any, ...]] = None  # (dtype, offset, length), as read from JSON
     static: Optional[tuple[Optional[int], ...]] = None
+    random: Optional[tuple[str, ...]] = None
 
     @property
     def tag(self) -> str:
@@ -203,6 +206,7 @@ class TensorSpec:
             "shape": list(self.shape),
             "values": list(self.values) if self.values is not None else None,
             **({"static": list(self.static)} if self.static is not None else {}),
+            **({"random": list(self.random)} if self.random else {}),
         }
 
     @classmethod
@@ -216,6 +220,7 @@ class TensorSpec:
             shape=_shape(obj["shape"]),
             values=tuple(values) if values is not None else None,
             static=_shape(obj["static"]) if obj.get("static") is not None else None,
+            random=tuple(str(r) for r in obj["random"]) if obj.get("random") else None,
         )
 
 

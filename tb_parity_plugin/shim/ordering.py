@@ -42,6 +42,8 @@ _CALLS = {
 }
 #: Ops that run a function over their inputs: they may write a handle they are given.
 CALL_TYPES = frozenset(_CALLS)
+#: Call op type -> the function attributes it runs.
+CALL_FUNCTION_ATTRS = {t: attrs for t, (attrs, _) in _CALLS.items()}
 _WRITE_PREFIXES = (
     "Assign",
     "Apply",

@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from tb_parity_plugin.records import metadata, writer
-from tb_parity_plugin.shim import health_tf, partitions, slots
+from tb_parity_plugin.shim import health_tf, partitions, randomness, slots
 from tb_parity_plugin.shim.slots import Slot
 from tb_parity_plugin.shim.variables import is_variable, model_variables, variable_name
 
@@ -33,6 +33,8 @@ class Entry:
     kind: str
     name: str
     tensor: tf.Tensor
+    #: The types of the random ops a forward tensor is computed from (:mod:`randomness`).
+    random: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +88,7 @@ def with_samples(entries: Sequence[Entry], full_values_limit: int) -> Sequence[E
             and metadata.REPLICA_MARK not in e.name
             and _values_dtype(e.tensor.dtype)
         ):
-            out.append(Entry(e.kind, metadata.sample_name(e.name), health_tf.sample(e.tensor)))
+            out.append(Entry(e.kind, metadata.sample_name(e.name), health_tf.sample(e.tensor), e.random))
     return out
 
 
@@ -105,7 +107,11 @@ def build_blocks(entries: Sequence[Entry], full_values_limit: int, dynamic_value
     # Offsets are per dtype, so dropping a whole dtype's values leaves the others valid.
     layout = metadata.Layout(
         tensors=tuple(
-            spec if _values_dtype(e.tensor.dtype) else dataclasses.replace(spec, values=None)
+            dataclasses.replace(
+                spec,
+                values=spec.values if _values_dtype(e.tensor.dtype) else None,
+                random=e.random or None,
+            )
             for spec, e in zip(layout.tensors, entries)
         )
     )
@@ -229,8 +235,11 @@ class BaseRecorder:
         with self._own_ops():
             t = tf.convert_to_tensor(value)
         health_tf.check_dtype(t.dtype, f"{kind}/{name!r}")
+        random = ()
+        if kind in randomness.FORWARD_KINDS:
+            random = randomness.random_ops(t, {e.tensor.ref() for e in self._entries})
         self._keys.add((kind, name))
-        self._entries.append(Entry(kind, name, t))
+        self._entries.append(Entry(kind, name, t, random))
         return t
 
     def _variable(self, kind: str, var: Any, name: Optional[str] = None, lr: Optional[tf.Tensor] = None) -> tf.Tensor:

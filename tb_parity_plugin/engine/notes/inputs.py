@@ -120,6 +120,9 @@ class InputNotes(NoteContext):
                 "Porting a real model, step 1), padding one run masks, or units a ReLU switched off in one run"
             ) + self._positions_note(first, k)
         loss = first.base.kind == "loss"
+        random = self._random_draws(first)
+        if random:
+            return f"{agree} at this step, and {random}" + self._positions_note(first, k)
         counts = self._replica_counts_of_batch_norm(first)
         if counts and not self._batch_norm_in_sync():
             # a new user's port under MirroredStrategy normalized each replica's half of the batch
@@ -157,6 +160,30 @@ class InputNotes(NoteContext):
             + ("" if loss else " (activation, a scale, epsilon, padding, data format)")
             + ", or its input differs (another batch: Keras fit shuffles unless shuffle=False, a tf.data shuffle "
             "or batching on one side); recording the input too tells the two apart" + self._positions_note(first, k)
+        )
+
+    def _random_draws(self, first: Pair) -> Optional[str]:
+        """What the random ops ``first`` is computed from say (the shims record their types for a
+        forward tensor of a graph), else None. A helper's faithful VAE port, its noise drawn with
+        ``tf.random.normal`` on each side, diverged at step 0 on the reparameterized ``z`` and was told
+        "this layer computes another function of its input", as a real bug there was."""
+        ops = {run.name: s.random for run, s in ((self.base, first.base), (self.cand, first.cand)) if s.random}
+        if not ops:
+            return None
+        listed = "; ".join(f"'{name}': {', '.join(types)}" for name, types in ops.items())
+        if len(ops) == 1:
+            (name,) = ops
+            other = self.cand.name if name == self.base.name else self.base.name
+            return (
+                f"in '{name}' only it is computed from a random op that no recorded output feeds ({listed}): "
+                f"'{name}' draws random numbers here and '{other}' does not (noise, dropout or a random "
+                "augmentation on in one run only), or the two compute it otherwise"
+            )
+        return (
+            f"both runs compute it from a random op that no recorded output feeds ({listed}): unless both draw "
+            "the same numbers (the same noise fed to both, or both run under DeterministicRandomTestTool in its "
+            "default 'constant' mode: README Porting a real model, step 1) the draws differ, and so does this "
+            "output in a faithful port; make them equal to tell a bug here from the draws"
         )
 
     def _earlier_by_statistics(self, first: Pair, k: int) -> list[Pair]:

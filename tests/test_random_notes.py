@@ -1,0 +1,156 @@
+"""An output computed from random draws, diverging first: the note names the random ops.
+
+From a helper's VAE trial: a faithful port of ``z = mu + exp(0.5 * logvar) * eps`` with
+``eps = tf.random.normal(tf.shape(mu))`` on each side (seeded otherwise) diverged at step 0 on
+``z`` and was told "this layer computes another function of its input", as a real bug there
+(``exp(logvar)`` as the standard deviation) was. The shims now record the types of the random
+ops each forward tensor is computed from (back to the tensors recorded before it), and the note
+says the draws differ unless made equal. Each expectation is checked on the recorded values with
+numpy, not on the tool.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from shim_readback import tensors_by_step
+
+from tb_parity_plugin import compare, summary_v1, summary_v2
+
+RNG = np.random.default_rng(5)
+STEPS, BATCH, D, H, Z = 2, 4, 6, 5, 3
+X = RNG.standard_normal((STEPS * BATCH, D)).astype(np.float32)
+EPS = RNG.standard_normal((STEPS * BATCH, Z)).astype(np.float32)
+W = {
+    "enc": (RNG.standard_normal((D, H)) * 0.4).astype(np.float32),
+    "mu": (RNG.standard_normal((H, Z)) * 0.4).astype(np.float32),
+    "logvar": (RNG.standard_normal((H, Z)) * 0.4).astype(np.float32),
+    "dec": (RNG.standard_normal((Z, D)) * 0.4).astype(np.float32),
+}
+
+
+def _loss(x, mu, logvar, out):
+    kl = -0.5 * tf.reduce_sum(1.0 + logvar - tf.square(mu) - tf.exp(logvar), axis=1)
+    return tf.reduce_mean(tf.reduce_sum(tf.square(out - x), axis=1) + kl)
+
+
+def _tf1(run_dir: str, fed: bool, in_cond: bool = False) -> None:
+    """The original: ``eps`` drawn with ``tf.random.normal`` (graph seed 1), or fed from numpy;
+    ``in_cond``: ``z`` sampled in training only, under ``tf.cond(is_training, ...)`` (an ``If``)."""
+    with tf.Graph().as_default():
+        tf.compat.v1.set_random_seed(1)
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, D])
+        eps_in = tf.compat.v1.placeholder(tf.float32, [None, Z])
+
+        def dense(h, name, act=None):
+            return tf.compat.v1.layers.dense(
+                h, W[name].shape[1], act, name=name, kernel_initializer=tf.constant_initializer(W[name])
+            )
+
+        h = rec.activation("enc", dense(x, "enc", tf.nn.relu))
+        mu, logvar = rec.activation("mu", dense(h, "mu")), rec.activation("logvar", dense(h, "logvar"))
+        if in_cond:
+            is_training = tf.compat.v1.placeholder_with_default(True, [])
+            sample = lambda: mu + tf.exp(0.5 * logvar) * tf.random.normal(tf.shape(mu))  # noqa: E731
+            z = rec.activation("z", tf.cond(is_training, sample, lambda: mu))
+        else:
+            eps = eps_in if fed else tf.random.normal(tf.shape(mu))
+            z = rec.activation("z", mu + tf.exp(0.5 * logvar) * eps)
+        out = rec.activation("dec", dense(z, "dec"))
+        loss = rec.loss(_loss(x, mu, logvar, out))
+        rec.lr(tf.constant(0.01))
+        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.01), loss, global_step=gs)
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for s in range(STEPS):
+                rows = slice(s * BATCH, (s + 1) * BATCH)
+                rec.write(sess.run([train_op, fetches], {x: X[rows], eps_in: EPS[rows]})[1])
+        rec.close()
+
+
+def _tf2(run_dir: str, fed: bool, std_of_logvar: str = "exp(0.5 * logvar)") -> None:
+    """The port, a ``tf.function`` loop: ``eps`` drawn with ``tf.random.normal`` (seed 7) or passed in;
+    ``std_of_logvar="exp(logvar)"`` is the log-variance taken for the log-std."""
+    tf.random.set_seed(7)
+    layers = {
+        name: tf.keras.layers.Dense(w.shape[1], "relu" if name == "enc" else None, name=name) for name, w in W.items()
+    }
+    for name, layer in layers.items():
+        layer(tf.zeros((1, W[name].shape[0])))  # built by a call: its variables are named "<name>/kernel:0"
+        layer.set_weights([W[name], np.zeros(W[name].shape[1], np.float32)])
+    variables = [v for layer in layers.values() for v in layer.trainable_variables]
+    opt = tf.keras.optimizers.SGD(0.01)
+    rec = summary_v2.Recorder(run_dir)
+
+    @tf.function
+    def step(x, eps_in):
+        with rec.step(opt.iterations):
+            rec.lr(tf.constant(0.01))
+            with tf.GradientTape() as tape:
+                h = rec.activation("enc", layers["enc"](x))
+                mu, logvar = rec.activation("mu", layers["mu"](h)), rec.activation("logvar", layers["logvar"](h))
+                eps = eps_in if fed else tf.random.normal(tf.shape(mu))
+                std = tf.exp(logvar) if std_of_logvar == "exp(logvar)" else tf.exp(0.5 * logvar)
+                z = rec.activation("z", mu + std * eps)
+                out = rec.activation("dec", layers["dec"](z))
+                loss = rec.loss(_loss(x, mu, logvar, out))
+            rec.minimize(opt, loss, variables, tape)
+
+    for s in range(STEPS):
+        rows = slice(s * BATCH, (s + 1) * BATCH)
+        step(tf.constant(X[rows]), tf.constant(EPS[rows]))
+    rec.close()
+
+
+def _step0(run_dir: str) -> dict:
+    got = tensors_by_step(run_dir)[0]
+    return {name: np.asarray(got[("activation", name)][2]).reshape(BATCH, -1) for name in ("mu", "logvar", "z")}
+
+
+@pytest.mark.parametrize("in_cond", [False, True])
+def test_noise_drawn_on_each_side_is_named_at_the_reparameterized_output(tmp_path, in_cond: bool) -> None:
+    """``in_cond``: the original samples under ``tf.cond`` (its random op inside the ``If``'s branch
+    function), which without looking into the branch was said to draw noise in the port only."""
+    _tf1(str(tmp_path / "tf1"), fed=False, in_cond=in_cond)
+    _tf2(str(tmp_path / "tf2"), fed=False)
+    a, b = _step0(str(tmp_path / "tf1")), _step0(str(tmp_path / "tf2"))
+    for name in ("mu", "logvar"):  # numpy: the inputs of z agree ...
+        np.testing.assert_allclose(a[name], b[name], rtol=1e-6, atol=1e-6)
+    # ... and the noise each run drew, (z - mu) / exp(0.5 * logvar), does not
+    eps_a, eps_b = ((r["z"] - r["mu"]) / np.exp(0.5 * r["logvar"]) for r in (a, b))
+    assert np.abs(eps_a - eps_b).max() > 0.1
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert (first.step, first.kind, first.tensor) == (0, "activation", "z"), first
+    assert "both runs compute it from a random op" in first.note, first.note
+    assert "'tf1': RandomStandardNormal; 'tf2': RandomStandardNormal" in first.note
+    assert "computes another function" not in first.note
+
+
+def test_the_same_noise_fed_agrees_and_a_log_std_bug_gets_no_random_note(tmp_path) -> None:
+    _tf1(str(tmp_path / "tf1"), fed=True)
+    _tf2(str(tmp_path / "tf2"), fed=True)
+    assert compare(str(tmp_path), baseline="tf1", candidate="tf2").agree
+    _tf2(str(tmp_path / "tf2_bug"), fed=True, std_of_logvar="exp(logvar)")
+    a, b = _step0(str(tmp_path / "tf1")), _step0(str(tmp_path / "tf2_bug"))
+    eps = EPS[:BATCH]  # numpy: the original's z uses exp(0.5 * logvar), the port's exp(logvar), of the same eps
+    np.testing.assert_allclose(a["z"], a["mu"] + np.exp(0.5 * a["logvar"]) * eps, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(b["z"], b["mu"] + np.exp(b["logvar"]) * eps, rtol=1e-5, atol=1e-6)
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2_bug").first_divergence
+    assert (first.step, first.kind, first.tensor) == (0, "activation", "z"), first
+    assert "this layer computes another function of its input" in first.note
+    assert "random op" not in first.note
+
+
+def test_noise_drawn_in_one_run_only_is_said_so(tmp_path) -> None:
+    _tf1(str(tmp_path / "tf1"), fed=True)
+    _tf2(str(tmp_path / "tf2"), fed=False)
+    a, b = _step0(str(tmp_path / "tf1")), _step0(str(tmp_path / "tf2"))
+    np.testing.assert_allclose(a["mu"], b["mu"], rtol=1e-6, atol=1e-6)
+    assert np.abs(a["z"] - b["z"]).max() > 0.1  # numpy: the fed noise is not what the port drew
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert (first.step, first.kind, first.tensor) == (0, "activation", "z"), first
+    assert "in 'tf2' only it is computed from a random op" in first.note, first.note
