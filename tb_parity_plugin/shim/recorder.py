@@ -34,7 +34,7 @@ class Entry:
     name: str
     tensor: tf.Tensor
     #: The types of the random ops a forward tensor is computed from (:mod:`randomness`).
-    random: tuple = ()
+    random: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,7 +235,7 @@ class BaseRecorder:
         with self._own_ops():
             t = tf.convert_to_tensor(value)
         health_tf.check_dtype(t.dtype, f"{kind}/{name!r}")
-        random = ()
+        random: tuple[str, ...] = ()
         if kind in randomness.FORWARD_KINDS:
             random = randomness.random_ops(t, {e.tensor.ref() for e in self._entries})
         self._keys.add((kind, name))
