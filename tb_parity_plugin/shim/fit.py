@@ -312,6 +312,8 @@ def instrument(
             if lr is not None:
                 recorder.lr(lr)
 
+        # merge_call runs the first replica's open_step (and close_step) once for all: that replica's
+        # stack holds the step, the others' stay empty
         replica.merge_call(open_step)
         outputs: list[tuple[str, Any]] = []
         _REPLICA_OUTPUTS.outputs = outputs
@@ -319,15 +321,17 @@ def instrument(
             with tf.GradientTape() as tape:
                 y_pred = model(x, training=True)
                 total = model.compute_loss(x, y, y_pred, sample_weight)
+            if total is None:
+                raise ValueError(
+                    "tb_parity: the model computes no loss (compile(loss=...) or add_loss); instrument records "
+                    "the loss fit minimises"
+                )
+            grads = tape.gradient(total, variables)
+        except BaseException as exc:  # the open step is dropped, unwritten: the recorder can record again
+            stack.__exit__(type(exc), exc, exc.__traceback__)
+            raise
         finally:
             _REPLICA_OUTPUTS.outputs = None
-        if total is None:
-            stack.close()
-            raise ValueError(
-                "tb_parity: the model computes no loss (compile(loss=...) or add_loss); instrument records the "
-                "loss fit minimises"
-            )
-        grads = tape.gradient(total, variables)
 
         def close_step(strategy: Any, outputs: list, total: Any, grads: list) -> None:
             with stack:
