@@ -24,7 +24,6 @@ from tb_parity_plugin.engine import align, batch, kinks, refresh, replicas, stru
 from tb_parity_plugin.engine.matrix import REASONS, SHAPE, VALUE, ParityMatrix
 from tb_parity_plugin.engine.nonfinite import FirstNonfinite
 from tb_parity_plugin.engine.notes import Notes
-from tb_parity_plugin.engine.notes.context import _one_value
 from tb_parity_plugin.engine.notes.marginal import _marginal_note
 from tb_parity_plugin.engine.pair import GradientScale, Pair
 from tb_parity_plugin.engine.tolerance import (
@@ -538,7 +537,9 @@ class Comparison(Notes):
                 continue
             ib, ic = p.ib[:k], p.ic[:k]
             both = int(np.count_nonzero((ib >= 0) & (ic >= 0)))
-            if both and all(_one_constant(p, int(j)) for j in np.flatnonzero((ib >= 0) & (ic >= 0))):
+            logged = np.flatnonzero((ib >= 0) & (ic >= 0))
+            # the first step alone rules out most tensors (min < max) before every step is read
+            if both and _one_constant(p, int(logged[0])) and _one_constant_at(p, logged).all():
                 continue
             if both and (not p.partial or p.valued_before(k) < both):
                 found.append(f"{p.base.kind}/{p.base.name}")
@@ -741,15 +742,36 @@ def _one_constant(pair: Any, k: int) -> bool:
     finite value (the same size, min == max on both sides, equal): the statistics then prove
     element-wise equality, so the tensor holds no difference they could miss (an optimizer's
     slots at step 0, all zeros, were named as possibly hiding one)."""
-    rb, rc = int(pair.ib[k]), int(pair.ic[k])
-    if rb < 0 or rc < 0:
-        return False
-    b, c = pair.base.stats[rb], pair.cand.stats[rc]
-    size = metadata.STAT_INDEX["size"]
-    if b[size] != c[size]:
-        return False
-    value = _one_value(b, fewest=1)
-    return bool(b[size] == 0 or (value is not None and value == _one_value(c, fewest=1)))
+    return bool(_one_constant_at(pair, np.array([k]))[0])
+
+
+#: The statistics columns :func:`_one_constant_at` reads.
+_SIZE, _MIN, _MAX = (metadata.STAT_INDEX[f] for f in ("size", "min", "max"))
+_NONFINITE = [metadata.STAT_INDEX[f] for f in metadata.NONFINITE_FIELDS]
+
+
+def _one_constant_at(pair: Any, ks: np.ndarray) -> np.ndarray:
+    """:func:`_one_constant` at each compared step of ``ks``, in one array operation: the report
+    asked it per step of every tensor compared by statistics, and a run's 50 scalars (min = max at
+    every step) made a warm first divergence at step 1500 of 2x2000x200 take 0.19 s instead of 0.02.
+    A row's one value is :func:`_one_value`'s (finite, under 2**53)."""
+    rb, rc = pair.ib[ks], pair.ic[ks]
+    out = np.zeros(len(ks), dtype=bool)
+    logged = (rb >= 0) & (rc >= 0)
+    if not logged.any():
+        return out
+    b, c = pair.base.stats[rb[logged]], pair.cand.stats[rc[logged]]
+
+    def one(rows: np.ndarray) -> np.ndarray:
+        finite = ~(rows[:, _NONFINITE] != 0).any(axis=1)
+        low = rows[:, _MIN]
+        single: np.ndarray = (rows[:, _SIZE] >= 1) & finite & (low == rows[:, _MAX]) & (np.abs(low) < 2.0**53)
+        return single
+
+    same = b[:, _SIZE] == c[:, _SIZE]
+    out[logged] = same & ((b[:, _SIZE] == 0) | (one(b) & one(c) & (b[:, _MIN] == c[:, _MIN])))
+    found: np.ndarray = out
+    return found
 
 
 def _loud(pair: Pair, k: int, equal_nan: bool) -> bool:
