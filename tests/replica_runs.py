@@ -22,6 +22,9 @@ TF guides write it. Variants of the TF2 port:
 
 ``fit``, ``fit_momentum`` and ``fit_sum`` train the port with Keras ``fit`` instead (:func:`tf2_fit`).
 
+``fit_two_outputs`` trains with ``fit`` a model whose instrumented layer returns two outputs
+(``2 x`` and ``x + 1``, recorded as ``two/0`` and ``two/1``: :func:`tf2_fit_two_outputs`).
+
 ``local_results`` is ``faithful`` that also records the loss as
 ``experimental_local_results(loss)`` (refused: the message goes to ``refused.txt``) and a metric per
 head as a list on one device (recorded). ``bn_synced`` and ``bn_unsynced`` write a Keras ``BatchNormalization(synchronized=...)`` run over
@@ -224,6 +227,31 @@ def tf2_fit(logdir: str, variant: str) -> None:
     rec.close()
 
 
+def tf2_fit_two_outputs(logdir: str) -> None:
+    """``fit`` under MirroredStrategy with an instrumented layer of two outputs, ``2 x`` and ``x + 1``."""
+    import tensorflow as tf
+
+    (cpu,) = tf.config.list_physical_devices("CPU")
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    from tb_parity_plugin import summary_v2
+
+    class Two(tf.keras.layers.Layer):
+        def call(self, h: Any) -> Any:
+            return 2.0 * h, h + 1.0
+
+    x, y, w0 = data()
+    with tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]).scope():
+        inputs = tf.keras.Input((FEATURES,))
+        doubled, shifted = Two(name="two")(inputs)
+        logits = tf.keras.layers.Dense(CLASSES, kernel_initializer=tf.constant_initializer(w0))(doubled + shifted)
+        model = tf.keras.Model(inputs, logits)
+        model.compile(tf.keras.optimizers.SGD(LR), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    rec = summary_v2.Recorder(logdir)
+    summary_v2.instrument(model, rec, layers=["two"])
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    rec.close()
+
+
 #: the batch-norm variants' input scale: small activations, whose per-replica moving means (about
 #: 1e-6) are apart by far less than the training atol (1e-5), yet not in sync
 BN_SCALE = 1e-4
@@ -266,6 +294,8 @@ if __name__ == "__main__":
     target, which = sys.argv[1], sys.argv[2]
     if which.startswith("bn_"):
         tf2_batch_norm(target, synchronized=which == "bn_synced")
+    elif which == "fit_two_outputs":
+        tf2_fit_two_outputs(target)
     elif which.startswith("fit"):
         tf2_fit(target, which)
     elif which.startswith("tf1"):

@@ -23,7 +23,7 @@ from tb_parity_plugin.logdir.reader import LogdirReader
 
 VARIANTS = ("faithful", "local_mean", "unsynced", "unsynced_var", "momentum", "fit", "fit_momentum", "fit_sum")
 BN_VARIANTS = ("bn_synced", "bn_unsynced")
-ALONE = (*BN_VARIANTS, "local_results")  # TF2 runs with no TF1 baseline beside them
+ALONE = (*BN_VARIANTS, "local_results", "fit_two_outputs")  # TF2 runs with no TF1 baseline beside them
 
 
 @pytest.fixture(scope="module")
@@ -159,6 +159,53 @@ def test_a_fit_loss_summed_over_the_batch_under_mirrored_strategy_diverges_on_th
     assert first is not None and first.step == 0 and first.kind in ("loss", "grad"), first
     grads = [d for d in report.divergences_at_first_step if d.kind == "grad" and d.tensor == "dense/kernel:0"]
     assert grads and grads[0].max_rel_diff == pytest.approx(rr.BATCH - 1, rel=1e-3), grads
+
+
+def test_a_layer_of_two_outputs_is_recorded_under_fit_with_mirrored_strategy(logdir: str) -> None:
+    """A review: each replica names a multi-output layer's outputs (``two/0``) itself, and passed
+    through ``merge_call`` the names became a PerReplica of strings: fit raised "name must be a
+    non-empty string". numpy: ``2 x`` and ``x + 1`` of each global batch, each replica its half."""
+    x = rr.data()[0]
+    doubled = series(logdir, "fit_two_outputs", "tf2", "activation", "two/0").values
+    shifted = series(logdir, "fit_two_outputs", "tf2", "activation", "two/1").values
+    first_half = series(logdir, "fit_two_outputs", "tf2", "activation", "two/0@replica0").values
+    assert len(doubled) == rr.STEPS
+    for step in range(rr.STEPS):
+        xb = x[step * rr.BATCH : (step + 1) * rr.BATCH]
+        np.testing.assert_allclose(doubled[step], 2 * xb, rtol=1e-6)
+        np.testing.assert_allclose(shifted[step], xb + 1, rtol=1e-6)
+        np.testing.assert_allclose(first_half[step], 2 * xb[: rr.BATCH // 2], rtol=1e-6)
+
+
+def test_a_fit_that_fails_under_mirrored_strategy_leaves_no_step_open(tmp_path: Any) -> None:
+    """A review: an error between the merge_call that opens the step and the one that closes it (a
+    loss that cannot take the labels, raised while fit traces) left the recorder in the step, so a
+    ``predict`` then raised in the instrumented layer and, compiled again, the next ``fit`` raised
+    "recorder.step() does not nest". The step closes with the error, as on one device."""
+    import tensorflow as tf
+
+    from tb_parity_plugin import summary_v2
+
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    rec = summary_v2.Recorder(str(tmp_path / "tf2"))
+    with strategy.scope():
+        inputs = tf.keras.Input((3,))
+        model = tf.keras.Model(inputs, tf.keras.layers.Dense(2, kernel_initializer="ones", name="dense")(inputs))
+        model.compile(tf.keras.optimizers.SGD(0.1), "mse")
+    summary_v2.instrument(model, rec, layers=["dense"])
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    with pytest.raises(ValueError, match="Dimensions must be equal"):
+        model.fit(x, np.ones((4, 3), np.float32), batch_size=4, verbose=0)  # labels of the wrong width
+    assert not rec.recording
+    np.testing.assert_allclose(model.predict(x, verbose=0), np.repeat(x.sum(1, keepdims=True), 2, 1))
+    with strategy.scope():
+        model.compile(tf.keras.optimizers.SGD(0.1), "mse")
+    summary_v2.instrument(model, rec)
+    model.fit(x, np.zeros((4, 2), np.float32), batch_size=4, verbose=0)
+    rec.close()
+    with LogdirReader(str(tmp_path)) as reader:
+        loss = reader.run("tf2").tensors[("loss", "loss")]
+    np.testing.assert_allclose(loss.values.ravel(), [np.mean(x.sum(1) ** 2)], rtol=1e-6)  # the kernel of ones
 
 
 def test_a_loss_not_scaled_for_the_global_batch_diverges_on_the_gradient_at_step_0(logdir: str) -> None:

@@ -332,16 +332,20 @@ def instrument(
             raise
         finally:
             _REPLICA_OUTPUTS.outputs = None
+        # the names stay out of merge_call's arguments, which it regroups per replica: a multi-output
+        # layer's names ("two/0"), built on each replica, became a PerReplica of strings and the
+        # recorder raised "name must be a non-empty string" (every replica names its outputs alike)
+        names = [name for name, _ in outputs]
 
-        def close_step(strategy: Any, outputs: list, total: Any, grads: list) -> None:
+        def close_step(strategy: Any, values: list, total: Any, grads: list) -> None:
             with stack:
-                for name, value in outputs:
+                for name, value in zip(names, values):
                     recorder.activation(name, value)
                 recorder.loss(total, reduction="sum")
                 if gradients:
                     recorder.grads(grads, variables)
 
-        replica.merge_call(close_step, args=(outputs, total, grads))
+        replica.merge_call(close_step, args=([value for _, value in outputs], total, grads))
         opt.apply_gradients(zip(grads, variables))
         return model.compute_metrics(x, y, y_pred, sample_weight)
 
