@@ -154,3 +154,74 @@ def test_noise_drawn_in_one_run_only_is_said_so(tmp_path) -> None:
     first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
     assert (first.step, first.kind, first.tensor) == (0, "activation", "z"), first
     assert "in 'tf2' only it is computed from a random op" in first.note, first.note
+
+
+W_OUT = (RNG.standard_normal((H, D)) * 0.4).astype(np.float32)
+
+
+def _tf1_dropout_off(run_dir: str, switch: str) -> None:
+    """An original whose dropout is switched off for the parity check: its training flag defaults to
+    False (``switch="flag"``, the random op inside the ``If``'s branch) or its ``keep_prob`` is fed
+    1.0 (``"keep_prob"``, the op runs and keeps every element)."""
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, D])
+        keep_prob = tf.compat.v1.placeholder(tf.float32, [])
+        h = rec.activation("enc", x @ tf.compat.v1.get_variable("enc/kernel", initializer=W["enc"]))
+        h = tf.nn.relu(h)
+        if switch == "flag":
+            h = tf.compat.v1.layers.dropout(h, 0.5, training=tf.compat.v1.placeholder_with_default(False, []))
+        else:
+            h = tf.nn.dropout(h, rate=1.0 - keep_prob)
+        out = rec.activation("dec", h @ tf.compat.v1.get_variable("dec/kernel", initializer=W_OUT))
+        loss = rec.loss(tf.reduce_mean(tf.square(out - x)))
+        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.01), loss, global_step=gs)
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for s in range(STEPS):
+                feed = {x: X[s * BATCH : (s + 1) * BATCH], keep_prob: 1.0}
+                rec.write(sess.run([train_op, fetches], feed)[1])
+        rec.close()
+
+
+def _tf2_elu(run_dir: str) -> None:
+    """The port without dropout and with a real bug: ELU where the original has ReLU."""
+    enc, dec = tf.Variable(W["enc"], name="enc/kernel"), tf.Variable(W_OUT, name="dec/kernel")
+    opt = tf.keras.optimizers.SGD(0.01)
+    rec = summary_v2.Recorder(run_dir)
+
+    @tf.function
+    def step(x):
+        with rec.step(opt.iterations):
+            with tf.GradientTape() as tape:
+                h = rec.activation("enc", x @ enc)
+                out = rec.activation("dec", tf.nn.elu(h) @ dec)
+                loss = rec.loss(tf.reduce_mean(tf.square(out - x)))
+            rec.minimize(opt, loss, [enc, dec], tape)
+
+    for s in range(STEPS):
+        step(tf.constant(X[s * BATCH : (s + 1) * BATCH]))
+    rec.close()
+
+
+@pytest.mark.parametrize("switch", ["flag", "keep_prob"])
+def test_a_dropout_switched_off_in_the_original_keeps_the_note_on_the_function(tmp_path, switch: str) -> None:
+    """A new user's CNN trial: the TF1 original's dropout switched off for the parity check (training
+    flag False, or keep_prob fed 1.0) still holds its random op, and a real bug in the port after it
+    (ELU for ReLU) was told only "'tf1' draws random numbers here and 'tf2' does not": the note sent
+    the user looking for a dropout, away from the activation. numpy: the original computes ReLU
+    exactly, as without dropout; the port ELU."""
+    _tf1_dropout_off(str(tmp_path / "tf1"), switch)
+    _tf2_elu(str(tmp_path / "tf2"))
+    a, b = tensors_by_step(str(tmp_path / "tf1"))[0], tensors_by_step(str(tmp_path / "tf2"))[0]
+    h = np.asarray(a[("activation", "enc")][2]).reshape(BATCH, H)
+    np.testing.assert_allclose(h, np.asarray(b[("activation", "enc")][2]).reshape(BATCH, H), rtol=1e-6, atol=1e-6)
+    dec_a, dec_b = (np.asarray(r[("activation", "dec")][2]).reshape(BATCH, D) for r in (a, b))
+    np.testing.assert_allclose(dec_a, np.maximum(h, 0) @ W_OUT, rtol=1e-5, atol=1e-6)  # no element dropped
+    np.testing.assert_allclose(dec_b, np.where(h > 0, h, np.expm1(h)) @ W_OUT, rtol=1e-5, atol=1e-6)
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert (first.step, first.kind, first.tensor) == (0, "activation", "dec"), first
+    assert "in 'tf1' only it is computed from a random op" in first.note, first.note
+    assert "switched off" in first.note and "this layer computes another function of its input" in first.note

@@ -174,10 +174,16 @@ class InputNotes(NoteContext):
         if len(ops) == 1:
             (name,) = ops
             other = self.cand.name if name == self.base.name else self.base.name
+            # an op in the graph is not a draw that counts: a new user's TF1 dropout switched off for the
+            # check (training flag False, keep_prob fed 1.0) still held its op, and the port's real bug after
+            # it (ELU for ReLU) was told only "'tf1' draws random numbers here", sent looking for a dropout
             return (
                 f"in '{name}' only it is computed from a random op that no recorded output feeds ({listed}): "
-                f"'{name}' draws random numbers here and '{other}' does not (noise, dropout or a random "
-                "augmentation on in one run only), or the two compute it otherwise"
+                f"either '{name}' draws random numbers here and '{other}' does not (noise, dropout or a random "
+                f"augmentation on in one run only), or that op is switched off in '{name}' (a dropout whose training "
+                "flag is False or whose keep_prob is fed 1.0 keeps its op and draws nothing that counts) and this "
+                "layer computes another function of its input (activation, padding, epsilon), or reads an input "
+                "not recorded"
             )
         return (
             f"both runs compute it from a random op that no recorded output feeds ({listed}): unless both draw "
