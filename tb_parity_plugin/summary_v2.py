@@ -189,6 +189,11 @@ class Recorder(BaseRecorder):
             # new user's faithful MirroredStrategy port had its raw -lr x accumulator compared with
             # TF1's accumulator: a false DIVERGE at step 1, cosine -1)
             return self._distributed(kind, name or variable_name(var), var, None, lr)
+        inner = getattr(var, "value", None)  # a Keras 3 variable holds its tf.Variable as `value`
+        if isinstance(inner, tf.distribute.DistributedValues) and not isinstance(var, tf.Variable):
+            # recorded as the replica 0 copy alone, a Keras 3 BatchNormalization's moving statistics kept
+            # per replica (synchronized=False) were said to be "every variable's copies agree"
+            return self._distributed(kind, name or variable_name(var), inner, None, lr)
         return super()._variable(kind, var, name, lr)
 
     def tensor(self, kind: str, name: str, value: Any, reduction: Optional[str] = None) -> tf.Tensor:

@@ -428,3 +428,48 @@ def test_the_replicas_parts_as_a_list_are_refused_and_a_list_on_one_device_is_re
         assert ("loss", "local") not in run.tensors
         heads = run.tensors[("metric", "heads")]
         np.testing.assert_array_equal(heads.values.reshape(len(heads.steps), -1)[0], [0.25, 0.5])
+
+
+_KERAS3_BN = """
+import os, sys
+import numpy as np
+import tensorflow as tf
+(cpu,) = tf.config.list_physical_devices("CPU")
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras
+from tb_parity_plugin import summary_v2
+assert not keras.__version__.startswith("2."), keras.__version__
+with tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]).scope():
+    model = keras.Sequential([keras.Input((3,)), keras.layers.BatchNormalization(name="bn")])
+    model.compile(keras.optimizers.SGD(0.1), "mse", jit_compile=False)
+rec = summary_v2.Recorder(sys.argv[1])
+summary_v2.instrument(model, rec)
+x = np.load(sys.argv[2])
+model.fit(x, x, batch_size=len(x) // 2, epochs=1, shuffle=False, verbose=0)
+rec.close()
+"""
+
+
+def test_a_keras_3_variables_replica_copies_are_recorded(tmp_path: Any) -> None:
+    """A new user's Keras 3 CNN port under fit with MirroredStrategy: a Keras 3 variable wraps its
+    mirrored tf.Variable, so only the replica 0 copy was recorded and its BatchNormalization
+    (synchronized=False), whose moving mean each replica updates from its own half of the batch, was
+    said to have "every variable's copies agree". numpy: each copy is its own half's update."""
+    x = np.random.default_rng(0).standard_normal((16, 3)).astype(np.float32)
+    x[4:8] += 5.0  # the second replica's half of the first batch
+    np.save(tmp_path / "x.npy", x)
+    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _KERAS3_BN, str(tmp_path / "tf2"), str(tmp_path / "x.npy")],
+        env=env,
+        capture_output=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    with LogdirReader(str(tmp_path)) as reader:
+        tensors = reader.run("tf2").tensors
+    copies = [tensors[("state", f"sequential/bn/moving_mean@replica{k}")].values.reshape(-1, 3) for k in (0, 1)]
+    for k, half in enumerate((x[0:4], x[4:8])):
+        np.testing.assert_allclose(copies[k][1], 0.01 * half.mean(0), rtol=1e-5)  # before step 1
+    single = tensors[("state", "sequential/bn/moving_mean")].values.reshape(-1, 3)
+    np.testing.assert_allclose(single[1], 0.01 * x[0:4].mean(0), rtol=1e-5)  # the first copy, as Keras reads it
