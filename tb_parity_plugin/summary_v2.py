@@ -94,7 +94,8 @@ _PER_REPLICA = (
     "recorded inside a replica context: under a tf.distribute strategy such as MirroredStrategy, "
     "strategy.run (and Keras fit, which calls train_step through it) runs the step once per replica, "
     "each with its share of the batch; return what to record from the replica function and record it "
-    "in the cross-replica context around strategy.run in a custom loop (README: 'Distributed training')"
+    "in the cross-replica context around strategy.run in a custom loop (README: 'Distributed training'); "
+    "Keras's default train_step under fit with MirroredStrategy is recorded by instrument(model, rec)"
 )
 _REDUCTIONS = ("sum", "mean", "concat")
 

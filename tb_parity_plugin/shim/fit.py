@@ -224,10 +224,12 @@ def instrument(
         ``rec.activation(name, t, mask=...)``.
 
     ``steps_per_execution > 1`` works: Keras runs that many ``train_step``s inside one
-    ``tf.function``, and each writes its own step. Raises ``ValueError`` for a distribution
-    strategy, ``jit_compile=True``, a loss-scale optimizer or a model class with its own
-    ``train_step`` (see :func:`check_supported`), and, when ``fit`` starts, for a model that
-    computes no loss.
+    ``tf.function``, and each writes its own step. Under ``MirroredStrategy`` the step is recorded
+    across the replicas (``mirrored_step``). Raises ``ValueError`` for a distribution strategy other
+    than ``OneDeviceStrategy`` and ``MirroredStrategy``, ``jit_compile=True``, a loss-scale optimizer or
+    a model class with its own ``train_step`` (see :func:`check_supported`), and, when ``fit`` starts,
+    for a model that computes no loss (and for Keras 3's ``gradient_accumulation_steps`` under
+    ``MirroredStrategy``).
     """
     check_supported(model)
     for layer in layers:

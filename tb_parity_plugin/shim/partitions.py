@@ -4,7 +4,9 @@ Why: TF1 code shards a large embedding with a partitioner (``get_variable("item_
 partitioner=fixed_size_partitioner(4))``): its parts ``item_emb/part_0:0`` ... are ``[5000, 64]``
 each, with their own gradients and slots, against the port's one ``Embedding`` ``[20000, 64]``.
 Recorded part by part, nothing in the port pairs with them: a new user's recommender port got 28
-structure lines and no comparison of its tables. Recorded whole, they pair like any variable.
+structure lines and no comparison of its tables. Recorded whole, they pair like any variable. A TF2
+``ShardedVariable``'s shards (``ParameterServerStrategy``'s ``variable_partitioner``) are recorded
+whole the same way (:func:`shard_of`), so either side's part count pairs with the other's.
 
 Rows are laid out as the model reads them. ``tf.compat.v1.nn.embedding_lookup``'s default
 ``partition_strategy="mod"`` keeps row ``r`` in part ``r % n`` at row ``r // n``, so the table the

@@ -1,5 +1,6 @@
 """Notes on an output that diverges first while what feeds it agrees: another input, another
-batch or masking, replicas normalizing apart, dropout on one side, variables never compared."""
+batch or masking (and real positions apart with padding recorded as 0), replicas normalizing apart,
+dropout on one side, random draws, variables never compared."""
 
 from __future__ import annotations
 
