@@ -225,3 +225,75 @@ def test_a_dropout_switched_off_in_the_original_keeps_the_note_on_the_function(t
     assert (first.step, first.kind, first.tensor) == (0, "activation", "dec"), first
     assert "in 'tf1' only it is computed from a random op" in first.note, first.note
     assert "switched off" in first.note and "this layer computes another function of its input" in first.note
+
+
+T = 3  # time steps of the masked sequence runs
+REAL = np.array([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0]], bool)  # per sample: real positions, then padding
+SEQ = RNG.standard_normal((STEPS * BATCH, T, D)).astype(np.float32)
+
+
+def _tf1_masked(run_dir: str) -> None:
+    """A sequence original recording its outputs at real positions only (``mask=``), its dropout
+    before the first switched off for the check (``keep_prob`` fed 1.0): the op stays in the graph."""
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, T, D])
+        real = tf.compat.v1.placeholder(tf.bool, [None, T])
+        keep_prob = tf.compat.v1.placeholder(tf.float32, [])
+        h = tf.nn.dropout(x, rate=1.0 - keep_prob)
+        h = rec.activation("enc", h @ tf.compat.v1.get_variable("enc/kernel", initializer=W["enc"]), real)
+        out = rec.activation("dec", tf.nn.relu(h) @ tf.compat.v1.get_variable("dec/kernel", initializer=W_OUT), real)
+        loss = rec.loss(tf.reduce_mean(tf.square(out - x)))
+        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.01), loss, global_step=gs)
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for s in range(STEPS):
+                feed = {x: SEQ[s * BATCH : (s + 1) * BATCH], real: REAL, keep_prob: 1.0}
+                rec.write(sess.run([train_op, fetches], feed)[1])
+        rec.close()
+
+
+def _tf2_masked_elu(run_dir: str) -> None:
+    """The port, its dropout likewise switched off (rate fed 0.0), and ELU where the original has ReLU
+    after the first recorded output."""
+    enc, dec = tf.Variable(W["enc"], name="enc/kernel"), tf.Variable(W_OUT, name="dec/kernel")
+    opt = tf.keras.optimizers.SGD(0.01)
+    rec = summary_v2.Recorder(run_dir)
+
+    @tf.function
+    def step(x, real, rate):
+        with rec.step(opt.iterations):
+            with tf.GradientTape() as tape:
+                h = rec.activation("enc", tf.nn.dropout(x, rate=rate) @ enc, mask=real)
+                out = rec.activation("dec", tf.nn.elu(h) @ dec, mask=real)
+                loss = rec.loss(tf.reduce_mean(tf.square(out - x)))
+            rec.minimize(opt, loss, [enc, dec], tape)
+
+    for s in range(STEPS):
+        step(tf.constant(SEQ[s * BATCH : (s + 1) * BATCH]), tf.constant(REAL), tf.constant(0.0))
+    rec.close()
+
+
+def test_an_output_recorded_masked_keeps_the_random_ops_before_it_from_later_outputs(tmp_path) -> None:
+    """An output recorded with ``mask=`` is recorded as its padding zeroed, a tensor the model does not
+    read: the model reads the output itself, so the random ops before it were walked past and listed
+    for every later output too. Both runs' switched-off dropouts before ``enc`` were then named at
+    ``dec``, whose real bug (ELU for ReLU) was told "the draws differ ... make them equal". numpy:
+    ``enc`` agrees at the real positions, ``dec`` is ReLU's in the original and ELU's in the port."""
+    _tf1_masked(str(tmp_path / "tf1"))
+    _tf2_masked_elu(str(tmp_path / "tf2"))
+    a, b = tensors_by_step(str(tmp_path / "tf1"))[0], tensors_by_step(str(tmp_path / "tf2"))[0]
+    x = SEQ[:BATCH]
+    h = x @ W["enc"]
+    for run in (a, b):
+        got = np.asarray(run[("activation", "enc")][2]).reshape(BATCH, T, H)
+        np.testing.assert_allclose(got, h * REAL[..., None], rtol=1e-5, atol=1e-6)  # no element dropped
+    dec_a, dec_b = (np.asarray(r[("activation", "dec")][2]).reshape(BATCH, T, D) for r in (a, b))
+    np.testing.assert_allclose(dec_a, (np.maximum(h, 0) @ W_OUT) * REAL[..., None], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(dec_b, (np.where(h > 0, h, np.expm1(h)) @ W_OUT) * REAL[..., None], rtol=1e-5, atol=1e-6)
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert (first.step, first.kind, first.tensor) == (0, "activation", "dec"), first
+    assert "random op" not in first.note, first.note
+    assert "this layer computes another function of its input" in first.note, first.note

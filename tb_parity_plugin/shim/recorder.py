@@ -186,6 +186,9 @@ class BaseRecorder:
         self.full_values_limit = int(full_values_limit)
         self._entries: list[Entry] = []
         self._keys: set[tuple[str, str]] = set()
+        #: ``.ref()`` of the step's tensors a later forward tensor's random ops are not looked for past
+        #: (:mod:`randomness`): those recorded, and the value of an output recorded masked
+        self._walk_stops: set[Any] = set()
         self._reads: dict[int, VariableRead] = {}
         #: recorded name -> (the partitioned variable's part it is, its variable): ``_whole_parts``
         self._parts: dict[str, tuple[partitions.Part, Any]] = {}
@@ -237,7 +240,8 @@ class BaseRecorder:
         health_tf.check_dtype(t.dtype, f"{kind}/{name!r}")
         random: tuple[str, ...] = ()
         if kind in randomness.FORWARD_KINDS:
-            random = randomness.random_ops(t, {e.tensor.ref() for e in self._entries})
+            random = randomness.random_ops(t, self._walk_stops)
+        self._walk_stops.add(t.ref())
         self._keys.add((kind, name))
         self._entries.append(Entry(kind, name, t, random))
         return t
@@ -298,6 +302,9 @@ class BaseRecorder:
             t = tf.convert_to_tensor(value)
             recorded = zero_masked(t, mask)
         self.tensor("activation", name, recorded)
+        # the model reads ``t``, not what is recorded: walked past, its random ops (a dropout before it)
+        # were listed for every later output too, and a real bug after it was told the draws differ
+        self._walk_stops.add(t.ref())
         return t
 
     def output(self, name: str, value: Any) -> tf.Tensor:
@@ -501,7 +508,7 @@ class BaseRecorder:
 
     # -- internals ----------------------------------------------------------------
     def _take_entries(self) -> list[Entry]:
-        entries, self._entries, self._keys = self._entries, [], set()
+        entries, self._entries, self._keys, self._walk_stops = self._entries, [], set(), set()
         entries = self._whole_parts(entries)
         self._reads, self._parts = {}, {}
         return entries
