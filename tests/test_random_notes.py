@@ -297,3 +297,32 @@ def test_an_output_recorded_masked_keeps_the_random_ops_before_it_from_later_out
     assert (first.step, first.kind, first.tensor) == (0, "activation", "dec"), first
     assert "random op" not in first.note, first.note
     assert "this layer computes another function of its input" in first.note, first.note
+
+
+def test_candidate_samplers_are_random_ops_and_uniform_quantization_is_not() -> None:
+    """word2vec's sampled loss draws its negatives with ``fixed_unigram_candidate_sampler`` (or a
+    learned unigram one), which were not counted: a faithful port's loss apart at step 0 was told the
+    loss is computed differently. ``UniformQuantize`` / ``UniformDequantize`` were counted, by their
+    name, though they draw nothing. Checked by running each twice: the samplers' draws differ, the
+    quantization's values do not."""
+    from tb_parity_plugin.shim import randomness
+
+    with tf.Graph().as_default():
+        labels = tf.constant([[1], [3]], tf.int64)
+        fixed = tf.random.fixed_unigram_candidate_sampler(labels, 1, 8, True, 50, unigrams=[1.0] * 50)
+        learned = tf.random.learned_unigram_candidate_sampler(labels, 1, 8, True, 50)
+        kw = dict(
+            scales=tf.constant(0.01), zero_points=tf.constant(0), quantization_min_val=-128, quantization_max_val=127
+        )
+        x = tf.constant(np.linspace(-1, 1, 6, dtype=np.float32))
+        dequantized = tf.raw_ops.UniformDequantize(
+            input=tf.raw_ops.UniformQuantize(input=x, Tout=tf.qint8, **kw), Tout=tf.float32, **kw
+        )
+        assert randomness.random_ops(fixed.sampled_candidates) == ("FixedUnigramCandidateSampler",)
+        assert randomness.random_ops(learned.sampled_candidates) == ("LearnedUnigramCandidateSampler",)
+        assert randomness.random_ops(dequantized) == ()
+        with tf.compat.v1.Session() as sess:
+            for t in (fixed.sampled_candidates, learned.sampled_candidates):
+                draws = [sess.run(t) for _ in range(3)]
+                assert any(not np.array_equal(draws[0], d) for d in draws[1:])
+            np.testing.assert_array_equal(sess.run(dequantized), sess.run(dequantized))

@@ -22,8 +22,14 @@ from tb_parity_plugin.shim import ordering
 #: Op types that draw random numbers: TF1's and ``tf.random``'s stateful ops
 #: (``RandomStandardNormal``, ``RandomUniform``, ``TruncatedNormal``, ``Multinomial``,
 #: ``RandomShuffle``...), the stateless ones (a seed the port chose differently draws other
-#: numbers), and ``tf.random.Generator``'s (``StatefulUniform``, ``RngReadAndSkip``).
-_RANDOM = re.compile(r"Random|TruncatedNormal|StandardNormal|Uniform|Multinomial|^Rng|^Stateful(Standard|Truncated)")
+#: numbers), ``tf.random.Generator``'s (``StatefulUniform``, ``RngReadAndSkip``), the candidate
+#: samplers of a sampled loss (word2vec's ``fixed_unigram_candidate_sampler``) and
+#: ``sample_distorted_bounding_box``. Not ``UniformQuantize`` and its kin, nor
+#: ``AllCandidateSampler`` (every class): they draw nothing.
+_RANDOM = re.compile(
+    r"Random|TruncatedNormal|StandardNormal|^StatefulUniform|Multinomial|^Rng|(?<!All)CandidateSampler"
+    r"|SampleDistortedBoundingBox|StatelessShuffle"
+)
 
 #: The kinds of the forward pass: a gradient is computed from the whole forward graph.
 FORWARD_KINDS = frozenset({"input", "activation", "output", "loss", "metric"})
