@@ -127,7 +127,7 @@ def test_noise_drawn_on_each_side_is_named_at_the_reparameterized_output(tmp_pat
     assert (first.step, first.kind, first.tensor) == (0, "activation", "z"), first
     assert "both runs compute it from a random op" in first.note, first.note
     assert "'tf1': RandomStandardNormal; 'tf2': RandomStandardNormal" in first.note
-    assert "computes another function" not in first.note
+    assert "at this step: this layer computes another function" not in first.note  # told as the cause
 
 
 def test_the_same_noise_fed_agrees_and_a_log_std_bug_gets_no_random_note(tmp_path) -> None:
@@ -186,23 +186,25 @@ def _tf1_dropout_off(run_dir: str, switch: str) -> None:
         rec.close()
 
 
-def _tf2_elu(run_dir: str) -> None:
-    """The port without dropout and with a real bug: ELU where the original has ReLU."""
+def _tf2_elu(run_dir: str, dropout_off: bool = False) -> None:
+    """The port with a real bug, ELU where the original has ReLU; without dropout, or with its dropout
+    switched off too (``dropout_off``: a rate fed 0.0, the op stays in the function)."""
     enc, dec = tf.Variable(W["enc"], name="enc/kernel"), tf.Variable(W_OUT, name="dec/kernel")
     opt = tf.keras.optimizers.SGD(0.01)
     rec = summary_v2.Recorder(run_dir)
 
     @tf.function
-    def step(x):
+    def step(x, rate):
         with rec.step(opt.iterations):
             with tf.GradientTape() as tape:
                 h = rec.activation("enc", x @ enc)
-                out = rec.activation("dec", tf.nn.elu(h) @ dec)
+                a = tf.nn.dropout(tf.nn.elu(h), rate=rate) if dropout_off else tf.nn.elu(h)
+                out = rec.activation("dec", a @ dec)
                 loss = rec.loss(tf.reduce_mean(tf.square(out - x)))
             rec.minimize(opt, loss, [enc, dec], tape)
 
     for s in range(STEPS):
-        step(tf.constant(X[s * BATCH : (s + 1) * BATCH]))
+        step(tf.constant(X[s * BATCH : (s + 1) * BATCH]), tf.constant(0.0))
     rec.close()
 
 
@@ -326,3 +328,21 @@ def test_candidate_samplers_are_random_ops_and_uniform_quantization_is_not() -> 
                 draws = [sess.run(t) for _ in range(3)]
                 assert any(not np.array_equal(draws[0], d) for d in draws[1:])
             np.testing.assert_array_equal(sess.run(dequantized), sess.run(dequantized))
+
+
+def test_dropouts_switched_off_in_both_runs_keep_the_note_on_the_function(tmp_path) -> None:
+    """Both runs switch their dropout off for the check (TF1's keep_prob fed 1.0, the port's rate fed
+    0.0): each still holds its random op, and the port's real bug (ELU for ReLU) was told only that
+    the draws differ unless made equal, which they already were. numpy: no element dropped on either
+    side, the original ReLU's and the port ELU's."""
+    _tf1_dropout_off(str(tmp_path / "tf1"), "keep_prob")
+    _tf2_elu(str(tmp_path / "tf2"), dropout_off=True)
+    a, b = tensors_by_step(str(tmp_path / "tf1"))[0], tensors_by_step(str(tmp_path / "tf2"))[0]
+    h = np.asarray(a[("activation", "enc")][2]).reshape(BATCH, H)
+    dec_a, dec_b = (np.asarray(r[("activation", "dec")][2]).reshape(BATCH, D) for r in (a, b))
+    np.testing.assert_allclose(dec_a, np.maximum(h, 0) @ W_OUT, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(dec_b, np.where(h > 0, h, np.expm1(h)) @ W_OUT, rtol=1e-5, atol=1e-6)
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert (first.step, first.kind, first.tensor) == (0, "activation", "dec"), first
+    assert "both runs compute it from a random op" in first.note, first.note
+    assert "switched off" in first.note and "this layer computes another function of its input" in first.note

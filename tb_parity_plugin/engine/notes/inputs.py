@@ -190,7 +190,10 @@ class InputNotes(NoteContext):
             f"both runs compute it from a random op that no recorded output feeds ({listed}): unless both draw "
             "the same numbers (the same noise fed to both, or both run under DeterministicRandomTestTool in its "
             "default 'constant' mode: README Porting a real model, step 1) the draws differ, and so does this "
-            "output in a faithful port; make them equal to tell a bug here from the draws"
+            "output in a faithful port; make them equal to tell a bug here from the draws. When they are equal or "
+            "switched off in both (a dropout whose training flag is False or whose keep_prob is fed 1.0 keeps its "
+            "op and draws nothing that counts), this layer computes another function of its input (activation, "
+            "padding, epsilon), or reads an input not recorded"
         )
 
     def _earlier_by_statistics(self, first: Pair, k: int) -> list[Pair]:
