@@ -161,23 +161,6 @@ def test_a_model_without_a_loss_raises_clearly_when_fit_starts(tmp_path) -> None
         model.fit(XS[0], YS[0], verbose=0)
 
 
-def test_a_failed_mirrored_step_leaves_the_recorder_closed(tmp_path) -> None:
-    """Under MirroredStrategy (one device here: it still splits the step into replicas) the step is
-    opened in a merge_call before the forward pass; a failure after it (inputs of the wrong width)
-    left the recorder open, so the next step raised "recorder.step() does not nest" instead."""
-    rec = summary_v2.Recorder(str(tmp_path / "failed"))
-    with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
-        model = keras_model()
-        model.compile(optimizer="sgd", loss="mse")
-    summary_v2.instrument(model, rec)
-    wide = np.concatenate([XS[0], XS[0][:, :1]], axis=1)
-    with pytest.raises(ValueError, match="incompatible"):
-        model.fit(wide, YS[0], verbose=0)
-    assert not rec.recording
-    with rec.step(0):  # not "recorder.step() does not nest"
-        rec.lr(tf.constant(0.1))
-
-
 def test_a_custom_train_step_records_itself_as_docs_shim_shows(tmp_path) -> None:
     """docs/shim.md's recipe for such a model: ``rec.step`` inside its own train_step, under ``fit``.
     It records the clipped gradients the step applies (numpy: the MSE gradient of every element is
