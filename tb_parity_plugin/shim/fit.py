@@ -180,6 +180,23 @@ def _own_train_step(model: Any) -> Optional[str]:
     return None
 
 
+def _track_loss(model: Any, total: Any, x: Any) -> None:
+    """Feed Keras 3's loss tracker as its own ``train_step`` does: ``compute_loss`` leaves it alone,
+    and the ``loss`` that ``fit`` reports (its History, the logs that ``ReduceLROnPlateau``,
+    ``EarlyStopping`` or ``ModelCheckpoint`` monitor) is that tracker's mean. Left out, an
+    instrumented Keras 3 ``fit`` reported a loss of 0.0 every epoch, so a callback monitoring it
+    trained otherwise than the user's program. tf_keras's ``compute_loss`` tracks its loss itself
+    (no ``_loss_tracker``). Under a strategy each replica's loss is scaled by the number of
+    replicas; the tracker takes it unscaled, with the replica's batch size as its weight."""
+    tracker = getattr(model, "_loss_tracker", None)
+    if tracker is None:
+        return
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    value = total * tf.cast(replicas, total.dtype) if replicas > 1 else total
+    first = next(t for t in tf.nest.flatten(x) if t is not None)
+    tracker.update_state(value, sample_weight=tf.shape(first)[0])
+
+
 class _StepNumbering:
     """Step numbers that go on across ``compile`` calls. A model compiled again with a new
     optimizer (fine-tuning in two phases) counts its ``iterations`` from 0 again: a new user's second
@@ -274,6 +291,7 @@ def instrument(
                         "instrument records the loss fit minimises"
                     )
                 loss = recorder.loss(total)
+                _track_loss(model, total, x)
             grads = tape.gradient(loss, variables)
             if gradients:
                 recorded = grads
@@ -323,6 +341,8 @@ def instrument(
             with tf.GradientTape() as tape:
                 y_pred = model(x, training=True)
                 total = model.compute_loss(x, y, y_pred, sample_weight)
+                if total is not None:
+                    _track_loss(model, total, x)
             if total is None:
                 raise ValueError(
                     "tb_parity: the model computes no loss (compile(loss=...) or add_loss); instrument records "
