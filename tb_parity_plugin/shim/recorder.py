@@ -386,7 +386,10 @@ class BaseRecorder:
         Nor are the moments BERT's ``AdamWeightDecayOptimizer`` (and the LAMB copies) keep as plain
         variables, ``<variable>/adam_m`` and ``/adam_v`` (``slots.named_moments``): they are that
         variable's slots, with or without ``optimizer``, so they pair with a Keras port's ``m`` and ``v``."""
-        var_list = model_variables(variables)
+        # a Keras 3 SeedGenerator's state (every Dropout, LSTM, GRU holds one, used or not) counts random
+        # draws, as an optimizer's counter counts steps: TF1's random ops keep theirs inside the op, so
+        # it paired with nothing, and a new user's faithful Keras 3 LSTM port was a structure DIVERGE
+        var_list = [v for v in model_variables(variables) if not _seed_state(v)]
         optimizers = (
             [] if optimizer is None else list(optimizer) if isinstance(optimizer, (list, tuple)) else [optimizer]
         )
@@ -520,6 +523,11 @@ def _optimizer_variables(optimizer: Any) -> list[Any]:
     if callable(found):
         found = found()
     return list(found or [])
+
+
+def _seed_state(var: Any) -> bool:
+    """Whether ``var`` is a Keras 3 ``SeedGenerator``'s state (``seed_generator_state``, shape [2])."""
+    return hasattr(var, "path") and getattr(var, "name", None) == "seed_generator_state"
 
 
 def zero_masked(value: tf.Tensor, mask: Any) -> tf.Tensor:
