@@ -204,3 +204,66 @@ def test_each_output_is_recorded_with_the_mask_keras_attaches_to_it(tmp_path) ->
     expected = _numpy_attention(model) * real[..., None]
     out = step[("activation", "mha/0")][2].reshape(expected.shape)
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-6)
+
+
+def _pooled_model(mask_zero: bool) -> tf.keras.Model:
+    tf.keras.utils.set_random_seed(1)
+    ids = tf.keras.Input((None,), dtype="int32")
+    x = tf.keras.layers.Embedding(8, 6, mask_zero=mask_zero, name="embedding")(ids)
+    pooled = tf.keras.layers.GlobalAveragePooling1D(name="pool")(x)
+    return tf.keras.Model(ids, tf.keras.layers.Dense(3, name="logits")(pooled))
+
+
+def test_a_port_that_reads_its_padding_is_not_told_to_record_the_real_positions_alone(tmp_path) -> None:
+    """A port without ``mask_zero=True``, instrumented with ``zero_masked=True`` as the README says,
+    against an original that masks: the embedding's padded positions are recorded whole in the port
+    (it has no mask to apply) and as 0 in the original, as a faithful port recorded whole is. The note
+    said only the real positions need agree and to record those alone, which the user did already,
+    while the port's pooling averaged the padding and its loss differed (numpy) at that step."""
+    model = _pooled_model(mask_zero=False)
+    model.compile(tf.keras.optimizers.SGD(0.1), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    weights = model.get_weights()
+    rec = summary_v2.Recorder(str(tmp_path / "tf2"))
+    summary_v2.instrument(model, rec, layers=["embedding"], zero_masked=True)
+    model.fit(IDS, LABELS, batch_size=3, epochs=STEPS, shuffle=False, verbose=0)
+    rec.close()
+
+    base = _pooled_model(mask_zero=False)
+    base.set_weights(weights)
+    opt = tf.keras.optimizers.SGD(0.1)
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    rec = summary_v2.Recorder(str(tmp_path / "tf1"))
+    ids, labels = tf.constant(IDS), tf.constant(LABELS)
+
+    @tf.function
+    def step() -> None:
+        with rec.step(opt.iterations, variables=base):
+            rec.lr(opt.learning_rate)
+            real = tf.not_equal(ids, 0)
+            with tf.GradientTape() as tape:
+                x = rec.activation("embedding", base.get_layer("embedding")(ids), mask=real)
+                logits = base.get_layer("logits")(base.get_layer("pool")(x, mask=real))
+                loss = rec.loss(loss_fn(labels, logits))
+            rec.minimize(opt, loss, base.trainable_variables, tape)
+
+    for _ in range(STEPS):
+        step()
+    rec.close()
+
+    # numpy, on the initial weights: the mean over every position against the real ones moves the loss
+    table, kernel, bias = (w.astype(np.float64) for w in weights)
+    real = (IDS != 0)[..., None]
+    losses = []
+    for pooled in (table[IDS].mean(1), (table[IDS] * real).sum(1) / real.sum(1)):
+        z = pooled @ kernel + bias
+        z -= z.max(1, keepdims=True)
+        losses.append(float(-(z[np.arange(3), LABELS] - np.log(np.exp(z).sum(1))).mean()))
+    assert abs(losses[0] - losses[1]) > 1e-3, losses
+    got = tensors_by_step(str(tmp_path / "tf2"))[0][("loss", "loss")][2]
+    np.testing.assert_allclose(float(got), losses[0], rtol=1e-5)
+
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert first is not None and (first.step, first.tensor) == (0, "embedding"), first
+    note = first.note or ""
+    assert "the loss differs at this step too" in note and "'tf2', which records them nonzero" in note, note
+    assert "only the real positions need agree" not in note, note

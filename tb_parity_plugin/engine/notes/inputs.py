@@ -313,13 +313,46 @@ class InputNotes(NoteContext):
                 ", every element at the others agreeing, and those others 0 in both runs in each sample apart "
                 "(padding both runs recorded as 0): its real positions differ, so masking does not explain it"
             )
-        return share + (
+        masking = (
             ", in each sample a run at its start or end, every element at the others agreeing: when those "
             "are padded positions, the runs mask them differently (Keras Embedding(mask_zero=True) or Masking "
-            "on one side only, an attention or padding mask, a sequence_length), and only the real positions "
-            "need agree: record those alone on both sides, rec.activation(name, t, mask=real_positions) in "
-            "TF1 and instrument(..., zero_masked=True) for a Keras mask (README: padded positions)"
+            "on one side only, an attention or padding mask, a sequence_length)"
         )
+        # a port that reads its padding (Embedding without mask_zero=True) records the same values here as
+        # a faithful port recorded whole: only what follows tells them apart. A new user's such port was
+        # told to record the real positions alone, which it did already (instrument(zero_masked=True) has
+        # no mask to apply), while its pooled output and its loss differed at this step
+        if self._loss_apart(k):
+            zero = [run.name for run, v in ((self.base, base), (self.cand, cand)) if not (v[apart] != 0).any()]
+            reads = [run.name for run in (self.base, self.cand) if run.name not in zero]
+            who = f"'{reads[0]}', which records them nonzero, " if len(zero) == 1 and len(reads) == 1 else "one run "
+            return (
+                share
+                + masking
+                + (
+                    f", but the loss differs at this step too, which padding that nothing downstream reads would leave "
+                    f"alone: {who}may read its padding where the other masks it, and recording the real positions alone "
+                    "would not make the runs agree (README: padded positions)"
+                )
+            )
+        return (
+            share
+            + masking
+            + (
+                ", and only the real positions need agree: record those alone on both sides, rec.activation(name, t, "
+                "mask=real_positions) in TF1 and instrument(..., zero_masked=True) for a Keras mask (README: padded "
+                "positions)"
+            )
+        )
+
+    def _loss_apart(self, k: int) -> bool:
+        """Whether a loss both runs logged at step ``k`` is out of tolerance there."""
+        for p in self._pairs:
+            if p.base.kind == "loss" and p.ib[k] >= 0 and p.ic[k] >= 0:
+                p.ensure(k + 1, self.policy.equal_nan)
+                if p.reason[k] != OK:
+                    return True
+        return False
 
     def _dropout_in_one_run(self, pair: Pair, k: int) -> Optional[tuple[str, int, float]]:
         """(the run, elements out of tolerance, the scale) when at step ``k`` each element out of
