@@ -38,15 +38,25 @@ def _layer_of(variable: str) -> str:
 _MOMENTUM = re.compile(r"momentum|velocity", re.IGNORECASE)
 
 
+#: The statistics columns the one-value rule reads.
+_SIZE, _MIN, _MAX = (metadata.STAT_INDEX[f] for f in ("size", "min", "max"))
+_NONFINITE = [metadata.STAT_INDEX[f] for f in metadata.NONFINITE_FIELDS]
+
+
+def holds_one_value(rows: np.ndarray, fewest: int = 2) -> np.ndarray:
+    """bool per statistics row (``[n, N_STATS]``): every element of the recorded tensor holds one and
+    the same value, by its exact min and max, with at least ``fewest`` elements, none non-finite. Past
+    2**53 the float64 min and max of an int64 tensor can be equal for unequal elements: False there."""
+    low = rows[:, _MIN]
+    finite = ~(rows[:, _NONFINITE] != 0).any(axis=1)
+    one: np.ndarray = (rows[:, _SIZE] >= fewest) & finite & (low == rows[:, _MAX]) & (np.abs(low) < 2.0**53)
+    return one
+
+
 def _one_value(stats: np.ndarray, fewest: int = 2) -> Optional[float]:
-    """The one value every element of a recorded tensor holds, from its statistics row (its exact
-    min and max), or None: fewer than ``fewest`` elements, a non-finite one, or two values. Past
-    2**53 the float64 min and max of an int64 tensor can be equal for unequal elements: None there."""
-    i = metadata.STAT_INDEX
-    if stats[i["size"]] < fewest or any(stats[i[f]] for f in metadata.NONFINITE_FIELDS):
-        return None
-    low, high = float(stats[i["min"]]), float(stats[i["max"]])
-    return low if low == high and abs(low) < 2.0**53 else None
+    """The one value every element of a recorded tensor holds, from its statistics row
+    (:func:`holds_one_value`), or None."""
+    return float(stats[_MIN]) if holds_one_value(stats[None], fewest)[0] else None
 
 
 def _looser(held: float) -> float:
