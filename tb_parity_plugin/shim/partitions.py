@@ -77,11 +77,11 @@ def shard_of(var: Any) -> Optional[Part]:
     (``ShardedVariable``)."""
     ref = getattr(var, "_sharded_container", None)
     container = ref() if callable(ref) else None
-    shards = getattr(container, "_variables", None)
-    if container is None or not shards:
+    parts = shards(container)
+    if container is None or not parts:
         return None
     offset = 0
-    for shard in shards:
+    for shard in parts:
         if shard is var:
             whole = whole_name(str(getattr(var, "name", "")))
             if whole is None:
@@ -90,6 +90,13 @@ def shard_of(var: Any) -> Optional[Part]:
             return Part(whole[:-2] if whole.endswith(":0") else whole, 0, offset, int(var.shape[0]), full)
         offset += int(shard.shape[0])
     return None
+
+
+def shards(var: Any) -> list[Any]:
+    """The shards of a TF2 ``ShardedVariable`` (``ParameterServerStrategy``'s ``variable_partitioner``), in
+    row order; ``[]`` for anything else."""
+    found = getattr(var, "_variables", None) if type(var).__name__ == "ShardedVariable" else None
+    return list(found) if found else []
 
 
 def whole_name(name: str) -> Optional[str]:

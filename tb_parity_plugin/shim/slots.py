@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
+from tb_parity_plugin.shim import partitions
 from tb_parity_plugin.shim.variables import variable_name
 
 
@@ -143,11 +144,7 @@ def _unsharded(variables: Any) -> list[Any]:
     keeps the slots of a ``ShardedVariable``'s shards (``ParameterServerStrategy``) in its
     ``variables`` only as one ``ShardedVariable`` per slot, named ``ShardedVariable``: the shards'
     slots ``m/item_embedding/embeddings/part_0`` went unfound, and a port's tables had no slots."""
-    out: list[Any] = []
-    for v in variables:
-        shards = getattr(v, "_variables", None) if type(v).__name__ == "ShardedVariable" else None
-        out.extend(shards if shards else [v])
-    return out
+    return [part for v in variables for part in (partitions.shards(v) or [v])]
 
 
 def _new_slots(optimizer: Any, var: Any) -> list[Slot]:

@@ -6,7 +6,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tb_parity_plugin.shim.partitions import whole_name
+from tb_parity_plugin.shim.partitions import shards, whole_name
 
 
 def is_variable(value: Any) -> bool:
@@ -19,9 +19,9 @@ def variable_name(var: Any) -> str:
     Keras 3 variable's ``path`` (its ``name`` lacks the layer, so names would collide), or a TF2
     ``ShardedVariable``'s shards' name without ``/part_k`` (``item_embedding/embeddings:0``), the
     name its shards are recorded under when recorded whole."""
-    shards = getattr(var, "_variables", None) if type(var).__name__ == "ShardedVariable" else None
-    if shards:  # ParameterServerStrategy names none: each was "ShardedVariable", the second "logged twice"
-        whole = whole_name(str(shards[0].name))
+    parts = shards(var)
+    if parts:  # ParameterServerStrategy names none: each was "ShardedVariable", the second "logged twice"
+        whole = whole_name(str(parts[0].name))
         if whole is not None:
             return whole
     name = getattr(var, "path", None) or getattr(var, "name", None)
