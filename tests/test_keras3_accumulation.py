@@ -15,13 +15,10 @@ the applied lr. Expectations from a float64 numpy replay. The port runs in its o
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import tensorflow as tf
+from keras3_process import run_keras3
 
 from tb_parity_plugin import compare, summary_v1
 from tb_parity_plugin.logdir.reader import LogdirReader
@@ -118,16 +115,7 @@ def _keras3(tmp_path, run_dir: str) -> None:
     script, arrays = tmp_path / "port.py", tmp_path / "data.npz"
     script.write_text(_KERAS3_PORT)
     np.savez(arrays, X=X, Y=Y, W=W)
-    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    done = subprocess.run(
-        [sys.executable, str(script), run_dir, str(arrays), str(N_ACC), str(MICRO)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_keras3([str(script), run_dir, str(arrays), str(N_ACC), str(MICRO)])
 
 
 @pytest.fixture(scope="module")
@@ -195,10 +183,5 @@ def test_a_variable_without_gradient_is_left_out_under_accumulation(tmp_path) ->
     in ``fit``. Its variables' gradients are left out, as without accumulation."""
     script = tmp_path / "unused_head.py"
     script.write_text(_KERAS3_UNUSED_HEAD)
-    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    done = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "run")], capture_output=True, text=True, env=env, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_keras3([str(script), str(tmp_path / "run")])
     assert "['a/bias', 'a/kernel']" in done.stdout, done.stdout

@@ -13,12 +13,10 @@ callback leaves the lr alone). The port runs in its own process without ``TF_USE
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from keras3_process import run_keras3
 
 RNG = np.random.default_rng(5)
 X = RNG.standard_normal((16, 3)).astype(np.float32)
@@ -78,16 +76,7 @@ def fitted(tmp_path_factory) -> dict:
     script, arrays = tmp / "port.py", tmp / "data.npz"
     script.write_text(_KERAS3_PORT)
     np.savez(arrays, X=X, Y=Y, W=W)
-    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    done = subprocess.run(
-        [sys.executable, str(script), str(tmp / "logs"), str(arrays), str(LR), str(BATCH), str(EPOCHS)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_keras3([str(script), str(tmp / "logs"), str(arrays), str(LR), str(BATCH), str(EPOCHS)])
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

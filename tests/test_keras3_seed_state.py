@@ -12,12 +12,11 @@ the TF1 weights. The port runs in its own process without ``TF_USE_LEGACY_KERAS`
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from keras3_process import run_keras3
 from shim_readback import tensors_by_step
 
 from tb_parity_plugin import compare, summary_v1
@@ -109,16 +108,7 @@ def runs(tmp_path_factory) -> str:
     script.write_text(_KERAS3_PORT)
     kernel, recurrent, bias = _keras_weights()
     np.savez(arrays, X=X, Y=Y, kernel=kernel, recurrent=recurrent, bias=bias, dense=DENSE)
-    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    done = subprocess.run(
-        [sys.executable, str(script), str(tmp / "logs" / "tf2"), str(arrays), str(STEPS)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_keras3([str(script), str(tmp / "logs" / "tf2"), str(arrays), str(STEPS)])
     return str(tmp / "logs")
 
 

@@ -17,6 +17,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 import replica_runs as rr
+from keras3_process import run_keras3
 
 from tb_parity_plugin import api
 from tb_parity_plugin.logdir.reader import LogdirReader
@@ -458,14 +459,7 @@ def test_a_keras_3_variables_replica_copies_are_recorded(tmp_path: Any) -> None:
     x = np.random.default_rng(0).standard_normal((16, 3)).astype(np.float32)
     x[4:8] += 5.0  # the second replica's half of the first batch
     np.save(tmp_path / "x.npy", x)
-    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
-    proc = subprocess.run(
-        [sys.executable, "-c", _KERAS3_BN, str(tmp_path / "tf2"), str(tmp_path / "x.npy")],
-        env=env,
-        capture_output=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    run_keras3(["-c", _KERAS3_BN, str(tmp_path / "tf2"), str(tmp_path / "x.npy")], timeout=600)
     with LogdirReader(str(tmp_path)) as reader:
         tensors = reader.run("tf2").tensors
     copies = [tensors[("state", f"sequential/bn/moving_mean@replica{k}")].values.reshape(-1, 3) for k in (0, 1)]

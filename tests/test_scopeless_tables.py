@@ -13,13 +13,12 @@ float64 numpy replay of TF1's Adam on the same batches.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import tf1_session
+from keras3_process import run_keras3
 from shim_readback import tensors_by_step
 
 from tb_parity_plugin import compare, summary_v1, summary_v2
@@ -282,10 +281,7 @@ rec.close()
 def _train_keras3_module(run_dir: str, **names: str) -> None:
     """The Keras 3 module port in a subprocess (Keras 3 is not the tf_keras these tests import)."""
     script = _KERAS3_MODULE_PORT.format(tests=os.path.dirname(os.path.abspath(__file__)), run_dir=run_dir, **names)
-    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_keras3(["-c", script])
 
 
 def test_keras3_top_level_tables_named_otherwise_are_named_as_variables_when_re_paired(tmp_path) -> None:
