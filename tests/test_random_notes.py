@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
+import tf1_session
 from shim_readback import tensors_by_step
 
 from tb_parity_plugin import compare, summary_v1, summary_v2
@@ -63,13 +64,7 @@ def _tf1(run_dir: str, fed: bool, in_cond: bool = False) -> None:
         loss = rec.loss(_loss(x, mu, logvar, out))
         rec.lr(tf.constant(0.01))
         train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.01), loss, global_step=gs)
-        fetches = rec.fetches
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for s in range(STEPS):
-                rows = slice(s * BATCH, (s + 1) * BATCH)
-                rec.write(sess.run([train_op, fetches], {x: X[rows], eps_in: EPS[rows]})[1])
-        rec.close()
+        tf1_session.train(rec, train_op, (x, eps_in), (X, EPS), STEPS, BATCH)
 
 
 def _tf2(run_dir: str, fed: bool, std_of_logvar: str = "exp(0.5 * logvar)") -> None:
@@ -177,13 +172,7 @@ def _tf1_dropout_off(run_dir: str, switch: str) -> None:
         out = rec.activation("dec", h @ tf.compat.v1.get_variable("dec/kernel", initializer=W_OUT))
         loss = rec.loss(tf.reduce_mean(tf.square(out - x)))
         train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.01), loss, global_step=gs)
-        fetches = rec.fetches
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for s in range(STEPS):
-                feed = {x: X[s * BATCH : (s + 1) * BATCH], keep_prob: 1.0}
-                rec.write(sess.run([train_op, fetches], feed)[1])
-        rec.close()
+        tf1_session.train(rec, train_op, (x,), (X,), STEPS, BATCH, fixed={keep_prob: 1.0})
 
 
 def _tf2_elu(run_dir: str, dropout_off: bool = False) -> None:
@@ -248,13 +237,7 @@ def _tf1_masked(run_dir: str) -> None:
         out = rec.activation("dec", tf.nn.relu(h) @ tf.compat.v1.get_variable("dec/kernel", initializer=W_OUT), real)
         loss = rec.loss(tf.reduce_mean(tf.square(out - x)))
         train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.01), loss, global_step=gs)
-        fetches = rec.fetches
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for s in range(STEPS):
-                feed = {x: SEQ[s * BATCH : (s + 1) * BATCH], real: REAL, keep_prob: 1.0}
-                rec.write(sess.run([train_op, fetches], feed)[1])
-        rec.close()
+        tf1_session.train(rec, train_op, (x,), (SEQ,), STEPS, BATCH, fixed={real: REAL, keep_prob: 1.0})
 
 
 def _tf2_masked_elu(run_dir: str) -> None:

@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 
 def train(
-    rec: Any, train_op: Any, placeholders: Sequence[Any], arrays: Sequence[np.ndarray], steps: int, batch: int
+    rec: Any,
+    train_op: Any,
+    placeholders: Sequence[Any],
+    arrays: Sequence[np.ndarray],
+    steps: int,
+    batch: int,
+    fixed: Optional[Mapping[Any, Any]] = None,
 ) -> None:
-    """Initialise, run ``train_op`` with ``rec.fetches`` on batch ``s`` of each array at step ``s``,
-    write each step's records, close the recorder (call it inside the graph, after recording)."""
+    """Initialise, run ``train_op`` with ``rec.fetches`` on batch ``s`` of each array at step ``s``
+    (and ``fixed``'s values, fed at every step: a ``keep_prob`` of 1.0), write each step's records,
+    close the recorder (call it inside the graph, after recording)."""
     fetches = rec.fetches
     with tf.compat.v1.Session() as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
         for s in range(steps):
             rows = slice(s * batch, (s + 1) * batch)
-            rec.write(sess.run([train_op, fetches], {p: a[rows] for p, a in zip(placeholders, arrays)})[1])
+            feed = {p: a[rows] for p, a in zip(placeholders, arrays)} | dict(fixed or {})
+            rec.write(sess.run([train_op, fetches], feed)[1])
     rec.close()
