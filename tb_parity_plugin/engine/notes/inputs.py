@@ -19,6 +19,7 @@ from tb_parity_plugin.engine.notes.context import (
     _layer_of,
 )
 from tb_parity_plugin.engine.pair import Pair
+from tb_parity_plugin.engine.tolerance import OUTPUT_ATOL_OF_MAX
 
 
 class InputNotes(NoteContext):
@@ -129,6 +130,18 @@ class InputNotes(NoteContext):
             # a new user's port under MirroredStrategy normalized each replica's half of the batch
             # (numpy: 1.8e-7 from per-half batch norm) and was told of activations and padding
             return f"{agree} at this step, and the runs ran {counts[0]} and {counts[1]} replicas: {_PER_REPLICA_BN}"
+        grads = self._gradients_agree(k) if loss else 0
+        if grads:
+            # a new user's TF1 original trained on its loss plus get_regularization_loss() but recorded the
+            # loss alone; its faithful fit port was told "the loss is computed differently (... regularization
+            # terms ...)" and searched the port for a bug it did not have
+            return (
+                f"{agree} at this step, and so does every gradient both runs recorded ({grads}) to float32 "
+                "rounding, element-wise: what the optimizer is given is the same, so the runs likely record different losses (TF1: the loss without "
+                "get_regularization_loss() or without its weights=, where fit records the total it minimises, sample "
+                "and class weights applied and regularization included), or the losses differ by a term whose "
+                "gradient is below float32 rounding (a constant)"
+            )
         if earlier:
             if loss:
                 return (
@@ -162,6 +175,24 @@ class InputNotes(NoteContext):
             + ", or its input differs (another batch: Keras fit shuffles unless shuffle=False, a tf.data shuffle "
             "or batching on one side); recording the input too tells the two apart" + self._positions_note(first, k)
         )
+
+    def _gradients_agree(self, k: int) -> int:
+        """How many gradients both runs recorded at compared step ``k``, when there are some and every
+        one of them is as close as float32 rounding leaves it there, element-wise (32 ulps of its largest
+        element); else 0. Within tolerance is not enough: a port's L2 of 1e-5 twice TF1's moved every
+        gradient by 1e-5 * w, under atol, and the loss by far more (a statistic proves nothing either)."""
+        grads = [p for p in self._pairs if p.base.kind == "grad" and p.ib[k] >= 0 and p.ic[k] >= 0]
+        for p in grads:
+            both = p.step_values(k) if p.by_values_at(k) else None
+            if both is None:
+                return 0
+            b, c = (np.asarray(v, dtype=np.float64) for v in both)
+            if b.shape != c.shape or not (np.isfinite(b).all() and np.isfinite(c).all()):
+                return 0
+            scale = max(float(np.abs(b).max(initial=0.0)), float(np.abs(c).max(initial=0.0)))
+            if float(np.abs(c - b).max(initial=0.0)) > OUTPUT_ATOL_OF_MAX * scale:
+                return 0
+        return len(grads)
 
     def _random_draws(self, first: Pair) -> Optional[str]:
         """What the random ops ``first`` is computed from say (the shims record their types for a
