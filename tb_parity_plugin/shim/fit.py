@@ -70,8 +70,13 @@ def instrument_layer(recorder: Any, layer: Any, name: Optional[str] = None, zero
             flat = tf.nest.flatten(out)
             masks = _output_masks(self, args, kwargs, out) if self._tb_parity_zero_masked else [None] * len(flat)
             captured = getattr(_REPLICA_OUTPUTS, "outputs", None)
+            if captured is not None:
+                taken = {n for n, _ in captured}.__contains__
+            else:
+                taken = lambda n: rec.recorded("activation", n)  # noqa: E731
+            called = _call_name(self._tb_parity_name, len(flat), taken)
             for i, (t, mask) in enumerate(zip(flat, masks)):
-                name = self._tb_parity_name if len(flat) == 1 else f"{self._tb_parity_name}/{i}"
+                name = called if len(flat) == 1 else f"{called}/{i}"
                 if captured is not None:  # a replica's share of a step instrument records across replicas
                     captured.append((name, t if mask is None else padding_zeroed(t, mask)))
                 else:
@@ -85,6 +90,20 @@ def instrument_layer(recorder: Any, layer: Any, name: Optional[str] = None, zero
     layer._tb_parity_zero_masked = zero_masked
     layer.__class__ = type(base.__name__, (base,), attrs)
     return layer
+
+
+def _call_name(name: str, outputs: int, taken: Any) -> str:
+    """The name a layer's output is recorded under at this call in the step: ``name`` at its first
+    call, ``<name>/call_<k>`` at its (k+1)-th. One layer applied to several inputs (a siamese tower,
+    a shared encoder, a tied embedding) runs more than once per step; its second output was refused
+    as "logged twice in one step; give each a distinct name", which ``instrument`` gives the user no
+    way to do, and ``fit`` crashed at its first step. ``taken``: whether a name (the first output's,
+    ``<name>/0``, for a layer of several outputs) is already recorded in the step."""
+    base, k = name, 0
+    while taken(base if outputs == 1 else f"{base}/0"):
+        k += 1
+        base = f"{name}/call_{k}"
+    return base
 
 
 def _output_masks(layer: Any, args: tuple, kwargs: dict, out: Any) -> list:

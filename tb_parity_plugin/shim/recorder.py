@@ -226,6 +226,10 @@ class BaseRecorder:
             return self._variable(kind, value, name)
         return self._record(kind, name, value)
 
+    def recorded(self, kind: str, name: str) -> bool:
+        """Whether ``<kind>/<name>`` is already recorded in this step (under the current mode)."""
+        return (kind, self._prefix + name) in self._keys
+
     def _record(self, kind: str, name: str, value: Any) -> tf.Tensor:
         self._check_open()
         if not isinstance(kind, str) or not kind or "/" in kind:
