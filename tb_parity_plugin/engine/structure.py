@@ -113,6 +113,13 @@ def structure_of(base: Any, cand: Any, alignment: align.Alignment, allow_unmatch
             }
             if run is base and key in alignment.candidates:
                 entry["candidates"] = [f"{k}/{n}" for k, n in alignment.candidates[key]]
+                copies = _copies_of(s, cand, alignment.candidates[key])
+                if copies:
+                    entry["copies"] = copies
+            elif run is cand and s.kind == "weight":
+                transposed = _transposed_copy_of(s, base)
+                if transposed:
+                    entry["transpose_of"] = transposed
             entries.append(entry)
         only_in[run.name] = entries
     variables = {}
@@ -269,6 +276,51 @@ def _by_first_statistics(
     return chosen if len(set(chosen.values())) == len(chosen) else {}
 
 
+_MIN, _MAX = metadata.STAT_INDEX["min"], metadata.STAT_INDEX["max"]
+
+
+def _copies_of(b: Any, cand: Any, keys: Sequence[tuple[str, str]]) -> list[str]:
+    """The tags of a baseline weight's ambiguous partners (``keys``) that start with its statistics,
+    when at least two do and it holds more than one value: the candidate holds one copy per use of
+    a layer the baseline shares (TF1's ``variable_scope(reuse=...)``, one layer called on two inputs),
+    its weights copied from the baseline's. A new user's siamese port, its tower built once per input,
+    got "ambiguous" for each tower variable and no word of why (each copy then takes only its own
+    use's gradient, where a shared weight takes their sum)."""
+    if b.kind != "weight" or not len(b.stats):
+        return []
+    first = np.asarray(b.stats[0], np.float64)
+    if not np.isfinite(first).all() or first[_MIN] == first[_MAX]:  # zeros or ones start many layers alike
+        return []
+    same = [
+        f"{c.kind}/{c.name}"
+        for c in (cand.tensors[key] for key in keys)
+        if len(c.stats) and np.allclose(np.asarray(c.stats[0], np.float64), first, rtol=1e-5, atol=0.0)
+    ]
+    return same if len(same) >= 2 else []
+
+
+def _transposed_copy_of(c: Any, base: Any) -> str:
+    """The tag of the one baseline weight of 2-D shape ``c``'s reversed that starts with ``c``'s
+    statistics, else "": a tied weight (TF1's output projection ``matmul(h, embedding,
+    transpose_b=True)``) ported as a layer of its own whose kernel was copied from the transpose.
+    A new user's untied language-model port got "recorded by the candidate only" and no word of
+    the embedding it had copied."""
+    if len(c.shape) != 2 or c.shape[0] == c.shape[1] or not len(c.stats):
+        return ""
+    first = np.asarray(c.stats[0], np.float64)
+    if not np.isfinite(first).all() or first[_MIN] == first[_MAX]:
+        return ""
+    found = [
+        f"{b.kind}/{b.name}"
+        for b in base.tensors.values()
+        if b.kind == "weight"
+        and tuple(b.shape) == tuple(reversed(c.shape))
+        and len(b.stats)
+        and np.allclose(np.asarray(b.stats[0], np.float64), first, rtol=1e-5, atol=0.0)
+    ]
+    return found[0] if len(found) == 1 else ""
+
+
 def _created_twice(run: Any, unmatched: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
     """Unmatched variables that repeat a matched one of the same run: same leaf, shape and layer type.
 
@@ -327,6 +379,20 @@ def describe_entry(run: str, entry: dict[str, Any], side: str) -> str:
     text = f"recorded by the {side} {run!r} only ({entry['kind']}, shape {entry['shape']}, {entry['size']} elements)"
     if entry.get("candidates"):
         text += f"; same kind and shape in the other run, ambiguous: {', '.join(entry['candidates'])}"
+    if entry.get("transpose_of"):
+        other = "baseline" if side == "candidate" else "candidate"
+        text += (
+            f"; starts as the transpose of the {other}'s {entry['transpose_of']}: a tied weight (an output "
+            "projection that reuses an embedding, matmul(h, embedding, transpose_b=True)) ported as a layer of "
+            "its own? It then trains apart from the embedding, which loses this use's gradient"
+        )
+    if entry.get("copies"):
+        text += (
+            f"; {len(entry['copies'])} of them start as this one does ({', '.join(entry['copies'])}): a layer "
+            f"the {side} shares (a variable_scope reused, one layer called on several inputs, a tied weight) "
+            "built once per use in the other run? Each copy then takes only its own use's gradient, where the "
+            "shared weight takes their sum: share the layer, or pair one copy with --map to compare the rest"
+        )
     return text
 
 
