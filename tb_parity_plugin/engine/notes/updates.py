@@ -533,6 +533,36 @@ class UpdateNotes(NoteContext):
             "show so too, so see whether it recurs"
         )
 
+    def _backward_differs(self, pair: Pair, k: int) -> Optional[str]:
+        """For a gradient compared by values at step ``k``, past :data:`BACKWARD_RATIO`, while every
+        weight, state, slot, recorded output and the loss both runs recorded at ``k`` agree (a weight
+        and the loss among them): the forward pass agrees and the backward pass does not. New users'
+        ports with a stop_gradient on one use of a shared siamese tower, and on the tied use of an
+        embedding, diverged at step 0 on the gradients with no note."""
+        if not pair.by_values_at(k):
+            return None
+        ratio = pair.finding(k, self.policy.equal_nan).get("error_ratio")
+        if ratio is None or not ratio >= BACKWARD_RATIO:
+            return None
+        kinds = set()
+        for p in self._pairs:
+            if p.base.kind not in _FORWARD_AND_STATE or p.ib[k] < 0 or p.ic[k] < 0:
+                continue
+            p.ensure(k + 1, self.policy.equal_nan)
+            if p.reason[k] != OK:
+                return None
+            kinds.add(p.base.kind)
+        if not {"weight", "loss"} <= kinds:
+            return None
+        return (
+            "every weight, recorded output and the loss agree at this step while this gradient differs: the "
+            "forward pass agrees and the backward pass does not; a stop_gradient (or a frozen or detached use of "
+            "the variable) in one run, a weight used more than once (a shared tower, a tied embedding) whose "
+            "gradient one run takes from fewer of its uses (a shared weight's gradient is the sum over them), a "
+            "custom gradient, or a loss of the same value and another gradient (a clip_by_value, a tf.where); "
+            "a ReLU-like unit exactly at its kink moves a few elements so too"
+        )
+
     def _moved_share(self, pair: Pair, k: int) -> Optional[float]:
         """The share of a gradient's elements out of tolerance at ``k`` among those either run holds
         non-zero, or None. An element both hold at exactly 0 (an embedding's row no sample looked up)
@@ -627,6 +657,11 @@ class UpdateNotes(NoteContext):
 
 
 #: How many times its largest earlier error ratio a gradient's must jump to be told it arose inside
+#: A gradient this many times past its tolerance with the whole forward pass agreeing is a backward
+#: pass that differs (``_backward_differs``): far past what rounding amplified reaches (ratios under 2).
+BACKWARD_RATIO = 10.0
+#: What the forward pass reads and computes: agreeing at a step, a gradient there is the backward's.
+_FORWARD_AND_STATE = frozenset({"weight", "state", "slot", "loss", "activation", "output"})
 #: the step (``Comparison._jump_from_agreeing_inputs``): a unit flipping at its kink moved faithful
 #: ResNet ports' kernel gradients about 100x their earlier gap in one step.
 JUMP_FACTOR = 10.0
