@@ -656,12 +656,12 @@ class UpdateNotes(NoteContext):
         return _uniform_scale(nb - bb, nc - bc, pair.tol.atol, rounding)
 
 
-#: How many times its largest earlier error ratio a gradient's must jump to be told it arose inside
 #: A gradient this many times past its tolerance with the whole forward pass agreeing is a backward
 #: pass that differs (``_backward_differs``): far past what rounding amplified reaches (ratios under 2).
 BACKWARD_RATIO = 10.0
 #: What the forward pass reads and computes: agreeing at a step, a gradient there is the backward's.
 _FORWARD_AND_STATE = frozenset({"weight", "state", "slot", "loss", "activation", "output"})
+#: How many times its largest earlier error ratio a gradient's must jump to be told it arose inside
 #: the step (``Comparison._jump_from_agreeing_inputs``): a unit flipping at its kink moved faithful
 #: ResNet ports' kernel gradients about 100x their earlier gap in one step.
 JUMP_FACTOR = 10.0
