@@ -63,11 +63,17 @@ class StateNotes(NoteContext):
                 )
                 + ")"
             )
-        loosened = self._apart_under_override(self._weights_before(first, k), k)
+        # what it holds at step k was averaged from the weights read before k: at step j, and at any
+        # step not logged between j and k (a weight apart at k may have parted there). One apart first
+        # at k fed it nothing: a new user's Keras 3 momentum 0.9 moved the moving mean at step 1, where
+        # the conv bias (loosened, rounding noise under Adam) first parted, and was told to loosen it
+        fed = [j] + ([k] if s_k - s_j > 1 else [])
+        loosened = [(*t, at) for at in fed for t in self._apart_under_override(self._weights_before(first, at), at)]
         if loosened:  # a helper's moving mean, fed by a bias loosened as its note said, was told "momentum"
-            tag, gap = loosened[0]
+            tag, gap, at = loosened[0]
+            when = "this step" if at == k else f"step {int(self.steps[at])}"
             return (
-                f"{tag} agrees here only under your override ({gap:.3g} apart at this step): that difference "
+                f"{tag} agrees here only under your override ({gap:.3g} apart at {when}): that difference "
                 + ("may reach the batch means it averages" if bn else "may reach what it averages")
                 + f"; loosen it as well (--override '{first.base.kind}/{first.base.name}:atol=...'), or drop the "
                 "variable on both sides (README: What counts as a divergence)"
