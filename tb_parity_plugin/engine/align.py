@@ -1115,14 +1115,50 @@ class _Pairing:
             if (_scope_name(b_var), _scope_name(c_var)) in layers:
                 drop.append(m)
         self._unpair(drop)
-        return [
-            f"{b}/* and {c}/* share variables of the same shapes, but their other variables could not be "
-            "paired (another parametrisation, such as TF1's LSTMCell against Keras LSTM, or a variable one side "
-            "uses twice, tied, where the other keeps two): left unpaired; "
-            "pair them with --map if they hold the same values, or declare them with --allow-unmatched "
-            f"'*{b.rpartition('/')[2] or b}*' if they are parametrised otherwise (their layer's output is still compared)"
-            for b, c in sorted(layers)
+        warnings = []
+        for b, c in sorted(layers):
+            resized = self._resized(b, c)
+            if resized:
+                warnings.append(
+                    f"{b}/* and {c}/* share variables of the same shapes, but {resized}: the same variable "
+                    "of another size, so the layer's input or width differs (an earlier output of another "
+                    "shape, such as a padding, a stride or a flatten of other dimensions, or another layer "
+                    "width): left unpaired; a real difference, not another parametrisation, so find where "
+                    "the shapes part before declaring anything unmatched"
+                )
+                continue
+            warnings.append(
+                f"{b}/* and {c}/* share variables of the same shapes, but their other variables could not be "
+                "paired (another parametrisation, such as TF1's LSTMCell against Keras LSTM, or a variable one side "
+                "uses twice, tied, where the other keeps two): left unpaired; "
+                "pair them with --map if they hold the same values, or declare them with --allow-unmatched "
+                f"'*{b.rpartition('/')[2] or b}*' if they are parametrised otherwise (their layer's output is still compared)"
+            )
+        return warnings
+
+    def _resized(self, b_scope: str, c_scope: str) -> str:
+        """The unpaired weights of two layers holding the same variables by leaf name, of which some
+        have the same rank and other shapes, in words ("kernel is [1352, 10] in one run and [1568, 10] in the other"), else "". A new user's
+        port with ``padding="same"`` against TF1's valid one changed its dense kernel's input size; the
+        warning called the two layers another parametrisation and offered ``--allow-unmatched``,
+        which silences the layer the shapes part before."""
+        leaves: list[dict[str, tuple[Any, ...]]] = []
+        for series, free, scope in ((self.base, self.free_base, b_scope), (self.cand, self.free_cand, c_scope)):
+            leaves.append(
+                {
+                    s.name.rpartition("/")[2].removesuffix(":0"): tuple(s.shape)
+                    for s in series
+                    if s.kind == "weight" and (s.kind, s.name) in free and _scope_name(s.name) == scope
+                }
+            )
+        if set(leaves[0]) != set(leaves[1]):  # other variables: another parametrisation (LSTMCell's kernel)
+            return ""
+        found = [
+            f"{leaf} is {list(leaves[0][leaf])} in one run and {list(leaves[1][leaf])} in the other"
+            for leaf in sorted(leaves[0])
+            if len(leaves[0][leaf]) == len(leaves[1][leaf]) and leaves[0][leaf] != leaves[1][leaf]
         ]
+        return "; ".join(found)
 
     def by_layer_outputs(self) -> list[str]:
         """Pair a layer's output (an ``activation`` or ``output`` named after its layer:
