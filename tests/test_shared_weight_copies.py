@@ -103,3 +103,53 @@ def test_an_untied_output_projection_is_named_as_the_embedding_transposed(tmp_pa
     notes = {(d.kind, d.candidate_tensor): d.note for d in report.divergences_at_first_step if d.reason == "structure"}
     note = notes[("weight", model.out.kernel.name)]
     assert "starts as the transpose of the baseline's weight/embedding:0" in note, note
+
+
+def test_towers_copied_in_the_original_against_one_shared_tower_are_named_as_twins(tmp_path) -> None:
+    """The other direction: the TF1 original builds a tower per input (two variable scopes, both
+    initialised from the same values), the port shares one. One copy pairs with the port's tower; the
+    other was "recorded by the baseline only" with no word of its twin."""
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(str(tmp_path / "tf1"))
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        xa = tf.compat.v1.placeholder(tf.float32, [None, D])
+        xb = tf.compat.v1.placeholder(tf.float32, [None, D])
+        y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+        dense, init = tf.compat.v1.layers.dense, tf.constant_initializer
+
+        def tower(x: tf.Tensor, scope: str) -> tf.Tensor:
+            with tf.compat.v1.variable_scope(scope):
+                h = dense(x, H, tf.nn.relu, kernel_initializer=init(INIT["hidden"]), name="hidden")
+                return dense(h, E, kernel_initializer=init(INIT["embed"]), name="embed")
+
+        ea, eb = tower(xa, "tower_a"), tower(xb, "tower_b")
+        logits = dense(tf.abs(ea - eb), 1, kernel_initializer=init(INIT["head"]), name="head")
+        loss = rec.loss(tf.compat.v1.losses.sigmoid_cross_entropy(y, logits))
+        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(LR), loss, global_step=gs)
+        train(rec, train_op, [xa, xb, y], [XA, XB, Y], 4, BATCH)
+    xa2, xb2 = tf.keras.Input((D,)), tf.keras.Input((D,))
+    hidden = tf.keras.layers.Dense(H, activation="relu", name="hidden")
+    embed = tf.keras.layers.Dense(E, name="embed")
+    diff = tf.keras.layers.Lambda(lambda t: tf.abs(t[0] - t[1]))([embed(hidden(xa2)), embed(hidden(xb2))])
+    model = tf.keras.Model([xa2, xb2], tf.keras.layers.Dense(1, name="head")(diff))
+    for name, kernel in INIT.items():
+        model.get_layer(name).kernel.assign(kernel)
+    model.compile(tf.keras.optimizers.SGD(LR), tf.keras.losses.BinaryCrossentropy(from_logits=True))
+    rec2 = summary_v2.Recorder(str(tmp_path / "tf2"))
+    summary_v2.instrument(model, rec2)
+    model.fit([XA, XB], Y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    rec2.close()
+    # numpy on the recorded step-0 gradients: the shared kernel's is the sum of the two copies'
+    copies = [_grad(str(tmp_path / "tf1"), f"tower_{t}/embed/kernel:0") for t in "ab"]
+    np.testing.assert_allclose(_grad(str(tmp_path / "tf2"), embed.kernel.name), sum(copies), atol=1e-6)
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2", allow_unmatched=["lr/*", "activation/*"])
+    assert not report.agree
+    lines = {(d.kind, d.tensor): d.note for d in report.divergences_at_first_step if d.reason == "structure"}
+    for tower, other in (("a", "b"), ("b", "a")):
+        for layer in ("hidden", "embed"):
+            note = lines[("weight", f"tower_{tower}/{layer}/kernel:0")]
+            assert f"it and this run's weight/tower_{other}/{layer}/kernel:0 start alike" in note, note
+            assert f"as the candidate's weight/{layer}/kernel:0 does" in note and "a copy per use" in note, note
+    ported = {(d.kind, d.candidate_tensor): d.note for d in report.divergences_at_first_step if d.reason == "structure"}
+    shared = ported[("weight", "embed/kernel:0")]  # the port's one tower is not said to be a copy
+    assert "a copy per use" not in shared, shared

@@ -99,6 +99,7 @@ def structure_of(base: Any, cand: Any, alignment: align.Alignment, allow_unmatch
     allowed = [_matcher(p) for p in allow_unmatched]
     sides = ((base, alignment.unmatched_base), (cand, alignment.unmatched_cand))
     only_in: dict[str, list[dict[str, Any]]] = {}
+    weights = {False: _weights_by_shape(cand), True: _weights_by_shape(base)}  # by ``run is base``
     for run, keys in sides:
         entries = []
         for key in keys:
@@ -120,6 +121,10 @@ def structure_of(base: Any, cand: Any, alignment: align.Alignment, allow_unmatch
                 transposed = _transposed_copy_of(s, base)
                 if transposed:
                     entry["transpose_of"] = transposed
+            if "copies" not in entry and "transpose_of" not in entry:
+                twins = _copy_per_use(s, weights[run is base], weights[run is not base])
+                if twins:
+                    entry["twins"] = twins
             entries.append(entry)
         only_in[run.name] = entries
     variables = {}
@@ -286,17 +291,48 @@ def _copies_of(b: Any, cand: Any, keys: Sequence[tuple[str, str]]) -> list[str]:
     its weights copied from the baseline's. A new user's siamese port, its tower built once per input,
     got "ambiguous" for each tower variable and no word of why (each copy then takes only its own
     use's gradient, where a shared weight takes their sum)."""
-    if b.kind != "weight" or not len(b.stats):
+    if b.kind != "weight":
         return []
-    first = np.asarray(b.stats[0], np.float64)
-    if not np.isfinite(first).all() or first[_MIN] == first[_MAX]:  # zeros or ones start many layers alike
-        return []
-    same = [
-        f"{c.kind}/{c.name}"
-        for c in (cand.tensors[key] for key in keys)
-        if len(c.stats) and np.allclose(np.asarray(c.stats[0], np.float64), first, rtol=1e-5, atol=0.0)
-    ]
+    same = [f"{c.kind}/{c.name}" for c in (cand.tensors[key] for key in keys) if _starts_alike(b, c)]
     return same if len(same) >= 2 else []
+
+
+def _starts_alike(a: Any, b: Any) -> bool:
+    """``a`` and ``b`` start with the same statistics (within float32 rounding), not one value."""
+    if not len(a.stats) or not len(b.stats):
+        return False
+    first = np.asarray(a.stats[0], np.float64)
+    if not np.isfinite(first).all() or first[_MIN] == first[_MAX]:  # zeros or ones start many layers alike
+        return False
+    return bool(np.allclose(np.asarray(b.stats[0], np.float64), first, rtol=1e-5, atol=0.0))
+
+
+def _weights_by_shape(run: Any) -> dict[tuple[Any, ...], list[Any]]:
+    """A run's weights by shape: those a weight may be a copy of."""
+    found: dict[tuple[Any, ...], list[Any]] = {}
+    for t in run.tensors.values():
+        if t.kind == "weight":
+            found.setdefault(tuple(t.shape), []).append(t)
+    return found
+
+
+def _copy_per_use(
+    s: Any, mine: dict[tuple[Any, ...], list[Any]], theirs: dict[tuple[Any, ...], list[Any]]
+) -> dict[str, list[str]]:
+    """For a weight one run alone records: the other weights of its run (``mine``, by shape) that
+    start as it does, and the other run's (``theirs``) that do, when its run holds more of them
+    ({"twins", "shared"}), else {}. That run holds a copy per use of a layer the other shares (two
+    towers against one applied twice), the copies initialised alike. A helper's port in that
+    direction (TF1 built a tower per input, the port shared one) got "recorded by the baseline only"
+    for every tower variable, with no word of the copies (``_copies_of`` covers the other direction)."""
+    if s.kind != "weight":
+        return {}
+    shape = tuple(s.shape)
+    twins = [t for t in mine.get(shape, ()) if t is not s and _starts_alike(s, t)]
+    shared = [t for t in theirs.get(shape, ()) if _starts_alike(s, t)]
+    if not twins or not shared or len(twins) + 1 <= len(shared):
+        return {}
+    return {"twins": [f"{t.kind}/{t.name}" for t in twins], "shared": [f"{t.kind}/{t.name}" for t in shared]}
 
 
 def _transposed_copy_of(c: Any, base: Any) -> str:
@@ -305,18 +341,12 @@ def _transposed_copy_of(c: Any, base: Any) -> str:
     transpose_b=True)``) ported as a layer of its own whose kernel was copied from the transpose.
     A new user's untied language-model port got "recorded by the candidate only" and no word of
     the embedding it had copied."""
-    if len(c.shape) != 2 or c.shape[0] == c.shape[1] or not len(c.stats):
-        return ""
-    first = np.asarray(c.stats[0], np.float64)
-    if not np.isfinite(first).all() or first[_MIN] == first[_MAX]:
+    if len(c.shape) != 2 or c.shape[0] == c.shape[1]:
         return ""
     found = [
         f"{b.kind}/{b.name}"
         for b in base.tensors.values()
-        if b.kind == "weight"
-        and tuple(b.shape) == tuple(reversed(c.shape))
-        and len(b.stats)
-        and np.allclose(np.asarray(b.stats[0], np.float64), first, rtol=1e-5, atol=0.0)
+        if b.kind == "weight" and tuple(b.shape) == tuple(reversed(c.shape)) and _starts_alike(c, b)
     ]
     return found[0] if len(found) == 1 else ""
 
@@ -385,6 +415,15 @@ def describe_entry(run: str, entry: dict[str, Any], side: str) -> str:
             f"; starts as the transpose of the {other}'s {entry['transpose_of']}: a tied weight (an output "
             "projection that reuses an embedding, matmul(h, embedding, transpose_b=True)) ported as a layer of "
             "its own? It then trains apart from the embedding, which loses this use's gradient"
+        )
+    if entry.get("twins"):
+        twins, shared = entry["twins"]["twins"], entry["twins"]["shared"]
+        other = "baseline" if side == "candidate" else "candidate"
+        text += (
+            f"; it and this run's {', '.join(twins)} start alike, as the {other}'s {', '.join(shared)} "
+            f"{'does' if len(shared) == 1 else 'do'}: a layer the {other} shares (a variable_scope reused, one "
+            "layer called on several inputs) held as a copy per use here? Each copy then takes only its own "
+            "use's gradient, where the shared weight takes their sum"
         )
     if entry.get("copies"):
         text += (
