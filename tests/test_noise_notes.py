@@ -339,12 +339,13 @@ def test_a_gradient_moved_at_every_element_from_one_step_on_is_not_told_it_jumpe
     assert first.mismatch_fraction == 1.0 and JUMPED not in (first.note or ""), first.note
 
 
-def _three_layers(flip: bool, clipped: bool = False) -> list:
+def _three_layers(flip: bool, clipped: bool = False, table: bool = False) -> list:
     """numpy, float64: a = x W0, z = a W1, h = relu(z), loss = sum(h W2); the gradients of W0, W1
     and W2 (execution order 2, 3, 4) beside the weights and the loss at steps 0-4. At step 4, with
     ``flip``, the ReLU of unit (sample 0, unit 1) lets no gradient through: a unit at its kink, where
     float32 rounding decided otherwise in this run. ``clipped``: every gradient times 0.9 at step 4
-    instead (a clip by global norm first reached)."""
+    instead (a clip by global norm first reached). ``table``: l0's weight and gradient are kept as
+    statistics only, as an embedding table's above ``full_values_limit`` are."""
     rng = np.random.default_rng(3)
     x = rng.standard_normal((4, 3))
     w0, w1, w2 = rng.standard_normal((3, 3)), rng.standard_normal((3, 4)), rng.standard_normal((4, 2))
@@ -360,10 +361,11 @@ def _three_layers(flip: bool, clipped: bool = False) -> list:
         for g, value in zip(grads, found):
             g.append((value * (0.9 if clipped and step == 4 else 1.0) + 1e-9 * step).astype(np.float32))
     weights = [np.asarray(w, np.float32) for w in (w0, w1, w2)]
+    full = [not (table and i == 0) for i in range(3)]
     return [
-        *(series("weight", f"l{i}/kernel:0", [w] * 5, order=0) for i, w in enumerate(weights)),
+        *(series("weight", f"l{i}/kernel:0", [w] * 5, order=0, keep_values=full[i]) for i, w in enumerate(weights)),
         series("loss", "loss", [np.float32(1.0)] * 5, order=1),
-        *(series("grad", f"l{i}/kernel:0", g, order=2 + i) for i, g in enumerate(grads)),
+        *(series("grad", f"l{i}/kernel:0", g, order=2 + i, keep_values=full[i]) for i, g in enumerate(grads)),
     ]
 
 
@@ -393,6 +395,34 @@ def test_a_kink_moving_every_element_of_an_earlier_gradient_names_the_gradient_i
     assert first is not None and (first.step, first.tensor) == (4, "l0/kernel:0"), first
     assert JUMPED in (first.note or "") and "but only 25.00% of those of l1/kernel:0" in first.note, first.note
     clipped = Comparison(base, run("tf2", _three_layers(flip=False, clipped=True))).report()
+    assert clipped.first_divergence is not None and clipped.first_divergence.step == 4
+    assert all(JUMPED not in (d.note or "") for d in clipped.divergences_at_first_step)
+
+
+def test_a_gradient_compared_by_statistics_only_before_a_kink_gets_the_kink_note() -> None:
+    """A new user's faithful port (a 20000 x 50 embedding, flatten, a 2000-unit ReLU layer, Adam;
+    a float64 replay puts one hidden unit 5.9e-8 from 0 at step 4) diverged first, at step 4, on its
+    table's gradient, compared by statistics only, with no note, while the hidden bias's gradient,
+    one element apart, got the kink note on the line below. numpy: the flip moves every element of
+    l0's gradient (kept as statistics only here, as a table's is) and one column of l1's; a clip
+    that every gradient reaches at once is told nothing of a kink."""
+    base = run("tf1", _three_layers(flip=False, table=True))
+    flipped = run("tf2", _three_layers(flip=True, table=True))
+    full = [
+        np.abs(a - b)
+        for a, b in zip(
+            (g.values[4] for g in (_three_layers(flip=True)[4 + i] for i in range(3))),
+            (g.values[4] for g in (_three_layers(flip=False)[4 + i] for i in range(3))),
+        )
+    ]
+    assert [float(np.mean(d > 1e-5)) for d in full] == [1.0, 0.25, 0.0]  # numpy: l0 all, l1 one column
+    assert flipped.tensors[("grad", "l0/kernel:0")].values is None  # statistics only
+    report = Comparison(base, flipped).report()
+    first = report.first_divergence
+    assert first is not None and (first.step, first.tensor, first.evidence) == (4, "l0/kernel:0", "statistics"), first
+    assert JUMPED in (first.note or "") and "but only 25.00% of those of l1/kernel:0" in first.note, first.note
+    assert "Its statistics show that elements moved, not how many" in first.note, first.note
+    clipped = Comparison(base, run("tf2", _three_layers(flip=False, clipped=True, table=True))).report()
     assert clipped.first_divergence is not None and clipped.first_divergence.step == 4
     assert all(JUMPED not in (d.note or "") for d in clipped.divergences_at_first_step)
 

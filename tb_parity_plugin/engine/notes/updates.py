@@ -23,6 +23,7 @@ from tb_parity_plugin.engine.tolerance import (
     GRAD_NOISE_OF_MAX,
     OUTPUT_ATOL_OF_MAX,
 )
+from tb_parity_plugin.records import metadata
 
 
 class UpdateNotes(NoteContext):
@@ -480,16 +481,20 @@ class UpdateNotes(NoteContext):
         inputs, which a ReLU-like unit at its kink does when no activation is recorded to show it
         (:mod:`kinks` names the unit when one is). New users' faithful ResNet ports (a conv's bias
         and batch norm, Momentum, 100 steps, float64 replays bit-equal) diverged so on a kernel's
-        gradient at steps 6, 19 and 42 with no note, one unit flipping at its kink."""
-        if k == 0 or not pair.by_values_at(k):
+        gradient at steps 6, 19 and 42 with no note, one unit flipping at its kink. A gradient compared
+        by statistics only (an embedding table's) shows that elements moved, not how many: it is told
+        so through the gradient nearest the kink, compared element-wise (a new user's faithful port,
+        one hidden unit 6e-8 from 0, diverged first on its table's gradient with no note)."""
+        if k == 0:
             return None
-        few = self._moved_share(pair, k)
+        by_values = pair.by_values_at(k)
+        few = self._moved_share(pair, k) if by_values else None
         jump = self._jump(pair, k)
-        if few is None or jump is None:
+        if (by_values and few is None) or jump is None:
             return None
         now, before = jump
         nearest = None
-        if few > JUMP_FEW:
+        if few is None or few > JUMP_FEW:
             # a unit at its kink moves the elements it feeds, not all, of the gradient nearest it; the
             # backward pass carries that to every element of the gradients before it (a helper's
             # faithful ResNet: one unit of its last block flipped and moved 3 % of that block's
@@ -497,6 +502,8 @@ class UpdateNotes(NoteContext):
             local = []
             for p in self._pairs:
                 if p is pair or p.base.kind != "grad" or not p.by_values_at(k) or p.ib[k] < 0 or p.ic[k] < 0:
+                    continue
+                if metadata.sample_parent(p.base.name) == pair.base.name:  # its own elements, not the nearest
                     continue
                 p.ensure(k + 1, self.policy.equal_nan)
                 share = self._moved_share(p, k)
@@ -518,7 +525,12 @@ class UpdateNotes(NoteContext):
         moved = (
             f"Only {few:.2%} of its elements moved"
             if nearest is None
-            else f"{few:.2%} of its elements moved, but only {nearest[0]:.2%} of those of {nearest[1].base.name}, "
+            else (
+                "Its statistics show that elements moved, not how many"
+                if few is None
+                else f"{few:.2%} of its elements moved"
+            )
+            + f", but only {nearest[0]:.2%} of those of {nearest[1].base.name}, "
             "which also jumped: a unit at its kink moves a few elements of the gradient nearest it, and the "
             "backward pass carries that to every element of the gradients before it"
         )
