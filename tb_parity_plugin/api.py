@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from tb_parity_plugin.engine import Comparison, Divergence, ParityReport
 from tb_parity_plugin.engine.tolerance import TolerancePolicy
-from tb_parity_plugin.engine.verdicts import mismatch_text
+from tb_parity_plugin.engine.verdicts import mismatch_text, statistics_only_text
 from tb_parity_plugin.logdir import run_pairs
 from tb_parity_plugin.records import metadata
 
@@ -243,16 +243,7 @@ def suggested_maps_line(maps: list[str]) -> str:
 
 def statistics_only_line(report: ParityReport) -> str:
     """The tensors compared by statistics only, and what to do for an element-wise verdict."""
-    partly = report.partly_values
-    tags = [
-        f"{tag} (element-wise at {partly[tag][0]} of {partly[tag][1]} steps)" if tag in partly else tag
-        for tag in report.statistics_only
-    ]
-    shown = ", ".join(tags[:10]) + (f" and {len(tags) - 10} more" if len(tags) > 10 else "")
-    return (
-        f"compared by statistics: {shown}; record them with full values at every step "
-        "(full_values_limit above their largest size) for an element-wise verdict"
-    )
+    return statistics_only_text(report.statistics_only, report.partly_values)
 
 
 def problem_lines(report: ParityReport) -> list[str]:

@@ -145,6 +145,33 @@ def test_report_shows_structure_and_the_weaker_agreement(tmp_path) -> None:
     assert "AGREE within statistics" in doc
 
 
+def test_an_agreement_within_statistics_names_its_tensors_and_the_remedy_not_tolerance(tmp_path) -> None:
+    """A new user's embedding row, wrong in the port and never looked up, hid in a table of 1M
+    elements: the CLI said AGREE within statistics and named the table, with the full_values_limit
+    remedy, while the HTML report headed its page "Runs agree within tolerance" and named no tensor.
+    numpy: two elements swapped outside the sample's positions keep every statistic and the sample,
+    yet differ far past tolerance."""
+    from engine_helpers import write_run
+
+    from tb_parity_plugin.records import metadata
+    from tb_parity_plugin.report import page
+
+    table = np.linspace(-1, 1, 5000, dtype=np.float32)  # above full_values_limit: statistics only
+    sampled = set(metadata.sample_positions(table.size).tolist())
+    i, j = (int(x) for x in np.setdiff1d(np.arange(table.size), list(sampled))[[3, -3]])
+    port = table.copy()
+    port[[i, j]] = port[[j, i]]
+    assert np.abs(port - table).max() > 1.0  # numpy: a real difference, past any tolerance
+    write_run(str(tmp_path), "tf1", range(3), lambda s: [("weight", "emb", table)], side="tf1")
+    write_run(str(tmp_path), "tf2", range(3), lambda s: [("weight", "emb", port)], side="tf2")
+    report = api.compare(str(tmp_path))
+    assert report.verdict == "agree within statistics" and report.statistics_only == ["weight/emb"]
+    doc = page.report_document(report)
+    assert "Runs agree within tolerance" not in doc
+    assert "Runs agree within statistics across 3 steps" in doc
+    assert api.statistics_only_line(report) in doc and "full_values_limit" in doc
+
+
 def test_the_divergence_maps_long_names_are_marked_as_cut(tmp_path) -> None:
     """A row label cut to its end starts with an ellipsis ("tate/batch_normalization/moving_mean:0"
     read as a name); the tooltip holds the whole name."""

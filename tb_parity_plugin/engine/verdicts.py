@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -36,6 +36,19 @@ _LOOKUP = re.compile(
 def mismatch_text(fraction: Optional[float]) -> str:
     """The share of elements out of tolerance as every front end prints it (``37.5%``, ``n/a``)."""
     return "n/a" if fraction is None else f"{100 * fraction:.3g}%"
+
+
+def statistics_only_text(tags: Sequence[str], partly: Mapping[str, Sequence[int]]) -> str:
+    """The tensors an agreement compared by statistics only, and what to do for an element-wise
+    verdict, worded once for the CLI, ``assert_parity`` and the HTML report."""
+    named = [
+        f"{tag} (element-wise at {partly[tag][0]} of {partly[tag][1]} steps)" if tag in partly else tag for tag in tags
+    ]
+    shown = ", ".join(named[:10]) + (f" and {len(named) - 10} more" if len(named) > 10 else "")
+    return (
+        f"compared by statistics: {shown}; record them with full values at every step "
+        "(full_values_limit above their largest size) for an element-wise verdict"
+    )
 
 
 def json_float(value: Any) -> Optional[float]:

@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from tb_parity_plugin.engine import colour_scale, replicas
 from tb_parity_plugin.engine import matrix as matrix_mod
-from tb_parity_plugin.engine.verdicts import mismatch_text
+from tb_parity_plugin.engine.verdicts import mismatch_text, statistics_only_text
 from tb_parity_plugin.report.graphics import Series, fmt, line_chart, png_data_uri
 
 if TYPE_CHECKING:  # verdicts imports this module for ParityReport._repr_html_
@@ -86,12 +86,17 @@ def _verdict_box(summary: Mapping[str, Any]) -> str:
     if summary.get("verdict") == "incomplete":
         return f'<div class="verdict incomplete">{_e(summary.get("verdict_text", "INCOMPLETE"))}</div>'
     if summary.get("agree") and not first:
+        stats = summary.get("verdict") == "agree within statistics"
         text = (
-            f"Runs agree within tolerance across {summary.get('steps_compared', 0)} steps "
-            f"and {summary.get('tensors_compared', 0)} tensors."
+            f"Runs agree within {'statistics' if stats else 'tolerance'} across {summary.get('steps_compared', 0)} "
+            f"steps and {summary.get('tensors_compared', 0)} tensors."
         )
-        if summary.get("verdict") == "agree within statistics":  # weaker evidence, said so
-            return f'<div class="verdict agree stats">{_e(text)} {_e(summary.get("verdict_text", ""))}</div>'
+        if stats:  # weaker evidence, said so, with the tensors and the remedy the CLI prints
+            line = statistics_only_text(summary.get("statistics_only") or [], summary.get("partly_values") or {})
+            return (
+                f'<div class="verdict agree stats">{_e(text)} {_e(summary.get("verdict_text", ""))}'
+                f'<div class="meta" data-testid="statistics-only">{_e(line)}</div></div>'
+            )
         return f'<div class="verdict agree">{_e(text)}</div>'
     if not first:  # disagreement without a divergence: e.g. nothing comparable
         return '<div class="verdict diverge">Runs do not agree (no comparable divergence found).</div>'
