@@ -69,6 +69,8 @@ export interface Summary {
   verdict_text: string;
   /** Tensor pairs compared element-wise (values) and by statistics only. */
   evidence: { values: number; statistics: number };
+  /** The tensors compared by statistics only and the remedy, in the CLI's words (null when none). */
+  statistics_only_text?: string | null;
   structure: Structure;
   first_step_divergence: Divergence | null;
   steps_compared: number;

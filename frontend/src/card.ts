@@ -158,6 +158,10 @@ function agreeCard(card: HTMLElement, s: Summary): void {
           s.verdict_text,
         )
       : null,
+    // which tensors the weaker evidence covers and how to get an element-wise verdict, as the CLI says
+    s.steps_compared && s.verdict === "agree within statistics" && s.statistics_only_text
+      ? el("div", { cls: "tbp-hint tbp-mono", attrs: { "data-testid": "statistics-only" }, text: s.statistics_only_text })
+      : null,
     el("div", { cls: "tbp-hint", text: `atol ${fmt(num(s.policy.atol))}, rtol ${fmt(num(s.policy.rtol))} after ${s.policy.warmup_steps} warm-up steps.` }),
   );
 }

@@ -320,6 +320,10 @@ class ParityReport:
             "verdict_text": self.verdict_text,
             "evidence": dict(self.evidence),
             "statistics_only": list(self.statistics_only),
+            # the CLI's line, for the tab's card and the report's headline to say it alike
+            "statistics_only_text": statistics_only_text(self.statistics_only, self.partly_values)
+            if self.statistics_only
+            else None,
             "partly_values": {tag: list(n) for tag, n in self.partly_values.items()},
             "unproven_before_first": list(self.unproven_before_first),
             "unproven_earlier": list(self.unproven_earlier),

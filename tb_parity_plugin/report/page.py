@@ -92,7 +92,9 @@ def _verdict_box(summary: Mapping[str, Any]) -> str:
             f"steps and {summary.get('tensors_compared', 0)} tensors."
         )
         if stats:  # weaker evidence, said so, with the tensors and the remedy the CLI prints
-            line = statistics_only_text(summary.get("statistics_only") or [], summary.get("partly_values") or {})
+            line = summary.get("statistics_only_text") or statistics_only_text(
+                summary.get("statistics_only") or [], summary.get("partly_values") or {}
+            )
             return (
                 f'<div class="verdict agree stats">{_e(text)} {_e(summary.get("verdict_text", ""))}'
                 f'<div class="meta" data-testid="statistics-only">{_e(line)}</div></div>'

@@ -107,6 +107,10 @@ def test_agreement_on_statistics_is_shown_as_weaker(page, server: str, demo_logd
     evidence = card.locator("[data-testid=evidence]").inner_text()
     assert f"{report.evidence['statistics']} by statistics" in evidence
     assert f"{report.evidence['values']} element-wise" in evidence
+    # the tensors the weaker evidence covers and the remedy, as the CLI and the report say them
+    line = report.to_dict()["statistics_only_text"]
+    assert line and report.statistics_only[0] in line and "full_values_limit" in line
+    assert card.locator("[data-testid=statistics-only]").inner_text() == line
     assert frame.locator("[data-testid=problems-alert]").count() == 0
 
 
@@ -162,6 +166,7 @@ def test_a_value_divergence_shows_its_evidence_and_a_plain_agree_stays_plain(
     frame.locator("[data-testid=pair]").select_option(label="clean")
     frame.locator("[data-testid=card][data-verdict=agree]").wait_for(timeout=TIMEOUT)
     assert frame.locator("[data-testid=evidence]").count() == 0
+    assert frame.locator("[data-testid=statistics-only]").count() == 0
     assert "stats" not in card.get_attribute("class")
     assert fx.HTML_NAME not in card.inner_text()
 
