@@ -19,6 +19,10 @@ TF guides write it. Variants of the TF2 port:
 - ``momentum``: faithful, with Keras SGD's momentum against TF1's ``MomentumOptimizer``
   (``tf1_momentum``), the slots recorded: a mirrored momentum slot was recorded as Keras keeps
   it (``-lr x accumulator``), not in lr units as on one device (a new user's false DIVERGE).
+- ``unbuilt_momentum``: ``momentum`` with the optimizer left unbuilt, as the TF guide's custom loop
+  leaves it: the recorder's ``rec.slots`` builds the slots around ``strategy.run``, where no strategy
+  is current; they were plain variables, which each replica updated in turn (the momentum 1.9 times
+  TF1's after one step, the replicas' weights apart).
 
 ``fit``, ``fit_momentum`` and ``fit_sum`` train the port with Keras ``fit`` instead (:func:`tf2_fit`).
 
@@ -149,8 +153,9 @@ def tf2(logdir: str, variant: str) -> None:
         model = tf.keras.Sequential(
             [tf.keras.layers.Dense(CLASSES, kernel_initializer=tf.constant_initializer(w0), input_shape=(FEATURES,))]
         )
-        optimizer = tf.keras.optimizers.SGD(LR, momentum=MOMENTUM if variant == "momentum" else 0.0)
-        optimizer.build(model.trainable_variables)  # its slots, mirrored, made in the strategy's scope
+        optimizer = tf.keras.optimizers.SGD(LR, momentum=MOMENTUM if variant.endswith("momentum") else 0.0)
+        if variant != "unbuilt_momentum":
+            optimizer.build(model.trainable_variables)  # its slots, mirrored, made in the strategy's scope
         running = _running("running_mean", tf.zeros(CLASSES), synced=variant != "unsynced")
         running_var = _running("running_var", tf.ones(CLASSES), synced=variant != "unsynced_var")
     rec = summary_v2.Recorder(logdir)
@@ -176,8 +181,8 @@ def tf2(logdir: str, variant: str) -> None:
         with rec.step(optimizer.iterations):
             rec.lr(tf.constant(LR))
             rec.weights(model.trainable_variables)
-            if variant == "momentum":
-                rec.slots(optimizer, model.trainable_variables)
+            if variant.endswith("momentum"):
+                rec.slots(optimizer, model.trainable_variables)  # unbuilt_momentum: built here
             rec.weight(running, name="running_mean:0")
             rec.weight(running_var, name="running_var:0")
             loss, grads, logits = strategy.run(step_fn, args=(xb, yb))

@@ -22,7 +22,17 @@ from keras3_process import run_keras3
 from tb_parity_plugin import api
 from tb_parity_plugin.logdir.reader import LogdirReader
 
-VARIANTS = ("faithful", "local_mean", "unsynced", "unsynced_var", "momentum", "fit", "fit_momentum", "fit_sum")
+VARIANTS = (
+    "faithful",
+    "local_mean",
+    "unsynced",
+    "unsynced_var",
+    "momentum",
+    "unbuilt_momentum",
+    "fit",
+    "fit_momentum",
+    "fit_sum",
+)
 BN_VARIANTS = ("bn_synced", "bn_unsynced")
 ALONE = (*BN_VARIANTS, "local_results", "fit_two_outputs")  # TF2 runs with no TF1 baseline beside them
 
@@ -111,6 +121,26 @@ def test_a_momentum_slot_under_mirrored_strategy_is_recorded_in_lr_units(logdir:
     report = api.compare(os.path.join(logdir, "momentum"))
     assert report.agree, report.first_divergence
     assert {m["kind"] for m in report.to_dict()["mapping"]} >= {"slot"}
+
+
+def test_slots_the_recorder_builds_under_mirrored_strategy_are_mirrored(logdir: str) -> None:
+    """The TF guide's custom loop leaves its optimizer unbuilt until ``apply_gradients`` inside
+    ``strategy.run``; ``rec.slots`` (and ``rec.step(..., optimizer=)``) builds it around
+    ``strategy.run``, where no strategy is current: the slots were plain variables, which each replica
+    updated in turn, so the recorder changed the training (a new user's faithful port: momentum 1.9
+    times TF1's after one step, the replicas' weights apart). numpy's weights and accumulator first."""
+    ref = rr.numpy_reference(rr.MOMENTUM)
+    slot = series(logdir, "unbuilt_momentum", "tf2", "slot", "m/dense/kernel")
+    kernel = series(logdir, "unbuilt_momentum", "tf2", "weight", "dense/kernel:0")
+    for step in range(rr.STEPS):
+        np.testing.assert_allclose(slot.values[step], ref["accum"][step], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(kernel.values[step], ref["kernel"][step], rtol=1e-5, atol=1e-6)
+    for k in range(2):  # a mirrored slot: each replica's copy, the same as the single copy
+        copy = series(logdir, "unbuilt_momentum", "tf2", "slot", f"m/dense/kernel@replica{k}")
+        np.testing.assert_allclose(copy.values, slot.values, rtol=1e-6, atol=1e-7)
+    report = api.compare(os.path.join(logdir, "unbuilt_momentum"))
+    assert report.agree, report.first_divergence
+    assert not report.replicas["tf2"]["disagreements"]
 
 
 #: the TF1 baseline's running statistics, which the fit ports do not keep

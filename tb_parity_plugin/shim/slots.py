@@ -10,6 +10,7 @@ both sides mean the same quantity (see :data:`Slot.scale`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import re
@@ -86,12 +87,31 @@ def build_slots(optimizer: Any, var_list: list[Any]) -> None:
     but its variable creator not in force, so a legacy optimizer's slots built in the trace were made
     on the coordinator ("Cannot place the graph ... /job:chief ... vs /job:ps"); under
     MirroredStrategy, ``fit``'s first step built them inside the function's variable-initialization
-    ``cond`` and failed ("You must feed a value for placeholder tensor 'cond/else/...'")."""
-    with tf.init_scope():
+    ``cond`` and failed ("You must feed a value for placeholder tensor 'cond/else/...'").
+
+    In the scope of the strategy the variables were made in, when no strategy is current: a tf_keras
+    optimizer makes its slots with ``tf.distribute.get_strategy()``, which is the strategy inside
+    ``strategy.run`` (where Keras builds them) but the default one around it, where a custom loop
+    records (``rec.step(..., variables=model, optimizer=opt)`` before ``strategy.run``): the slots
+    were plain variables that each replica updated in turn (a new user's faithful MirroredStrategy
+    port trained otherwise, its momentum 1.9 times TF1's after one step, the replicas' weights apart)."""
+    with tf.init_scope(), _variables_strategy_scope(var_list):
         if hasattr(optimizer, "_create_all_weights"):  # tf_keras legacy OptimizerV2: per variable, each call
             optimizer._create_all_weights(var_list)
         elif hasattr(optimizer, "build") and unbuilt(optimizer):
             optimizer.build(var_list)
+
+
+def _variables_strategy_scope(var_list: list[Any]) -> Any:
+    """The scope of the strategy whose variables ``var_list`` holds (a Keras 3 variable's through its
+    ``value``), entered only when no strategy is current; else a no-op."""
+    if tf.distribute.has_strategy():
+        return contextlib.nullcontext()
+    for var in var_list:
+        for candidate in (var, getattr(var, "value", None)):
+            if isinstance(candidate, tf.distribute.DistributedValues):
+                return candidate.distribute_strategy.scope()
+    return contextlib.nullcontext()
 
 
 def unbuilt(optimizer: Any) -> bool:
