@@ -19,6 +19,9 @@ TF guides write it. Variants of the TF2 port:
 - ``momentum``: faithful, with Keras SGD's momentum against TF1's ``MomentumOptimizer``
   (``tf1_momentum``), the slots recorded: a mirrored momentum slot was recorded as Keras keeps
   it (``-lr x accumulator``), not in lr units as on one device (a new user's false DIVERGE).
+- ``interleaved``: faithful, but each global batch dealt to the replicas row by row (replica 0 rows
+  0, 2, 4, 6; replica 1 rows 1, 3, 5, 7), as a dataset sharded by element deals it: the same
+  training, its logits (the replicas' parts concatenated) in another row order;
 - ``unbuilt_momentum``: ``momentum`` with the optimizer left unbuilt, as the TF guide's custom loop
   leaves it: the recorder's ``rec.slots`` builds the slots around ``strategy.run``, where no strategy
   is current; they were plain variables, which each replica updated in turn (the momentum 1.9 times
@@ -176,8 +179,21 @@ def tf2(logdir: str, variant: str) -> None:
         running_var.assign(0.99 * running_var + 0.01 * tf.reduce_mean(tf.square(logits), axis=0))
         return loss, grads, logits
 
+    def deal(xb: Any, yb: Any) -> tuple:
+        """``interleaved``: the global batch dealt to the replicas row by row; else as it came."""
+        if variant != "interleaved":
+            return xb, yb
+        whole = [tf.concat(strategy.experimental_local_results(t), 0) for t in (xb, yb)]
+        return tuple(
+            strategy.experimental_distribute_values_from_function(
+                lambda ctx, t=t: t[ctx.replica_id_in_sync_group :: strategy.num_replicas_in_sync]
+            )
+            for t in whole
+        )
+
     @tf.function
     def train_step(xb: tf.Tensor, yb: tf.Tensor) -> None:
+        xb, yb = deal(xb, yb)
         with rec.step(optimizer.iterations):
             rec.lr(tf.constant(LR))
             rec.weights(model.trainable_variables)

@@ -29,6 +29,7 @@ VARIANTS = (
     "unsynced_var",
     "momentum",
     "unbuilt_momentum",
+    "interleaved",
     "fit",
     "fit_momentum",
     "fit_sum",
@@ -141,6 +142,30 @@ def test_slots_the_recorder_builds_under_mirrored_strategy_are_mirrored(logdir: 
     report = api.compare(os.path.join(logdir, "unbuilt_momentum"))
     assert report.agree, report.first_divergence
     assert not report.replicas["tf2"]["disagreements"]
+
+
+def test_a_batch_dealt_to_the_replicas_in_another_order_is_named_so(logdir: str) -> None:
+    """A global batch dealt to the replicas row by row (a dataset sharded by element) trains as TF1
+    does, but its logits, recorded as the replicas' parts concatenated, hold the batch's rows in
+    another order: a new user's port was told "another batch" (Keras fit's shuffling) though its
+    loss and gradients agreed at every step. numpy first: the rows, the loss and the gradient."""
+    ref = rr.numpy_reference()
+    x, _, w0 = rr.data()
+    tf1 = series(logdir, "faithful", "tf1", "activation", "logits").values[0]
+    port = series(logdir, "interleaved", "tf2", "activation", "logits").values[0]
+    dealt = [*range(0, rr.BATCH, 2), *range(1, rr.BATCH, 2)]
+    np.testing.assert_allclose(tf1, x[: rr.BATCH] @ w0, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(port, (x[: rr.BATCH] @ w0)[dealt], rtol=1e-5, atol=1e-6)
+    for step in range(rr.STEPS):
+        grad = series(logdir, "interleaved", "tf2", "grad", "dense/kernel:0").values[step]
+        loss = series(logdir, "interleaved", "tf2", "loss", "loss").values[step]
+        np.testing.assert_allclose(grad, ref["grad_kernel"][step], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(loss, ref["loss"][step], rtol=1e-5, atol=1e-6)
+    first = api.compare(os.path.join(logdir, "interleaved")).first_divergence
+    assert (first.step, first.kind, first.tensor) == (0, "activation", "logits")
+    assert "its 8 rows are the same rows in another order (6 of them moved" in first.note
+    assert "the loss and every gradient recorded at this step agree: the step trains the same" in first.note
+    assert "another batch" not in first.note
 
 
 #: the TF1 baseline's running statistics, which the fit ports do not keep

@@ -21,6 +21,11 @@ from tb_parity_plugin.engine.notes.context import (
 from tb_parity_plugin.engine.pair import Pair
 from tb_parity_plugin.engine.tolerance import OUTPUT_ATOL_OF_MAX
 
+#: The most element comparisons :meth:`InputNotes._rows_in_another_order` makes (every row of an
+#: output against every row: a batch of 1000 rows of 1000 would be 1e9), and how many it holds at once.
+_REORDER_BUDGET = 50_000_000
+_REORDER_BLOCK = 4_000_000
+
 
 class InputNotes(NoteContext):
     """Notes on an output that diverges first while what feeds it agrees."""
@@ -130,6 +135,9 @@ class InputNotes(NoteContext):
             # a new user's port under MirroredStrategy normalized each replica's half of the batch
             # (numpy: 1.8e-7 from per-half batch norm) and was told of activations and padding
             return f"{agree} at this step, and the runs ran {counts[0]} and {counts[1]} replicas: {_PER_REPLICA_BN}"
+        reordered = self._rows_in_another_order(first, k)
+        if reordered:
+            return f"{agree} at this step, and {reordered}" + self._positions_note(first, k)
         grads = self._gradients_agree(k) if loss else 0
         if grads:
             # a new user's TF1 original trained on its loss plus get_regularization_loss() but recorded the
@@ -193,6 +201,62 @@ class InputNotes(NoteContext):
             if float(np.abs(c - b).max(initial=0.0)) > OUTPUT_ATOL_OF_MAX * scale:
                 return 0
         return len(grads)
+
+    def _rows_in_another_order(self, first: Pair, k: int) -> Optional[str]:
+        """When each row (first axis: the batch) of ``first``'s candidate at ``k`` is within its
+        tolerance of a row of the baseline's, one to one, and the rows in place are not: the same
+        examples in another order. A new user's MirroredStrategy port dealt each global batch's rows
+        to the replicas alternately (a dataset sharded by element), and its outputs, recorded as the
+        replicas' parts concatenated, were told "another batch" though its loss and gradients agreed
+        at every step (float64 replay: the same training). None otherwise."""
+        both = first.step_values(k)
+        if both is None:
+            return None
+        shape = first.runtime_shape("base", int(first.ib[k]))
+        if len(shape) < 2 or None in shape or shape[0] < 2 or math.prod(shape) != len(both[0]):
+            return None
+        rows = int(shape[0])
+        b, c = (np.asarray(v, dtype=np.float64).reshape(rows, -1) for v in both)
+        if b.shape[1] < 2 or not (np.isfinite(b).all() and np.isfinite(c).all()):
+            return None
+        if rows * rows * b.shape[1] > _REORDER_BUDGET:  # every row against every row: bounded work
+            return None
+        atol, rtol = first.atol_at(k), first.rtol_at(k)
+        # close[i, j]: candidate row i within tolerance of baseline row j, element by element; a block
+        # of candidate rows at a time, so memory stays near _REORDER_BLOCK elements
+        bound = atol + rtol * np.abs(b)
+        block = max(1, _REORDER_BLOCK // (rows * b.shape[1]))
+        close = np.concatenate(
+            [(np.abs(c[i : i + block, None, :] - b[None]) <= bound[None]).all(axis=2) for i in range(0, rows, block)]
+        )
+        if close.diagonal().all():
+            return None
+        taken = np.zeros(rows, dtype=bool)
+        for i in np.argsort(close.sum(axis=1)):  # the rows with fewest matches first
+            free = np.flatnonzero(close[i] & ~taken)
+            if not len(free):
+                return None
+            taken[free[0]] = True
+        moved = int((~close.diagonal()).sum())
+        trained = [p for p in self._pairs if p.base.kind in ("loss", "grad") and p.ib[k] >= 0 and p.ic[k] >= 0]
+        for p in trained:
+            p.ensure(k + 1, self.policy.equal_nan)
+        same = bool(trained) and all(p.by_values_at(k) and p.reason[k] == OK for p in trained)
+        return (
+            f"its {rows} rows are the same rows in another order ({moved} of them moved: each row of "
+            f"'{self.cand.name}' is within tolerance of its own row of '{self.base.name}'): the same examples in "
+            "another order in the batch. A per-replica output is recorded as the replicas' parts concatenated "
+            "in replica order, so a global batch dealt to the replicas otherwise than "
+            "experimental_distribute_dataset deals it (in order, one contiguous share each: a dataset sharded "
+            "by element, experimental_distribute_values_from_function) gives this; so does a shuffle within "
+            "the batch on one side"
+            + (
+                "; the loss and every gradient recorded at this step agree: the step trains the same, and only "
+                "this output's row order differs"
+                if same
+                else ""
+            )
+        )
 
     def _random_draws(self, first: Pair) -> Optional[str]:
         """What the random ops ``first`` is computed from say (the shims record their types for a
