@@ -19,6 +19,9 @@ TF guides write it. Variants of the TF2 port:
 - ``momentum``: faithful, with Keras SGD's momentum against TF1's ``MomentumOptimizer``
   (``tf1_momentum``), the slots recorded: a mirrored momentum slot was recorded as Keras keeps
   it (``-lr x accumulator``), not in lr units as on one device (a new user's false DIVERGE).
+- ``local_batch``: each replica's loss divided by its own batch, ``compute_average_loss(...,
+  global_batch_size=BATCH // 2)``, recorded with ``reduction="sum"``: the loss and the all-reduced
+  gradient twice the one-device ones;
 - ``interleaved``: faithful, but each global batch dealt to the replicas row by row (replica 0 rows
   0, 2, 4, 6; replica 1 rows 1, 3, 5, 7), as a dataset sharded by element deals it: the same
   training, its logits (the replicas' parts concatenated) in another row order;
@@ -171,6 +174,8 @@ def tf2(logdir: str, variant: str) -> None:
             per_example = tf.keras.losses.sparse_categorical_crossentropy(yb, logits, from_logits=True)
             if variant == "local_mean":
                 loss = tf.reduce_mean(per_example)
+            elif variant == "local_batch":
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=BATCH // 2)
             else:
                 loss = tf.nn.compute_average_loss(per_example, global_batch_size=BATCH)
         grads = tape.gradient(loss, model.trainable_variables)

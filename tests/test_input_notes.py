@@ -30,10 +30,11 @@ W1 = (RNG.standard_normal((D, H)) * 0.5).astype(np.float32)
 W2 = (RNG.standard_normal((H, C)) * 0.5).astype(np.float32)
 
 
-def _tf1(run_dir: str, dropout: float = 0.0, training: bool = True) -> None:
+def _tf1(run_dir: str, dropout: float = 0.0, training: bool = True, rows: int = STEPS * BATCH) -> None:
     """The original; with ``dropout``, a dropout layer (graph seed 2) recorded after the first,
     called with ``training=True`` or, with ``training=False``, as TF1 code often does: without it
-    (``tf.compat.v1.layers.dropout`` is off by default)."""
+    (``tf.compat.v1.layers.dropout`` is off by default). ``rows``: the first rows of the data only
+    (fewer than ``STEPS * BATCH``: a partial last batch)."""
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(2)
         rec = summary_v1.Recorder(run_dir)
@@ -57,7 +58,7 @@ def _tf1(run_dir: str, dropout: float = 0.0, training: bool = True) -> None:
         loss = rec.loss(tf.compat.v1.losses.sparse_softmax_cross_entropy(y, logits))
         rec.lr(tf.constant(0.1))
         train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.1), loss, global_step=gs)
-        tf1_session.train(rec, train_op, (x, y), (X, Y), STEPS, BATCH)
+        tf1_session.train(rec, train_op, (x, y), (X[:rows], Y[:rows]), STEPS, BATCH)
 
 
 def _fit(run_dir: str, shuffle: bool, second: str = "linear") -> None:
@@ -534,3 +535,45 @@ def test_a_run_resumed_where_its_first_output_diverges_names_the_resume(tmp_path
         return
     assert "'tf1' was resumed at this step" in (first.note or "") and "one-shot" in first.note, first.note
     assert "shuffles" not in first.note
+
+
+def test_a_partial_batch_divided_by_the_full_batch_size_is_named_with_the_sizes(tmp_path) -> None:
+    """A custom loop dividing its summed loss by a BATCH_SIZE constant (what a fixed
+    ``compute_average_loss(global_batch_size=...)`` does) halves the loss of a last batch of half
+    the size, where TF1's mean does not: a new user's port was told only "the loss is computed
+    differently (reduction, from_logits, ...)". numpy on the recorded logits first."""
+    rows = (STEPS - 1) * BATCH + BATCH // 2
+    _tf1(str(tmp_path / "tf1"), rows=rows)
+    first, out = tf.keras.layers.Dense(H, "relu", name="dense"), tf.keras.layers.Dense(C, name="dense_1")
+    model = tf.keras.Sequential([tf.keras.Input((D,)), first, out])
+    first.set_weights([W1, np.zeros(H, np.float32)])
+    out.set_weights([W2, np.zeros(C, np.float32)])
+    optimizer = tf.keras.optimizers.SGD(0.1)
+    rec = summary_v2.Recorder(str(tmp_path / "tf2"))
+
+    @tf.function
+    def step(x: tf.Tensor, y: tf.Tensor) -> None:
+        with rec.step(optimizer.iterations):
+            rec.lr(tf.constant(0.1))
+            with tf.GradientTape() as tape:
+                h = rec.activation("dense", first(x))
+                logits = rec.activation("dense_1", out(h))
+                per_example = tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+                loss = rec.loss(tf.reduce_sum(per_example) / BATCH)  # the bug: a fixed batch size
+            rec.minimize(optimizer, loss, model.trainable_variables, tape)
+
+    for x, y in tf.data.Dataset.from_tensor_slices((X[:rows], Y[:rows])).batch(BATCH):
+        step(x, y)
+    rec.close()
+    last = STEPS - 1
+    base, port = (tensors_by_step(str(tmp_path / run))[last] for run in ("tf1", "tf2"))
+    logits = np.asarray(base[("activation", "dense_1")][2], np.float64).reshape(BATCH // 2, C)
+    p = np.exp(logits - logits.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    ce = -np.log(p[np.arange(BATCH // 2), Y[last * BATCH : rows]])
+    np.testing.assert_allclose(np.asarray(base[("loss", "loss")][2]).ravel(), [ce.mean()], rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(port[("loss", "loss")][2]).ravel(), [ce.sum() / BATCH], rtol=1e-5)
+    found = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert (found.step, found.kind, found.tensor) == (last, "loss", "loss")
+    assert "times 0.5, and this step's batch holds 4 examples against 8 at earlier steps" in found.note
+    assert "divides this partial batch's loss by the full batch size" in found.note

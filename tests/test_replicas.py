@@ -30,6 +30,7 @@ VARIANTS = (
     "momentum",
     "unbuilt_momentum",
     "interleaved",
+    "local_batch",
     "fit",
     "fit_momentum",
     "fit_sum",
@@ -166,6 +167,21 @@ def test_a_batch_dealt_to_the_replicas_in_another_order_is_named_so(logdir: str)
     assert "its 8 rows are the same rows in another order (6 of them moved" in first.note
     assert "the loss and every gradient recorded at this step agree: the step trains the same" in first.note
     assert "another batch" not in first.note
+
+
+def test_a_loss_divided_by_each_replicas_batch_is_named_with_the_replica_count(logdir: str) -> None:
+    """``compute_average_loss(..., global_batch_size=)`` given the per-replica batch: the loss and the
+    gradient are twice the one-device ones. A new user's port was told only "the loss is computed
+    differently (reduction, from_logits, label smoothing, ...)". numpy first."""
+    ref = rr.numpy_reference()
+    loss = series(logdir, "local_batch", "tf2", "loss", "loss").values[0]
+    grad = series(logdir, "local_batch", "tf2", "grad", "dense/kernel:0").values[0]
+    np.testing.assert_allclose(loss, 2 * ref["loss"][0], rtol=1e-5)
+    np.testing.assert_allclose(grad, 2 * ref["grad_kernel"][0], rtol=1e-5, atol=1e-6)
+    first = api.compare(os.path.join(logdir, "local_batch")).first_divergence
+    assert (first.step, first.kind, first.tensor) == (0, "loss", "loss")
+    assert "'tf2' ran 2 replicas and its loss is 2 times that of 'tf1'" in first.note
+    assert "global_batch_size= the per-replica batch" in first.note
 
 
 #: the TF1 baseline's running statistics, which the fit ports do not keep

@@ -138,6 +138,9 @@ class InputNotes(NoteContext):
         reordered = self._rows_in_another_order(first, k)
         if reordered:
             return f"{agree} at this step, and {reordered}" + self._positions_note(first, k)
+        scaled = self._loss_scale(first, k) if loss else None
+        if scaled:
+            return f"{agree} at this step, and {scaled}"
         grads = self._gradients_agree(k) if loss else 0
         if grads:
             # a new user's TF1 original trained on its loss plus get_regularization_loss() but recorded the
@@ -202,6 +205,72 @@ class InputNotes(NoteContext):
                 return 0
         return len(grads)
 
+    def _loss_scale(self, first: Pair, k: int) -> Optional[str]:
+        """For a scalar loss that is the baseline's times the replica count of one run (or its
+        inverse), or times this step's batch over the largest earlier one: the loss divided by
+        another batch size, said with the figures (None otherwise). New users' MirroredStrategy
+        ports dividing each replica's loss by its own batch (twice TF1's loss), and dividing a
+        partial last batch by the full one (half TF1's), were told only "the loss is computed
+        differently (reduction, from_logits, label smoothing, ...)"."""
+        both = first.step_values(k)
+        if both is None or len(both[0]) != 1:
+            return None
+        b, c = float(both[0][0]), float(both[1][0])
+        if not (math.isfinite(b) and math.isfinite(c)) or b == 0.0:
+            return None
+        scale = c / b
+        if not scale > 0 or abs(scale - 1.0) <= 1e-3:
+            return None
+
+        def near(target: float) -> bool:
+            return abs(scale - target) <= 1e-4 * target
+
+        for run, other in ((self.cand, self.base), (self.base, self.cand)):
+            n = self._replicas[run.name].count if run.name in self._replicas else 1
+            if n > 1 and near(n if run is self.cand else 1.0 / n):
+                return (
+                    f"'{run.name}' ran {n} replicas and its loss is {n} times that of '{other.name}': each replica's loss "
+                    "is divided by its own batch, not the global batch (tf.nn.compute_average_loss given "
+                    "global_batch_size= the per-replica batch, or a per-replica mean such as tf.reduce_mean "
+                    'recorded with reduction="sum"), and the all-reduce sums the replicas\' gradients: '
+                    f"{n} times the one-device gradient"
+                )
+        batches = self._batch_sizes(k)
+        if batches is not None:
+            now, full = batches
+            if near(now / full) or near(full / now):
+                return (
+                    f"its value is the baseline's times {scale:.4g}, and this step's batch holds {now} examples "
+                    f"against {full} at earlier steps: one run divides this partial batch's loss by the full batch "
+                    "size (tf.nn.compute_average_loss(global_batch_size=...) fixed, or a sum over a BATCH_SIZE "
+                    "constant), the other by the batch it has (a mean; compute_average_loss without "
+                    "global_batch_size); drop_remainder=True leaves the partial batch out on both sides"
+                )
+        return None
+
+    def _batch_sizes(self, k: int) -> Optional[tuple[int, int]]:
+        """(this step's batch, the largest batch of the steps up to it) from a recorded output's
+        first dimension, when both runs ran each of those steps at one batch and this one is
+        smaller; None otherwise."""
+        for p in self._pairs:
+            if p.base.kind not in _RECORDED_BEFORE or p.ib[k] < 0 or p.ic[k] < 0:
+                continue
+            sizes = []
+            for j in range(k + 1):
+                if p.ib[j] < 0 or p.ic[j] < 0:
+                    continue
+                shapes = [p.runtime_shape(side, int(row)) for side, row in (("base", p.ib[j]), ("cand", p.ic[j]))]
+                lead = {shape[0] if shape else None for shape in shapes}  # a scalar has no batch
+                size = lead.pop() if len(lead) == 1 else None
+                if size is None:
+                    break
+                sizes.append(size)
+            else:
+                if sizes and sizes[-1] < max(sizes):
+                    return sizes[-1], max(sizes)
+                return None
+        return None
+
     def _rows_in_another_order(self, first: Pair, k: int) -> Optional[str]:
         """When each row (first axis: the batch) of ``first``'s candidate at ``k`` is within its
         tolerance of a row of the baseline's, one to one, and the rows in place are not: the same
@@ -212,10 +281,10 @@ class InputNotes(NoteContext):
         both = first.step_values(k)
         if both is None:
             return None
-        shape = first.runtime_shape("base", int(first.ib[k]))
-        if len(shape) < 2 or None in shape or shape[0] < 2 or math.prod(shape) != len(both[0]):
+        shape = [d for d in first.runtime_shape("base", int(first.ib[k])) if d is not None]
+        if len(shape) < 2 or len(shape) != len(first.base.shape) or shape[0] < 2 or math.prod(shape) != len(both[0]):
             return None
-        rows = int(shape[0])
+        rows = shape[0]
         b, c = (np.asarray(v, dtype=np.float64).reshape(rows, -1) for v in both)
         if b.shape[1] < 2 or not (np.isfinite(b).all() and np.isfinite(c).all()):
             return None
