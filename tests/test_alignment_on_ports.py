@@ -706,3 +706,112 @@ def test_an_lstm_port_fed_its_padded_steps_is_told_which_positions_differ(tmp_pa
     assert f"each of its {int(padded.sum()) * UNITS} elements out of tolerance is exactly 0 in one run only" in note
     assert f"lie at {int(padded.sum())} of its {BATCH * T} (batch, time) positions, in each sample a run" in note
     assert note.index("positions") < note.index("never compared"), note
+
+
+# -- a bidirectional GRU: bidirectional_dynamic_rnn(GRUCell) against Keras Bidirectional(GRU) ---
+# The output a user records is the wrapper's, ``bidirectional``: the note's hint on what a TF1
+# GRUCell's port converts keyed on the output's name only, so a helper's bi-GRU port with the gate
+# order copied as it was (or reset_after=True) was told only "another function of its input".
+
+DENSE_BI = (RNG.standard_normal((2 * UNITS, CLASSES)) * 0.5).astype(np.float32)
+
+
+def _bigru_numpy(x: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """TF1 ``GRUCell`` both ways over each sample's real steps (the backward one reversed, as
+    ``bidirectional_dynamic_rnn`` reverses by ``sequence_length``), final states concatenated."""
+    gates, cand = GRU_GATES.astype(np.float64), GRU_CAND.astype(np.float64)
+    out = np.zeros((len(x), 2 * UNITS))
+    for b, n in enumerate(lengths):
+        for half, seq in enumerate((x[b, :n], x[b, :n][::-1])):
+            h = np.zeros(UNITS)
+            for xt in seq:
+                g = _sigmoid(np.concatenate([xt, h]) @ gates + 1.0)
+                r, u = g[:UNITS], g[UNITS:]
+                h = u * h + (1 - u) * np.tanh(np.concatenate([xt, r * h]) @ cand)
+            out[b, half * UNITS : (half + 1) * UNITS] = h
+    return out
+
+
+def _bigru_tf1(run_dir: str) -> None:
+    with _tf1_graph(run_dir, (None, None, IN), (None, CLASSES)) as (rec, gs, x, y):
+        lengths = tf.compat.v1.placeholder(tf.int32, [None])
+
+        def kernel(shape, dtype=None, partition_info=None):  # type: ignore[no-untyped-def]
+            return tf.constant(GRU_GATES if shape[1] == 2 * UNITS else GRU_CAND)
+
+        cells = [tf.compat.v1.nn.rnn_cell.GRUCell(UNITS, kernel_initializer=kernel) for _ in range(2)]
+        _, (fw, bw) = tf.compat.v1.nn.bidirectional_dynamic_rnn(*cells, x, sequence_length=lengths, dtype=tf.float32)
+        state = rec.activation("bidirectional", tf.concat([fw, bw], 1))
+        logits = tf.compat.v1.layers.dense(state, CLASSES, kernel_initializer=tf.constant_initializer(DENSE_BI))
+        rec.activation("dense", logits)
+        loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(y, logits))
+        _train_with_sgd(rec, gs, loss, [{x: SEQS[s], y: LABELS[s], lengths: LENGTHS[s]} for s in range(STEPS)])
+
+
+def _bigru_port(run_dir: str, slip: str) -> np.ndarray:
+    """Keras ``Bidirectional(GRU)`` under the lengths' mask in a ``tf.function`` loop, TF1's weights
+    converted but for ``slip``; returns its output at step 0 before training."""
+    tf.keras.backend.clear_session()
+    bi = tf.keras.layers.Bidirectional(
+        tf.keras.layers.GRU(UNITS, reset_after=slip == "reset_after"), name="bidirectional"
+    )
+    dense = tf.keras.layers.Dense(CLASSES, kernel_initializer=tf.constant_initializer(DENSE_BI))
+    tf.keras.Sequential([tf.keras.Input((None, IN)), bi])  # built in a model: its cells under bidirectional/
+    order = (
+        [GRU_GATES[:, :UNITS], GRU_GATES[:, UNITS:]]
+        if slip == "gate order"
+        else [GRU_GATES[:, UNITS:], GRU_GATES[:, :UNITS]]
+    )
+    full = np.concatenate([*order, GRU_CAND], 1)
+    bias = np.concatenate([np.ones(2 * UNITS), np.zeros(UNITS)]).astype(np.float32)
+    if slip == "reset_after":
+        bias = np.stack([bias, np.zeros_like(bias)])  # the input bias; no recurrent bias
+    for direction in (bi.forward_layer, bi.backward_layer):
+        direction.set_weights([full[:IN], full[IN:], bias])
+    optimizer = tf.keras.optimizers.SGD(LR)
+    rec = summary_v2.Recorder(run_dir)
+
+    @tf.function
+    def train_step(x: tf.Tensor, y: tf.Tensor, lengths: tf.Tensor) -> None:
+        with rec.step(optimizer.iterations):
+            rec.lr(tf.constant(LR))
+            with tf.GradientTape() as tape:
+                state = rec.activation("bidirectional", bi(x, mask=tf.sequence_mask(lengths, tf.shape(x)[1])))
+                logits = rec.activation("dense", dense(state))
+                loss = rec.loss(tf.keras.losses.CategoricalCrossentropy(from_logits=True)(y, logits))
+            rec.minimize(optimizer, loss, bi.trainable_variables + dense.trainable_variables, tape)
+
+    before = bi(SEQS[0], mask=tf.sequence_mask(LENGTHS[0], T)).numpy()
+    for s in range(STEPS):
+        train_step(SEQS[s], LABELS[s], LENGTHS[s])
+    rec.close()
+    return before
+
+
+@pytest.mark.parametrize("slip", ["gate order", "reset_after"])
+def test_a_bidirectional_gru_port_is_told_what_a_gru_port_converts(tmp_path, slip: str) -> None:
+    """numpy: the port's bidirectional output differs from TF1's at step 0 by what the tool reports;
+    its note names the cells never compared and what a TF1 GRUCell's port converts, direction by
+    direction, though the output is the wrapper's ``bidirectional``."""
+    _bigru_tf1(str(tmp_path / "tf1"))
+    before = _bigru_port(str(tmp_path / "tf2"), slip)
+    want = _bigru_numpy(SEQS[0].astype(np.float64), LENGTHS[0])
+    assert np.abs(before - want).max() > 1e-3
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2", allow_unmatched=["*gru_cell*"])
+    first = report.first_divergence
+    assert first is not None and (first.step, first.kind, first.tensor) == (0, "activation", "bidirectional"), first
+    np.testing.assert_allclose(first.max_abs_diff, np.abs(before - want).max(), rtol=1e-3)
+    note = first.note or ""
+    assert "recorded by one run only were never compared" in note and "gru_cell/gates/kernel:0" in note, note
+    assert "a GRU converted from TF1 GRUCell to Keras GRU: Keras's default reset_after=True" in note, note
+    assert "gate order (TF1 gates r, u; Keras z, r, h)" in note, note
+    assert "TF1's fw cell into forward_layer, bw into backward_layer" in note, note
+
+
+def test_a_faithful_bidirectional_gru_port_agrees(tmp_path) -> None:
+    """The same port converted right gives numpy's output (1e-6) and agrees."""
+    _bigru_tf1(str(tmp_path / "tf1"))
+    before = _bigru_port(str(tmp_path / "tf2"), "none")
+    np.testing.assert_allclose(before, _bigru_numpy(SEQS[0].astype(np.float64), LENGTHS[0]), atol=1e-6)
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2", allow_unmatched=["*gru_cell*"])
+    assert report.agree, report.first_divergence

@@ -606,7 +606,17 @@ class InputNotes(NoteContext):
             f"; {len(unpaired)} variable(s) recorded by one run only were never compared ({shown}): a difference "
             "in them reaches this output if they feed it"
         )
-        names = " ".join([first.base.name, first.cand.name])  # the recurrent layer itself diverges
+        # the recurrent layer itself diverges: its output's name says so, or the variables under its
+        # own scope do (a Keras Bidirectional wraps forward_gru/gru_cell/...; a helper's bi-GRU port
+        # with the gate order copied as it was, its output named `bidirectional`, got no conversion hint)
+        own = [
+            tail
+            for name in unpaired
+            for layer in {first.base.name, first.cand.name}
+            for _, sep, tail in [f"/{name.removesuffix(':0')}".partition(f"/{layer}/")]
+            if sep
+        ]
+        names = " ".join([first.base.name, first.cand.name, *own])
         if _LSTM.search(names):
             note += (
                 "; an LSTM converted from TF1 (LSTMCell, LSTMBlockCell) to Keras LSTM: the gate order (TF1 i, j, f, "
@@ -619,6 +629,11 @@ class InputNotes(NoteContext):
                 "; a GRU converted from TF1 GRUCell to Keras GRU: Keras's default reset_after=True (TF1 resets "
                 "before the candidate's matmul: reset_after=False), the gate order (TF1 gates r, u; Keras z, r, h), "
                 "and the kernels split into input and recurrent rows"
+            )
+        if (_LSTM.search(names) or _GRU.search(names)) and re.search(r"(^|/)(forward|backward)_", " /".join(own)):
+            note += (
+                "; a Bidirectional layer: each direction's cell converted into its own (TF1's fw cell into "
+                "forward_layer, bw into backward_layer)"
             )
         return note
 
