@@ -101,6 +101,9 @@ class UpdateNotes(NoteContext):
             pair.update_note = (g, k, (note, noise))
         if note is None:
             return None
+        rows = self._unlooked_rows(pair, g, k)
+        if rows is not None:  # read first: it says which rows and why, the rest below would not
+            return f"{note}; {rows}"
         momentum_only = self._momentum_only(g)
         settings = (
             "compare the optimizers' settings ("
@@ -157,6 +160,45 @@ class UpdateNotes(NoteContext):
             else ""
         )
         return note + noise + hold + "; README: What counts as a divergence"
+
+    def _unlooked_rows(self, pair: Pair, g: Pair, k: int) -> Optional[str]:
+        """When each element of ``pair`` out of tolerance at step ``k`` had a gradient of exactly 0 in
+        both runs at the step before (the update into ``k``: a row of an embedding that batch did not
+        look up), one run left every such element where it was and the other moved each of them:
+        one optimizer updates a sparse gradient's looked-up rows only (None otherwise). TF1's
+        ``MomentumOptimizer`` applies an ``IndexedSlices`` gradient with ``SparseApplyMomentum``, and
+        Keras's ``SGD(momentum=...)`` decays and applies every row's velocity: a helper's bi-GRU port,
+        faithful in float64 but for this, was told the slot's rule, clipping or a weight decay."""
+        if k == 0 or int(self.steps[k - 1]) != int(self.steps[k]) - 1:
+            return None
+        out = self._elements_out(pair, k)
+        now, was, grad = pair.step_values(k), pair.step_values(k - 1), g.step_values(k - 1)
+        if out is None or not len(out) or now is None or was is None or grad is None:
+            return None
+        if len(grad[0]) != len(now[0]) or grad[0][out].any() or grad[1][out].any():
+            return None
+        # each was looked up before (a momentum to carry): a gradient 0 at every step is a decay's
+        looked_up = np.zeros(len(out), bool)
+        for j in range(k - 1):
+            e = g.step_values(j)
+            if e is not None and len(e[0]) == len(grad[0]):
+                looked_up |= e[0][out] != 0
+        if not looked_up.all():
+            return None
+        kept = [bool(np.array_equal(w[out], w0[out])) for w, w0 in zip(now, was)]
+        moved = [bool(np.all(w[out] != w0[out])) for w, w0 in zip(now, was)]
+        if not ((kept[0] and moved[1]) or (kept[1] and moved[0])):
+            return None
+        still, other = (self.base.name, self.cand.name) if kept[0] else (self.cand.name, self.base.name)
+        return (
+            f"each of them had a gradient of exactly 0 in both runs at step {int(self.steps[k - 1])} (a row that "
+            f"batch did not look up, an embedding's), and '{still}' left every one where it was while '{other}' "
+            "moved each: one optimizer updates a sparse gradient's looked-up rows only. TF1's MomentumOptimizer "
+            "(and RMSProp, Ftrl) applies an embedding lookup's gradient so, neither the accumulator nor the weight "
+            "of another row moving, where Keras's SGD(momentum=...) decays and applies every row's velocity: a "
+            "port matches TF1 only with an update of the looked-up rows alone (an SGD subclass's update_step for "
+            "tf.IndexedSlices)"
+        )
 
     def _largest_gap(self, pair: Pair) -> Optional[tuple[float, int]]:
         """(largest finite |c - b| of ``pair`` over every compared step both runs kept full values at,
