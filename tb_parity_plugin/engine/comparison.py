@@ -21,7 +21,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from tb_parity_plugin.engine import align, batch, kinks, refresh, replicas, structure
-from tb_parity_plugin.engine.matrix import REASONS, SHAPE, VALUE, ParityMatrix
+from tb_parity_plugin.engine.matrix import NONFINITE, REASONS, SHAPE, VALUE, ParityMatrix
 from tb_parity_plugin.engine.nonfinite import FirstNonfinite
 from tb_parity_plugin.engine.notes import Notes
 from tb_parity_plugin.engine.notes.context import holds_one_value
@@ -341,6 +341,9 @@ class Comparison(Notes):
                 ),
             ]
             found["note"] = "; ".join(n for n in notes if n) or None
+        elif pair.reason[k] == NONFINITE and b.kind == "grad":
+            skipped = self._skipped_update(pair, k)
+            found["note"] = "; ".join(n for n in (found.get("note"), skipped) if n) or None
         return Divergence(
             step=int(self.steps[k]),
             tensor=b.name,

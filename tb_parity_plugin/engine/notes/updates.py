@@ -494,6 +494,42 @@ class UpdateNotes(NoteContext):
             )
         )
 
+    def _skipped_update(self, pair: Pair, k: int) -> Optional[str]:
+        """For a gradient non-finite in one run at step ``k`` whose loss there is finite and whose every
+        recorded weight is unchanged at the next compared step, element for element, while the other
+        run's weights moved: that run skipped the update, as a ``LossScaleOptimizer`` does when the scaled
+        gradients overflow float16 (None otherwise). A new user's faithful ``mixed_float16`` port, its
+        dynamic loss scale starting at 2**15, skipped steps 0 and 1, and the verdict said only that its
+        gradients turned non-finite, as if the port's math produced inf."""
+        if pair.base.kind != "grad" or k + 1 >= len(self.steps):
+            return None
+        weights = [p for p in self._pairs if p.base.kind == "weight"]
+        losses = [p for p in self._pairs if p.base.kind == "loss"]
+        if not weights or not losses:
+            return None
+        for side, other in (("cand", "base"), ("base", "cand")):
+            rows = pair.ic if side == "cand" else pair.ib
+            series = pair.cand if side == "cand" else pair.base
+            if rows[k] < 0 or not (series.stats[int(rows[k])][_NONFINITE_COLS] != 0).any():
+                continue
+            if not all(_finite_at(q, side, k) for q in losses):
+                continue
+            if all(_unchanged(q, side, k) is True for q in weights) and any(
+                _unchanged(q, other, k) is False for q in weights
+            ):
+                run, applied = (self.cand, self.base) if side == "cand" else (self.base, self.cand)
+                nxt = int(self.steps[k + 1])
+                return (
+                    f"'{run.name}' has non-finite gradients at this step while its loss is finite, and every weight "
+                    f"it recorded is unchanged at step {nxt}, element for element: it skipped this update, as a "
+                    "LossScaleOptimizer does when the scaled gradients overflow float16 (mixed precision's dynamic "
+                    "loss scale starts at 2**15 and halves at each skip, so a faithful port's first steps often "
+                    f"skip), not an inf of the model's math; '{applied.name}' applied its update, so the weights "
+                    f"differ by it from step {nxt} on. To compare the training, start the scale below the overflow "
+                    "(LossScaleOptimizer(opt, initial_scale=...)); README: Mixed precision"
+                )
+        return None
+
     def _grad_scale(self, pair: Pair, k: int) -> Optional[str]:
         """A gradient that is the baseline's times one factor at every element (compared by
         values): a new user's gradient accumulation not divided by its 4 micro-batches showed every
@@ -765,3 +801,33 @@ def _nesterov_hint(scale: float) -> str:
         f"; on this first update with momentum, {scale:.4g} = {form.format(mu=f'{mu:.3g}')} is what Nesterov "
         f"momentum {mu:.3g} on {side} only gives (nesterov=True)"
     )
+
+
+#: The statistics columns of the non-finite counts.
+_NONFINITE_COLS = [metadata.STAT_INDEX[f] for f in metadata.NONFINITE_FIELDS]
+
+
+def _rows(pair: Pair, side: str) -> np.ndarray:
+    rows: np.ndarray = pair.ic if side == "cand" else pair.ib
+    return rows
+
+
+def _finite_at(pair: Pair, side: str, k: int) -> bool:
+    """Whether ``side``'s tensor of ``pair`` is recorded at compared step ``k`` with no NaN/Inf."""
+    row = int(_rows(pair, side)[k])
+    series = pair.cand if side == "cand" else pair.base
+    return row >= 0 and not (series.stats[row][_NONFINITE_COLS] != 0).any()
+
+
+def _unchanged(pair: Pair, side: str, k: int) -> Optional[bool]:
+    """Whether ``side``'s tensor of ``pair`` holds the same elements at compared steps ``k`` and
+    ``k + 1`` (by full values; by every statistic where the values are not kept); None where
+    either step is not recorded."""
+    rows = _rows(pair, side)
+    if rows[k] < 0 or rows[k + 1] < 0:
+        return None
+    now, nxt = pair.values_at(side, int(rows[k])), pair.values_at(side, int(rows[k + 1]))
+    if now is not None and nxt is not None:
+        return bool(now.shape == nxt.shape and np.array_equal(now, nxt))
+    series = pair.cand if side == "cand" else pair.base
+    return bool(np.array_equal(series.stats[int(rows[k])], series.stats[int(rows[k + 1])], equal_nan=True))

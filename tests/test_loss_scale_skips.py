@@ -1,0 +1,85 @@
+"""A mixed-precision port whose LossScaleOptimizer skips an update on overflow says so.
+
+A new user's faithful ``mixed_float16`` port (the dynamic loss scale starts at 2**15) had inf in its
+unscaled gradients at steps 0 and 1, which the optimizer skipped (its weights stayed, the scale
+halved), and the verdict said only that its gradients turned non-finite, as if the port's math
+produced inf. The data here are small integers and quarters, so the float16 forward pass is exact
+and only the scaled backward pass overflows; numpy says where.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+from tf1_recipes import dense_regression
+
+from tb_parity_plugin import compare, summary_v2
+
+RNG = np.random.default_rng(29)
+STEPS, SCALE = 3, 2.0**15
+X = RNG.integers(-3, 4, size=(STEPS, 8, 4)).astype(np.float32)
+Y = RNG.integers(15, 25, size=(STEPS, 8, 1)).astype(np.float32)
+K = (RNG.integers(-4, 5, size=(4, 1)) / 4).astype(np.float32)
+
+
+def _tf1(run_dir: str) -> None:
+    """TF1 Adam on a dense regression, in float32."""
+    dense_regression(
+        run_dir,
+        K,
+        X,
+        Y,
+        lambda gs, rec: tf.compat.v1.train.AdamOptimizer(rec.lr(tf.constant(0.01)), epsilon=1e-8),
+        lambda opt, variables: {},
+    )
+
+
+def _port(run_dir: str, by_hand: bool) -> list[np.ndarray]:
+    """The port's dense layer under the ``mixed_float16`` policy in a custom loop; the loss scaled by a
+    ``LossScaleOptimizer`` or, ``by_hand``, by a constant 2**15 and applied by plain Adam (which does
+    not skip). Returns the kernel before each step, read from the model."""
+    inputs = tf.keras.Input((4,))
+    dense = tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(K), dtype="mixed_float16", name="dense")
+    model = tf.keras.Model(inputs, dense(inputs))
+    adam = tf.keras.optimizers.Adam(0.01, epsilon=1e-8)
+    opt = adam if by_hand else tf.keras.mixed_precision.LossScaleOptimizer(adam)
+    rec = summary_v2.Recorder(run_dir)
+    kernels = []
+    for s in range(STEPS):
+        kernels.append(dense.kernel.numpy().copy())
+        with rec.step(opt.iterations, variables=model, optimizer=opt):
+            rec.lr(tf.constant(0.01))
+            with tf.GradientTape() as tape:
+                loss = rec.loss(tf.reduce_mean(tf.square(tf.cast(model(X[s]), tf.float32) - Y[s])))
+                scaled = loss * SCALE if by_hand else opt.get_scaled_loss(loss)
+            grads = tape.gradient(scaled, model.trainable_variables)
+            grads = [g / SCALE for g in grads] if by_hand else opt.get_unscaled_gradients(grads)
+            rec.grads(grads, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+    rec.close()
+    return kernels
+
+
+def test_a_loss_scale_skipping_an_overflowing_update_is_named(tmp_path) -> None:
+    # numpy: the step-0 kernel gradient is finite, and 2**15 times it is past float16's largest value
+    x, y = X[0].astype(np.float64), Y[0].astype(np.float64)
+    grad = x.T @ (2.0 * (x @ K.astype(np.float64) - y) / len(x))
+    assert np.isfinite(grad).all() and np.abs(grad).max() * SCALE > np.finfo(np.float16).max
+    _tf1(str(tmp_path / "tf1"))
+    kernels = _port(str(tmp_path / "tf2"), by_hand=False)
+    assert np.array_equal(kernels[1], K)  # the LossScaleOptimizer skipped the update
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert (first.step, first.kind, first.reason) == (0, "grad", "nonfinite"), first
+    assert "'tf2' has non-finite gradients at this step while its loss is finite" in first.note, first.note
+    assert "it skipped this update, as a LossScaleOptimizer does" in first.note
+    assert "'tf1' applied its update, so the weights differ by it from step 1 on" in first.note
+
+
+def test_an_overflowing_update_that_is_applied_is_not_called_skipped(tmp_path) -> None:
+    """The loss scaled by hand and plain Adam: the inf reaches the weights, which is no skip."""
+    _tf1(str(tmp_path / "tf1"))
+    kernels = _port(str(tmp_path / "tf2"), by_hand=True)
+    assert not np.isfinite(kernels[1]).all()
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert (first.step, first.kind, first.reason) == (0, "grad", "nonfinite"), first
+    assert "skipped" not in (first.note or ""), first.note
