@@ -1,4 +1,5 @@
-"""A mixed-precision port whose LossScaleOptimizer skips an update on overflow says so.
+"""A mixed-precision port whose LossScaleOptimizer skips an update on overflow says so, and one that
+records (and applies) the scaled gradients without undoing the scale is told of the loss scale.
 
 A new user's faithful ``mixed_float16`` port (the dynamic loss scale starts at 2**15) had inf in its
 unscaled gradients at steps 0 and 1, which the optimizer skipped (its weights stayed, the scale
@@ -83,3 +84,52 @@ def test_an_overflowing_update_that_is_applied_is_not_called_skipped(tmp_path) -
     first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
     assert (first.step, first.kind, first.reason) == (0, "grad", "nonfinite"), first
     assert "skipped" not in (first.note or ""), first.note
+
+
+XS = (RNG.normal(size=(STEPS, 8, 4)) * 0.5).astype(np.float32)
+YS = (RNG.normal(size=(STEPS, 8, 1)) * 0.3).astype(np.float32)
+KS = (RNG.normal(size=(4, 1)) * 0.5).astype(np.float32)
+
+
+def test_gradients_of_the_scaled_loss_never_unscaled_name_the_loss_scale(tmp_path) -> None:
+    """The custom step applies ``tape.gradient(opt.get_scaled_loss(loss))`` as it is: every gradient is
+    2**15 times TF1's, each element off that factor by float16's rounding, not float32's."""
+    dense_regression(
+        str(tmp_path / "tf1"),
+        KS,
+        XS,
+        YS,
+        lambda gs, rec: tf.compat.v1.train.AdamOptimizer(rec.lr(tf.constant(0.01)), epsilon=1e-8),
+        lambda opt, variables: {},
+    )
+    inputs = tf.keras.Input((4,))
+    dense = tf.keras.layers.Dense(
+        1, kernel_initializer=tf.constant_initializer(KS), dtype="mixed_float16", name="dense"
+    )
+    model = tf.keras.Model(inputs, dense(inputs))
+    opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam(0.01, epsilon=1e-8))
+    rec = summary_v2.Recorder(str(tmp_path / "tf2"))
+    recorded = []
+    for s in range(STEPS):
+        with rec.step(opt.iterations, variables=model, optimizer=opt):
+            rec.lr(tf.constant(0.01))
+            with tf.GradientTape() as tape:
+                loss = rec.loss(tf.reduce_mean(tf.square(tf.cast(model(XS[s]), tf.float32) - YS[s])))
+                scaled = opt.get_scaled_loss(loss)
+            grads = tape.gradient(scaled, model.trainable_variables)  # the port's bug: never unscaled
+            recorded.append(grads[0].numpy())
+            rec.grads(grads, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+    rec.close()
+    # numpy: the step-0 kernel gradient; the port's is 2**15 times it up to float16 rounding, which is
+    # past float32's (the rule for one exact factor) but inside the README's grad atol of 1e-3
+    x, y = XS[0].astype(np.float64), YS[0].astype(np.float64)
+    grad = x.T @ (2.0 * (x @ KS.astype(np.float64) - y) / len(x))
+    off = np.abs(recorded[0] / SCALE - grad)
+    assert off.max() < 1e-3 and off.max() > 2.0**-21 * np.abs(grad).max() * 8, off.max()
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2", overrides=["grad/*:atol=1e-3", "loss/*:atol=1e-3"])
+    first = report.first_divergence
+    assert (first.step, first.tensor) == (0, "dense/kernel:0"), first
+    assert "times 32" in first.note and "2**15, within this gradient's tolerance" in first.note, first.note
+    assert "a loss scale not undone" in first.note
+    assert "stop_gradient" not in first.note

@@ -543,13 +543,35 @@ class UpdateNotes(NoteContext):
         rounding = tuple(GRAD_NOISE_OF_MAX * float(np.abs(side).max(initial=0.0)) for side in both)
         scale = _uniform_scale(both[0], both[1], pair.tol.atol, (rounding[0], rounding[1]))
         if scale is None:
-            return None
+            return self._loss_scale_kept(pair, k, both)
         return (
             f"every element is the baseline's times {scale:.4g} (the same direction, another size): a scale between "
             "the loss and this gradient (the loss's reduction: a sum against a mean, a global batch size under a "
             "strategy; accumulated gradients not divided by their micro-batches; a loss scale not undone), or "
             "gradients recorded after clipping by one run and before it by the other (every gradient then has one "
             "factor, the global norm over the clip norm, and the weights agree)"
+        )
+
+    def _loss_scale_kept(self, pair: Pair, k: int, both: tuple[np.ndarray, np.ndarray]) -> Optional[str]:
+        """A gradient that is the baseline's times a power of two of at least 2**4 at every element up
+        to the tolerance it is held to (the factor times it), which float16 compute needs: a loss scale
+        not undone. A new user's mixed_float16 custom step that applied and recorded the gradients of
+        ``get_scaled_loss`` without ``get_unscaled_gradients`` had every gradient 32768 times TF1's, each
+        element off the factor by float16 rounding (1e-3 of itself), and was told of a stop_gradient
+        or a shared weight."""
+        b = np.asarray(both[0], np.float64)
+        tol = pair.atol_at(k) + pair.rtol_at(k) * np.abs(b)
+        scale = _uniform_scale(both[0], both[1], pair.tol.atol, (tol, 0.0))
+        if scale is None or scale < 16.0:
+            return None
+        power = round(math.log2(scale))
+        if abs(scale / 2.0**power - 1.0) > 1e-3:
+            return None
+        return (
+            f"every element is the baseline's times {scale:.6g}, 2**{power}, within this gradient's tolerance "
+            "(the same direction, another size): a loss scale not undone (mixed precision: the gradients of "
+            "LossScaleOptimizer.get_scaled_loss taken without get_unscaled_gradients, or recorded before it; "
+            "the dynamic scale starts at 2**15), or another scale between the loss and this gradient"
         )
 
     def _jump_from_agreeing_inputs(self, pair: Pair, k: int) -> Optional[str]:
