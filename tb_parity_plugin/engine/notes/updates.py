@@ -18,7 +18,7 @@ from tb_parity_plugin.engine.notes.context import (
     _one_value,
     _scalar_at,
 )
-from tb_parity_plugin.engine.pair import Pair, take_rows
+from tb_parity_plugin.engine.pair import NONFINITE_COLS, Pair, take_rows
 from tb_parity_plugin.engine.tolerance import (
     GRAD_NOISE_OF_MAX,
     OUTPUT_ATOL_OF_MAX,
@@ -508,9 +508,7 @@ class UpdateNotes(NoteContext):
         if not weights or not losses:
             return None
         for side, other in (("cand", "base"), ("base", "cand")):
-            rows = pair.ic if side == "cand" else pair.ib
-            series = pair.cand if side == "cand" else pair.base
-            if rows[k] < 0 or not (series.stats[int(rows[k])][_NONFINITE_COLS] != 0).any():
+            if _rows(pair, side)[k] < 0 or _finite_at(pair, side, k):  # recorded there, and not finite
                 continue
             if not all(_finite_at(q, side, k) for q in losses):
                 continue
@@ -825,10 +823,6 @@ def _nesterov_hint(scale: float) -> str:
     )
 
 
-#: The statistics columns of the non-finite counts.
-_NONFINITE_COLS = [metadata.STAT_INDEX[f] for f in metadata.NONFINITE_FIELDS]
-
-
 def _rows(pair: Pair, side: str) -> np.ndarray:
     rows: np.ndarray = pair.ic if side == "cand" else pair.ib
     return rows
@@ -838,7 +832,7 @@ def _finite_at(pair: Pair, side: str, k: int) -> bool:
     """Whether ``side``'s tensor of ``pair`` is recorded at compared step ``k`` with no NaN/Inf."""
     row = int(_rows(pair, side)[k])
     series = pair.cand if side == "cand" else pair.base
-    return row >= 0 and not (series.stats[row][_NONFINITE_COLS] != 0).any()
+    return row >= 0 and not (series.stats[row][NONFINITE_COLS] != 0).any()
 
 
 def _unchanged(pair: Pair, side: str, k: int) -> Optional[bool]:
