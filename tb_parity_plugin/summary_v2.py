@@ -130,6 +130,16 @@ _IN_XLA = (
 )
 
 
+def _keras_policy() -> Optional[str]:
+    """The Keras global dtype policy's name (``mixed_float16`` under mixed precision), for the engine to
+    say a port computes in float16 (a new user's faithful mixed port was told at step 0 that a layer
+    "computes another function of its input", with no word of float16); None when Keras is absent."""
+    try:
+        return str(tf.keras.mixed_precision.global_policy().name)
+    except Exception:  # no Keras, or one without a global policy: the run says nothing of it
+        return None
+
+
 def _in_xla() -> bool:
     """Inside a function that XLA compiles: ``tf.function(jit_compile=True)`` (Keras 3 ``fit`` builds its
     step so under ``jit_compile``). The recorder's ops failed there with XLA's "Detected unsupported
@@ -316,6 +326,7 @@ class Recorder(BaseRecorder):
             "mode": mode,
             "tensorflow": tf.__version__,
             "replicas": self._replicas,
+            "keras_policy": _keras_policy(),
         }
         self._write_once("run_info", metadata.RUN_INFO_TAG, json.dumps(info, sort_keys=True).encode(), "run_info", "")
         blocks = build_blocks(entries, self.full_values_limit, dynamic_values=True)

@@ -313,6 +313,7 @@ class Comparison(Notes):
                 )
         if pair.reason[k] == VALUE:
             notes = [
+                self._precision_note(),
                 found.get("note"),
                 (self._overwritten_by_average(pair, k) or self._moved_by_the_update(pair, k, slot_gaps))
                 if b.kind == "weight" and not found.get("note")
@@ -459,6 +460,7 @@ class Comparison(Notes):
             + list(alignment.warnings)
             + [w for reps in self._replicas.values() for w in reps.warnings]
             + [warning for run in (base, cand) for warning in _layout_warnings(run)]
+            + [note for note in (self._precision_note(),) if note]
             + self._unused_patterns(),
             statistics_only=[f"{p.base.kind}/{p.base.name}" for p in tensors if not p.use_values],
             partly_values={f"{p.base.kind}/{p.base.name}": list(p.valued_steps()) for p in tensors if p.partial},

@@ -23,6 +23,27 @@ from tb_parity_plugin.records import metadata
 class MarginalNotes(NoteContext):
     """The marginal note's reads of the comparison: how a difference grows, what amplifies rounding."""
 
+    def _precision_note(self) -> Optional[str]:
+        """When one run computed under a Keras mixed-precision policy and the other did not (the TF2
+        shim records the policy in its run info; TF1 runs compute in their variables' float32): what
+        float16 or bfloat16 compute does to every value compared. A new user's faithful
+        ``mixed_float16`` port diverged at step 0 on a layer's output, told it "computes another
+        function of its input", with no word of float16."""
+        policies = [str(run.info.get("keras_policy") or "") for run in (self.base, self.cand)]
+        mixed = [p.startswith("mixed_") for p in policies]
+        if mixed[0] == mixed[1]:
+            return None
+        run, other = (self.cand, self.base) if mixed[1] else (self.base, self.cand)
+        policy = policies[1] if mixed[1] else policies[0]
+        half = policy.removeprefix("mixed_")
+        bits = 8 if half == "bfloat16" else 11
+        return (
+            f"'{run.name}' computed under the Keras {policy} policy ({half} compute, {bits} bits of mantissa: about "
+            f"{2.0**-bits:.0e} of each value per operation) and '{other.name}' did not: differences of that order, "
+            "and what they move later, are its rounding; compare this port against the same port without the "
+            "policy for the training's parity, and loosen to its resolution for this one (README: Mixed precision)"
+        )
+
     def _amplifiers(self) -> str:
         """:func:`_amplifiers` of both runs' tensor names, and whether some output holds exact zeros
         (a ReLU, padding or dropout: a Keras ``Dense(activation="relu")`` is named ``dense``)."""

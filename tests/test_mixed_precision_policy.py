@@ -1,0 +1,87 @@
+"""A port under Keras's ``mixed_float16`` global policy is said to compute in float16.
+
+A new user's faithful mixed-precision port (activations recorded cast to float32, as the README says)
+diverged at step 0 on a layer's output and was told the layer "computes another function of its
+input", with no word of float16. The TF2 shim now records the Keras global policy in its run info,
+and a value divergence between a mixed run and one that is not names the policy (and the report
+warns of it once). numpy says how far float16 moves the output: past the default atol, within
+float16's resolution.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+from shim_readback import tensors_by_step
+from tf1_session import train
+
+from tb_parity_plugin import compare, summary_v1, summary_v2
+
+RNG = np.random.default_rng(30)
+STEPS, BATCH, LR = 2, 8, 0.05
+X = RNG.standard_normal((STEPS * BATCH, 6)).astype(np.float32)
+Y = RNG.standard_normal((STEPS * BATCH, 1)).astype(np.float32)
+K = (RNG.standard_normal((6, 5)) * 0.7).astype(np.float32)
+K2 = (RNG.standard_normal((5, 1)) * 0.7).astype(np.float32)
+
+
+def _tf1(run_dir: str) -> None:
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, 6])
+        y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+        h = rec.activation("dense", tf.compat.v1.layers.dense(x, 5, kernel_initializer=tf.constant_initializer(K)))
+        out = tf.compat.v1.layers.dense(h, 1, kernel_initializer=tf.constant_initializer(K2))
+        loss = rec.loss(tf.compat.v1.losses.mean_squared_error(y, out))
+        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(LR), loss, global_step=gs)
+        train(rec, train_op, [x, y], [X, Y], STEPS, BATCH)
+
+
+def _port(run_dir: str, policy: Optional[str]) -> None:
+    """The port in a custom step as the README's mixed-precision section records it."""
+    if policy:
+        tf.keras.mixed_precision.set_global_policy(policy)
+    try:
+        dense = tf.keras.layers.Dense(5, kernel_initializer=tf.constant_initializer(K), name="dense")
+        head = tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(K2), dtype="float32", name="head")
+        inputs = tf.keras.Input((6,))
+        model = tf.keras.Model(inputs, head(dense(inputs)))
+        opt = tf.keras.optimizers.SGD(LR)
+        rec = summary_v2.Recorder(run_dir)
+        for s in range(STEPS):
+            rows = slice(s * BATCH, (s + 1) * BATCH)
+            with rec.step(opt.iterations, variables=model, optimizer=opt):
+                with tf.GradientTape() as tape:
+                    h = dense(X[rows])
+                    rec.activation("dense", tf.cast(h, tf.float32))
+                    loss = rec.loss(tf.reduce_mean(tf.square(head(h) - Y[rows])))
+                rec.minimize(opt, loss, model.trainable_variables, tape)
+        rec.close()
+    finally:
+        tf.keras.mixed_precision.set_global_policy("float32")
+
+
+def test_a_mixed_float16_port_is_said_to_compute_in_float16(tmp_path) -> None:
+    _tf1(str(tmp_path / "tf1"))
+    _port(str(tmp_path / "mixed"), "mixed_float16")
+    # numpy: float16 moves the step-0 output past the default atol (1e-5), within float16's resolution
+    recorded = np.asarray(tensors_by_step(str(tmp_path / "mixed"))[0][("activation", "dense")][2], np.float64)
+    exact = X[:BATCH].astype(np.float64) @ K.astype(np.float64)
+    gap = np.abs(recorded.reshape(exact.shape) - exact).max()
+    assert 1e-5 < gap < 4 * 2.0**-11 * np.abs(exact).max(), gap
+    report = compare(str(tmp_path), baseline="tf1", candidate="mixed", allow_unmatched=["lr/*"])
+    first = report.first_divergence
+    assert first is not None and (first.step, first.kind, first.tensor) == (0, "activation", "dense"), first
+    assert "'mixed' computed under the Keras mixed_float16 policy (float16 compute" in (first.note or ""), first.note
+    assert sum("mixed_float16 policy" in w for w in report.warnings) == 1, report.warnings
+
+
+def test_a_float32_port_is_not_told_of_a_policy(tmp_path) -> None:
+    _tf1(str(tmp_path / "tf1"))
+    _port(str(tmp_path / "plain"), None)
+    report = compare(str(tmp_path), baseline="tf1", candidate="plain", allow_unmatched=["lr/*"])
+    assert report.agree, report.first_divergence
+    assert not any("policy" in w for w in report.warnings), report.warnings
