@@ -437,17 +437,38 @@ class UpdateNotes(NoteContext):
         large = np.abs(b) > pair.tol.atol
         if large.sum() < 2 or not (np.isfinite(b).all() and np.isfinite(c).all()):
             return ""
+        # lr x accumulator moves the weight as TF1's accumulator does: its weight agrees at this step. A
+        # first momentum of (1 - momentum) x the gradient (m = b*m + (1-b)*g) is the same factor when the
+        # lr equals 1 - momentum (0.1 and 0.9), and its weight has moved otherwise already
+        weight = next((self._pairs[i] for i, j in self._weight_grads.items() if self._pairs[j] is pair.feeder), None)
+        signs = [-1.0]
+        if weight is not None and weight.use_values and pair.feeder is not None:
+            weight.ensure(k + 1, self.policy.equal_nan)
+            if weight.ib[k] >= 0 and weight.ic[k] >= 0 and weight.reason[k] == OK:
+                signs.append(1.0)
         for rate in sorted(r for r in rates if r > 0):
-            for factor, held in ((-rate, "candidate"), (-1.0 / rate, "baseline")):
-                allowed = 1e-4 * np.abs(factor * b) + abs(factor) * rounding[0] + rounding[1]
-                if np.all(np.abs(c - factor * b)[large] <= allowed[large]):
+            for sign in signs:
+                for factor, held in ((sign * rate, "candidate"), (sign / rate, "baseline")):
+                    allowed = 1e-4 * np.abs(factor * b) + abs(factor) * rounding[0] + rounding[1]
+                    if not np.all(np.abs(c - factor * b)[large] <= allowed[large]):
+                        continue
                     other = "baseline" if held == "candidate" else "candidate"
+                    named = f"{'-' if sign < 0 else ''}{'' if held == 'candidate' else '1/'}lr ({rate:g})"
+                    if sign < 0:
+                        return (
+                            f"; every element is the baseline's times {factor:.4g} = {named}: the {held} holds this "
+                            f"slot as Keras SGD's velocity (-lr x accumulator) and the {other} as TF1's accumulator. "
+                            "The shim records a Keras SGD's slot divided by -lr unless its class overrides the update "
+                            "rule (update_step): a subclass that overrides it but keeps Keras's rule is recorded as held"
+                        )
+                    # a hand-written update that folds lr into the slot (m = momentum*m + lr*g; var -= m): a new
+                    # user's tf.Module port was told of clipping or dampening, its factor 0.1 being its lr
                     return (
-                        f"; every element is the baseline's times {factor:.4g} = -{'' if held == 'candidate' else '1/'}"
-                        f"lr ({rate:g}): the {held} holds this slot as Keras "
-                        f"SGD's velocity (-lr x accumulator) and the {other} as TF1's accumulator. The shim records a "
-                        "Keras SGD's slot divided by -lr unless its class overrides the update rule (update_step): "
-                        "a subclass that overrides it but keeps Keras's rule is recorded as held"
+                        f"; every element is the baseline's times {factor:.4g} = {named}: the {held} holds this "
+                        f"slot as a velocity in weight units (lr x accumulator, as a hand-written m = momentum*m + "
+                        f"lr*g; var -= m keeps it) and the {other} as TF1's accumulator (m = momentum*m + g; "
+                        "var -= lr*m): the two update alike while the lr is constant and part from the first step it "
+                        "changes (the weights show it); record the slot divided by lr to compare it"
                     )
         return ""
 

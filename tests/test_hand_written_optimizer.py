@@ -1,0 +1,173 @@
+"""A ``tf.Module`` port with a hand-written momentum update, against TF1's ``MomentumOptimizer``.
+
+The migration guide's non-Keras ports keep their weights and the optimizer's slots as plain
+``tf.Variable``s, loaded from the TF1 checkpoint, and write the update by hand. A new user's port
+folded the lr into its slot (``m = momentum*m + lr*g; var -= m``) where TF1 keeps the accumulator
+(``m = momentum*m + g; var -= lr*m``): the two train alike until the lr changes, and the slot is
+TF1's times the lr from the first update. The slot's note blamed clipping or dampening for that
+factor, 0.1, which was the recorded lr. A momentum kept as Adam's first moment
+(``m = momentum*m + (1 - momentum)*g``) is the same factor when the lr is 1 - momentum, and is not
+told so: its weights move otherwise from the first update.
+
+Each expectation is checked against a numpy replay of TF1's rule first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+from shim_readback import tensors_by_step
+from tf1_session import train
+
+from tb_parity_plugin import compare, summary_v1, summary_v2
+
+RNG = np.random.default_rng(11)
+STEPS, BATCH, MOMENTUM = 6, 8, 0.9
+LR0, DECAY_STEPS = 0.1, 3  # staircase: 0.1 at steps 0-2, 0.05 at 3-5
+X = RNG.normal(size=(STEPS * BATCH, 4)).astype(np.float32)
+Y = RNG.normal(size=(STEPS * BATCH, 2)).astype(np.float32)
+K0 = (RNG.normal(size=(4, 2)) * 0.5).astype(np.float32)
+
+
+def lr_at(step: int) -> float:
+    return LR0 * 0.5 ** (step // DECAY_STEPS)
+
+
+def numpy_tf1() -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """TF1's momentum on a bias-free linear layer (MSE), in float64: the kernel and the
+    accumulator before each step."""
+    w, acc, ws, accs = K0.astype(np.float64), np.zeros((4, 2)), [], []
+    for step in range(STEPS):
+        xb, yb = X[step * BATCH : (step + 1) * BATCH], Y[step * BATCH : (step + 1) * BATCH]
+        g = 2 * xb.T @ (xb @ w - yb) / yb.size
+        ws.append(w.copy())
+        accs.append(acc.copy())
+        acc = MOMENTUM * acc + g
+        w = w - lr_at(step) * acc
+    return ws, accs
+
+
+def train_tf1(run_dir: str) -> None:
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4])
+        y = tf.compat.v1.placeholder(tf.float32, [None, 2])
+        with tf.compat.v1.variable_scope("dense"):
+            kernel = tf.compat.v1.get_variable("kernel", initializer=K0)
+        out = rec.activation("dense", tf.matmul(x, kernel))
+        loss = rec.loss(tf.compat.v1.losses.mean_squared_error(y, out))
+        lr = rec.lr(tf.compat.v1.train.exponential_decay(LR0, gs, DECAY_STEPS, 0.5, staircase=True))
+        opt = tf.compat.v1.train.MomentumOptimizer(lr, MOMENTUM)
+        train_op = rec.minimize(opt, loss, global_step=gs)
+        rec.variables(optimizer=opt)
+        train(rec, train_op, [x, y], [X, Y], STEPS, BATCH)
+
+
+class Linear(tf.Module):
+    def __init__(self) -> None:
+        super().__init__(name="dense")
+        with self.name_scope:
+            self.kernel = tf.Variable(K0, name="kernel")
+
+
+class HandMomentum(tf.Module):
+    """TF1's rule, ``m = momentum*m + g; var -= lr*m``, with its slots named ``<variable>/momentum``."""
+
+    def __init__(self, var_list: list) -> None:
+        super().__init__(name="hand_momentum")
+        self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False, name="iterations")
+        self.slots = [tf.Variable(tf.zeros_like(v), trainable=False, name=v.name[:-2] + "/momentum") for v in var_list]
+
+    def apply(self, grads: list, var_list: list, lr: tf.Tensor) -> None:
+        for g, v, m in zip(grads, var_list, self.slots):
+            m.assign(MOMENTUM * m + g)
+            v.assign_sub(lr * m)
+        self.iterations.assign_add(1)
+
+
+class LrFoldedMomentum(HandMomentum):
+    """``m = momentum*m + lr*g; var -= m``: a velocity in weight units."""
+
+    def apply(self, grads: list, var_list: list, lr: tf.Tensor) -> None:
+        for g, v, m in zip(grads, var_list, self.slots):
+            m.assign(MOMENTUM * m + lr * g)
+            v.assign_sub(m)
+        self.iterations.assign_add(1)
+
+
+class EmaMomentum(HandMomentum):
+    """``m = momentum*m + (1 - momentum)*g; var -= lr*m``: Adam's first moment for a momentum. With
+    lr 0.1 and momentum 0.9 its first slot is TF1's times 0.1 = lr as well, but it moves the weights
+    otherwise from the first update."""
+
+    def apply(self, grads: list, var_list: list, lr: tf.Tensor) -> None:
+        for g, v, m in zip(grads, var_list, self.slots):
+            m.assign(MOMENTUM * m + (1 - MOMENTUM) * g)
+            v.assign_sub(lr * m)
+        self.iterations.assign_add(1)
+
+
+def train_port(run_dir: str, optimizer: type = LrFoldedMomentum) -> None:
+    """The port; its slots recorded one by one with ``rec.tensor``."""
+    model = Linear()
+    variables = list(model.trainable_variables)
+    opt = optimizer(variables)
+    schedule = tf.keras.optimizers.schedules.ExponentialDecay(LR0, DECAY_STEPS, 0.5, staircase=True)
+    rec = summary_v2.Recorder(run_dir)
+
+    @tf.function
+    def step(x: tf.Tensor, y: tf.Tensor) -> None:
+        with rec.step(opt.iterations, variables=model):
+            for slot in opt.slots:
+                rec.tensor("slot", slot.name[:-2], slot)
+            lr = rec.lr(schedule(opt.iterations))
+            with tf.GradientTape() as tape:
+                out = rec.activation("dense", tf.matmul(x, model.kernel))
+                loss = rec.loss(tf.reduce_mean(tf.square(y - out)))
+            grads = tape.gradient(loss, variables)
+            rec.grads(grads, variables)
+            opt.apply(grads, variables, lr)
+
+    for s in range(STEPS):
+        step(X[s * BATCH : (s + 1) * BATCH], Y[s * BATCH : (s + 1) * BATCH])
+    rec.close()
+
+
+def test_a_slot_holding_lr_times_tf1s_accumulator_is_told_so(tmp_path) -> None:
+    train_tf1(str(tmp_path / "tf1"))
+    train_port(str(tmp_path / "tf2"))
+    weights, accs = numpy_tf1()
+    port = tensors_by_step(str(tmp_path / "tf2"))
+    for s in range(STEPS):
+        kernel = port[s][("weight", "dense/kernel:0")][2]
+        slot = port[s][("slot", "dense/kernel/momentum")][2]
+        # the velocity is lr x TF1's accumulator while the lr has not changed (steps 0-3)...
+        if s <= DECAY_STEPS:
+            np.testing.assert_allclose(slot, LR0 * accs[s], rtol=1e-5, atol=1e-7)
+            np.testing.assert_allclose(kernel, weights[s], rtol=1e-5, atol=1e-7)
+    # ...and the weights part once an update's lr differs from the one before (step 3's): at step 4
+    assert np.abs(port[4][("weight", "dense/kernel:0")][2] - weights[4]).max() > 1e-3
+
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert first is not None and (first.step, first.kind) == (1, "slot"), first
+    note = first.note or ""
+    assert "times 0.1 = lr (0.1): the candidate holds this slot as a velocity in weight units" in note, note
+    assert "dampening" not in note, note
+
+
+def test_a_moving_average_momentum_is_not_told_it_holds_lr_units(tmp_path) -> None:
+    train_tf1(str(tmp_path / "tf1"))
+    train_port(str(tmp_path / "tf2"), EmaMomentum)
+    weights, accs = numpy_tf1()
+    port = tensors_by_step(str(tmp_path / "tf2"))
+    # its first slot is TF1's times 1 - momentum = 0.1 = lr, and its weight has moved otherwise already
+    assert abs(1 - MOMENTUM - LR0) < 1e-12
+    np.testing.assert_allclose(port[1][("slot", "dense/kernel/momentum")][2], LR0 * accs[1], rtol=1e-5, atol=1e-7)
+    assert np.abs(port[1][("weight", "dense/kernel:0")][2] - weights[1]).max() > 1e-3
+
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    first = report.first_divergence
+    assert first is not None and (first.step, first.kind) == (1, "weight"), first
+    slot = next(d for d in report.divergences_at_first_step if d.kind == "slot")
+    assert "velocity" not in (slot.note or ""), slot.note
