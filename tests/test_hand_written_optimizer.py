@@ -9,12 +9,19 @@ factor, 0.1, which was the recorded lr. A momentum kept as Adam's first moment
 (``m = momentum*m + (1 - momentum)*g``) is the same factor when the lr is 1 - momentum, and is not
 told so: its weights move otherwise from the first update.
 
+A port that passed its own optimizer module to ``rec.step(..., optimizer=opt)`` had none of its
+slots recorded, silently (they were looked for under Keras's ``m/<variable>`` spelling), and the
+structure report asked it for ``optimizer=opt``.
+
 Each expectation is checked against a numpy replay of TF1's rule first.
 """
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
+import pytest
 import tensorflow as tf
 from shim_readback import tensors_by_step
 from tf1_session import train
@@ -72,12 +79,15 @@ class Linear(tf.Module):
 
 
 class HandMomentum(tf.Module):
-    """TF1's rule, ``m = momentum*m + g; var -= lr*m``, with its slots named ``<variable>/momentum``."""
+    """TF1's rule, ``m = momentum*m + g; var -= lr*m``, with its slots named ``<variable>/momentum``
+    (under the module's own name scope when ``scoped``), or ``accumulator_<k>`` when not ``named``."""
 
-    def __init__(self, var_list: list) -> None:
+    def __init__(self, var_list: list, scoped: bool = False, named: bool = True) -> None:
         super().__init__(name="hand_momentum")
         self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False, name="iterations")
-        self.slots = [tf.Variable(tf.zeros_like(v), trainable=False, name=v.name[:-2] + "/momentum") for v in var_list]
+        names = [v.name[:-2] + "/momentum" if named else f"accumulator_{k}" for k, v in enumerate(var_list)]
+        with self.name_scope if scoped else contextlib.nullcontext():
+            self.slots = [tf.Variable(tf.zeros_like(v), trainable=False, name=n) for v, n in zip(var_list, names)]
 
     def apply(self, grads: list, var_list: list, lr: tf.Tensor) -> None:
         for g, v, m in zip(grads, var_list, self.slots):
@@ -108,19 +118,20 @@ class EmaMomentum(HandMomentum):
         self.iterations.assign_add(1)
 
 
-def train_port(run_dir: str, optimizer: type = LrFoldedMomentum) -> None:
-    """The port; its slots recorded one by one with ``rec.tensor``."""
+def train_port(run_dir: str, optimizer: type = LrFoldedMomentum, as_optimizer: bool = False, **kw: bool) -> None:
+    """The port; its slots recorded one by one with ``rec.tensor``, or by ``rec.step(..., optimizer=opt)``."""
     model = Linear()
     variables = list(model.trainable_variables)
-    opt = optimizer(variables)
+    opt = optimizer(variables, **kw)
     schedule = tf.keras.optimizers.schedules.ExponentialDecay(LR0, DECAY_STEPS, 0.5, staircase=True)
     rec = summary_v2.Recorder(run_dir)
 
     @tf.function
     def step(x: tf.Tensor, y: tf.Tensor) -> None:
-        with rec.step(opt.iterations, variables=model):
-            for slot in opt.slots:
-                rec.tensor("slot", slot.name[:-2], slot)
+        with rec.step(opt.iterations, variables=model, optimizer=opt if as_optimizer else None):
+            if not as_optimizer:
+                for slot in opt.slots:
+                    rec.tensor("slot", slot.name[:-2], slot)
             lr = rec.lr(schedule(opt.iterations))
             with tf.GradientTape() as tape:
                 out = rec.activation("dense", tf.matmul(x, model.kernel))
@@ -171,3 +182,23 @@ def test_a_moving_average_momentum_is_not_told_it_holds_lr_units(tmp_path) -> No
     assert first is not None and (first.step, first.kind) == (1, "weight"), first
     slot = next(d for d in report.divergences_at_first_step if d.kind == "slot")
     assert "velocity" not in (slot.note or ""), slot.note
+
+
+@pytest.mark.parametrize("scoped", [False, True], ids=["unscoped", "scoped"])
+def test_an_own_optimizer_given_to_step_has_its_slots_recorded(tmp_path, scoped: bool) -> None:
+    train_tf1(str(tmp_path / "tf1"))
+    train_port(str(tmp_path / "tf2"), HandMomentum, as_optimizer=True, scoped=scoped)
+    weights, accs = numpy_tf1()
+    port = tensors_by_step(str(tmp_path / "tf2"))
+    for s in range(STEPS):
+        np.testing.assert_allclose(port[s][("weight", "dense/kernel:0")][2], weights[s], rtol=1e-5, atol=1e-7)
+        # recorded under the variable's name, whatever scope the module made it in
+        np.testing.assert_allclose(port[s][("slot", "dense/kernel/momentum")][2], accs[s], rtol=1e-5, atol=1e-7)
+    assert not any(kind == "state" for kind, _ in port[0]), sorted(port[0])
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert report.agree and report.tensors_compared == 6, (report.first_divergence, report.tensors_compared)
+
+
+def test_an_own_optimizer_whose_slots_are_not_named_after_their_variables_is_refused(tmp_path) -> None:
+    with pytest.raises(ValueError, match=r"rec.tensor\('slot', '<variable>/momentum', slot\)"):
+        train_port(str(tmp_path / "tf2"), HandMomentum, as_optimizer=True, named=False)

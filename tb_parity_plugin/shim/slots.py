@@ -194,8 +194,38 @@ def _tf1_spelling(optimizer: Any, name: str) -> str:
     return f"{scope}/{default}{found.group(1) or ''}{found.group(2) or ''}" if scope and found else name
 
 
+def own_optimizer(optimizer: Any) -> bool:
+    """Whether ``optimizer`` is none of TF1's, tf_keras's or Keras's optimizers: a port's own update, such
+    as a ``tf.Module`` keeping its slots as ``tf.Variable``s (the migration guide's non-Keras ports)."""
+    if isinstance(optimizer, tf.compat.v1.train.Optimizer) or hasattr(optimizer, "get_slot_names"):
+        return False
+    return not any(
+        c.__module__.split(".")[0] in ("keras", "tf_keras") and "Optimizer" in c.__name__
+        for c in type(optimizer).__mro__
+    )
+
+
+def _own_slots(optimizer: Any, var: Any) -> list[Slot]:
+    """The slots a port's own optimizer (:func:`own_optimizer`) keeps for ``var``: its variables named
+    ``<variable>/<slot>`` (also under its own name scope) of ``var``'s shape, recorded as
+    ``<variable>/<slot>``, as TF1 and tf_keras legacy spell theirs (``dense/kernel/momentum``), so they
+    pair by role. Matched as Keras's ``m/<variable>``, none was found: a new user's ``tf.Module``
+    optimizer given to ``rec.step(..., optimizer=opt)`` had no slot recorded, silently, and was told to
+    pass ``optimizer=opt``."""
+    stem = _strip(variable_name(var))
+    scopes = {stem, f"{getattr(optimizer, 'name', '')}/{stem}"}
+    out = []
+    for slot in _unsharded(optimizer.variables if not callable(optimizer.variables) else optimizer.variables()):
+        scope, _, leaf = _strip(variable_name(slot)).rpartition("/")
+        if scope in scopes and leaf and _shape(slot) == _shape(var):
+            out.append(Slot(f"{stem}/{leaf}", slot))
+    return out
+
+
 def slots_of(optimizer: Any, var: Any) -> list[Slot]:
     """Every slot ``optimizer`` keeps for ``var`` (empty if it keeps none, or has not built them)."""
+    if hasattr(optimizer, "variables") and own_optimizer(optimizer):
+        return _own_slots(optimizer, var)
     if hasattr(optimizer, "get_slot_names"):  # TF1 train.Optimizer, tf_keras legacy OptimizerV2
         found = []
         sgd = _keeps_keras_velocity(optimizer)
