@@ -13,6 +13,10 @@ A port that passed its own optimizer module to ``rec.step(..., optimizer=opt)`` 
 slots recorded, silently (they were looked for under Keras's ``m/<variable>`` spelling), and the
 structure report asked it for ``optimizer=opt``.
 
+A faithful RMSProp port without momentum was a structure DIVERGE on TF1's momentum slot
+``RMSProp_1``, which TF1 makes even with momentum=0, with no word of the ``--allow-unmatched`` the
+README gives for it.
+
 Each expectation is checked against a numpy replay of TF1's rule first.
 """
 
@@ -202,3 +206,74 @@ def test_an_own_optimizer_given_to_step_has_its_slots_recorded(tmp_path, scoped:
 def test_an_own_optimizer_whose_slots_are_not_named_after_their_variables_is_refused(tmp_path) -> None:
     with pytest.raises(ValueError, match=r"rec.tensor\('slot', '<variable>/momentum', slot\)"):
         train_port(str(tmp_path / "tf2"), HandMomentum, as_optimizer=True, named=False)
+
+
+EPSILON = 1e-3
+
+
+def numpy_tf1_rmsprop() -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """TF1's RMSProp (decay 0.9, momentum 0; the mean square starts at 1, epsilon inside the square
+    root) on the same layer, in float64: the kernel and the mean square before each step."""
+    w, ms, ws, mss = K0.astype(np.float64), np.ones((4, 2)), [], []
+    for step in range(STEPS):
+        xb, yb = X[step * BATCH : (step + 1) * BATCH], Y[step * BATCH : (step + 1) * BATCH]
+        g = 2 * xb.T @ (xb @ w - yb) / yb.size
+        ws.append(w.copy())
+        mss.append(ms.copy())
+        ms = 0.9 * ms + 0.1 * g * g
+        w = w - lr_at(step) * g / np.sqrt(ms + EPSILON)
+    return ws, mss
+
+
+def train_tf1_rmsprop(run_dir: str) -> None:
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4])
+        y = tf.compat.v1.placeholder(tf.float32, [None, 2])
+        with tf.compat.v1.variable_scope("dense"):
+            kernel = tf.compat.v1.get_variable("kernel", initializer=K0)
+        out = rec.activation("dense", tf.matmul(x, kernel))
+        loss = rec.loss(tf.compat.v1.losses.mean_squared_error(y, out))
+        lr = rec.lr(tf.compat.v1.train.exponential_decay(LR0, gs, DECAY_STEPS, 0.5, staircase=True))
+        opt = tf.compat.v1.train.RMSPropOptimizer(lr, decay=0.9, momentum=0.0, epsilon=EPSILON)
+        train_op = rec.minimize(opt, loss, global_step=gs)
+        rec.variables(optimizer=opt)
+        train(rec, train_op, [x, y], [X, Y], STEPS, BATCH)
+
+
+class HandRMSProp(tf.Module):
+    """TF1's RMSProp without momentum, its mean square named ``<variable>/rms``."""
+
+    def __init__(self, var_list: list) -> None:
+        super().__init__(name="hand_rmsprop")
+        self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False, name="iterations")
+        self.slots = [tf.Variable(tf.ones_like(v), trainable=False, name=v.name[:-2] + "/rms") for v in var_list]
+
+    def apply(self, grads: list, var_list: list, lr: tf.Tensor) -> None:
+        for g, v, ms in zip(grads, var_list, self.slots):
+            ms.assign(0.9 * ms + 0.1 * tf.square(g))
+            v.assign_sub(lr * g / tf.sqrt(ms + EPSILON))
+        self.iterations.assign_add(1)
+
+
+def test_tf1s_unused_rmsprop_momentum_is_named_with_its_allow_unmatched(tmp_path) -> None:
+    train_tf1_rmsprop(str(tmp_path / "tf1"))
+    train_port(str(tmp_path / "tf2"), HandRMSProp, as_optimizer=True)
+    weights, mean_squares = numpy_tf1_rmsprop()
+    tf1, port = tensors_by_step(str(tmp_path / "tf1")), tensors_by_step(str(tmp_path / "tf2"))
+    for s in range(STEPS):
+        for run in (tf1, port):
+            np.testing.assert_allclose(run[s][("weight", "dense/kernel:0")][2], weights[s], rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(port[s][("slot", "dense/kernel/rms")][2], mean_squares[s], rtol=1e-5, atol=1e-7)
+        if s:  # TF1's momentum slot, with momentum 0, holds the last update
+            moved = weights[s - 1] - weights[s]
+            np.testing.assert_allclose(tf1[s][("slot", "dense/kernel/RMSProp_1:0")][2], moved, rtol=1e-4, atol=1e-8)
+
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    first = report.first_divergence
+    assert first is not None and first.reason == "structure" and first.tensor == "dense/kernel/RMSProp_1:0", first
+    assert "makes this momentum slot even with momentum=0" in (first.note or ""), first.note
+    assert "--allow-unmatched '*RMSProp_1*'" in (first.note or ""), first.note
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2", allow_unmatched=["*RMSProp_1*"])
+    assert report.agree, report.first_divergence

@@ -100,6 +100,9 @@ def structure_of(base: Any, cand: Any, alignment: align.Alignment, allow_unmatch
     sides = ((base, alignment.unmatched_base), (cand, alignment.unmatched_cand))
     only_in: dict[str, list[dict[str, Any]]] = {}
     weights = {False: _weights_by_shape(cand), True: _weights_by_shape(base)}  # by ``run is base``
+    centered = {
+        r is base: align.centered_rmsprop(t.name for t in r.tensors.values() if t.kind == "slot") for r in (base, cand)
+    }
     for run, keys in sides:
         entries = []
         for key in keys:
@@ -125,6 +128,8 @@ def structure_of(base: Any, cand: Any, alignment: align.Alignment, allow_unmatch
                 twins = _copy_per_use(s, weights[run is base], weights[run is not base])
                 if twins:
                     entry["twins"] = twins
+            if s.kind == "slot" and _tf1_rmsprop_momentum(s.name, centered[run is base]):
+                entry["tf1_rmsprop_momentum"] = _tf1_rmsprop_momentum(s.name, centered[run is base])
             entries.append(entry)
         only_in[run.name] = entries
     variables = {}
@@ -505,6 +510,17 @@ def _moment_note(entry: dict[str, Any], other: str, first: bool) -> str:
     )
 
 
+def _tf1_rmsprop_momentum(name: str, centered: frozenset[str]) -> str:
+    """``RMSProp_1`` (``RMSProp_2`` when centered) when the slot ``name`` is TF1's RMSProp momentum
+    (``centered``: its run's :func:`align.centered_rmsprop`), else "". TF1 makes it even with momentum=0,
+    and a faithful port without momentum keeps none: a new user's hand-written port was a structure
+    DIVERGE with no word of the ``--allow-unmatched`` the README gives for it."""
+    var, _, leaf = name.removesuffix(":0").rpartition("/")
+    if leaf == "RMSProp_2" or (leaf == "RMSProp_1" and var not in centered):
+        return leaf
+    return ""
+
+
 def first_of(structure: Structure, damaged: Collection[str] = ()) -> list[dict[str, Any]]:
     """Structure divergences as Divergence keyword arguments, baseline's first (in recorded order).
 
@@ -529,6 +545,14 @@ def first_of(structure: Structure, damaged: Collection[str] = ()) -> list[dict[s
         if entry["tag"] in notes:
             note += f"; looks created twice: repeats {notes[entry['tag']]}"
         kind, _, name = entry["tag"].partition("/")
+        unused = entry.get("tf1_rmsprop_momentum", "")
+        if unused and ("rmsprop", run, unused) not in told:
+            told.add(("rmsprop", run, unused))
+            note += (
+                f"; TF1's RMSPropOptimizer makes this momentum slot even with momentum=0 (it then holds each "
+                f"step's update, lr x g / sqrt(mean square + epsilon)): against a port without momentum, declare "
+                f"it: --allow-unmatched '*{unused}*'"
+            )
         if "moment_of" in entry or entry.get("recorded_as"):
             note += "; " + _moment_note(entry, other, ("moment", run, kind) not in told)
             told.add(("moment", run, kind))
