@@ -208,6 +208,28 @@ def test_an_own_optimizer_whose_slots_are_not_named_after_their_variables_is_ref
         train_port(str(tmp_path / "tf2"), HandMomentum, as_optimizer=True, named=False)
 
 
+class HandSGD(tf.Module):
+    """Plain SGD written by hand: a step counter, no slot."""
+
+    def __init__(self, var_list: list) -> None:
+        super().__init__(name="hand_sgd")
+        self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False, name="iterations")
+        self.slots: list = []
+
+    def apply(self, grads: list, var_list: list, lr: tf.Tensor) -> None:
+        for g, v in zip(grads, var_list):
+            v.assign_sub(lr * g)
+        self.iterations.assign_add(1)
+
+
+def test_an_own_optimizer_without_slots_is_not_refused(tmp_path) -> None:
+    """It holds no variable of a trained variable's shape (its counter alone): nothing to record, and
+    nothing misnamed to refuse."""
+    train_port(str(tmp_path / "tf2"), HandSGD, as_optimizer=True)
+    port = tensors_by_step(str(tmp_path / "tf2"))
+    assert len(port) == STEPS and not any(kind == "slot" for kind, _ in port[0]), sorted(port[0])
+
+
 EPSILON = 1e-3
 
 

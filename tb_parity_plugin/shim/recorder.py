@@ -367,9 +367,10 @@ class BaseRecorder:
                     name = variable_name(slot.variable)  # its own name (the class's spelling is the first's)
                 out.append(self._variable("slot", slot.variable, name, lr if slot.lr_units else None))
                 self._note_slot_part(self._prefix + name, slot.variable, var)
-        if not out and var_list and slots.own_optimizer(optimizer):
+        if not out and var_list and slots.own_optimizer(optimizer) and slots.keeps_unnamed_slots(optimizer, var_list):
             # an update of the user's own has its slots found by name only: none found was no slot recorded,
-            # silently, and the structure report then asked for the optimizer=opt that had been given
+            # silently, and the structure report then asked for the optimizer=opt that had been given (one
+            # holding no variable of a trained variable's shape, hand-written plain SGD, has none to record)
             raise ValueError(
                 f"tb_parity: {type(optimizer).__name__} is no TF1 or Keras optimizer, and none of its variables is "
                 f"a slot of {variable_name(var_list[0])!r} (...) named '<variable>/<slot>' (as TF1 names them: "

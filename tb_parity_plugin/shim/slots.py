@@ -205,6 +205,15 @@ def own_optimizer(optimizer: Any) -> bool:
     )
 
 
+def keeps_unnamed_slots(optimizer: Any, var_list: list[Any]) -> bool:
+    """Whether a port's own optimizer (:func:`own_optimizer`) holds variables of some trained
+    variable's shape: slots :func:`_own_slots` would find if they were named after their variables.
+    One holding none (plain SGD, or a step counter alone) has no slot to record."""
+    held = getattr(optimizer, "variables", ())
+    shapes = {_shape(v) for v in var_list}
+    return any(_shape(v) in shapes for v in _unsharded(held() if callable(held) else held))
+
+
 def _own_slots(optimizer: Any, var: Any) -> list[Slot]:
     """The slots a port's own optimizer (:func:`own_optimizer`) keeps for ``var``: its variables named
     ``<variable>/<slot>`` (also under its own name scope) of ``var``'s shape, recorded as
