@@ -667,7 +667,8 @@ class UpdateNotes(NoteContext):
     def _backward_differs(self, pair: Pair, k: int) -> Optional[str]:
         """For a gradient compared by values at step ``k``, past :data:`BACKWARD_RATIO`, while every
         weight, state, slot, recorded output and the loss both runs recorded at ``k`` agree (a weight
-        and the loss among them): the forward pass agrees and the backward pass does not. New users'
+        and the loss among them): what is recorded of the forward pass agrees and the gradient does not
+        (a term of the minimised loss the recorded one leaves out, or the backward pass). New users'
         ports with a stop_gradient on one use of a shared siamese tower, and on the tied use of an
         embedding, diverged at step 0 on the gradients with no note."""
         if not pair.by_values_at(k):
@@ -685,9 +686,17 @@ class UpdateNotes(NoteContext):
             kinds.add(p.base.kind)
         if not {"weight", "loss"} <= kinds:
             return None
+        # the recorded loss need not be the loss minimised: a new user's custom-loop port left out
+        # sum(model.losses) (an L1 kernel regularizer) where TF1 minimised the data loss plus
+        # get_regularization_loss() and recorded the data loss; told "the forward pass agrees", it
+        # was sent to stop_gradients
         return (
-            "every weight, recorded output and the loss agree at this step while this gradient differs: the "
-            "forward pass agrees and the backward pass does not; a stop_gradient (or a frozen or detached use of "
+            "every weight, recorded output and the recorded loss agree at this step while this gradient differs: "
+            "what is recorded of the forward pass agrees and the gradient does not; a term of the loss one run "
+            "minimises that the recorded loss leaves out (a custom loop's loss without sum(model.losses): a "
+            "kernel or activity regularizer, add_loss; TF1's data loss recorded while "
+            "get_regularization_loss() or an auxiliary head's loss is added to what it minimises), a "
+            "stop_gradient (or a frozen or detached use of "
             "the variable) in one run, a weight used more than once (a shared tower, a tied embedding) whose "
             "gradient one run takes from fewer of its uses (a shared weight's gradient is the sum over them), a "
             "custom gradient, or a loss of the same value and another gradient (a clip_by_value, a tf.where); "
