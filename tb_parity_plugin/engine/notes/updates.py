@@ -190,14 +190,19 @@ class UpdateNotes(NoteContext):
         if not ((kept[0] and moved[1]) or (kept[1] and moved[0])):
             return None
         still, other = (self.base.name, self.cand.name) if kept[0] else (self.cand.name, self.base.name)
+        # either run may be the one that keeps the rows: a TF1 original with one-hot embeddings (a dense
+        # gradient, every row's momentum applied) against a port under tf.keras.optimizers.legacy.SGD
+        # (sparse momentum) was told to update the looked-up rows alone, which its port already did
         return (
             f"each of them had a gradient of exactly 0 in both runs at step {int(self.steps[k - 1])} (a row that "
             f"batch did not look up, an embedding's), and '{still}' left every one where it was while '{other}' "
-            "moved each: one optimizer updates a sparse gradient's looked-up rows only. TF1's MomentumOptimizer "
-            "(and RMSProp, Ftrl) applies an embedding lookup's gradient so, neither the accumulator nor the weight "
-            "of another row moving, where Keras's SGD(momentum=...) decays and applies every row's velocity: a "
-            "port matches TF1 only with an update of the looked-up rows alone (an SGD subclass's update_step for "
-            "tf.IndexedSlices)"
+            f"moved each: '{still}' updates a sparse gradient's looked-up rows only, '{other}' every row. TF1's "
+            "MomentumOptimizer (and RMSProp, Ftrl) and tf.keras.optimizers.legacy.SGD(momentum=...) apply an "
+            "embedding lookup's gradient (tf.IndexedSlices) so, neither the accumulator nor the weight of another "
+            "row moving, where Keras's SGD(momentum=...) decays and applies every row's velocity, as any momentum "
+            "does for a dense gradient (a one-hot matmul embedding: TF1's use_one_hot_embeddings=True): the runs "
+            "match only under one rule (an SGD subclass's update_step updating a tf.IndexedSlices' looked-up rows "
+            "alone, TF1's sparse rule; or a dense gradient, or Keras's SGD, on both sides)"
         )
 
     def _largest_gap(self, pair: Pair) -> Optional[tuple[float, int]]:
