@@ -22,6 +22,9 @@ TF guides write it. Variants of the TF2 port:
 - ``local_batch``: each replica's loss divided by its own batch, ``compute_average_loss(...,
   global_batch_size=BATCH // 2)``, recorded with ``reduction="sum"``: the loss and the all-reduced
   gradient twice the one-device ones;
+- ``mean_recorded``: faithful training (``compute_average_loss`` over the global batch), but each
+  replica's ``reduce_mean`` recorded with ``reduction="sum"``: the recorded loss twice the one-device
+  one, the gradient the one-device one;
 - ``interleaved``: faithful, but each global batch dealt to the replicas row by row (replica 0 rows
   0, 2, 4, 6; replica 1 rows 1, 3, 5, 7), as a dataset sharded by element deals it: the same
   training, its logits (the replicas' parts concatenated) in another row order;
@@ -180,6 +183,8 @@ def tf2(logdir: str, variant: str) -> None:
                 loss = tf.nn.compute_average_loss(per_example, global_batch_size=BATCH)
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        if variant == "mean_recorded":  # trained on the global batch's mean, recorded as each replica's
+            loss = tf.reduce_mean(per_example)
         running.assign(0.5 * running + 0.5 * tf.reduce_mean(logits, axis=0))  # unsynced: each replica its own
         running_var.assign(0.99 * running_var + 0.01 * tf.reduce_mean(tf.square(logits), axis=0))
         return loss, grads, logits

@@ -31,6 +31,7 @@ VARIANTS = (
     "unbuilt_momentum",
     "interleaved",
     "local_batch",
+    "mean_recorded",
     "fit",
     "fit_momentum",
     "fit_sum",
@@ -182,6 +183,25 @@ def test_a_loss_divided_by_each_replicas_batch_is_named_with_the_replica_count(l
     assert (first.step, first.kind, first.tensor) == (0, "loss", "loss")
     assert "'tf2' ran 2 replicas and its loss is 2 times that of 'tf1'" in first.note
     assert "global_batch_size= the per-replica batch" in first.note
+
+
+def test_a_loss_recorded_as_each_replicas_mean_is_not_told_the_gradient_is_scaled(logdir: str) -> None:
+    """A port that trains on ``compute_average_loss`` over the global batch but records each replica's
+    ``reduce_mean`` summed: the recorded loss is twice TF1's, the gradient TF1's. The note said the
+    all-reduce gave "2 times the one-device gradient", which the recorded gradients refute. numpy first."""
+    ref = rr.numpy_reference()
+    for step in range(rr.STEPS):
+        loss = series(logdir, "mean_recorded", "tf2", "loss", "loss").values[step]
+        grad = series(logdir, "mean_recorded", "tf2", "grad", "dense/kernel:0").values[step]
+        kernel = series(logdir, "mean_recorded", "tf2", "weight", "dense/kernel:0").values[step]
+        np.testing.assert_allclose(loss, 2 * ref["loss"][step], rtol=1e-5)
+        np.testing.assert_allclose(grad, ref["grad_kernel"][step], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(kernel, ref["kernel"][step], rtol=1e-5, atol=1e-6)
+    first = api.compare(os.path.join(logdir, "mean_recorded")).first_divergence
+    assert (first.step, first.kind, first.tensor) == (0, "loss", "loss")
+    assert "'tf2' ran 2 replicas and its loss is 2 times that of 'tf1'" in first.note, first.note
+    assert "only the recorded loss is scaled, not what trains" in first.note, first.note
+    assert "times the one-device gradient" not in first.note, first.note
 
 
 #: the TF1 baseline's running statistics, which the fit ports do not keep

@@ -138,10 +138,10 @@ class InputNotes(NoteContext):
         reordered = self._rows_in_another_order(first, k)
         if reordered:
             return f"{agree} at this step, and {reordered}" + self._positions_note(first, k)
-        scaled = self._loss_scale(first, k) if loss else None
+        grads = self._gradients_agree(k) if loss else 0
+        scaled = self._loss_scale(first, k, grads) if loss else None
         if scaled:
             return f"{agree} at this step, and {scaled}"
-        grads = self._gradients_agree(k) if loss else 0
         if grads:
             # a new user's TF1 original trained on its loss plus get_regularization_loss() but recorded the
             # loss alone; its faithful fit port was told "the loss is computed differently (... regularization
@@ -205,13 +205,17 @@ class InputNotes(NoteContext):
                 return 0
         return len(grads)
 
-    def _loss_scale(self, first: Pair, k: int) -> Optional[str]:
+    def _loss_scale(self, first: Pair, k: int, grads: int = 0) -> Optional[str]:
         """For a scalar loss that is the baseline's times the replica count of one run (or its
         inverse), or times this step's batch over the largest earlier one: the loss divided by
         another batch size, said with the figures (None otherwise). New users' MirroredStrategy
         ports dividing each replica's loss by its own batch (twice TF1's loss), and dividing a
         partial last batch by the full one (half TF1's), were told only "the loss is computed
-        differently (reduction, from_logits, label smoothing, ...)"."""
+        differently (reduction, from_logits, label smoothing, ...)". ``grads``: how many gradients
+        agree to rounding (:meth:`_gradients_agree`); then only the recorded loss is scaled, and the
+        note says so instead of the gradient the scaled loss would give (a port that trained on
+        compute_average_loss over the global batch but recorded each replica's mean summed was told
+        "2 times the one-device gradient", its gradients equal to TF1's)."""
         both = first.step_values(k)
         if both is None or len(both[0]) != 1:
             return None
@@ -228,6 +232,14 @@ class InputNotes(NoteContext):
         for run, other in ((self.cand, self.base), (self.base, self.cand)):
             n = self._replicas[run.name].count if run.name in self._replicas else 1
             if n > 1 and near(n if run is self.cand else 1.0 / n):
+                if grads:
+                    return (
+                        f"'{run.name}' ran {n} replicas and its loss is {n} times that of '{other.name}', while every "
+                        f"gradient both runs recorded ({grads}) agrees to float32 rounding, element-wise: only the "
+                        "recorded loss is scaled, not what trains (a per-replica mean, such as tf.reduce_mean, "
+                        'recorded with reduction="sum", beside a loss trained with compute_average_loss over the '
+                        "global batch)"
+                    )
                 return (
                     f"'{run.name}' ran {n} replicas and its loss is {n} times that of '{other.name}': each replica's loss "
                     "is divided by its own batch, not the global batch (tf.nn.compute_average_loss given "
@@ -239,6 +251,14 @@ class InputNotes(NoteContext):
         if batches is not None:
             now, full = batches
             if near(now / full) or near(full / now):
+                if grads:
+                    return (
+                        f"its value is the baseline's times {scale:.4g}, and this step's batch holds {now} examples "
+                        f"against {full} at earlier steps, while every gradient both runs recorded ({grads}) agrees "
+                        "to float32 rounding, element-wise: only the recorded loss divides this partial batch by "
+                        "another size (a sum over a BATCH_SIZE constant recorded beside a mean that trains), not "
+                        "what trains"
+                    )
                 return (
                     f"its value is the baseline's times {scale:.4g}, and this step's batch holds {now} examples "
                     f"against {full} at earlier steps: one run divides this partial batch's loss by the full batch "
