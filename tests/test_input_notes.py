@@ -577,3 +577,78 @@ def test_a_partial_batch_divided_by_the_full_batch_size_is_named_with_the_sizes(
     assert (found.step, found.kind, found.tensor) == (last, "loss", "loss")
     assert "times 0.5, and this step's batch holds 4 examples against 8 at earlier steps" in found.note
     assert "divides this partial batch's loss by the full batch size" in found.note
+
+
+# -- a categorical feature looked up in another vocabulary order ---------------------------------
+# TF1 indexes a binary feature with its vocabulary ["M", "F"], the port's StringLookup with ["F", "M"]
+# (the embedding copied from TF1): each example gets the other category's row. A batch of four of
+# each holds the same rows, in another order, though no example moved: the note said "the same
+# examples in another order in the batch" (a dataset sharded by element, a shuffle) and sent its user
+# to the input pipeline. Rows that match several rows of the other run prove no reordering.
+
+SEX = np.array([b"M", b"F", b"F", b"M", b"F", b"M", b"M", b"F"] * 2)
+SEX_Y = RNG.normal(size=(16, 1)).astype(np.float32)
+SEX_TABLE = RNG.normal(size=(2, 3)).astype(np.float32)
+SEX_K = RNG.normal(size=(3, 1)).astype(np.float32)
+
+
+def _sex_tf1(run_dir: str) -> None:
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        sex = tf.compat.v1.placeholder(tf.string, [None])
+        y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+        vocabulary = tf.compat.v1.lookup.KeyValueTensorInitializer(["M", "F"], [0, 1], value_dtype=tf.int64)
+        ids = tf.compat.v1.lookup.StaticHashTable(vocabulary, -1).lookup(sex)
+        table = tf.compat.v1.get_variable("embedding", initializer=SEX_TABLE)
+        h = rec.activation("embedding", tf.nn.embedding_lookup(table, ids))
+        p = tf.compat.v1.layers.dense(h, 1, kernel_initializer=tf.constant_initializer(SEX_K), name="dense")
+        loss = rec.loss(tf.compat.v1.losses.mean_squared_error(y, p))
+        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.1), loss, global_step=gs)
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run([tf.compat.v1.global_variables_initializer(), tf.compat.v1.tables_initializer()])
+            for s in range(2):
+                rows = slice(s * 8, (s + 1) * 8)
+                rec.write(sess.run([train_op, fetches], {sex: SEX[rows], y: SEX_Y[rows]})[1])
+        rec.close()
+
+
+def _sex_port(run_dir: str) -> None:
+    lookup = tf.keras.layers.StringLookup(vocabulary=["F", "M"], num_oov_indices=0)  # the bug: another order
+    embedding = tf.keras.layers.Embedding(2, 3, embeddings_initializer=tf.constant_initializer(SEX_TABLE))
+    dense = tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(SEX_K), name="dense")
+    model = tf.keras.Sequential([tf.keras.Input((), dtype="string"), lookup, embedding, dense])
+    optimizer = tf.keras.optimizers.SGD(0.1)
+    rec = summary_v2.Recorder(run_dir)
+
+    @tf.function
+    def step(x: tf.Tensor, y: tf.Tensor) -> None:
+        with rec.step(optimizer.iterations):
+            with tf.GradientTape() as tape:
+                h = rec.activation("embedding", embedding(lookup(x)))
+                loss = rec.loss(tf.reduce_mean(tf.square(y - dense(h))))
+            rec.minimize(optimizer, loss, model.trainable_variables, tape)
+
+    for s in range(2):
+        step(tf.constant(SEX[s * 8 : (s + 1) * 8]), tf.constant(SEX_Y[s * 8 : (s + 1) * 8]))
+    rec.close()
+
+
+def test_rows_of_another_category_are_not_told_the_same_examples_in_another_order(tmp_path) -> None:
+    _sex_tf1(str(tmp_path / "tf1"))
+    _sex_port(str(tmp_path / "tf2"))
+    base, port = (
+        np.asarray(tensors_by_step(str(tmp_path / run))[0][("activation", "embedding")][2]).reshape(8, 3)
+        for run in ("tf1", "tf2")
+    )
+    # numpy: TF1 looks up row 0 for "M", the port row 1; each example gets the other category's row,
+    # so the batch holds the same multiset of rows while every example's row changed
+    m = SEX[:8] == b"M"
+    np.testing.assert_array_equal(base[m], np.repeat(SEX_TABLE[:1], 4, 0))
+    np.testing.assert_array_equal(port[m], np.repeat(SEX_TABLE[1:], 4, 0))
+    np.testing.assert_array_equal(np.sort(base, axis=0), np.sort(port, axis=0))
+    assert np.abs(base - port).min() > 1e-2
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert (first.step, first.kind, first.tensor) == (0, "activation", "embedding"), first
+    assert "another order" not in (first.note or ""), first.note
