@@ -153,6 +153,21 @@ def test_a_query_kernel_converted_transposed_diverges_on_it_at_step_0(tmp_path) 
     assert (first.step, first.kind, first.tensor, first.reason) == (0, "weight", "attention/query/kernel:0", "value")
 
 
+def test_heads_split_in_another_order_are_named_at_step_0(tmp_path) -> None:
+    """A new user's converter split the heads in another order (``[d, key_dim, heads]`` then
+    transposed): the query kernel diverged at step 0 with no note, though both runs held the same
+    values there, in another order."""
+    wrong = QKV["query"].reshape(D, K, H).transpose(0, 2, 1)
+    tf1, port = _tf1(str(tmp_path / "tf1")), _keras(str(tmp_path / "tf2"), query_kernel=wrong)
+    held_tf1, held_port = tf1[0]["kernel"], port[0]["kernel"]  # [d, heads * key_dim] both, as each held it
+    assert not np.allclose(held_tf1, held_port) and np.array_equal(np.sort(held_tf1, None), np.sort(held_port, None))
+    assert np.array_equal(held_tf1.reshape(D, K, H).swapaxes(1, 2).reshape(-1), held_port.reshape(-1))
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2", mapping=MAP, overrides=KEY_BIAS).first_divergence
+    assert (first.step, first.tensor) == (0, "attention/query/kernel:0"), first
+    assert "same values in another order" in (first.note or ""), first.note
+    assert f"axis 1 of {H * K} read as [{K}, {H}] and transposed to [{H}, {K}]" in (first.note or ""), first.note
+
+
 def test_another_attention_scale_diverges_on_the_attention_output_at_step_0(tmp_path) -> None:
     """TF1 scaled the scores by 1/sqrt(d) where Keras scales by 1/sqrt(key_dim)."""
     tf1, port = _tf1(str(tmp_path / "tf1"), scale=D**-0.5), _keras(str(tmp_path / "tf2"))

@@ -315,7 +315,11 @@ class Comparison(Notes):
             notes = [
                 self._precision_note(),
                 found.get("note"),
-                (self._overwritten_by_average(pair, k) or self._moved_by_the_update(pair, k, slot_gaps))
+                (
+                    self._overwritten_by_average(pair, k)
+                    or self._moved_by_the_update(pair, k, slot_gaps)
+                    or self._starts_reordered(pair, k)
+                )
                 if b.kind == "weight" and not found.get("note")
                 else None,
                 (

@@ -332,6 +332,43 @@ class UpdateNotes(NoteContext):
             "--override"
         )
 
+    def _starts_reordered(self, pair: Pair, k: int) -> Optional[str]:
+        """For a weight diverging at step 0 of both runs (before any update), each run holding the
+        same values in another order: the port converted the weight in another layout. A new user's
+        TF1 attention ported to ``MultiHeadAttention`` with its kernels reshaped ``[d, key_dim,
+        heads]`` and transposed (heads split in another order) diverged at step 0 on its query
+        kernel with no note. When one axis of the baseline's shape, read as two and swapped, gives
+        the candidate, that is named too (an index ``i * q + j`` of the one against ``j * p + i``
+        of the other)."""
+        if int(pair.base.steps[int(pair.ib[k])]) != 0 or int(pair.cand.steps[int(pair.ic[k])]) != 0:
+            return None  # an update applied since: other values in another order mean nothing
+        both = pair.step_values(k)
+        if both is None or both[0].size < 2:
+            return None
+        b, c = (np.asarray(a, np.float64) for a in both)
+        tol = float(pair.atol_at(k))
+        if np.allclose(b, c, rtol=0, atol=tol) or not np.allclose(np.sort(b), np.sort(c), rtol=0, atol=tol):
+            return None
+        note = (
+            "before any update the two runs hold the same values in another order: the weight was converted "
+            "(or copied) in another layout"
+        )
+        shape = [int(d) for d in pair.values_at("base", int(pair.ib[k])).shape]
+        for axis, n in enumerate(shape):
+            for p in range(2, n):
+                if n % p:
+                    continue
+                q = n // p
+                split = b.reshape(shape[:axis] + [p, q] + shape[axis + 1 :])
+                if np.allclose(np.swapaxes(split, axis, axis + 1).reshape(-1), c, rtol=0, atol=tol):
+                    return (
+                        f"{note}: the baseline's axis {axis} of {n} read as [{p}, {q}] and transposed to [{q}, {p}] "
+                        "gives the candidate's, e.g. heads split in another order when converting a [d, heads * key_dim] "
+                        "kernel to [d, heads, key_dim] (reshape it to [d, heads, key_dim] directly, not [d, key_dim, "
+                        "heads] then transposed)"
+                    )
+        return f"{note} (a transposed kernel, heads or gates in another order)"
+
     def _slot_starts_otherwise(self, pair: Pair, k: int) -> Optional[str]:
         """For a slot diverging at the first step both runs logged, each run's every element one
         value, the two apart: the optimizers start it differently. New users' TF1 RMSProp (its mean
