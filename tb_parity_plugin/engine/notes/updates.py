@@ -353,7 +353,8 @@ class UpdateNotes(NoteContext):
             "before any update the two runs hold the same values in another order: the weight was converted "
             "(or copied) in another layout"
         )
-        shape = [int(d) for d in pair.values_at("base", int(pair.ib[k])).shape]
+        held = pair.values_at("base", int(pair.ib[k]))
+        shape = [] if held is None or held.size != b.size else [int(d) for d in held.shape]
         for axis, n in enumerate(shape):
             for p in range(2, n):
                 if n % p:
