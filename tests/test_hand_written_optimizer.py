@@ -299,3 +299,84 @@ def test_tf1s_unused_rmsprop_momentum_is_named_with_its_allow_unmatched(tmp_path
     assert "--allow-unmatched '*RMSProp_1*'" in (first.note or ""), first.note
     report = compare(str(tmp_path), baseline="tf1", candidate="tf2", allow_unmatched=["*RMSProp_1*"])
     assert report.agree, report.first_divergence
+
+
+class ParamSGD(HandSGD):
+    """Plain SGD written by hand that holds the parameters it updates (``SGD(params)``, as in PyTorch)."""
+
+    def __init__(self, var_list: list) -> None:
+        super().__init__(var_list)
+        self.params = list(var_list)
+
+
+def test_an_own_optimizer_holding_its_parameters_records_them_as_weights(tmp_path) -> None:
+    """The kernel it holds is the model's, of a trained variable's shape: it was taken for a misnamed
+    slot, refused at the first step (and, as one of the optimizer's own variables, left unrecorded)."""
+    train_port(str(tmp_path / "tf2"), ParamSGD, as_optimizer=True)
+    w, want = K0.astype(np.float64), []
+    for step in range(STEPS):
+        xb, yb = X[step * BATCH : (step + 1) * BATCH], Y[step * BATCH : (step + 1) * BATCH]
+        want.append(w.copy())
+        w = w - lr_at(step) * 2 * xb.T @ (xb @ w - yb) / yb.size
+    port = tensors_by_step(str(tmp_path / "tf2"))
+    for s in range(STEPS):
+        np.testing.assert_allclose(port[s][("weight", "dense/kernel:0")][2], want[s], rtol=1e-5, atol=1e-7)
+    assert not any(kind == "slot" for kind, _ in port[0]), sorted(port[0])
+
+
+DECAY = 0.9
+
+
+def train_tf1_averaged(run_dir: str) -> None:
+    """TF1's momentum, then ``ExponentialMovingAverage`` of the weights after each update."""
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4])
+        y = tf.compat.v1.placeholder(tf.float32, [None, 2])
+        with tf.compat.v1.variable_scope("dense"):
+            kernel = tf.compat.v1.get_variable("kernel", initializer=K0)
+        out = rec.activation("dense", tf.matmul(x, kernel))
+        loss = rec.loss(tf.compat.v1.losses.mean_squared_error(y, out))
+        lr = rec.lr(tf.compat.v1.train.exponential_decay(LR0, gs, DECAY_STEPS, 0.5, staircase=True))
+        opt = tf.compat.v1.train.MomentumOptimizer(lr, MOMENTUM)
+        update = rec.minimize(opt, loss, global_step=gs)
+        with tf.control_dependencies([update]):
+            train_op = tf.compat.v1.train.ExponentialMovingAverage(DECAY).apply(tf.compat.v1.trainable_variables())
+        rec.variables(optimizer=opt)
+        train(rec, train_op, [x, y], [X, Y], STEPS, BATCH)
+
+
+class AveragedMomentum(HandMomentum):
+    """TF1's rule, keeping an ``ExponentialMovingAverage`` of the weights it updates (its shadows
+    ``dense/kernel/ExponentialMovingAverage``, of the kernel's shape)."""
+
+    def __init__(self, var_list: list, **kw: bool) -> None:
+        super().__init__(var_list, **kw)
+        self.ema = tf.train.ExponentialMovingAverage(DECAY)
+        self.ema.apply(var_list)
+        self.shadows = [self.ema.average(v) for v in var_list]
+
+    def apply(self, grads: list, var_list: list, lr: tf.Tensor) -> None:
+        super().apply(grads, var_list, lr)
+        self.ema.apply(var_list)
+
+
+def test_an_own_optimizers_moving_average_is_state_as_tf1s(tmp_path) -> None:
+    """TF1 records its shadow as ``state``; the port's, named so, was recorded as a slot: a
+    structure DIVERGE on a faithful port."""
+    train_tf1_averaged(str(tmp_path / "tf1"))
+    train_port(str(tmp_path / "tf2"), AveragedMomentum, as_optimizer=True)
+    weights, accs = numpy_tf1()
+    average = [K0.astype(np.float64)]
+    for s in range(1, STEPS):
+        average.append(DECAY * average[-1] + (1 - DECAY) * weights[s])
+    port = tensors_by_step(str(tmp_path / "tf2"))
+    for s in range(STEPS):
+        np.testing.assert_allclose(port[s][("weight", "dense/kernel:0")][2], weights[s], rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(port[s][("slot", "dense/kernel/momentum")][2], accs[s], rtol=1e-5, atol=1e-7)
+        shadow = port[s][("state", "dense/kernel/ExponentialMovingAverage")][2]
+        np.testing.assert_allclose(shadow, average[s], rtol=1e-5, atol=1e-7)
+    assert ("slot", "dense/kernel/ExponentialMovingAverage") not in port[0], sorted(port[0])
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert report.agree and report.tensors_compared == 7, (report.first_divergence, report.tensors_compared)

@@ -340,11 +340,18 @@ class BaseRecorder:
         return self._slots(optimizer, var_list, slots.named_moments(var_list, self._moment_candidates()), required)
 
     def _slots(
-        self, optimizer: Any, var_list: list[Any], moments: dict[int, list[Slot]], required: bool, build: bool = True
+        self,
+        optimizer: Any,
+        var_list: list[Any],
+        moments: dict[int, list[Slot]],
+        required: bool,
+        build: bool = True,
+        model: Sequence[Any] = (),
     ) -> list:
         """:meth:`slots`, with each variable's BERT-style moments (``slots.named_moments``) among
         its slots: BERT's ``AdamWeightDecayOptimizer`` keeps them outside ``get_slot``. Without
-        ``build``, only the slots the optimizer already keeps."""
+        ``build``, only the slots the optimizer already keeps. ``model``: every variable recorded
+        beside them, which a port's own optimizer may hold (``slots.keeps_unnamed_slots``)."""
         if build:
             slots.build_slots(optimizer, var_list)
         lr = None
@@ -367,7 +374,12 @@ class BaseRecorder:
                     name = variable_name(slot.variable)  # its own name (the class's spelling is the first's)
                 out.append(self._variable("slot", slot.variable, name, lr if slot.lr_units else None))
                 self._note_slot_part(self._prefix + name, slot.variable, var)
-        if not out and var_list and slots.own_optimizer(optimizer) and slots.keeps_unnamed_slots(optimizer, var_list):
+        if (
+            not out
+            and var_list
+            and slots.own_optimizer(optimizer)
+            and slots.keeps_unnamed_slots(optimizer, var_list, model)
+        ):
             # an update of the user's own has its slots found by name only: none found was no slot recorded,
             # silently, and the structure report then asked for the optimizer=opt that had been given (one
             # holding no variable of a trained variable's shape, hand-written plain SGD, has none to record)
@@ -421,7 +433,17 @@ class BaseRecorder:
                 "g_opt._create_all_weights(generator.trainable_variables))"
             )
         moments = slots.named_moments(trainable, [*var_list, *(self._moment_candidates() if optimizers else [])])
-        owned = {id(opt_var) for opt in optimizers for opt_var in _optimizer_variables(opt)}
+        # a port's own optimizer may hold the model's variables (a plain SGD given its parameters): they
+        # stay the model's, weights and state, unless named as its slots or averages; as the optimizer's
+        # own, the weights went unrecorded
+        model_ids = {id(v) for v in var_list}
+        owned = {
+            id(opt_var)
+            for opt in optimizers
+            for named in [slots.own_named(opt, trainable) if slots.own_optimizer(opt) else None]
+            for opt_var in _optimizer_variables(opt)
+            if named is None or id(opt_var) not in model_ids or id(opt_var) in named
+        }
         owned |= {id(m.variable) for found in moments.values() for m in found}
         out = [
             self._variable("weight" if getattr(v, "trainable", True) else "state", v)
@@ -431,7 +453,9 @@ class BaseRecorder:
         if not optimizers:
             out += [self._variable("slot", m.variable, m.name) for v in trainable for m in moments.get(id(v), [])]
         for i, opt in enumerate(optimizers):  # the moments once (a second optimizer would re-read them)
-            out += self._slots(opt, trainable, moments if i == 0 else {}, required=False, build=not several)
+            out += self._slots(
+                opt, trainable, moments if i == 0 else {}, required=False, build=not several, model=var_list
+            )
             out += [self._variable("state", a.variable, a.name) for v in trainable for a in slots.averages_of(opt, v)]
             out += [
                 self._variable("state", a.variable, a.name) for v in trainable for a in slots.accumulators_of(opt, v)

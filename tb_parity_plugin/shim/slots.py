@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import inspect
 import re
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import tensorflow as tf
 
@@ -134,6 +134,12 @@ def unbuilt(optimizer: Any) -> bool:
 #: port pairs (as a slot it was recorded by one run only: a false structure DIVERGE, new user 5).
 AVERAGE_ROLE = "average"
 
+#: The leaves a moving average of ``<variable>`` is named with in a port's own optimizer: TF2's
+#: ``tf.train.ExponentialMovingAverage`` names its shadow ``<variable>/ExponentialMovingAverage``
+#: (``engine/align.py`` pairs each spelling with TF1's): ``state``, as TF1's shadows are, no slot (as
+#: a slot a faithful port's average was a structure DIVERGE against TF1's).
+AVERAGE_LEAVES = ("ExponentialMovingAverage", "average")
+
 #: The role Keras 3 ``gradient_accumulation_steps`` gives the sum of a variable's micro-batch gradients
 #: it keeps among its optimizer's variables (``adam/dense_kernel_gradient_accumulator``). No slot of
 #: the update rule either: a TF1 original accumulates in its own non-trainable variables, which the
@@ -205,22 +211,30 @@ def own_optimizer(optimizer: Any) -> bool:
     )
 
 
-def keeps_unnamed_slots(optimizer: Any, var_list: list[Any]) -> bool:
+def keeps_unnamed_slots(optimizer: Any, var_list: list[Any], model: Sequence[Any] = ()) -> bool:
     """Whether a port's own optimizer (:func:`own_optimizer`) holds variables of some trained
     variable's shape: slots :func:`_own_slots` would find if they were named after their variables.
-    One holding none (plain SGD, or a step counter alone) has no slot to record."""
+    One holding none (plain SGD, or a step counter alone) has no slot to record. The trained
+    variables themselves and the rest of ``model``'s, which an optimizer may hold (a plain SGD given
+    its parameters, ``self.params = var_list``), and its named averages are no unnamed slot: such an
+    SGD was refused at its first step."""
     held = getattr(optimizer, "variables", ())
     shapes = {_shape(v) for v in var_list}
-    return any(_shape(v) in shapes for v in _unsharded(held() if callable(held) else held))
+    skip = {id(v) for v in [*var_list, *model]} | own_named(optimizer, var_list)
+    return any(_shape(v) in shapes for v in _unsharded(held() if callable(held) else held) if id(v) not in skip)
 
 
-def _own_slots(optimizer: Any, var: Any) -> list[Slot]:
-    """The slots a port's own optimizer (:func:`own_optimizer`) keeps for ``var``: its variables named
-    ``<variable>/<slot>`` (also under its own name scope) of ``var``'s shape, recorded as
-    ``<variable>/<slot>``, as TF1 and tf_keras legacy spell theirs (``dense/kernel/momentum``), so they
-    pair by role. Matched as Keras's ``m/<variable>``, none was found: a new user's ``tf.Module``
-    optimizer given to ``rec.step(..., optimizer=opt)`` had no slot recorded, silently, and was told to
-    pass ``optimizer=opt``."""
+def own_named(optimizer: Any, var_list: list[Any]) -> set[int]:
+    """id of each variable of a port's own optimizer named after one of ``var_list``
+    (:func:`_own_variables`): its slots and moving averages."""
+    if not hasattr(optimizer, "variables"):
+        return set()
+    return {id(slot.variable) for var in var_list for slot in _own_variables(optimizer, var)}
+
+
+def _own_variables(optimizer: Any, var: Any) -> list[Slot]:
+    """A port's own optimizer's (:func:`own_optimizer`) variables named ``<variable>/<leaf>`` (also
+    under its own name scope) of ``var``'s shape, named ``<variable>/<leaf>``."""
     stem = _strip(variable_name(var))
     scopes = {stem, f"{getattr(optimizer, 'name', '')}/{stem}"}
     out = []
@@ -229,6 +243,16 @@ def _own_slots(optimizer: Any, var: Any) -> list[Slot]:
         if scope in scopes and leaf and _shape(slot) == _shape(var):
             out.append(Slot(f"{stem}/{leaf}", slot))
     return out
+
+
+def _own_slots(optimizer: Any, var: Any) -> list[Slot]:
+    """The slots a port's own optimizer (:func:`own_optimizer`) keeps for ``var``: its variables named
+    ``<variable>/<slot>`` (also under its own name scope) of ``var``'s shape, recorded as
+    ``<variable>/<slot>``, as TF1 and tf_keras legacy spell theirs (``dense/kernel/momentum``), so they
+    pair by role. Matched as Keras's ``m/<variable>``, none was found: a new user's ``tf.Module``
+    optimizer given to ``rec.step(..., optimizer=opt)`` had no slot recorded, silently, and was told to
+    pass ``optimizer=opt``. Not its moving averages (:data:`AVERAGE_LEAVES`): :func:`averages_of`."""
+    return [s for s in _own_variables(optimizer, var) if s.name.rpartition("/")[2] not in AVERAGE_LEAVES]
 
 
 def slots_of(optimizer: Any, var: Any) -> list[Slot]:
@@ -257,6 +281,8 @@ def averages_of(optimizer: Any, var: Any) -> list[Slot]:
     (:data:`AVERAGE_ROLE`; empty for every other optimizer), with or without momentum."""
     if hasattr(optimizer, "get_slot_names") or not hasattr(optimizer, "variables"):
         return []
+    if own_optimizer(optimizer):  # a port's own: an ExponentialMovingAverage's <variable>/ExponentialMovingAverage
+        return [s for s in _own_variables(optimizer, var) if s.name.rpartition("/")[2] in AVERAGE_LEAVES]
     return [slot for role, slot in _keras_variables_of(optimizer, var) if role == AVERAGE_ROLE]
 
 
