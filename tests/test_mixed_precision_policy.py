@@ -40,12 +40,12 @@ def _tf1(run_dir: str) -> None:
         train(rec, train_op, [x, y], [X, Y], STEPS, BATCH)
 
 
-def _port(run_dir: str, policy: Optional[str]) -> None:
+def _port(run_dir: str, policy: Optional[str], kernel: np.ndarray = K) -> None:
     """The port in a custom step as the README's mixed-precision section records it."""
     if policy:
         tf.keras.mixed_precision.set_global_policy(policy)
     try:
-        dense = tf.keras.layers.Dense(5, kernel_initializer=tf.constant_initializer(K), name="dense")
+        dense = tf.keras.layers.Dense(5, kernel_initializer=tf.constant_initializer(kernel), name="dense")
         head = tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(K2), dtype="float32", name="head")
         inputs = tf.keras.Input((6,))
         model = tf.keras.Model(inputs, head(dense(inputs)))
@@ -85,3 +85,19 @@ def test_a_float32_port_is_not_told_of_a_policy(tmp_path) -> None:
     report = compare(str(tmp_path), baseline="tf1", candidate="plain", allow_unmatched=["lr/*"])
     assert report.agree, report.first_divergence
     assert not any("policy" in w for w in report.warnings), report.warnings
+
+
+def test_a_mixed_ports_kernel_apart_at_step_0_is_not_blamed_on_float16(tmp_path) -> None:
+    """A kernel initialised otherwise is apart before anything is computed, and the policy keeps
+    variables in float32: its note was float16's rounding alone. The warning still names the policy."""
+    _tf1(str(tmp_path / "tf1"))
+    _port(str(tmp_path / "mixed"), "mixed_float16", kernel=K * 1.1)
+    recorded = tensors_by_step(str(tmp_path / "mixed"))[0][("weight", "dense/kernel:0")]
+    assert recorded[0].dtype == "float32", recorded[0]
+    gap = np.abs(np.asarray(recorded[2], np.float64).reshape(K.shape) - K).max()
+    np.testing.assert_allclose(gap, 0.1 * np.abs(K).max(), rtol=1e-6)  # far past float16 rounding of K
+    report = compare(str(tmp_path), baseline="tf1", candidate="mixed", allow_unmatched=["lr/*"])
+    first = report.first_divergence
+    assert first is not None and (first.step, first.kind, first.tensor) == (0, "weight", "dense/kernel:0"), first
+    assert "mixed_float16" not in (first.note or ""), first.note
+    assert sum("mixed_float16 policy" in w for w in report.warnings) == 1, report.warnings

@@ -313,7 +313,7 @@ class Comparison(Notes):
                 )
         if pair.reason[k] == VALUE:
             notes = [
-                self._precision_note(),
+                self._precision_note(b.kind, k),
                 found.get("note"),
                 (
                     self._overwritten_by_average(pair, k)

@@ -23,12 +23,17 @@ from tb_parity_plugin.records import metadata
 class MarginalNotes(NoteContext):
     """The marginal note's reads of the comparison: how a difference grows, what amplifies rounding."""
 
-    def _precision_note(self) -> Optional[str]:
+    def _precision_note(self, kind: Optional[str] = None, k: Optional[int] = None) -> Optional[str]:
         """When one run computed under a Keras mixed-precision policy and the other did not (the TF2
         shim records the policy in its run info; TF1 runs compute in their variables' float32): what
         float16 or bfloat16 compute does to every value compared. A new user's faithful
         ``mixed_float16`` port diverged at step 0 on a layer's output, told it "computes another
-        function of its input", with no word of float16."""
+        function of its input", with no word of float16. None for a divergence of ``kind`` at compared
+        step ``k`` that no compute reaches: a learning rate, or a variable at the first step, read before
+        any update (the policy keeps variables in float32): a mixed port's kernel initialised otherwise,
+        0.15 apart at step 0, was told that differences of that order are float16's rounding."""
+        if kind == "lr" or (kind in ("weight", "slot", "state") and k == 0):
+            return None
         policies = [str(run.info.get("keras_policy") or "") for run in (self.base, self.cand)]
         mixed = [p.startswith("mixed_") for p in policies]
         if mixed[0] == mixed[1]:
