@@ -10,11 +10,14 @@ and only the scaled backward pass overflows; numpy says where.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 import tensorflow as tf
 from tf1_recipes import dense_regression
+from tf1_session import train
 
-from tb_parity_plugin import compare, summary_v2
+from tb_parity_plugin import compare, summary_v1, summary_v2
 
 RNG = np.random.default_rng(29)
 STEPS, SCALE = 3, 2.0**15
@@ -133,3 +136,66 @@ def test_gradients_of_the_scaled_loss_never_unscaled_name_the_loss_scale(tmp_pat
     assert "times 32" in first.note and "2**15, within this gradient's tolerance" in first.note, first.note
     assert "a loss scale not undone" in first.note
     assert "stop_gradient" not in first.note
+
+
+LAM = 1e-3
+
+
+def _penalised(run_dir: str, eps: float, steps: int) -> Optional[np.ndarray]:
+    """A dense regression plus a group-lasso penalty on its zero-initialised bias,
+    ``LAM * sqrt(sum(b**2) + eps)``: in TF1 (float32, Adam) when ``eps``, else the port under
+    ``mixed_float16`` with a ``LossScaleOptimizer`` (returning its bias after the last step)."""
+    rows = [slice(s * 8, (s + 1) * 8) for s in range(steps)]
+    xs, ys = XS.reshape(-1, 4), YS.reshape(-1, 1)
+    if eps:
+        with tf.Graph().as_default():
+            rec = summary_v1.Recorder(run_dir)
+            gs = tf.compat.v1.train.get_or_create_global_step()
+            x = tf.compat.v1.placeholder(tf.float32, [None, 4])
+            y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+            out = tf.compat.v1.layers.dense(x, 1, kernel_initializer=tf.constant_initializer(KS), name="dense")
+            bias = tf.compat.v1.trainable_variables()[-1]
+            penalty = LAM * tf.sqrt(tf.reduce_sum(tf.square(bias)) + eps)
+            loss = rec.loss(tf.compat.v1.losses.mean_squared_error(y, out) + penalty)
+            opt = tf.compat.v1.train.AdamOptimizer(rec.lr(tf.constant(0.01)), epsilon=1e-7)
+            train_op = rec.minimize(opt, loss, global_step=gs)
+            rec.variables(optimizer=opt)
+            train(rec, train_op, [x, y], [xs, ys], steps, 8)
+        return None
+    tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        inputs = tf.keras.Input((4,))
+        dense = tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(KS), name="dense")
+        model = tf.keras.Model(inputs, tf.keras.layers.Activation("linear", dtype="float32")(dense(inputs)))
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam(0.01))
+        rec = summary_v2.Recorder(run_dir)
+        for r in rows:
+            with rec.step(opt.iterations, variables=model, optimizer=opt):
+                rec.lr(tf.constant(0.01))
+                with tf.GradientTape() as tape:
+                    penalty = LAM * tf.sqrt(tf.reduce_sum(tf.square(dense.bias)))  # the port's bug: no eps
+                    loss = rec.loss(tf.reduce_mean(tf.square(model(xs[r]) - ys[r])) + penalty)
+                    scaled = opt.get_scaled_loss(loss)
+                grads = opt.get_unscaled_gradients(tape.gradient(scaled, model.trainable_variables))
+                rec.grads(grads, model.trainable_variables)
+                opt.apply_gradients(zip(grads, model.trainable_variables))
+        rec.close()
+        return dense.bias.numpy()
+    finally:
+        tf.keras.mixed_precision.set_global_policy("float32")
+
+
+def test_a_gradient_non_finite_at_every_step_is_not_called_an_overflow(tmp_path) -> None:
+    """sqrt(sum(b**2)) at a zero bias has a 0/0 gradient at every step, whatever the loss scale: the
+    LossScaleOptimizer skips every update. It was told of an overflow, 'not an inf of the model's math'."""
+    b = np.zeros(1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        assert np.isnan(b / np.sqrt(np.sum(b**2))).all()  # the port's penalty gradient at b = 0
+        assert (b / np.sqrt(np.sum(b**2) + 1e-12) == 0).all()  # TF1's
+    _penalised(str(tmp_path / "tf1"), 1e-12, 4)
+    assert np.array_equal(_penalised(str(tmp_path / "tf2"), 0.0, 4), b)  # every update skipped
+    overrides = ["loss/*:atol=1e-3", "grad/*:atol=1e-3", "weight/*:atol=1e-3"]
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2", overrides=overrides).first_divergence
+    assert (first.step, first.tensor, first.reason) == (0, "dense/bias:0", "nonfinite"), first
+    assert "it skipped this update" in first.note and "non-finite at every later step" in first.note, first.note
+    assert "not an inf of the model's math" not in first.note, first.note

@@ -581,14 +581,27 @@ class UpdateNotes(NoteContext):
             ):
                 run, applied = (self.cand, self.base) if side == "cand" else (self.base, self.cand)
                 nxt = int(self.steps[k + 1])
+                cause, remedy = "not an inf of the model's math", ""
+                later = [j for j in range(k + 1, len(self.steps)) if _rows(pair, side)[j] >= 0]
+                if later and not any(_finite_at(pair, side, j) for j in later):
+                    # an overflow ends as the scale halves at each skip; a NaN of the port's math does not: a
+                    # group-lasso penalty without its epsilon, sqrt(sum(b**2)) at a zero bias, skipped every
+                    # step and was told of an overflow, "not an inf of the model's math"
+                    cause = (
+                        "or on any NaN or inf of the model's math: this gradient stays non-finite at every later "
+                        f"step recorded (through step {int(self.steps[later[-1]])}), which an overflow does only until the "
+                        "halved scale fits it, so the longer it lasts, the likelier the model's math (a sqrt or "
+                        "norm at 0, a log of 0, a division by 0)"
+                    )
+                    remedy = ", or run the port without the policy: a gradient non-finite there is the model's math"
                 return (
                     f"'{run.name}' has non-finite gradients at this step while its loss is finite, and every weight "
                     f"it recorded is unchanged at step {nxt}, element for element: it skipped this update, as a "
                     "LossScaleOptimizer does when the scaled gradients overflow float16 (mixed precision's dynamic "
                     "loss scale starts at 2**15 and halves at each skip, so a faithful port's first steps often "
-                    f"skip), not an inf of the model's math; '{applied.name}' applied its update, so the weights "
+                    f"skip), {cause}; '{applied.name}' applied its update, so the weights "
                     f"differ by it from step {nxt} on. To compare the training, start the scale below the overflow "
-                    "(LossScaleOptimizer(opt, initial_scale=...)); README: Mixed precision"
+                    f"(LossScaleOptimizer(opt, initial_scale=...)){remedy}; README: Mixed precision"
                 )
         return None
 
