@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
@@ -133,11 +134,17 @@ _IN_XLA = (
 def _keras_policy() -> Optional[str]:
     """The Keras global dtype policy's name (``mixed_float16`` under mixed precision), for the engine to
     say a port computes in float16 (a new user's faithful mixed port was told at step 0 that a layer
-    "computes another function of its input", with no word of float16); None when Keras is absent."""
-    try:
-        return str(tf.keras.mixed_precision.global_policy().name)
-    except Exception:  # no Keras, or one without a global policy: the run says nothing of it
-        return None
+    "computes another function of its input", with no word of float16); None when Keras is absent.
+    A Keras 3 imported as ``keras`` beside ``TF_USE_LEGACY_KERAS=1`` (``tf.keras`` then is tf_keras) has
+    its own policy: a port built with it under ``mixed_float16`` was recorded as ``float32``. A ``mixed_``
+    policy of either is the run's."""
+    names = []
+    for keras in (tf.keras, sys.modules.get("keras")):
+        try:
+            names.append(str(keras.mixed_precision.global_policy().name))  # type: ignore[union-attr]
+        except Exception:  # no Keras, or one without a global policy: the run says nothing of it
+            continue
+    return next((name for name in names if name.startswith("mixed_")), names[0] if names else None)
 
 
 def _in_xla() -> bool:

@@ -101,3 +101,40 @@ def test_a_mixed_ports_kernel_apart_at_step_0_is_not_blamed_on_float16(tmp_path)
     assert first is not None and (first.step, first.kind, first.tensor) == (0, "weight", "dense/kernel:0"), first
     assert "mixed_float16" not in (first.note or ""), first.note
     assert sum("mixed_float16 policy" in w for w in report.warnings) == 1, report.warnings
+
+
+def test_a_keras_3_port_beside_tf_keras_is_said_to_compute_in_float16(tmp_path) -> None:
+    """``import keras`` (Keras 3) with ``TF_USE_LEGACY_KERAS=1`` set, as the README asks for TF1's
+    layers: ``tf.keras`` is tf_keras, whose policy stayed float32, and the run was recorded so."""
+    import keras
+
+    assert not keras.__version__.startswith("2.") and tf.keras.__name__ != keras.__name__
+    _tf1(str(tmp_path / "tf1"))
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        dense = keras.layers.Dense(5, kernel_initializer=keras.initializers.Constant(K), name="dense")
+        head = keras.layers.Dense(1, kernel_initializer=keras.initializers.Constant(K2), dtype="float32", name="head")
+        inputs = keras.Input((6,))
+        model = keras.Model(inputs, head(dense(inputs)))
+        opt = keras.optimizers.SGD(LR)
+        rec = summary_v2.Recorder(str(tmp_path / "mixed"))
+        for s in range(STEPS):
+            rows = slice(s * BATCH, (s + 1) * BATCH)
+            with rec.step(opt.iterations, variables=model, optimizer=opt):
+                with tf.GradientTape() as tape:
+                    h = dense(X[rows])
+                    assert h.dtype == tf.float16
+                    rec.activation("dense", tf.cast(h, tf.float32))
+                    loss = rec.loss(tf.reduce_mean(tf.square(head(h) - Y[rows])))
+                rec.minimize(opt, loss, model.trainable_variables, tape)
+        rec.close()
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    recorded = np.asarray(tensors_by_step(str(tmp_path / "mixed"))[0][("activation", "dense")][2], np.float64)
+    exact = X[:BATCH].astype(np.float64) @ K.astype(np.float64)
+    gap = np.abs(recorded.reshape(exact.shape) - exact).max()
+    assert 1e-5 < gap < 4 * 2.0**-11 * np.abs(exact).max(), gap
+    report = compare(str(tmp_path), baseline="tf1", candidate="mixed", allow_unmatched=["lr/*"])
+    first = report.first_divergence
+    assert first is not None and (first.step, first.kind, first.tensor) == (0, "activation", "dense"), first
+    assert "'mixed' computed under the Keras mixed_float16 policy (float16 compute" in (first.note or ""), first.note
