@@ -380,3 +380,41 @@ def test_an_own_optimizers_moving_average_is_state_as_tf1s(tmp_path) -> None:
     assert ("slot", "dense/kernel/ExponentialMovingAverage") not in port[0], sorted(port[0])
     report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
     assert report.agree and report.tensors_compared == 7, (report.first_divergence, report.tensors_compared)
+
+
+class ScaledLinear(tf.Module):
+    """The layer with a learnable scalar output scale: a trained variable of the shape of a step counter."""
+
+    def __init__(self) -> None:
+        super().__init__(name="dense")
+        with self.name_scope:
+            self.kernel = tf.Variable(K0, name="kernel")
+            self.scale = tf.Variable(1.0, name="scale")
+
+
+def test_an_own_sgd_whose_counter_has_a_scalar_weights_shape_is_not_refused(tmp_path) -> None:
+    """Its int64 step counter has the float32 scale's shape, (): it was refused as a misnamed slot."""
+    model = ScaledLinear()
+    variables = list(model.trainable_variables)
+    opt = HandSGD(variables)
+    rec = summary_v2.Recorder(str(tmp_path / "tf2"))
+    for s in range(STEPS):
+        xb, yb = X[s * BATCH : (s + 1) * BATCH], Y[s * BATCH : (s + 1) * BATCH]
+        with rec.step(opt.iterations, variables=model, optimizer=opt):
+            with tf.GradientTape() as tape:
+                loss = rec.loss(tf.reduce_mean(tf.square(model.scale * tf.matmul(xb, model.kernel) - yb)))
+            grads = tape.gradient(loss, variables)
+            rec.grads(grads, variables)
+            opt.apply(grads, variables, tf.constant(LR0))
+    rec.close()
+    w, a, want = K0.astype(np.float64), 1.0, []
+    for s in range(STEPS):
+        xb, yb = X[s * BATCH : (s + 1) * BATCH].astype(np.float64), Y[s * BATCH : (s + 1) * BATCH]
+        want.append((w.copy(), a))
+        err = 2 * (a * xb @ w - yb) / yb.size
+        w, a = w - LR0 * a * xb.T @ err, a - LR0 * float(np.sum(err * (xb @ w)))
+    port = tensors_by_step(str(tmp_path / "tf2"))
+    for s in range(STEPS):
+        np.testing.assert_allclose(port[s][("weight", "dense/kernel:0")][2], want[s][0], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(port[s][("weight", "dense/scale:0")][2], want[s][1], rtol=1e-5, atol=1e-6)
+    assert not any(kind == "slot" for kind, _ in port[0]), sorted(port[0])

@@ -213,15 +213,23 @@ def own_optimizer(optimizer: Any) -> bool:
 
 def keeps_unnamed_slots(optimizer: Any, var_list: list[Any], model: Sequence[Any] = ()) -> bool:
     """Whether a port's own optimizer (:func:`own_optimizer`) holds variables of some trained
-    variable's shape: slots :func:`_own_slots` would find if they were named after their variables.
+    variable's shape and dtype: slots :func:`_own_slots` would find if they were named after their variables.
     One holding none (plain SGD, or a step counter alone) has no slot to record. The trained
     variables themselves and the rest of ``model``'s, which an optimizer may hold (a plain SGD given
     its parameters, ``self.params = var_list``), and its named averages are no unnamed slot: such an
     SGD was refused at its first step."""
     held = getattr(optimizer, "variables", ())
-    shapes = {_shape(v) for v in var_list}
+    kinds = {_shape_and_dtype(v) for v in var_list}
     skip = {id(v) for v in [*var_list, *model]} | own_named(optimizer, var_list)
-    return any(_shape(v) in shapes for v in _unsharded(held() if callable(held) else held) if id(v) not in skip)
+    return any(
+        _shape_and_dtype(v) in kinds for v in _unsharded(held() if callable(held) else held) if id(v) not in skip
+    )
+
+
+def _shape_and_dtype(var: Any) -> tuple[tuple[Optional[int], ...], str]:
+    """A slot has its variable's shape and dtype: an int64 step counter is no slot of a scalar weight
+    (a hand-written plain SGD on a model with a learnable scale was refused as a misnamed slot)."""
+    return _shape(var), tf.as_dtype(var.dtype).base_dtype.name
 
 
 def own_named(optimizer: Any, var_list: list[Any]) -> set[int]:
