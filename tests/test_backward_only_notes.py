@@ -8,30 +8,14 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 from shim_readback import tensors_by_step
-from test_shared_layer_outputs import BATCH, INIT, LR, XA, XB, D, E, H, Y, _tf1
+from test_shared_layer_outputs import _fit, _tf1
 
 from tb_parity_plugin import compare, summary_v2
 
 
-def _stopped_port(run_dir: str) -> None:
-    xa, xb = tf.keras.Input((D,)), tf.keras.Input((D,))
-    hidden = tf.keras.layers.Dense(H, activation="relu", name="hidden")
-    embed = tf.keras.layers.Dense(E, name="embed")
-    ea, eb = embed(hidden(xa)), tf.keras.layers.Lambda(tf.stop_gradient)(embed(hidden(xb)))
-    logits = tf.keras.layers.Dense(1, name="head")(tf.keras.layers.Lambda(lambda t: tf.abs(t[0] - t[1]))([ea, eb]))
-    model = tf.keras.Model([xa, xb], logits)
-    for name, kernel in INIT.items():
-        model.get_layer(name).kernel.assign(kernel)
-    model.compile(tf.keras.optimizers.SGD(LR), tf.keras.losses.BinaryCrossentropy(from_logits=True))
-    rec = summary_v2.Recorder(run_dir)
-    summary_v2.instrument(model, rec, layers=["embed"])
-    model.fit([XA, XB], Y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
-    rec.close()
-
-
 def test_a_gradient_that_differs_under_an_agreeing_forward_pass_is_told_so(tmp_path) -> None:
     _tf1(str(tmp_path / "tf1"))
-    _stopped_port(str(tmp_path / "tf2"))
+    _fit(str(tmp_path / "tf2"), stop_second=True)
     tf1, port = (tensors_by_step(str(tmp_path / run))[0] for run in ("tf1", "tf2"))
     # numpy on the recorded step 0: the loss and both calls' outputs equal, the tower's gradient not
     for key in (("loss", "loss"), ("activation", "embed"), ("activation", "embed/call_1")):

@@ -23,6 +23,7 @@ Each expectation is checked against a numpy replay of TF1's rule first.
 from __future__ import annotations
 
 import contextlib
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -58,7 +59,11 @@ def numpy_tf1() -> tuple[list[np.ndarray], list[np.ndarray]]:
     return ws, accs
 
 
-def train_tf1(run_dir: str) -> None:
+def train_tf1(
+    run_dir: str, optimizer: Callable[[tf.Tensor], Any] = lambda lr: tf.compat.v1.train.MomentumOptimizer(lr, MOMENTUM)
+) -> None:
+    """The TF1 original on the dense layer under its staircase schedule; ``optimizer`` of the lr
+    (Momentum unless given)."""
     with tf.Graph().as_default():
         rec = summary_v1.Recorder(run_dir)
         gs = tf.compat.v1.train.get_or_create_global_step()
@@ -69,7 +74,7 @@ def train_tf1(run_dir: str) -> None:
         out = rec.activation("dense", tf.matmul(x, kernel))
         loss = rec.loss(tf.compat.v1.losses.mean_squared_error(y, out))
         lr = rec.lr(tf.compat.v1.train.exponential_decay(LR0, gs, DECAY_STEPS, 0.5, staircase=True))
-        opt = tf.compat.v1.train.MomentumOptimizer(lr, MOMENTUM)
+        opt = optimizer(lr)
         train_op = rec.minimize(opt, loss, global_step=gs)
         rec.variables(optimizer=opt)
         train(rec, train_op, [x, y], [X, Y], STEPS, BATCH)
@@ -247,23 +252,6 @@ def numpy_tf1_rmsprop() -> tuple[list[np.ndarray], list[np.ndarray]]:
     return ws, mss
 
 
-def train_tf1_rmsprop(run_dir: str) -> None:
-    with tf.Graph().as_default():
-        rec = summary_v1.Recorder(run_dir)
-        gs = tf.compat.v1.train.get_or_create_global_step()
-        x = tf.compat.v1.placeholder(tf.float32, [None, 4])
-        y = tf.compat.v1.placeholder(tf.float32, [None, 2])
-        with tf.compat.v1.variable_scope("dense"):
-            kernel = tf.compat.v1.get_variable("kernel", initializer=K0)
-        out = rec.activation("dense", tf.matmul(x, kernel))
-        loss = rec.loss(tf.compat.v1.losses.mean_squared_error(y, out))
-        lr = rec.lr(tf.compat.v1.train.exponential_decay(LR0, gs, DECAY_STEPS, 0.5, staircase=True))
-        opt = tf.compat.v1.train.RMSPropOptimizer(lr, decay=0.9, momentum=0.0, epsilon=EPSILON)
-        train_op = rec.minimize(opt, loss, global_step=gs)
-        rec.variables(optimizer=opt)
-        train(rec, train_op, [x, y], [X, Y], STEPS, BATCH)
-
-
 class HandRMSProp(tf.Module):
     """TF1's RMSProp without momentum, its mean square named ``<variable>/rms``."""
 
@@ -280,7 +268,10 @@ class HandRMSProp(tf.Module):
 
 
 def test_tf1s_unused_rmsprop_momentum_is_named_with_its_allow_unmatched(tmp_path) -> None:
-    train_tf1_rmsprop(str(tmp_path / "tf1"))
+    train_tf1(
+        str(tmp_path / "tf1"),
+        lambda lr: tf.compat.v1.train.RMSPropOptimizer(lr, decay=0.9, momentum=0.0, epsilon=EPSILON),
+    )
     train_port(str(tmp_path / "tf2"), HandRMSProp, as_optimizer=True)
     weights, mean_squares = numpy_tf1_rmsprop()
     tf1, port = tensors_by_step(str(tmp_path / "tf1")), tensors_by_step(str(tmp_path / "tf2"))

@@ -54,13 +54,16 @@ def _tf1(run_dir: str) -> None:
         train(rec, train_op, [xa, xb, y], [XA, XB, Y], STEPS, BATCH)
 
 
-def _fit(run_dir: str, second_input_is_a: bool = False) -> None:
-    """``second_input_is_a``: the port's bug, its second branch copied from the first (``xa`` twice)."""
+def _fit(run_dir: str, second_input_is_a: bool = False, stop_second: bool = False) -> None:
+    """``second_input_is_a``: the port's bug, its second branch copied from the first (``xa`` twice);
+    ``stop_second``: the second use's output through ``tf.stop_gradient`` (its gradient left out)."""
     xa, xb = tf.keras.Input((D,)), tf.keras.Input((D,))
     hidden = tf.keras.layers.Dense(H, activation="relu", name="hidden")
     embed = tf.keras.layers.Dense(E, name="embed")
     ea = embed(hidden(xa))
     eb = embed(hidden(xa if second_input_is_a else xb))
+    if stop_second:
+        eb = tf.keras.layers.Lambda(tf.stop_gradient)(eb)
     logits = tf.keras.layers.Dense(1, name="head")(tf.keras.layers.Lambda(lambda t: tf.abs(t[0] - t[1]))([ea, eb]))
     model = tf.keras.Model([xa, xb], logits)
     for name, kernel in INIT.items():
