@@ -118,9 +118,11 @@ K2 = RNG.normal(size=(WIDTH, 1)).astype(np.float32)
 YE = RNG.normal(size=(STEPS, 4, 1)).astype(np.float32)
 
 
-def _embedding_tf1(run_dir: str) -> list[np.ndarray]:
+def _embedding_tf1(run_dir: str, one_hot: bool = False) -> list[np.ndarray]:
     """TF1: ``get_variable`` table, ``embedding_lookup``, mean over the ids, ``dense``, MSE,
-    MomentumOptimizer; returns the table read before each step."""
+    MomentumOptimizer; returns the table read before each step. ``one_hot``: BERT's
+    ``use_one_hot_embeddings=True``, ``matmul(one_hot(ids), table)``, a dense gradient, so
+    MomentumOptimizer decays and applies every row's accumulator."""
     from tb_parity_plugin import summary_v1
 
     seen = []
@@ -130,7 +132,11 @@ def _embedding_tf1(run_dir: str) -> list[np.ndarray]:
         ids = tf.compat.v1.placeholder(tf.int32, [None, None])
         y = tf.compat.v1.placeholder(tf.float32, [None, 1])
         table = tf.compat.v1.get_variable("embedding", initializer=TABLE)
-        h = tf.reduce_mean(tf.nn.embedding_lookup(table, ids), 1)
+        if one_hot:
+            looked = tf.matmul(tf.one_hot(tf.reshape(ids, [-1]), VOCAB), table)
+            h = tf.reduce_mean(tf.reshape(looked, [tf.shape(ids)[0], tf.shape(ids)[1], WIDTH]), 1)
+        else:
+            h = tf.reduce_mean(tf.nn.embedding_lookup(table, ids), 1)
         p = tf.compat.v1.layers.dense(h, 1, kernel_initializer=tf.constant_initializer(K2), name="dense")
         loss = rec.loss(tf.reduce_mean(tf.square(p - y)))
         opt = tf.compat.v1.train.MomentumOptimizer(rec.lr(tf.constant(LR)), MOMENTUM)
@@ -186,42 +192,12 @@ def test_rows_tf1_momentum_leaves_alone_are_told_as_a_sparse_update(tmp_path) ->
     assert "MomentumOptimizer" in found.note and "weight decay" not in found.note, found.note
 
 
-def _one_hot_embedding_tf1(run_dir: str) -> list[np.ndarray]:
-    """TF1 with BERT's ``use_one_hot_embeddings=True``: ``matmul(one_hot(ids), table)``, a dense
-    gradient, so MomentumOptimizer decays and applies every row's accumulator; the table before each step."""
-    from tb_parity_plugin import summary_v1
-
-    seen = []
-    with tf.Graph().as_default():
-        rec = summary_v1.Recorder(run_dir)
-        gs = tf.compat.v1.train.get_or_create_global_step()
-        ids = tf.compat.v1.placeholder(tf.int32, [None, None])
-        y = tf.compat.v1.placeholder(tf.float32, [None, 1])
-        table = tf.compat.v1.get_variable("embedding", initializer=TABLE)
-        looked = tf.matmul(tf.one_hot(tf.reshape(ids, [-1]), VOCAB), table)
-        h = tf.reduce_mean(tf.reshape(looked, [tf.shape(ids)[0], tf.shape(ids)[1], WIDTH]), 1)
-        p = tf.compat.v1.layers.dense(h, 1, kernel_initializer=tf.constant_initializer(K2), name="dense")
-        loss = rec.loss(tf.reduce_mean(tf.square(p - y)))
-        opt = tf.compat.v1.train.MomentumOptimizer(rec.lr(tf.constant(LR)), MOMENTUM)
-        train = rec.minimize(opt, loss, global_step=gs)
-        rec.variables(optimizer=opt)
-        fetches = rec.fetches
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for s in range(STEPS):
-                seen.append(sess.run(table))
-                _, parity = sess.run([train, fetches], {ids: IDS[s], y: YE[s]})
-                rec.write(parity)
-        rec.close()
-    return seen
-
-
 def test_rows_a_port_leaves_alone_under_a_dense_tf1_gradient_are_told_the_port_updates_them_alone(tmp_path) -> None:
     """The other direction: TF1's one-hot embedding moves every row under momentum, and the port's
     Keras Embedding under ``tf.keras.optimizers.legacy.SGD(momentum=...)`` applies the lookup's
     ``IndexedSlices`` to its rows alone. The note named the port's run as the one that kept the rows,
     then told it to match TF1 by updating the looked-up rows alone, which it already did."""
-    tf1 = _one_hot_embedding_tf1(str(tmp_path / "tf1"))
+    tf1 = _embedding_tf1(str(tmp_path / "tf1"), one_hot=True)
     port = _embedding_port(str(tmp_path / "tf2"), tf.keras.optimizers.legacy.SGD(LR, momentum=MOMENTUM))
     # numpy on the frameworks' tables: equal until step 1; at step 2 TF1 moved rows 4 and 5 (not looked
     # up at step 1) by momentum times their first step, the port kept them; the other rows agree
