@@ -103,7 +103,10 @@ def write_structure_pair(root: str, folder: str, steps: int) -> None:
     """A port with the usual structure bugs: a variable it lacks (batch norm ``scale=False``:
     no gamma; named with HTML, which must stay text), a layer built twice (``dense_3`` beside
     ``dense``) and a bias of another shape; and a layer renamed and reshaped (``enc/attn`` as
-    ``mha/attn``, ``[2, 6]`` as ``[2, 2, 3]``), for which the report suggests a ``--map``."""
+    ``mha/attn``, ``[2, 6]`` as ``[2, 2, 3]``), for which the report suggests a ``--map``; and a tied
+    embedding's output projection ported as a layer of its own, its kernel the table transposed
+    (a structure hint the panel shows under the entry)."""
+    table = (np.arange(30, dtype=np.float32).reshape(5, 6) - 14.5) / 10
     write_pair(
         root,
         folder,
@@ -113,11 +116,14 @@ def write_structure_pair(root: str, folder: str, steps: int) -> None:
                 ("weight", "bn/gamma" + HTML_NAME, np.ones(4, np.float32)),
                 ("weight", "dense/bias", np.zeros(4, np.float32)),
                 ("weight", "enc/attn/kernel", np.arange(12, dtype=np.float32).reshape(2, 6)),
+                ("weight", "lm/embedding", table),
             ],
             "tf2": [
                 ("weight", "dense_3/kernel", np.ones((3, 4), np.float32)),
                 ("weight", "dense/bias", np.zeros(5, np.float32)),
                 ("weight", "mha/attn/kernel", np.arange(12, dtype=np.float32).reshape(2, 2, 3)),
+                ("weight", "lm/embedding", table),
+                ("weight", "lm/out/kernel", np.ascontiguousarray(table.T)),
             ],
         },
     )

@@ -47,7 +47,16 @@ export interface Divergence {
 }
 export interface Nonfinite { step: number; tensor: string; kind: string }
 export interface MappingRow { baseline: string; candidate: string; kind: string; how: string }
-export interface OnlyIn { tag: string; kind: string; shape: (number | null)[]; size: number; expected: boolean; candidates?: string[] }
+export interface OnlyIn {
+  tag: string;
+  kind: string;
+  shape: (number | null)[];
+  size: number;
+  expected: boolean;
+  candidates?: string[];
+  /** What the entry looks like it is from how it starts (a shared weight's copy, a tied weight), worded by the engine. */
+  hints?: string[];
+}
 export interface ShapeMismatch { kind: string; baseline: string; candidate: string; baseline_shape: (number | null)[]; candidate_shape: (number | null)[]; how: string }
 /** What each run recorded, from its layouts (engine/structure.py); empty before the engine computed it. */
 export interface Structure {

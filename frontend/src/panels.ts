@@ -39,6 +39,7 @@ function structurePanel(s: Summary, roles: Record<string, string>): HTMLElement 
                 e.kind ? el("span", { cls: "tbp-hint", text: `  ${shape(e.shape)}, ${e.size} elements` }) : null,
                 e.expected ? el("span", { cls: "tbp-chip", text: "expected" }) : null,
                 e.candidates?.length ? el("div", { cls: "tbp-hint", text: `same kind and shape, ambiguous: ${e.candidates.join(", ")}` }) : null,
+                ...(e.hints ?? []).map((hint) => el("div", { cls: "tbp-hint", attrs: { "data-testid": "only-in-hint" }, text: hint })),
               ),
             ),
           )

@@ -48,7 +48,7 @@ class Structure:
 
     baseline: str
     candidate: str
-    only_in: dict[str, list[dict[str, Any]]]  # run -> [{tag, kind, shape, size, expected, candidates}]
+    only_in: dict[str, list[dict[str, Any]]]  # run -> [{tag, kind, shape, size, expected, candidates, hints}]
     variables: dict[str, dict[str, int]]  # run -> {count, size}: every recorded variable (weight/state/slot)
     shape_mismatches: list[dict[str, Any]]  # [{kind, baseline, candidate, baseline_shape, candidate_shape, how}]
     created_twice: dict[str, list[dict[str, str]]]  # run -> [{tag, like}]
@@ -130,6 +130,9 @@ def structure_of(base: Any, cand: Any, alignment: align.Alignment, allow_unmatch
                     entry["twins"] = twins
             if s.kind == "slot" and _tf1_rmsprop_momentum(s.name, centered[run is base]):
                 entry["tf1_rmsprop_momentum"] = _tf1_rmsprop_momentum(s.name, centered[run is base])
+            hints = entry_hints(entry, "baseline" if run is base else "candidate")
+            if hints:
+                entry["hints"] = hints
             entries.append(entry)
         only_in[run.name] = entries
     variables = {}
@@ -414,30 +417,37 @@ def describe_entry(run: str, entry: dict[str, Any], side: str) -> str:
     text = f"recorded by the {side} {run!r} only ({entry['kind']}, shape {entry['shape']}, {entry['size']} elements)"
     if entry.get("candidates"):
         text += f"; same kind and shape in the other run, ambiguous: {', '.join(entry['candidates'])}"
+    return "; ".join([text, *entry_hints(entry, side)])
+
+
+def entry_hints(entry: dict[str, Any], side: str) -> list[str]:
+    """What a tensor recorded by one run only looks like it is, from how it starts (a shared weight's
+    copies, a tied weight ported as a layer of its own): worded once for the notes and for the
+    structure's JSON (``hints``), which the tab's structure panel shows under the entry."""
+    other = "baseline" if side == "candidate" else "candidate"
+    hints = []
     if entry.get("transpose_of"):
-        other = "baseline" if side == "candidate" else "candidate"
-        text += (
-            f"; starts as the transpose of the {other}'s {entry['transpose_of']}: a tied weight (an output "
+        hints.append(
+            f"starts as the transpose of the {other}'s {entry['transpose_of']}: a tied weight (an output "
             "projection that reuses an embedding, matmul(h, embedding, transpose_b=True)) ported as a layer of "
             "its own? It then trains apart from the embedding, which loses this use's gradient"
         )
     if entry.get("twins"):
         twins, shared = entry["twins"]["twins"], entry["twins"]["shared"]
-        other = "baseline" if side == "candidate" else "candidate"
-        text += (
-            f"; it and this run's {', '.join(twins)} start alike, as the {other}'s {', '.join(shared)} "
+        hints.append(
+            f"it and this run's {', '.join(twins)} start alike, as the {other}'s {', '.join(shared)} "
             f"{'does' if len(shared) == 1 else 'do'}: a layer the {other} shares (a variable_scope reused, one "
             "layer called on several inputs) held as a copy per use here? Each copy then takes only its own "
             "use's gradient, where the shared weight takes their sum"
         )
     if entry.get("copies"):
-        text += (
-            f"; {len(entry['copies'])} of them start as this one does ({', '.join(entry['copies'])}): a layer "
+        hints.append(
+            f"{len(entry['copies'])} of them start as this one does ({', '.join(entry['copies'])}): a layer "
             f"the {side} shares (a variable_scope reused, one layer called on several inputs, a tied weight) "
             "built once per use in the other run? Each copy then takes only its own use's gradient, where the "
             "shared weight takes their sum: share the layer, or pair one copy with --map to compare the rest"
         )
-    return text
+    return hints
 
 
 #: How each kind is recorded, for a run that recorded none of it (README: "Log both sides").

@@ -79,6 +79,11 @@ def test_structure_divergence_and_the_structure_panel(page, server: str, demo_lo
         assert shown.count() == len(entries)
         for k, e in enumerate(entries):
             assert shown.nth(k).inner_text().startswith(e["tag"])
+    # a structure hint (the engine's words) under its entry: the tied projection ported as a layer
+    (tied,) = [e for e in st["only_in"]["structure/tf2"] if e.get("hints")]
+    assert tied["tag"] == "weight/lm/out/kernel" and tied["transpose_of"] == "weight/lm/embedding"
+    entry = panel.locator("[data-testid=unmatched][data-run='structure/tf2'] [data-testid=only-in]", has_text="lm/out")
+    assert entry.locator("[data-testid=only-in-hint]").all_inner_texts() == tied["hints"]
     (mismatch,) = st["shape_mismatches"]
     text = panel.locator("[data-testid=shape-mismatches] tbody tr").inner_text()
     assert mismatch["baseline"] in text and "[4]" in text and "[5]" in text
