@@ -79,6 +79,26 @@ def test_a_mixed_float16_port_is_said_to_compute_in_float16(tmp_path) -> None:
     assert sum("mixed_float16 policy" in w for w in report.warnings) == 1, report.warnings
 
 
+def test_a_bfloat16_port_against_a_float16_one_is_said_to_compute_coarser(tmp_path) -> None:
+    """Both runs mixed, of other precisions (a review found no clause once both counted as mixed)."""
+    _port(str(tmp_path / "half"), "mixed_float16")
+    _port(str(tmp_path / "brain"), "mixed_bfloat16")
+    half, brain = (
+        np.asarray(tensors_by_step(str(tmp_path / run))[0][("activation", "dense")][2], np.float64)
+        for run in ("half", "brain")
+    )
+    exact = (X[:BATCH].astype(np.float64) @ K.astype(np.float64)).reshape(half.shape)
+    # numpy: bfloat16 (8 significant bits) lands further from the exact output than float16 (11)
+    assert np.abs(brain - exact).max() > np.abs(half - exact).max() and np.abs(brain - half).max() > 1e-5
+    report = compare(str(tmp_path), baseline="half", candidate="brain", allow_unmatched=["lr/*"])
+    first = report.first_divergence
+    assert first is not None and (first.step, first.tensor) == (0, "dense"), first
+    assert "'brain' computed under the Keras mixed_bfloat16 policy (bfloat16 compute, 8 significant bits" in (
+        first.note or ""
+    ), first.note
+    assert "'half' computed under mixed_float16 (float16 compute)" in (first.note or ""), first.note
+
+
 def test_a_float32_port_is_not_told_of_a_policy(tmp_path) -> None:
     _tf1(str(tmp_path / "tf1"))
     _port(str(tmp_path / "plain"), None)

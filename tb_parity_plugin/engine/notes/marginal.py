@@ -19,34 +19,44 @@ from tb_parity_plugin.engine.tolerance import (
 )
 from tb_parity_plugin.records import metadata
 
+#: Significant bits of a Keras mixed policy's compute dtype (float32's 24 for any other policy): a
+#: mixed_float16 run against a mixed_bfloat16 one computes apart too (a review found no clause there).
+_COMPUTE_BITS = {"float16": 11, "bfloat16": 8}
+_COMPUTE_BITS_NAME = {bits: name for name, bits in _COMPUTE_BITS.items()}
+
 
 class MarginalNotes(NoteContext):
     """The marginal note's reads of the comparison: how a difference grows, what amplifies rounding."""
 
     def _precision_note(self, kind: Optional[str] = None, k: Optional[int] = None) -> Optional[str]:
-        """When one run computed under a Keras mixed-precision policy and the other did not (the TF2
-        shim records the policy in its run info; TF1 runs compute in their variables' float32): what
-        float16 or bfloat16 compute does to every value compared. A new user's faithful
+        """When one run computed under a Keras mixed-precision policy and the other did not, or under
+        one of another precision (the TF2 shim records the policy in its run info; TF1 runs compute in
+        their variables' float32): what float16 or bfloat16 compute does to every value compared. A new user's faithful
         ``mixed_float16`` port diverged at step 0 on a layer's output, told it "computes another
         function of its input", with no word of float16. None for a divergence of ``kind`` at compared
         step ``k`` that no compute reaches: a learning rate, or a variable at the first step, read before
         any update (the policy keeps variables in float32): a mixed port's kernel initialised otherwise,
         0.15 apart at step 0, was told that differences of that order are float16's rounding."""
-        if kind == "lr" or (kind in ("weight", "slot", "state") and k == 0):
+        if kind in ("lr", "hparam") or (kind in ("weight", "slot", "state") and k == 0):
             return None
         policies = [str(run.info.get("keras_policy") or "") for run in (self.base, self.cand)]
-        mixed = [p.startswith("mixed_") for p in policies]
-        if mixed[0] == mixed[1]:
+        bits = [_COMPUTE_BITS.get(p.removeprefix("mixed_"), 24) if p.startswith("mixed_") else 24 for p in policies]
+        if bits[0] == bits[1]:  # the same compute precision (mixed_float16 on both sides: no clause)
             return None
-        run, other = (self.cand, self.base) if mixed[1] else (self.base, self.cand)
-        policy = policies[1] if mixed[1] else policies[0]
-        half = policy.removeprefix("mixed_")
-        bits = 8 if half == "bfloat16" else 11
+        low = 0 if bits[0] < bits[1] else 1  # the run of the coarser compute
+        run, other = (self.base, self.cand) if low == 0 else (self.cand, self.base)
+        policy, half = policies[low], policies[low].removeprefix("mixed_")
+        against = (
+            "did not"
+            if bits[1 - low] == 24
+            else f"computed under {policies[1 - low]} ({_COMPUTE_BITS_NAME[bits[1 - low]]} compute)"
+        )
         return (
-            f"'{run.name}' computed under the Keras {policy} policy ({half} compute, {bits} bits of mantissa: about "
-            f"{2.0**-bits:.0e} of each value per operation) and '{other.name}' did not: differences of that order, "
-            "and what they move later, are its rounding; compare this port against the same port without the "
-            "policy for the training's parity, and loosen to its resolution for this one (README: Mixed precision)"
+            f"'{run.name}' computed under the Keras {policy} policy ({half} compute, {bits[low]} significant bits: "
+            f"about {2.0 ** -bits[low]:.0e} of each value per operation) and '{other.name}' {against}: differences "
+            "of that order, and what they move later, are its rounding; compare this port against the same port "
+            "without the policy for the training's parity, and loosen to its resolution for this one (README: "
+            "Mixed precision)"
         )
 
     def _amplifiers(self) -> str:
