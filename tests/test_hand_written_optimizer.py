@@ -383,11 +383,21 @@ class ScaledLinear(tf.Module):
             self.scale = tf.Variable(1.0, name="scale")
 
 
-def test_an_own_sgd_whose_counter_has_a_scalar_weights_shape_is_not_refused(tmp_path) -> None:
-    """Its int64 step counter has the float32 scale's shape, (): it was refused as a misnamed slot."""
+class HandSGDWithRate(HandSGD):
+    """Plain SGD keeping its learning rate as a float32 scalar variable (the scale's shape and dtype)."""
+
+    def __init__(self, var_list: list) -> None:
+        super().__init__(var_list)
+        self.learning_rate = tf.Variable(LR0, trainable=False, name="learning_rate")
+
+
+@pytest.mark.parametrize("optimizer", [HandSGD, HandSGDWithRate], ids=["int64 counter", "float32 rate"])
+def test_an_own_sgd_whose_counter_has_a_scalar_weights_shape_is_not_refused(tmp_path, optimizer: type) -> None:
+    """Its int64 step counter has the float32 scale's shape, (): it was refused as a misnamed slot; a
+    float32 learning-rate variable has its dtype too, and was refused the same way."""
     model = ScaledLinear()
     variables = list(model.trainable_variables)
-    opt = HandSGD(variables)
+    opt = optimizer(variables)
     rec = summary_v2.Recorder(str(tmp_path / "tf2"))
     for s in range(STEPS):
         xb, yb = X[s * BATCH : (s + 1) * BATCH], Y[s * BATCH : (s + 1) * BATCH]

@@ -219,7 +219,9 @@ def keeps_unnamed_slots(optimizer: Any, var_list: list[Any], model: Sequence[Any
     its parameters, ``self.params = var_list``), and its named averages are no unnamed slot: such an
     SGD was refused at its first step."""
     held = getattr(optimizer, "variables", ())
-    kinds = {_shape_and_dtype(v) for v in var_list}
+    # not a scalar's: a float step counter, learning rate or loss scale holds the shape and dtype of a
+    # learnable scalar (an output scale), and a valid program is not refused for a guess
+    kinds = {_shape_and_dtype(v) for v in var_list if _shape(v) != ()}
     skip = {id(v) for v in [*var_list, *model]} | own_named(optimizer, var_list)
     return any(
         _shape_and_dtype(v) in kinds for v in _unsharded(held() if callable(held) else held) if id(v) not in skip
