@@ -147,6 +147,13 @@ def _keras_policy() -> Optional[str]:
     return next((name for name in names if name.startswith("mixed_")), names[0] if names else None)
 
 
+def _last_op() -> tuple:
+    """The current graph and the id of its last op (ops are numbered in creation order; -1: none)."""
+    graph = tf.compat.v1.get_default_graph()
+    ops = graph.get_operations()
+    return graph, (ops[-1]._id if ops else -1)
+
+
 def _in_xla() -> bool:
     """Inside a function that XLA compiles: ``tf.function(jit_compile=True)`` (Keras 3 ``fit`` builds its
     step so under ``jit_compile``). The recorder's ops failed there with XLA's "Detected unsupported
@@ -175,6 +182,7 @@ class Recorder(BaseRecorder):
         self._replicas = 1  # the most per-replica copies seen in a step (run_info's "replicas")
         self._py_writer: Optional[writer.BlockWriter] = None  # steps with runtime-resolved layouts
         self._layouts = StepLayouts(full_values_limit)
+        self._step_opened: Optional[tuple] = None  # (graph, id of its last op) when the open step began
 
     # -- BaseRecorder hooks -------------------------------------------------------
     def _check_open(self) -> None:
@@ -185,7 +193,12 @@ class Recorder(BaseRecorder):
         if tf.inside_function() and isinstance(var, tf.Variable) and hasattr(var, "handle"):
             # Stateful ops of a tf.function run in program order: a write built before this
             # read runs before it, and the value logged would be the updated one.
-            written = ordering.writers(var, calls=False)
+            # Only writes built since this step opened: a step opened after another phase's update in
+            # the same function (a GAN's generator step after the discriminator's) records the values
+            # that phase left, as TF1's second `sess.run` does (such a port was refused here).
+            graph, opened = self._step_opened or (None, -1)
+            current = tf.compat.v1.get_default_graph()
+            written = [op for op in ordering.writers(var, calls=False) if current is not graph or op._id > opened]
             if written:
                 raise ValueError(
                     f"tb_parity: {tag} is recorded after {written[0].name!r} wrote it in this step; "
@@ -284,6 +297,7 @@ class Recorder(BaseRecorder):
             raise ValueError(_IN_XLA)
         if self._step is not None:
             raise RuntimeError("recorder.step() does not nest")
+        self._step_opened = _last_op() if tf.inside_function() else None
         self._step = tf.cast(tf.convert_to_tensor(step), tf.int64)
         self._take_entries()
         ok = False
