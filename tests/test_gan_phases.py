@@ -17,6 +17,7 @@ import tensorflow as tf
 from shim_readback import tensors_by_step
 
 from tb_parity_plugin import summary_v2
+from tb_parity_plugin.api import compare
 from tb_parity_plugin.shim.variables import variable_name
 
 LR = 0.1
@@ -90,3 +91,52 @@ def test_a_write_inside_the_step_is_still_refused(tmp_path) -> None:
 
     with pytest.raises(ValueError, match="recorded after .* wrote it"):
         train_step(tf.constant(X[0]))
+
+
+def _adam_phases(root: str, run: str, d_beta_1: float) -> None:
+    """Both phases with Adam; the discriminator has a one-unit output and its bias, shape [1]."""
+    disc = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(1)])
+    gen = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(3, use_bias=False)])
+    disc.set_weights([K_D, np.zeros(1, np.float32)])
+    gen.set_weights([K_G])
+    d_opt = tf.keras.optimizers.Adam(LR, beta_1=d_beta_1)
+    g_opt = tf.keras.optimizers.Adam(LR, beta_1=0.5)
+    rec_d = summary_v2.Recorder(f"{root}/d/{run}")
+    rec_g = summary_v2.Recorder(f"{root}/g/{run}")
+
+    @tf.function
+    def train_step(x: tf.Tensor) -> None:
+        for rec, opt, model, sign in ((rec_d, d_opt, disc, 1.0), (rec_g, g_opt, gen, -1.0)):
+            with rec.step(opt.iterations):
+                rec.variables(disc, d_opt)
+                rec.variables(gen, g_opt)
+                with tf.GradientTape() as tape:
+                    loss = rec.loss(sign * tf.reduce_mean(disc(gen(x) if sign < 0 else x)), "loss")
+                rec.minimize(opt, loss, model.trainable_variables, tape)
+
+    for x in X:
+        train_step(tf.constant(x))
+    rec_d.close()
+    rec_g.close()
+
+
+def test_a_slot_updated_by_the_phase_before_is_not_said_to_start_otherwise(tmp_path) -> None:
+    """The discriminator's beta_1 0.9 for 0.5: in the generator's logdir its first moments differ at
+    step 0, after the discriminator's first update (the bias's: 1 - beta_1 times its gradient, 1, so
+    0.5 against 0.1). Its one element was told "starts at 0.5 in the baseline and 0.1 in the
+    candidate: the optimizers initialise this slot differently"; the slot starts at 0 in both."""
+    _adam_phases(str(tmp_path), "tf1", 0.5)
+    _adam_phases(str(tmp_path), "tf2", 0.9)
+    logged = {run: tensors_by_step(str(tmp_path / "g" / run))[0] for run in ("tf1", "tf2")}
+    m_bias = {
+        run: [v[2] for k, v in t.items() if k[0] == "slot" and k[1].startswith("m/") and v[2].size == 1]
+        for run, t in logged.items()
+    }
+    # numpy: d_loss = mean(x @ kd + b): the bias's gradient is 1, so its first moment is 1 - beta_1
+    np.testing.assert_allclose(m_bias["tf1"], [[0.5]], rtol=1e-6)
+    np.testing.assert_allclose(m_bias["tf2"], [[0.1]], rtol=1e-6)
+    report = compare(str(tmp_path / "g"), "tf1", "tf2")
+    assert not report.agree and report.first_divergence.step == 0
+    assert report.first_divergence.kind == "slot"
+    notes = " ".join(d.note or "" for d in report.divergences_at_first_step)
+    assert "initialise this slot differently" not in notes

@@ -385,6 +385,17 @@ class UpdateNotes(NoteContext):
         starts = [_one_value(pair.base.stats[0], fewest), _one_value(pair.cand.stats[0], fewest)]
         if starts[0] is None or starts[1] is None or starts[0] == starts[1]:
             return None
+        if fewest == 1 and not all(
+            _one_value(run.stats[0], 1) is not None
+            for q in self._pairs
+            if q.base.kind == "slot"
+            for run in (q.base, q.cand)
+            if int(run.steps[0]) == 0
+        ):
+            # Step 0 is no start when another slot already holds several values there: a GAN's
+            # generator phase, recorded after the discriminator's update in the same iteration (its
+            # one-unit output bias's first moment was said to start at 0.033 against 0).
+            return None
         return (
             f"every element starts at {starts[0]:g} in the baseline and {starts[1]:g} in the candidate: the "
             "optimizers initialise this slot differently (TF1's RMSProp starts its mean square at 1, Keras at 0: "
