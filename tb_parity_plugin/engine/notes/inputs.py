@@ -325,12 +325,8 @@ class InputNotes(NoteContext):
         # four of each held TF1's rows in another order, every example's row changed
         if (close.sum(axis=1) != 1).any():
             return None
-        taken = np.zeros(rows, dtype=bool)
-        for i in np.argsort(close.sum(axis=1)):  # the rows with fewest matches first
-            free = np.flatnonzero(close[i] & ~taken)
-            if not len(free):
-                return None
-            taken[free[0]] = True
+        if len(np.unique(close.argmax(axis=1))) != rows:  # each its own row: one to one
+            return None
         moved = int((~close.diagonal()).sum())
         trained = [p for p in self._pairs if p.base.kind in ("loss", "grad") and p.ib[k] >= 0 and p.ic[k] >= 0]
         for p in trained:
