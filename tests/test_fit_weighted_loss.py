@@ -7,6 +7,8 @@ of reductions, label smoothing and regularization only). The losses are checked 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import tensorflow as tf
 from shim_readback import tensors_by_step
@@ -20,6 +22,19 @@ Y = np.eye(3, dtype=np.float32)[LABELS]
 W = (RNG.standard_normal((3, 3)) * 0.5).astype(np.float32)
 CLASS_WEIGHT = {0: 1.0, 1: 3.0, 2: 0.5}
 BATCH, STEPS = 8, 4
+
+
+def _train_alternating(rec: Any, train_op: Any, x: Any, y: Any, xs: np.ndarray) -> None:
+    """The originals' session: ``STEPS`` steps over the two batches of ``xs`` and ``Y`` in turn, then
+    the recorder closed."""
+    fetches = rec.fetches
+    with tf.compat.v1.Session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        for step in range(STEPS):
+            i = step % 2
+            feed = {x: xs[i * BATCH : (i + 1) * BATCH], y: Y[i * BATCH : (i + 1) * BATCH]}
+            rec.write(sess.run([train_op, fetches], feed)[1])
+    rec.close()
 
 
 def train_tf1(run_dir: str) -> None:
@@ -37,14 +52,7 @@ def train_tf1(run_dir: str) -> None:
         rec.lr(tf.constant(0.1))
         train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.1), loss, global_step=gs)
         rec.variables()
-        fetches = rec.fetches
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for step in range(STEPS):
-                i = step % 2
-                feed = {x: X[i * BATCH : (i + 1) * BATCH], y: Y[i * BATCH : (i + 1) * BATCH]}
-                rec.write(sess.run([train_op, fetches], feed)[1])
-        rec.close()
+        _train_alternating(rec, train_op, x, y, X)
 
 
 def train_fit(run_dir: str, class_weight: dict[int, float] | None) -> None:
@@ -112,14 +120,7 @@ def train_tf1_regularized(run_dir: str, l2: float, record_total: bool) -> None:
         rec.lr(tf.constant(0.1))
         train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.1), total, global_step=gs)
         rec.variables()
-        fetches = rec.fetches
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for step in range(STEPS):
-                i = step % 2
-                feed = {x: XW[i * BATCH : (i + 1) * BATCH], y: Y[i * BATCH : (i + 1) * BATCH]}
-                rec.write(sess.run([train_op, fetches], feed)[1])
-        rec.close()
+        _train_alternating(rec, train_op, x, y, XW)
 
 
 def fit_regularized(run_dir: str, keras_l2: float) -> None:

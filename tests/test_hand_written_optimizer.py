@@ -35,6 +35,7 @@ from tb_parity_plugin import compare, summary_v1, summary_v2
 
 RNG = np.random.default_rng(11)
 STEPS, BATCH, MOMENTUM = 6, 8, 0.9
+DECAY = 0.9  # the moving average's, in train_tf1(averaged=True) and AveragedMomentum
 LR0, DECAY_STEPS = 0.1, 3  # staircase: 0.1 at steps 0-2, 0.05 at 3-5
 X = RNG.normal(size=(STEPS * BATCH, 4)).astype(np.float32)
 Y = RNG.normal(size=(STEPS * BATCH, 2)).astype(np.float32)
@@ -60,10 +61,13 @@ def numpy_tf1() -> tuple[list[np.ndarray], list[np.ndarray]]:
 
 
 def train_tf1(
-    run_dir: str, optimizer: Callable[[tf.Tensor], Any] = lambda lr: tf.compat.v1.train.MomentumOptimizer(lr, MOMENTUM)
+    run_dir: str,
+    optimizer: Callable[[tf.Tensor], Any] = lambda lr: tf.compat.v1.train.MomentumOptimizer(lr, MOMENTUM),
+    averaged: bool = False,
 ) -> None:
     """The TF1 original on the dense layer under its staircase schedule; ``optimizer`` of the lr
-    (Momentum unless given)."""
+    (Momentum unless given); ``averaged``: an ``ExponentialMovingAverage`` (decay ``DECAY``) of the
+    weights after each update."""
     with tf.Graph().as_default():
         rec = summary_v1.Recorder(run_dir)
         gs = tf.compat.v1.train.get_or_create_global_step()
@@ -76,6 +80,9 @@ def train_tf1(
         lr = rec.lr(tf.compat.v1.train.exponential_decay(LR0, gs, DECAY_STEPS, 0.5, staircase=True))
         opt = optimizer(lr)
         train_op = rec.minimize(opt, loss, global_step=gs)
+        if averaged:
+            with tf.control_dependencies([train_op]):
+                train_op = tf.compat.v1.train.ExponentialMovingAverage(DECAY).apply(tf.compat.v1.trainable_variables())
         rec.variables(optimizer=opt)
         train(rec, train_op, [x, y], [X, Y], STEPS, BATCH)
 
@@ -315,29 +322,6 @@ def test_an_own_optimizer_holding_its_parameters_records_them_as_weights(tmp_pat
     assert not any(kind == "slot" for kind, _ in port[0]), sorted(port[0])
 
 
-DECAY = 0.9
-
-
-def train_tf1_averaged(run_dir: str) -> None:
-    """TF1's momentum, then ``ExponentialMovingAverage`` of the weights after each update."""
-    with tf.Graph().as_default():
-        rec = summary_v1.Recorder(run_dir)
-        gs = tf.compat.v1.train.get_or_create_global_step()
-        x = tf.compat.v1.placeholder(tf.float32, [None, 4])
-        y = tf.compat.v1.placeholder(tf.float32, [None, 2])
-        with tf.compat.v1.variable_scope("dense"):
-            kernel = tf.compat.v1.get_variable("kernel", initializer=K0)
-        out = rec.activation("dense", tf.matmul(x, kernel))
-        loss = rec.loss(tf.compat.v1.losses.mean_squared_error(y, out))
-        lr = rec.lr(tf.compat.v1.train.exponential_decay(LR0, gs, DECAY_STEPS, 0.5, staircase=True))
-        opt = tf.compat.v1.train.MomentumOptimizer(lr, MOMENTUM)
-        update = rec.minimize(opt, loss, global_step=gs)
-        with tf.control_dependencies([update]):
-            train_op = tf.compat.v1.train.ExponentialMovingAverage(DECAY).apply(tf.compat.v1.trainable_variables())
-        rec.variables(optimizer=opt)
-        train(rec, train_op, [x, y], [X, Y], STEPS, BATCH)
-
-
 class AveragedMomentum(HandMomentum):
     """TF1's rule, keeping an ``ExponentialMovingAverage`` of the weights it updates (its shadows
     ``dense/kernel/ExponentialMovingAverage``, of the kernel's shape)."""
@@ -356,7 +340,7 @@ class AveragedMomentum(HandMomentum):
 def test_an_own_optimizers_moving_average_is_state_as_tf1s(tmp_path) -> None:
     """TF1 records its shadow as ``state``; the port's, named so, was recorded as a slot: a
     structure DIVERGE on a faithful port."""
-    train_tf1_averaged(str(tmp_path / "tf1"))
+    train_tf1(str(tmp_path / "tf1"), averaged=True)
     train_port(str(tmp_path / "tf2"), AveragedMomentum, as_optimizer=True)
     weights, accs = numpy_tf1()
     average = [K0.astype(np.float64)]

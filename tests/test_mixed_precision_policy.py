@@ -10,7 +10,7 @@ float16's resolution.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -64,10 +64,9 @@ def _port(run_dir: str, policy: Optional[str], kernel: np.ndarray = K) -> None:
         tf.keras.mixed_precision.set_global_policy("float32")
 
 
-def test_a_mixed_float16_port_is_said_to_compute_in_float16(tmp_path) -> None:
-    _tf1(str(tmp_path / "tf1"))
-    _port(str(tmp_path / "mixed"), "mixed_float16")
-    # numpy: float16 moves the step-0 output past the default atol (1e-5), within float16's resolution
+def _said_float16(tmp_path: Any) -> Any:
+    """The ``mixed`` run against ``tf1``: numpy says float16 moved the step-0 output past the default
+    atol (1e-5), within float16's resolution, and the first divergence there says float16. The report."""
     recorded = np.asarray(tensors_by_step(str(tmp_path / "mixed"))[0][("activation", "dense")][2], np.float64)
     exact = X[:BATCH].astype(np.float64) @ K.astype(np.float64)
     gap = np.abs(recorded.reshape(exact.shape) - exact).max()
@@ -76,6 +75,13 @@ def test_a_mixed_float16_port_is_said_to_compute_in_float16(tmp_path) -> None:
     first = report.first_divergence
     assert first is not None and (first.step, first.kind, first.tensor) == (0, "activation", "dense"), first
     assert "'mixed' computed under the Keras mixed_float16 policy (float16 compute" in (first.note or ""), first.note
+    return report
+
+
+def test_a_mixed_float16_port_is_said_to_compute_in_float16(tmp_path) -> None:
+    _tf1(str(tmp_path / "tf1"))
+    _port(str(tmp_path / "mixed"), "mixed_float16")
+    report = _said_float16(tmp_path)
     assert sum("mixed_float16 policy" in w for w in report.warnings) == 1, report.warnings
 
 
@@ -150,11 +156,4 @@ def test_a_keras_3_port_beside_tf_keras_is_said_to_compute_in_float16(tmp_path) 
         rec.close()
     finally:
         keras.mixed_precision.set_global_policy("float32")
-    recorded = np.asarray(tensors_by_step(str(tmp_path / "mixed"))[0][("activation", "dense")][2], np.float64)
-    exact = X[:BATCH].astype(np.float64) @ K.astype(np.float64)
-    gap = np.abs(recorded.reshape(exact.shape) - exact).max()
-    assert 1e-5 < gap < 4 * 2.0**-11 * np.abs(exact).max(), gap
-    report = compare(str(tmp_path), baseline="tf1", candidate="mixed", allow_unmatched=["lr/*"])
-    first = report.first_divergence
-    assert first is not None and (first.step, first.kind, first.tensor) == (0, "activation", "dense"), first
-    assert "'mixed' computed under the Keras mixed_float16 policy (float16 compute" in (first.note or ""), first.note
+    _said_float16(tmp_path)
