@@ -334,6 +334,7 @@ class Comparison(Notes):
                 (
                     self._grad_scale(pair, k)
                     or self._decay_note(pair, k)
+                    or self._grad_scale_within_tolerance(pair, k)
                     or (None if kink else self._jump_from_agreeing_inputs(pair, k) or self._backward_differs(pair, k))
                 )
                 if b.kind == "grad"
