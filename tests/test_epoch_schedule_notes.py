@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 import numpy as np
+import pytest
 import tensorflow as tf
 import tf1_session
 from shim_readback import tensors_by_step
@@ -145,3 +146,47 @@ def test_a_decay_counted_in_epochs_on_one_side_and_steps_on_the_other_is_named_a
         assert d is not None and (d.step, d.kind) == (1, "lr"), d
         assert f"the candidate's value at each step s is the baseline's at step {mapped}" in (d.note or ""), d.note
         assert f"if an epoch is {PER_EPOCH} steps" in d.note, d.note
+
+
+@pytest.mark.parametrize("n, batch, epochs", [(30, 8, 5), (26, 4, 3)])
+def test_epochs_of_other_lengths_are_named_not_a_phase_shifted_by_one_step(tmp_path, n, batch, epochs) -> None:
+    """TF1's loop runs ``N // BATCH`` batches an epoch, dropping the partial last batch that the
+    ``fit`` port keeps; both halve the lr each epoch (a placeholder fed per epoch, a
+    ``LearningRateScheduler``). numpy: epochs of 3 steps against 4, so the lr parts at step 3 and the
+    candidate lags one more step each epoch. A new user's such port was told one phase of its
+    schedule ran a step behind, as a warm-up counted from 1 against 0 (epochs of 6 steps against 7,
+    three of them: the runs agree again on the last epoch's lr); with more epochs there was no note."""
+    per_tf1, per_fit = n // batch, -(-n // batch)
+    halving = lambda epoch, lr=None: 0.1 * 0.5**epoch  # noqa: E731
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(str(tmp_path / "tf1"))
+        x, y, lr, train_op = _tf1_graph(rec, lambda gs: tf.compat.v1.placeholder(tf.float32, []))
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for epoch in range(epochs):
+                for i in range(per_tf1):
+                    feed = {x: X[i * batch : (i + 1) * batch], y: Y[i * batch : (i + 1) * batch], lr: halving(epoch)}
+                    rec.write(sess.run([train_op, fetches], feed)[1])
+        rec.close()
+    model = tf.keras.Sequential(
+        [tf.keras.Input((3,)), tf.keras.layers.Dense(3, kernel_initializer=tf.constant_initializer(W), name="dense")]
+    )
+    model.compile(tf.keras.optimizers.SGD(0.1), tf.keras.losses.CategoricalCrossentropy(from_logits=True))
+    rec = summary_v2.Recorder(str(tmp_path / "fit"))
+    summary_v2.instrument(model, rec)
+    callback = tf.keras.callbacks.LearningRateScheduler(halving)
+    model.fit(X[:n], Y[:n], batch_size=batch, epochs=epochs, shuffle=False, verbose=0, callbacks=[callback])
+    rec.close()
+    base = np.array([halving(s // per_tf1) for s in range(epochs * per_tf1)])
+    cand = np.array([halving(s // per_fit) for s in range(epochs * per_tf1)])
+    recorded = tensors_by_step(str(tmp_path / "fit"))
+    np.testing.assert_allclose([recorded[s][("lr", "lr")][2] for s in range(len(cand))], cand, rtol=1e-7)
+    first = int(np.flatnonzero(base != cand)[0])
+    assert first == per_tf1
+    # no one shift holds from there on: the candidate lags one more step each epoch
+    assert all(any(cand[k] != base[k - d] for k in range(first, len(cand))) for d in (1, 2, 3))
+    d = compare(str(tmp_path), baseline="tf1", candidate="fit").first_divergence
+    assert d is not None and (d.step, d.kind) == (first, "lr"), d
+    assert f"epochs of {per_tf1} steps in the baseline and {per_fit} in the candidate" in (d.note or ""), d.note
+    assert "partial last batch" in d.note and "one phase" not in d.note, d.note

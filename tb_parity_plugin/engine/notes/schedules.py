@@ -71,6 +71,9 @@ class ScheduleNotes(NoteContext):
                     f"candidate's value at each step is the baseline's {abs(shift)} {steps_of} {side} (at step "
                     f"{step_k}: the baseline's at step {step_k + shift}{before}): its schedule {runs}: {cause}"
                 )
+        epochs = _epoch_length_note(steps, b, c, close)
+        if epochs is not None:
+            return epochs
         phase = _shifted_phase_note(steps, b, c, at, close)
         if phase is not None:
             return phase
@@ -222,6 +225,40 @@ def _shifted_phase_note(steps: np.ndarray, b: np.ndarray, c: np.ndarray, at: int
             f"step itself, or a boundary of a piecewise schedule moved by {abs(shift)} step(s)"
         )
     return None
+
+
+def _epoch_length_note(steps: np.ndarray, b: np.ndarray, c: np.ndarray, close: float) -> Optional[str]:
+    """When each run's value holds in stairs that change every ``P`` steps (at ``P``, ``2 P``, ...,
+    at least twice), ``P`` other in the two runs, through the same values in the same order: a value
+    set per epoch over epochs of other lengths. A new user's TF1 loop over ``N // batch_size``
+    batches dropped the partial last batch that its ``fit`` port kept (epochs of 6 steps against 7,
+    a ``LearningRateScheduler`` on both sides) and was told one phase of its schedule ran a step
+    behind, as a warm-up counted from 1: the lag grows by a step each epoch. Only a record of every
+    step from step 0 on is read (the periods are step numbers)."""
+    if len(steps) < 4 or int(steps[0]) != 0 or np.any(np.diff(steps) != 1):
+        return None
+    periods = []
+    for v in (b, c):
+        changes = np.flatnonzero(np.abs(np.diff(v)) > close) + 1  # the steps where a stair starts
+        if len(changes) < 2 or changes[0] < 2 or np.any(changes != changes[0] * np.arange(1, len(changes) + 1)):
+            return None
+        periods.append((int(changes[0]), changes))
+    (pb, cb), (pc, cc) = periods
+    if max(pb, pc) % min(pb, pc) == 0:  # equal, or a whole time scale: _time_scale_note's
+        return None
+    n = min(len(cb), len(cc))
+    starts_b, starts_c = np.concatenate([[0], cb[:n]]), np.concatenate([[0], cc[:n]])
+    if np.any(np.abs(b[starts_b] - c[starts_c]) > close):
+        return None
+    shown = lambda ch: ", ".join(str(int(x)) for x in ch[:4]) + (", ..." if len(ch) > 4 else "")  # noqa: E731
+    return (
+        f"the baseline's value changes every {pb} steps (at step {shown(cb)}) and the candidate's every {pc} "
+        f"(at step {shown(cc)}), through the same values: a value set per epoch (a LearningRateScheduler or "
+        f"ReduceLROnPlateau callback, a schedule in epochs) over epochs of {pb} steps in the baseline and {pc} in "
+        "the candidate: one run keeps a partial last batch that the other drops (a TF1 loop over N // batch_size "
+        "batches against fit, which keeps it, or a batch with drop_remainder=True on one side), or the runs "
+        "differ in batch size or in the number of examples an epoch holds"
+    )
 
 
 #: Longer shifts tried for a hyper-parameter in stairs (``Comparison._stair_shifts``).
