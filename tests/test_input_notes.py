@@ -61,7 +61,8 @@ def _tf1(run_dir: str, dropout: float = 0.0, training: bool = True, rows: int = 
         tf1_session.train(rec, train_op, (x, y), (X[:rows], Y[:rows]), STEPS, BATCH)
 
 
-def _fit(run_dir: str, shuffle: bool, second: str = "linear") -> None:
+def _fit(run_dir: str, shuffle: bool, second: str = "linear", order: Any = None) -> None:
+    """``order``: the rows of the data in that order (``shuffle=False`` keeps it)."""
     first, out = tf.keras.layers.Dense(H, "relu", name="dense"), tf.keras.layers.Dense(C, second, name="dense_1")
     inputs = tf.keras.Input((D,))
     model = tf.keras.Model(inputs, out(first(inputs)))
@@ -72,7 +73,8 @@ def _fit(run_dir: str, shuffle: bool, second: str = "linear") -> None:
     rec = summary_v2.Recorder(run_dir)
     summary_v2.instrument(model, rec, layers=[first, out])
     kwargs = {} if shuffle else {"shuffle": False}  # the default, as users leave it
-    model.fit(X, Y, batch_size=BATCH, epochs=1, verbose=0, **kwargs)
+    rows = np.arange(len(X)) if order is None else order
+    model.fit(X[rows], Y[rows], batch_size=BATCH, epochs=1, verbose=0, **kwargs)
     rec.close()
 
 
@@ -110,6 +112,26 @@ def test_the_same_batches_agree_and_a_wrong_activation_is_named_as_the_layers_ow
     assert (first.step, first.kind, first.tensor) == (0, "activation", "dense_1")
     assert "the outputs recorded before it agree at this step: this layer computes another function" in first.note
     assert "shuffle" not in first.note
+
+
+def test_rows_of_each_batch_in_another_order_on_one_device_name_no_replicas(tmp_path) -> None:
+    """A fit port fed TF1's batches with each batch's rows reversed trains the same (numpy: the batch
+    mean of the loss does not depend on the row order); no run had replicas, and the note sent it to
+    experimental_distribute_dataset first."""
+    _tf1(str(tmp_path / "tf1"))
+    reversed_rows = np.concatenate([np.arange(s, s + BATCH)[::-1] for s in range(0, len(X), BATCH)])
+    _fit(str(tmp_path / "tf2"), shuffle=False, order=reversed_rows)
+    every = np.maximum(X @ W1, 0.0)
+    np.testing.assert_allclose(_first_layer(str(tmp_path / "tf2"), 0), every[BATCH - 1 :: -1], rtol=1e-5, atol=1e-6)
+    logits = every @ W2
+    ce = np.log(np.exp(logits).sum(1)) - logits[np.arange(len(Y)), Y]
+    recorded = float(tensors_by_step(str(tmp_path / "tf2"))[0][("loss", "loss")][2])
+    np.testing.assert_allclose(recorded, ce[:BATCH][::-1].mean(), rtol=1e-5)
+    np.testing.assert_allclose(ce[:BATCH][::-1].mean(), ce[:BATCH].mean(), rtol=1e-12)
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert (first.step, first.kind, first.tensor) == (0, "activation", "dense"), first
+    assert "same rows in another order" in first.note and "the step trains the same" in first.note, first.note
+    assert "replica" not in first.note.replace("Neither run had replicas", ""), first.note
 
 
 def test_no_input_note_while_a_weight_is_compared_by_statistics_only() -> None:

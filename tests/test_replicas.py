@@ -167,6 +167,7 @@ def test_a_batch_dealt_to_the_replicas_in_another_order_is_named_so(logdir: str)
     assert (first.step, first.kind, first.tensor) == (0, "activation", "logits")
     assert "its 8 rows are the same rows in another order (6 of them moved" in first.note
     assert "the loss and every gradient recorded at this step agree: the step trains the same" in first.note
+    assert "a global batch dealt to the replicas otherwise than experimental_distribute_dataset" in first.note
     assert "another batch" not in first.note
 
 

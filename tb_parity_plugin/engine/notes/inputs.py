@@ -332,14 +332,24 @@ class InputNotes(NoteContext):
         for p in trained:
             p.ensure(k + 1, self.policy.equal_nan)
         same = bool(trained) and all(p.by_values_at(k) and p.reason[k] == OK for p in trained)
-        return (
-            f"its {rows} rows are the same rows in another order ({moved} of them moved: each row of "
-            f"'{self.cand.name}' is within tolerance of its own row of '{self.base.name}'): the same examples in "
-            "another order in the batch. A per-replica output is recorded as the replicas' parts concatenated "
+        # the replicas' dealing can only be the cause where a run had replicas: a single-device fit port fed
+        # each batch's rows in another order was sent to experimental_distribute_dataset first
+        split = any(self._replicas[r.name].count > 1 for r in (self.base, self.cand) if r.name in self._replicas)
+        causes = (
+            " A per-replica output is recorded as the replicas' parts concatenated "
             "in replica order, so a global batch dealt to the replicas otherwise than "
             "experimental_distribute_dataset deals it (in order, one contiguous share each: a dataset sharded "
             "by element, experimental_distribute_values_from_function) gives this; so does a shuffle within "
             "the batch on one side"
+            if split
+            else " Neither run had replicas: one run's input pipeline orders each batch's examples otherwise (a "
+            "shuffle within the batch, rows sorted or grouped on one side)"
+        )
+        return (
+            f"its {rows} rows are the same rows in another order ({moved} of them moved: each row of "
+            f"'{self.cand.name}' is within tolerance of its own row of '{self.base.name}'): the same examples in "
+            "another order in the batch."
+            + causes
             + (
                 "; the loss and every gradient recorded at this step agree: the step trains the same, and only "
                 "this output's row order differs"
