@@ -227,6 +227,11 @@ def _shifted_phase_note(steps: np.ndarray, b: np.ndarray, c: np.ndarray, at: int
     return None
 
 
+def _first_steps(steps: np.ndarray) -> str:
+    """The first four of ``steps``, for a note ("3, 6, 9, 12, ...")."""
+    return ", ".join(str(int(x)) for x in steps[:4]) + (", ..." if len(steps) > 4 else "")
+
+
 def _epoch_length_note(steps: np.ndarray, b: np.ndarray, c: np.ndarray, close: float) -> Optional[str]:
     """When each run's value holds in stairs that change every ``P`` steps (at ``P``, ``2 P``, ...,
     at least twice), ``P`` other in the two runs, through the same values in the same order: a value
@@ -250,10 +255,9 @@ def _epoch_length_note(steps: np.ndarray, b: np.ndarray, c: np.ndarray, close: f
     starts_b, starts_c = np.concatenate([[0], cb[:n]]), np.concatenate([[0], cc[:n]])
     if np.any(np.abs(b[starts_b] - c[starts_c]) > close):
         return None
-    shown = lambda ch: ", ".join(str(int(x)) for x in ch[:4]) + (", ..." if len(ch) > 4 else "")  # noqa: E731
     return (
-        f"the baseline's value changes every {pb} steps (at step {shown(cb)}) and the candidate's every {pc} "
-        f"(at step {shown(cc)}), through the same values: a value set per epoch (a LearningRateScheduler or "
+        f"the baseline's value changes every {pb} steps (at step {_first_steps(cb)}) and the candidate's every {pc} "
+        f"(at step {_first_steps(cc)}), through the same values: a value set per epoch (a LearningRateScheduler or "
         f"ReduceLROnPlateau callback, a schedule in epochs) over epochs of {pb} steps in the baseline and {pc} in "
         "the candidate: one run keeps a partial last batch that the other drops (a TF1 loop over N // batch_size "
         "batches against fit, which keeps it, or a batch with drop_remainder=True on one side), or the runs "
