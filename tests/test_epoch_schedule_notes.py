@@ -190,3 +190,57 @@ def test_epochs_of_other_lengths_are_named_not_a_phase_shifted_by_one_step(tmp_p
     assert d is not None and (d.step, d.kind) == (first, "lr"), d
     assert f"epochs of {per_tf1} steps in the baseline and {per_fit} in the candidate" in (d.note or ""), d.note
     assert "partial last batch" in d.note and "one phase" not in d.note, d.note
+
+
+def piecewise_lrs(boundaries: Sequence[int], steps: int) -> np.ndarray:
+    """``piecewise_constant`` / ``PiecewiseConstantDecay`` written out: value k while the step is past k
+    boundaries (a step equal to a boundary is still before it)."""
+    return np.array([0.1 * 0.5 ** sum(s > b for b in boundaries) for s in range(steps)], np.float32)
+
+
+def numpy_time_scales(base: np.ndarray, cand: np.ndarray) -> list[int]:
+    """Every whole m >= 2 with cand[s] == base[m s] at every step s from the first apart with m s logged
+    (at least one)."""
+    first = int(np.flatnonzero(base != cand)[0])
+    return [
+        m
+        for m in range(2, len(base))
+        if any(m * s < len(base) for s in range(first, len(cand)))
+        and all(cand[s] == base[m * s] for s in range(first, len(cand)) if m * s < len(base))
+    ]
+
+
+def numpy_changes(lrs: np.ndarray) -> list[int]:
+    """The steps whose lr differs from the step before."""
+    return [int(s) + 1 for s in np.flatnonzero(np.diff(lrs))]
+
+
+def test_piecewise_boundaries_written_in_epochs_name_the_epoch(tmp_path) -> None:
+    """TF1's ``piecewise_constant(global_step, boundaries in steps)`` ported to ``PiecewiseConstantDecay``
+    with the boundaries in epochs (4 steps an epoch, 6 epochs). A boundary is passed at ``boundary + 1``, so a
+    change of the port at step i lands on TF1's at ``4 (i - 1) + 1``, not ``4 i``: the note tried only
+    ``j = m i``, so boundaries [2, 4] for [8, 16] had no note, and [1, 2] for [4, 8] (numpy: the values
+    fit 3 and 4, the changes 4 alone) were named "3 times as fast ... if an epoch is 3 steps"."""
+    n = EPOCHS * PER_EPOCH
+    for tf1_bounds, port_bounds in (([2 * PER_EPOCH, 4 * PER_EPOCH], [2, 4]), ([PER_EPOCH, 2 * PER_EPOCH], [1, 2])):
+        base, cand = piecewise_lrs(tf1_bounds, n), piecewise_lrs(port_bounds, n)
+        first = int(np.flatnonzero(base != cand)[0])
+        assert PER_EPOCH in numpy_time_scales(base, cand)
+        landing = [PER_EPOCH * (i - 1) + 1 for i in numpy_changes(cand)]
+        assert [t for t in landing if t < n] == numpy_changes(base)
+        name = "_".join(map(str, port_bounds))
+        with tf.Graph().as_default():
+            rec = summary_v1.Recorder(str(tmp_path / name / "tf1"))
+            x, y, _, train_op = _tf1_graph(
+                rec, lambda gs, b=tf1_bounds: tf.compat.v1.train.piecewise_constant(gs, b, [0.1, 0.05, 0.025])
+            )
+            tf1_session.train(rec, train_op, (x, y), (np.tile(X, (EPOCHS, 1)), np.tile(Y, (EPOCHS, 1))), n, BATCH)
+        recorded = tensors_by_step(str(tmp_path / name / "tf1"))
+        np.testing.assert_allclose([recorded[s][("lr", "lr")][2] for s in sorted(recorded)], base, rtol=1e-7)
+        schedule = tf.keras.optimizers.schedules.PiecewiseConstantDecay(port_bounds, [0.1, 0.05, 0.025])
+        _fit(str(tmp_path / name / "fit"), schedule, EPOCHS)
+        d = compare(str(tmp_path / name), baseline="tf1", candidate="fit").first_divergence
+        assert d is not None and (d.step, d.kind) == (first, "lr"), d
+        assert f"the baseline's at step {PER_EPOCH} s" in (d.note or ""), d.note
+        assert f"its schedule runs {PER_EPOCH} times as fast as the baseline's" in d.note, d.note
+        assert f"if an epoch is {PER_EPOCH} steps" in d.note, d.note

@@ -321,38 +321,87 @@ def _time_scale_note(steps: np.ndarray, b: np.ndarray, c: np.ndarray, at: int, c
     user's port decayed its lr every step (``ExponentialDecay(decay_steps=1)``, the epoch count of
     TF1's ``decay_steps=4``, an epoch of 4 steps) and diverged at step 1 with no note. Each ``m`` is
     one that carries a change of one run onto a change of the other (at most
-    :data:`MAX_TIME_SCALES`); it must hold at every step both logged where the other's step exists
-    inside its record (at least 2), and the candidate's value must move there."""
+    :data:`MAX_TIME_SCALES`): at ``j = m i`` (stairs of ``floor(s / decay_steps)``) or at
+    ``j - 1 = m (i - 1)`` (a piecewise-constant boundary, passed at ``boundary + 1``); it must hold at
+    every step both logged where the other's step exists inside its record (at least 2), and the
+    candidate's value must move there. Every other whole factor that holds there too (at one step at
+    least) is named with it: piecewise-constant boundaries written in epochs (``[1, 2]`` for TF1's
+    ``[10, 20]``, 10 steps an epoch) hold for every factor from 7 to 10, and the note named 7 alone,
+    "if an epoch is 7 steps", for a port whose epoch is 10."""
     index = {int(v): i for i, v in enumerate(steps)}
     first, last = int(steps[0]), int(steps[-1])
     b_changes = [int(v) for v in steps[1:][np.abs(np.diff(b)) > close] if v > 0]
     c_changes = [int(v) for v in steps[max(at, 1) :][np.abs(np.diff(c[max(at - 1, 0) :])) > close] if v > 0]
-    tries = sorted({(j // i, True) for j in b_changes for i in c_changes if j % i == 0 and j // i >= 2})
-    tries += sorted({(i // j, False) for i in c_changes for j in b_changes if i % j == 0 and i // j >= 2})
-    for m, faster in tries[:MAX_TIME_SCALES]:
+
+    def carried(j: int, i: int) -> set[int]:
+        out = {j // i} if j % i == 0 else set()
+        return out | ({(j - 1) // (i - 1)} if i > 1 and (j - 1) % (i - 1) == 0 else set())
+
+    tries = sorted({(m, True) for j in b_changes for i in c_changes for m in carried(j, i) if m >= 2})
+    tries += sorted({(m, False) for i in c_changes for j in b_changes for m in carried(i, j) if m >= 2})
+
+    def holds(m: int, faster: bool) -> Optional[list[tuple[int, int]]]:
+        """The (candidate, baseline) index pairs where the candidate is the baseline's at ``m s`` (or
+        ``s // m``), or None when a step logged by both differs or the baseline skipped one inside its record."""
         found = []
         for i in range(at, len(steps)):
             t = int(steps[i]) * m if faster else int(steps[i]) // m
             if t in index:
+                if abs(c[i] - b[index[t]]) > close:
+                    return None
                 found.append((i, index[t]))
             elif first <= t <= last:
-                found = []  # a step the baseline did not log inside its record: no evidence either way
-                break
-        if len(found) < 2 or np.ptp([c[i] for i, _ in found]) <= close:
+                return None  # a step the baseline did not log inside its record: no evidence either way
+        return found
+
+    def carries(m: int, faster: bool) -> bool:
+        """Whether every change of the candidate whose counterpart lies in the baseline's record (at
+        least one) lands on a change of the baseline, as stairs of ``floor(s / decay_steps)`` carry them
+        (``j = m i``) or as piecewise-constant boundaries do (``j - 1 = m (i - 1)``)."""
+        changes, mine = set(b_changes), [i for i in c_changes if i >= int(steps[at])]
+        for stairs in (True, False):
+            if faster:
+                targets = [m * i if stairs else m * (i - 1) + 1 for i in mine]
+                if any(t in changes for t in targets) and all(t in changes for t in targets if t <= last):
+                    return True
+            else:
+                offset = 0 if stairs else 1
+                if all((i - offset) % m == 0 and (i - offset) // m + offset in changes for i in mine) and mine:
+                    return True
+        return False
+
+    for m, faster in tries[:MAX_TIME_SCALES]:
+        found = holds(m, faster)
+        if found is None or len(found) < 2 or np.ptp([c[i] for i, _ in found]) <= close:
             continue
-        if all(abs(c[i] - b[j]) <= close for i, j in found):
-            step_k = int(steps[at])
-            counterpart = step_k * m if faster else step_k // m
-            pace = f"{m} times as fast as" if faster else f"{m} times as slow as"
-            mapped = f"{m} s" if faster else f"s // {m}"
-            return (
-                f"from step {step_k} on, the candidate's value at each step s is the baseline's at step "
-                f"{mapped} ({len(found)} steps both runs logged; at step {step_k}: the "
-                f"baseline's at step {counterpart}): its schedule runs {pace} the baseline's: a decay counted in steps "
-                f"on one side and in epochs on the other (decay_steps, boundaries or a LearningRateScheduler's epoch, if "
-                f"an epoch is {m} steps), or gradient accumulation of {m} micro-batches counted per micro-batch on one "
-                "side"
-            )
+        low = high = m
+        while low > 2 and holds(low - 1, faster):
+            low -= 1
+        while holds(high + 1, faster):
+            high += 1
+        carrying = [k for k in range(low, high + 1) if carries(k, faster)]
+        if len(carrying) == 1:  # the one factor the schedules' own changes say: name it alone
+            low = high = m = carrying[0]
+            found = holds(m, faster) or found
+        step_k = int(steps[at])
+        counterpart = step_k * m if faster else step_k // m
+        factor = str(m) if low == high else f"{low} to {high}"
+        pace = f"{factor} times as fast as" if faster else f"{factor} times as slow as"
+        mapped = f"{m} s" if faster else f"s // {m}"
+        also = (
+            ""
+            if low == high
+            else f" (so does every whole factor from {low} to {high}: the steps logged cannot tell them apart)"
+        )
+        logged = f"{len(found)} step{'' if len(found) == 1 else 's'} both runs logged"
+        return (
+            f"from step {step_k} on, the candidate's value at each step s is the baseline's at step "
+            f"{mapped} ({logged}; at step {step_k}: the "
+            f"baseline's at step {counterpart}){also}: its schedule runs {pace} the baseline's: a decay counted in "
+            f"steps on one side and in epochs on the other (decay_steps, boundaries or a LearningRateScheduler's "
+            f"epoch, if an epoch is {factor} steps), or gradient accumulation of {factor} micro-batches counted per "
+            "micro-batch on one side"
+        )
     return None
 
 
