@@ -285,6 +285,50 @@ def test_a_port_whose_schedule_forgot_staircase_has_its_slots_told_the_lr_not_cl
     assert "its schedule is the difference" in slot.note and "clipping" not in slot.note, slot.note
 
 
+class _WarmupFromZero(tf.keras.optimizers.schedules.LearningRateSchedule):
+    """BERT's linear warm-up, ``peak * step / warmup_steps``: 0 at step 0."""
+
+    def __call__(self, step: Any) -> Any:
+        return 0.05 * tf.minimum(tf.cast(step, tf.float32) / 2.0, 1.0)
+
+    def get_config(self) -> dict:
+        return {}
+
+
+def test_keras_momentum_under_a_warmup_from_zero_is_told_where_its_rule_parts_from_tf1s(tmp_path) -> None:
+    """A warm-up from lr 0 (BERT's): TF1's accumulator holds step 0's gradient, Keras SGD's velocity
+    -lr x g holds 0, so the slot differs at step 1 and the weights from step 2 (numpy below). The
+    momentum note required a positive lr before the change, so the port's zero slot got the note
+    for clipping, a weight decay or the betas, none of which the port has."""
+
+    def make_opt(gs: Any, rec: Any) -> Any:
+        warm = 0.05 * tf.minimum(tf.cast(gs, tf.float32) / 2.0, 1.0)
+        return tf.compat.v1.train.MomentumOptimizer(rec.lr(warm), 0.9)
+
+    w_tf1 = [step["kernel"] for step in _regression_tf1(str(tmp_path / "tf1"), make_opt, lambda o, k: {"kernel": k})]
+    model = tf.keras.Sequential(
+        [tf.keras.Input((4,)), tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(K), name="dense")]
+    )
+    model.compile(tf.keras.optimizers.SGD(_WarmupFromZero(), momentum=0.9), "mse")
+    rec = summary_v2.Recorder(str(tmp_path / "tf2"))
+    summary_v2.instrument(model, rec)
+    w_port = []
+    for s in range(STEPS):
+        w_port.append(model.get_layer("dense").kernel.numpy())
+        model.fit(X[s], Y1[s], batch_size=8, epochs=1, shuffle=False, verbose=0)
+    rec.close()
+    for s in range(2):  # numpy: the same weights through step 1 (the update at 1 is the first to part)
+        np.testing.assert_allclose(w_port[s], w_tf1[s], rtol=1e-6, atol=1e-7)
+    assert np.abs(w_port[2] - w_tf1[2]).max() > 1e-4
+    logged = [tensors_by_step(str(tmp_path / side))[1] for side in ("tf1", "tf2")]
+    slots = [np.asarray(next(v[2] for (kind, _), v in at.items() if kind == "slot")) for at in logged]
+    assert np.all(slots[1] == 0) and np.abs(slots[0]).max() > 1e-3, slots
+    found = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert (found.step, found.kind) == (1, "slot"), found
+    assert "times lr/lr at step 0 / at step 1 = 0:" in found.note, found.note
+    assert "from lr 0" in found.note and "clipping" not in found.note, found.note
+
+
 def test_an_adam_slot_under_a_decaying_lr_is_not_told_momentum() -> None:
     """From a review: an Adam first moment 13% apart (another beta1) under an lr decaying 10% per
     step, its slot rule loosened by an override, was told Keras SGD's momentum rule (ratio 1.11)."""

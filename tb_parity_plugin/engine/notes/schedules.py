@@ -130,7 +130,7 @@ class ScheduleNotes(NoteContext):
         if both is None:
             return None
         b, c = (np.asarray(x, np.float64) for x in both)
-        if not (np.abs(b) > pair.tol.atol).any():
+        if not (np.abs(b) > pair.tol.atol).any() and not (np.abs(c) > pair.tol.atol).any():
             return None
         # float32 rounding accumulated in the slot, at the scale of its recent values: a new user's
         # conv kernel slot (scale 6e-3) was 2x TF1's within 2.3e-9, and a bias slot's elements that
@@ -156,11 +156,16 @@ class ScheduleNotes(NoteContext):
                 for side, series, rows in (("baseline", lr.base, lr.ib), ("candidate", lr.cand, lr.ic))
             }
             for keras, (before, now) in lrs.items():
-                if keras not in keras_sides or not (before > 0 and now > 0) or abs(before - now) <= HPARAM_RTOL * now:
+                if keras not in keras_sides or not (before >= 0 and now > 0) or abs(before - now) <= HPARAM_RTOL * now:
                     continue
-                scale = before / now if keras == "candidate" else now / before  # c = scale x b
-                if not np.all(np.abs(c - scale * b) <= 1e-4 * scale * np.abs(b) + scale * rounding):
-                    continue
+                if before == 0:  # a warm-up from lr 0: Keras's velocity -lr x g kept nothing, TF1's accumulator g
+                    kept, other_slot = (c, b) if keras == "candidate" else (b, c)
+                    if np.any(kept != 0) or not (np.abs(other_slot) > pair.tol.atol).any():
+                        continue
+                else:
+                    scale = before / now if keras == "candidate" else now / before  # c = scale x b
+                    if not np.all(np.abs(c - scale * b) <= 1e-4 * scale * np.abs(b) + scale * rounding):
+                        continue
                 other = "baseline" if keras == "candidate" else "candidate"
                 lr_name = f"{lr.base.kind}/{lr.base.name}"
                 ratio = f"{lr_name} at step {int(self.steps[k - 1])} / at step {int(self.steps[k])}"
@@ -168,7 +173,7 @@ class ScheduleNotes(NoteContext):
                     "Keras SGD keeps momentum as -lr x accumulator (recorded divided by this step's lr), TF1's "
                     "MomentumOptimizer as the accumulator"
                 )
-                factor = scale if keras == "candidate" else 1 / scale
+                factor = before / now  # the Keras side's slot over the other's
                 slot_of = f"the {keras}'s slot is the {other}'s"
                 if abs(lrs[other][1] - now) > HPARAM_RTOL * now or abs(lrs[other][0] - before) > HPARAM_RTOL * before:
                     return (
@@ -177,10 +182,16 @@ class ScheduleNotes(NoteContext):
                         f"which changed where the {other}'s did not change alike ({lr_name} differs between the runs "
                         "at these steps: its schedule is the difference)"
                     )
+                zero = (
+                    " (from lr 0: the gradients of the steps at lr 0 are in TF1's accumulator and not in Keras's "
+                    "velocity, as a warm-up from 0 leaves them)"
+                    if before == 0
+                    else ""
+                )
                 return (
                     f"{slot_of} times {ratio} = {factor:.4g}: {rule}, and at an lr change their rules part (TF1 "
-                    "applies the new lr to the whole accumulator, Keras to the new gradient only): a real difference "
-                    "from this step's update on, which a port needs its own update rule to remove"
+                    f"applies the new lr to the whole accumulator, Keras to the new gradient only){zero}: a real "
+                    "difference from this step's update on, which a port needs its own update rule to remove"
                 )
         return None
 
