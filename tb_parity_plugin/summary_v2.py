@@ -307,12 +307,46 @@ class Recorder(BaseRecorder):
             elif optimizer is not None:
                 raise ValueError("step(optimizer=...) needs variables= (whose slots to record)")
             yield self
+            self._restate_lr_units()
             ok = True
         finally:
             step_t, self._step = self._step, None
             entries = self._take_entries()
         if ok and entries:
             self._write(step_t, entries, when)
+
+    def _restate_lr_units(self) -> None:
+        """A Keras SGD momentum slot is recorded as ``-m / lr`` with the lr read when the step opens
+        (:attr:`slots.Slot.lr_units`). A custom loop that computes its lr by hand and assigns it inside
+        the step (``opt.learning_rate.assign(lr_fn(opt.iterations))`` after ``with rec.step(...)``) has
+        the update apply the assigned lr, so the slot was divided by the step before's: a helper's
+        Nesterov port under a piecewise schedule had its slot agree with TF1's at the lr change and was
+        told of clipping or a weight decay a step later. Inside a ``tf.function``, when the lr variable
+        is written in this step before the slot's update and not after it, the slot is divided by the
+        lr read now (after that write, as the update read it); written both before and after, which lr
+        the update applied is not known from the step, and that raises."""
+        graph, opened = self._step_opened or (None, -1)
+        if not self._lr_slots or not tf.inside_function() or tf.compat.v1.get_default_graph() is not graph:
+            return
+        restated: dict[int, tf.Tensor] = {}
+        for read, lr_var, dtype in self._lr_slots:
+            lr_writes = [op._id for op in ordering.writers(lr_var, calls=False) if op._id > opened]
+            updates = [op._id for op in ordering.writers(read.var) if op._id > opened]
+            if not lr_writes or not updates or min(lr_writes) > min(updates):
+                continue  # the lr read at the step's start is the one the update applies
+            if max(lr_writes) > min(updates):
+                raise ValueError(
+                    f"tb_parity: {read.tag} is a Keras SGD momentum recorded in lr units, and the optimizer's "
+                    f"learning rate {lr_var.name!r} is assigned in this step both before and after its update: "
+                    "assign it once, before `with rec.step(...)`"
+                )
+            with self._own_ops():
+                restated[id(read.logged)] = slots.in_lr_units(read.read, tf.cast(lr_var.read_value(), dtype))
+        if restated:
+            self._entries = [
+                Entry(e.kind, e.name, restated[id(e.tensor)], e.random) if id(e.tensor) in restated else e
+                for e in self._entries
+            ]
 
     def apply_gradients(self, optimizer: Any, grads_and_vars: Iterable[tuple], name: Optional[str] = None) -> Any:
         """Records each gradient and weight (read now), then ``optimizer.apply_gradients``."""

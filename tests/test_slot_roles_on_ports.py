@@ -285,6 +285,47 @@ def test_a_port_whose_schedule_forgot_staircase_has_its_slots_told_the_lr_not_cl
     assert "its schedule is the difference" in slot.note and "clipping" not in slot.note, slot.note
 
 
+def test_keras_momentum_under_an_lr_assigned_inside_the_step_is_recorded_in_that_lrs_units(tmp_path) -> None:
+    """A custom loop that computes TF1's staircase lr by hand from ``optimizer.iterations`` and assigns
+    it inside ``with rec.step(...)``, before the update. The slot, kept by Keras as -lr x accumulator,
+    was divided by the lr read when the step opened, the step before's: at the lr change (step 2) it
+    agreed with TF1's, and the weights parting at step 3 were told of clipping or a weight decay.
+    numpy below: the update at step 2 applies lr 0.025 and the slot it starts from, over that lr, is
+    twice TF1's accumulator, as the documented lr(1)/lr(2) says."""
+    w_tf1 = _momentum_tf1(str(tmp_path / "tf1"))
+    model = tf.keras.Sequential(
+        [tf.keras.Input((4,)), tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(K), name="dense")]
+    )
+    opt = tf.keras.optimizers.SGD(0.05, momentum=0.9)
+    opt.build(model.trainable_variables)
+    rec = summary_v2.Recorder(str(tmp_path / "tf2"))
+
+    @tf.function
+    def step(x: tf.Tensor, y: tf.Tensor) -> None:
+        with rec.step(opt.iterations, variables=model, optimizer=opt):
+            lr = 0.05 * tf.pow(0.5, tf.floor(tf.cast(opt.iterations, tf.float32) / 2.0))
+            opt.learning_rate.assign(lr)
+            rec.lr(lr)
+            with tf.GradientTape() as tape:
+                loss = rec.loss(tf.reduce_mean(tf.square(model(x) - y)))
+            rec.minimize(opt, loss, model.trainable_variables, tape)
+
+    w_port, m_port = [], []
+    for s in range(STEPS):
+        w_port.append(model.get_layer("dense").kernel.numpy())
+        m_port.append(opt.variables()[1].numpy())  # [iterations, the kernel's momentum, ...]
+        step(tf.constant(X[s]), tf.constant(Y1[s]))
+    rec.close()
+    for s in range(3):  # numpy: the same weights through step 2 (the update at 2 is the first to part)
+        np.testing.assert_allclose(w_port[s], w_tf1[s], rtol=1e-6, atol=1e-7)
+    assert np.abs(w_port[3] - w_tf1[3]).max() > 1e-4
+    tf1_slot = next(v[2] for (kind, _), v in tensors_by_step(str(tmp_path / "tf1"))[2].items() if kind == "slot")
+    np.testing.assert_allclose(-m_port[2] / 0.025, 2 * np.asarray(tf1_slot), rtol=1e-5)
+    found = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert (found.step, found.kind) == (2, "slot"), found
+    assert "times lr/lr at step 1 / at step 2 = 2:" in found.note, found.note
+
+
 class _WarmupFromZero(tf.keras.optimizers.schedules.LearningRateSchedule):
     """BERT's linear warm-up, ``peak * step / warmup_steps``: 0 at step 0."""
 

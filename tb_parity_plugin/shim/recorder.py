@@ -190,6 +190,10 @@ class BaseRecorder:
         #: (:mod:`randomness`): those recorded, and the value of an output recorded masked
         self._walk_stops: set[Any] = set()
         self._reads: dict[int, VariableRead] = {}
+        #: the step's slots recorded in lr units (``slots.in_lr_units``) by an optimizer whose lr is a
+        #: variable, with that variable and the dtype of its read: ``summary_v2`` divides them again when
+        #: the step assigns the lr before its update (:meth:`summary_v2.Recorder._restate_lr_units`)
+        self._lr_slots: list[tuple[VariableRead, Any, tf.DType]] = []
         #: recorded name -> (the partitioned variable's part it is, its variable): ``_whole_parts``
         self._parts: dict[str, tuple[partitions.Part, Any]] = {}
         self._prefix = ""
@@ -373,6 +377,10 @@ class BaseRecorder:
                 if ("slot", self._prefix + name) in self._keys:  # a second optimizer of the class on this variable:
                     name = variable_name(slot.variable)  # its own name (the class's spelling is the first's)
                 out.append(self._variable("slot", slot.variable, name, lr if slot.lr_units else None))
+                read = self._reads.get(id(slot.variable))
+                lr_var = slots.lr_variable(optimizer) if slot.lr_units else None
+                if lr_var is not None and read is not None and read.var is slot.variable:
+                    self._lr_slots.append((read, lr_var, slot.variable.dtype))
                 self._note_slot_part(self._prefix + name, slot.variable, var)
         if (
             not out
@@ -551,7 +559,7 @@ class BaseRecorder:
     def _take_entries(self) -> list[Entry]:
         entries, self._entries, self._keys, self._walk_stops = self._entries, [], set(), set()
         entries = self._whole_parts(entries)
-        self._reads, self._parts = {}, {}
+        self._reads, self._parts, self._lr_slots = {}, {}, []
         return entries
 
 

@@ -370,6 +370,19 @@ def current_lr(optimizer: Any, dtype: tf.DType = tf.float32) -> Optional[tf.Tens
     return tf.cast(lr, dtype)
 
 
+def lr_variable(optimizer: Any) -> Optional[tf.Variable]:
+    """The variable holding ``optimizer``'s learning rate when it is one (a float lr, which a custom
+    loop may assign each step), not a schedule; None otherwise."""
+    if hasattr(optimizer, "_decayed_lr"):  # tf_keras legacy: the "learning_rate" hyper-parameter
+        lr = getattr(optimizer, "_hyper", {}).get("learning_rate")
+    else:
+        lr = getattr(optimizer, "_learning_rate", None)
+        if lr is None or callable(lr):
+            lr = None if callable(lr) else getattr(optimizer, "learning_rate", None)
+    lr = getattr(lr, "value", lr) if not isinstance(lr, tf.Variable) else lr  # a Keras 3 variable's tf.Variable
+    return lr if isinstance(lr, tf.Variable) and not isinstance(lr, tf.distribute.DistributedValues) else None
+
+
 def in_lr_units(slot_value: tf.Tensor, lr: tf.Tensor) -> tf.Tensor:
     """``-m / lr`` (0 where lr is 0): see :attr:`Slot.lr_units`."""
     return tf.math.divide_no_nan(-slot_value, tf.cast(lr, slot_value.dtype))
