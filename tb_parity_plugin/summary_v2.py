@@ -180,6 +180,9 @@ class Recorder(BaseRecorder):
         self._step: Optional[tf.Tensor] = None
         self._written_once: set[str] = set()
         self._replicas = 1  # the most per-replica copies seen in a step (run_info's "replicas")
+        #: ``fit``'s ``steps_per_execution`` when above 1 (set by ``instrument``; run_info's): Keras then
+        #: calls batch callbacks once per execution, and a value one sets per batch holds that long
+        self.steps_per_execution: Optional[int] = None
         self._py_writer: Optional[writer.BlockWriter] = None  # steps with runtime-resolved layouts
         self._layouts = StepLayouts(full_values_limit)
         self._step_opened: Optional[tuple] = None  # (graph, id of its last op) when the open step began
@@ -383,6 +386,8 @@ class Recorder(BaseRecorder):
             "replicas": self._replicas,
             "keras_policy": _keras_policy(),
         }
+        if self.steps_per_execution:
+            info["steps_per_execution"] = self.steps_per_execution
         self._write_once("run_info", metadata.RUN_INFO_TAG, json.dumps(info, sort_keys=True).encode(), "run_info", "")
         blocks = build_blocks(entries, self.full_values_limit, dynamic_values=True)
         if blocks.shapes:  # shapes unknown to the graph: the layout is resolved per step, in Python

@@ -45,12 +45,16 @@ def _tf1_graph(rec: Any, lr_of: Callable[[Any], Any]) -> tuple[Any, Any, Any, An
     return x, y, lr, train_op
 
 
-def _fit(run_dir: str, lr: Any, epochs: int, callbacks: Sequence[Any] = ()) -> None:
+def _fit(run_dir: str, lr: Any, epochs: int, callbacks: Sequence[Any] = (), steps_per_execution: int = 1) -> None:
     """The port: the same layer under ``fit`` with Keras defaults; ``lr`` a float or a schedule."""
     model = tf.keras.Sequential(
         [tf.keras.Input((3,)), tf.keras.layers.Dense(3, kernel_initializer=tf.constant_initializer(W), name="dense")]
     )
-    model.compile(tf.keras.optimizers.SGD(lr), tf.keras.losses.CategoricalCrossentropy(from_logits=True))
+    model.compile(
+        tf.keras.optimizers.SGD(lr),
+        tf.keras.losses.CategoricalCrossentropy(from_logits=True),
+        steps_per_execution=steps_per_execution,
+    )
     rec = summary_v2.Recorder(run_dir)
     summary_v2.instrument(model, rec)
     model.fit(X, Y, batch_size=BATCH, epochs=epochs, shuffle=False, verbose=0, callbacks=list(callbacks))
@@ -244,3 +248,52 @@ def test_piecewise_boundaries_written_in_epochs_name_the_epoch(tmp_path) -> None
         assert f"the baseline's at step {PER_EPOCH} s" in (d.note or ""), d.note
         assert f"its schedule runs {PER_EPOCH} times as fast as the baseline's" in d.note, d.note
         assert f"if an epoch is {PER_EPOCH} steps" in d.note, d.note
+
+
+def _warm_up(step: Any) -> Any:
+    """A warm-up over 7 steps, written once for TF1's graph (a global-step tensor) and numpy."""
+    return (
+        0.1 * np.minimum(1.0, (step + 1) / 7.0)
+        if isinstance(step, (int, np.ndarray))
+        else (0.1 * tf.minimum(1.0, tf.cast(step + 1, tf.float32) / 7.0))
+    )
+
+
+class _WarmUpByBatch(tf.keras.callbacks.Callback):
+    """The port's warm-up, set per batch from the epoch and the batch index Keras passes."""
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        self.epoch = epoch
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        self.model.optimizer.learning_rate.assign(float(_warm_up(self.epoch * PER_EPOCH + batch)))
+
+
+def test_a_per_batch_callback_under_steps_per_execution_is_named(tmp_path) -> None:
+    """TF1 warms its lr up from the global step; the fit port sets the same warm-up per batch from a
+    callback, compiled with ``steps_per_execution=3``: Keras calls batch callbacks once per execution
+    (batches 0 and 3 of each epoch of 4), so its lr holds for the execution's steps. numpy: the port's
+    lr is TF1's at each execution's first step, and parts from it at step 1. A new user's such port
+    diverged on its lr at step 1 with no note."""
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(str(tmp_path / "tf1"))
+        x, y, _, train_op = _tf1_graph(rec, _warm_up)
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for _ in range(2):
+                for i in range(PER_EPOCH):
+                    feed = {x: X[i * BATCH : (i + 1) * BATCH], y: Y[i * BATCH : (i + 1) * BATCH]}
+                    rec.write(sess.run([train_op, fetches], feed)[1])
+        rec.close()
+    _fit(str(tmp_path / "fit"), float(_warm_up(0)), 2, [_WarmUpByBatch()], steps_per_execution=3)
+    steps = np.arange(2 * PER_EPOCH)
+    held = np.array([_warm_up((s // PER_EPOCH) * PER_EPOCH + (s % PER_EPOCH) // 3 * 3) for s in steps])
+    recorded = tensors_by_step(str(tmp_path / "fit"))
+    np.testing.assert_allclose([recorded[s][("lr", "lr")][2] for s in steps], held, rtol=1e-6)
+    first = int(np.flatnonzero(~np.isclose(held, _warm_up(steps), rtol=1e-6))[0])
+    assert first == 1
+    d = compare(str(tmp_path), baseline="tf1", candidate="fit").first_divergence
+    assert d is not None and (d.step, d.kind) == (first, "lr"), d
+    assert "'fit' ran fit with steps_per_execution=3" in (d.note or ""), d.note
+    assert "once per execution of 3 steps" in d.note, d.note

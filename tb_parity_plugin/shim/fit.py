@@ -238,6 +238,22 @@ class _StepNumbering:
         return optimizer.iterations + self._offset if self._offset else optimizer.iterations
 
 
+def _steps_per_execution(model: Any) -> Optional[int]:
+    """``model.compile(steps_per_execution=n)``'s n when above 1 (a variable in tf_keras, an int in
+    Keras 3), read while ``fit`` traces its step; None otherwise."""
+    n = getattr(model, "_steps_per_execution", None)  # not `or`: a variable has no truth value in a graph
+    if n is None:
+        n = getattr(model, "steps_per_execution", None)
+    if isinstance(n, tf.Variable):
+        with tf.init_scope():
+            n = n.numpy()
+    try:
+        value = int(n) if n is not None else 1
+    except (TypeError, ValueError):
+        return None
+    return value if value > 1 else None
+
+
 def instrument(
     model: Any,
     recorder: Any,
@@ -281,6 +297,7 @@ def instrument(
 
     def train_step(data: Any) -> Any:
         check_supported(model)
+        recorder.steps_per_execution = _steps_per_execution(model)
         replica = splitting_replica_context()
         if replica is not None:
             return mirrored_step(replica, data)

@@ -40,6 +40,15 @@ class ScheduleNotes(NoteContext):
         at = int(np.searchsorted(both, k))  # k's place among the steps both logged
         # a schedule rounds at the scale of its peak (tolerance.HPARAM_ATOL_OF_PEAK): 4 ulps of it
         close = 4.0 * HPARAM_RTOL * float(np.abs(b).max())
+        form = self._schedule_form(steps, b, c, at, close)
+        held = self._held_per_execution(steps, b, c, at, close)
+        if held is None:
+            return form
+        return held if form is None else f"{held}; if no callback sets it: {form}"
+
+    def _schedule_form(self, steps: np.ndarray, b: np.ndarray, c: np.ndarray, at: int, close: float) -> Optional[str]:
+        """:meth:`_schedule_note`'s reading of the two schedules' values alone (``b``, ``c`` at ``steps``,
+        apart first at index ``at``): shifted, in stairs, at another pace or scale."""
         index = {int(s): i for i, s in enumerate(steps)}
         step_k = int(steps[at])
         for shift in (*SHIFTS, *self._stair_shifts(steps, b, c, at, close)):
@@ -89,6 +98,38 @@ class ScheduleNotes(NoteContext):
                     f"from step {step_k} on, the candidate's value is the baseline's times {factor:.4g} at every "
                     f"step both logged ({len(b[rest])}): the same schedule at another scale (its initial or peak "
                     "value; a learning rate scaled by the replicas or the batch size on one side)"
+                )
+        return None
+
+    def _held_per_execution(
+        self, steps: np.ndarray, b: np.ndarray, c: np.ndarray, at: int, close: float
+    ) -> Optional[str]:
+        """When a run recorded ``fit``'s ``steps_per_execution`` above 1 (the TF2 shim's run info) and,
+        at the first step apart, its value holds from the step before while the other run's changes:
+        Keras calls batch callbacks once per execution, so a value a callback sets per batch (a warm-up
+        in ``on_train_batch_begin``) is set at every n-th step only. A new user's such port diverged on
+        its lr at step 1 with no note."""
+        if at < 1 or np.any(np.diff(steps[: at + 1]) != 1):
+            return None
+        for run, mine, other in ((self.cand, c, b), (self.base, b, c)):
+            n = run.info.get("steps_per_execution")
+            if not isinstance(n, int) or n < 2:
+                continue
+            # set at an execution's first step to the other run's value there, held for at most n steps
+            starts = np.concatenate([[0], np.flatnonzero(np.abs(np.diff(mine)) > close) + 1])
+            starts = starts[starts <= at]
+            sampled = bool(np.all(np.abs(mine[starts] - other[starts]) <= close))
+            if (
+                sampled
+                and np.all(np.diff(np.append(starts, at)) <= n)
+                and (abs(mine[at] - mine[at - 1]) <= close < abs(other[at] - other[at - 1]))
+            ):
+                return (
+                    f"'{run.name}' ran fit with steps_per_execution={n}, and its value holds at step {int(steps[at])} "
+                    f"where the other run's changes: Keras calls batch callbacks (on_train_batch_begin/end) once per "
+                    f"execution of {n} steps, so a value a callback sets per batch (a warm-up, a per-step schedule "
+                    "by callback) is set at the first step of each execution only; set it in the optimizer (a "
+                    "LearningRateSchedule), or compile with steps_per_execution=1"
                 )
         return None
 
