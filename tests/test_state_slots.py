@@ -341,3 +341,98 @@ def test_a_moving_variance_apart_by_noise_of_either_sign_is_not_sent_to_the_batc
     d = vc[first.step].astype(np.float64) - vb[first.step]
     assert (d > 0).any() and (d < 0).any()  # numpy: both signs
     assert "the batch variance it averages differs" not in (first.note or ""), first.note
+
+
+# -- a batch norm run twice per training step -----------------------------------------
+_TWICE_X = np.random.default_rng(40).normal(1.0, 2.0, (3, 8, 4)).astype(np.float32)
+_TWICE_Y = np.random.default_rng(41).integers(0, 3, (3, 8))
+_TWICE_K = np.random.default_rng(42).uniform(-1, 1, (4, 3)).astype(np.float32)
+
+
+def _twice_tf1(run_dir: str) -> None:
+    """TF1: input batch norm (UPDATE_OPS), dense, SGD, the moving statistics updated once a step."""
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, (None, 4))
+        y = tf.compat.v1.placeholder(tf.int64, (None,))
+        h = rec.activation("batch_normalization", tf.compat.v1.layers.batch_normalization(x, training=True))
+        logits = tf.compat.v1.layers.dense(h, 3, kernel_initializer=tf.constant_initializer(_TWICE_K))
+        loss = rec.loss(tf.compat.v1.losses.sparse_softmax_cross_entropy(y, logits))
+        with tf.control_dependencies(tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)):
+            train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.1), loss, global_step=gs)
+        rec.variables()
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for xs, ys in zip(_TWICE_X, _TWICE_Y):
+                rec.write(sess.run([train_op, fetches], {x: xs, y: ys})[1])
+        rec.close()
+
+
+def _twice_port(run_dir: str, twice: bool) -> None:
+    """The migration guide's first port: the same code in a track_tf1_style_variables layer, in a
+    tf.function loop; ``twice`` also computes a training accuracy from a second training-mode call."""
+    rec = summary_v2.Recorder(run_dir)
+
+    class Model(tf.keras.layers.Layer):
+        @tf.compat.v1.keras.utils.track_tf1_style_variables
+        def call(self, x, training=None):
+            with tf.compat.v1.variable_scope("model"):  # as the guide's model_mapping does
+                h = tf.compat.v1.layers.batch_normalization(x, training=training)
+                return h, tf.compat.v1.layers.dense(h, 3, kernel_initializer=tf.constant_initializer(_TWICE_K))
+
+    model = Model()
+    model(tf.zeros((1, 4)), training=False)
+    opt = tf.keras.optimizers.SGD(0.1)
+    ce = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    @tf.function
+    def step(x, y):
+        with rec.step(opt.iterations, variables=model, optimizer=opt):
+            with tf.GradientTape() as tape:
+                h, logits = model(x, training=True)
+                rec.activation("batch_normalization", h)
+                loss = rec.loss(ce(y, logits))
+            if twice:
+                tf.reduce_mean(tf.cast(tf.equal(tf.argmax(model(x, training=True)[1], 1), y), tf.float32))
+            rec.minimize(opt, loss, model.trainable_variables, tape)
+
+    for xs, ys in zip(_TWICE_X, _TWICE_Y):
+        step(tf.constant(xs), tf.constant(ys))
+    rec.close()
+
+
+def test_a_batch_norm_run_twice_per_step_is_told_from_its_momentum(tmp_path) -> None:
+    """A new user's track_tf1_style_variables port computed a training accuracy from a second
+    forward pass with training=True: its moving statistics took two updates a step, as a momentum
+    of 0.99² would, and the note at step 1 (one step compared before) blamed the momentum, which
+    is 0.99 on both sides. numpy: the moving mean of the input's batch means."""
+    _twice_tf1(str(tmp_path / "tf1"))
+    _twice_port(str(tmp_path / "tf2"), twice=True)
+    mean0 = _TWICE_X[0].astype(np.float64).mean(0)
+    tf1, port = tensors_by_step(str(tmp_path / "tf1")), tensors_by_step(str(tmp_path / "tf2"))
+    np.testing.assert_allclose(tf1[1][("state", MOVING_MEAN)][2], 0.01 * mean0, rtol=1e-5)
+    np.testing.assert_allclose(
+        port[1][("state", "model/batch_normalization/moving_mean:0")][2], 0.0199 * mean0, rtol=1e-5
+    )
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert (first.step, first.kind, first.tensor) == (1, "state", MOVING_MEAN), first
+    assert "'tf2' moved it 1.99 times as far as 'tf1'" in first.note, first.note
+    assert "two updates of momentum 0.99" in first.note and "twice in training mode" in first.note, first.note
+    # swapped: the baseline ran it twice; and the faithful port agrees
+    assert "'tf2' moved it 1.99 times" in compare(str(tmp_path), baseline="tf2", candidate="tf1").first_divergence.note
+    _twice_port(str(tmp_path / "once"), twice=False)
+    assert compare(str(tmp_path), baseline="tf1", candidate="once").agree
+
+
+def test_another_momentum_at_the_first_update_is_no_second_update() -> None:
+    """Momentum 0.9 against 0.99 moves the moving mean 10 times as far: the momentum note stays."""
+    mean = np.array([0.5, -1.0, 2.0, 0.25])  # numpy: one batch's means, then the next
+    tf1 = [np.zeros(4), 0.01 * mean, 0.99 * 0.01 * mean + 0.01 * mean]
+    port = [np.zeros(4), 0.1 * mean, 0.9 * 0.1 * mean + 0.1 * mean]
+    first = _first_of_states(
+        "bn/moving_mean:0", [a.astype(np.float32) for a in tf1], [a.astype(np.float32) for a in port]
+    )
+    assert (first.step, first.kind) == (1, "state")
+    assert "update rule differs (batch normalization's momentum" in first.note and "twice" not in first.note, first.note

@@ -97,6 +97,20 @@ class StateNotes(NoteContext):
             if average
             else " (an accumulator or counter reset, scaled or written otherwise)"
         )
+        twice = _updated_twice(before, now) if bn and not by_statistics else None
+        if twice is not None:
+            # what a second forward pass in training mode per step leaves (a new user's
+            # track_tf1_style_variables port computed its accuracy from one): told "momentum" before
+            ran_twice, m = twice
+            who, other = (self.cand.name, self.base.name) if ran_twice == "cand" else (self.base.name, self.cand.name)
+            return (
+                f"it agreed at step {s_j}; to step {s_k} '{who}' moved it {1 + m:.4g} times as far as '{other}' at "
+                f"every element: two updates of momentum {m:.4g} where '{other}' made one (1 - {m:.4g}² = "
+                f"{1 + m:.4g} × (1 - {m:.4g})): the layer ran twice in training mode in one training step in "
+                f"'{who}' (a second forward pass with training=True, for a metric or another loss; TF1: UPDATE_OPS "
+                f"run again beside the train op), or one update of a momentum whose 1 - momentum is {1 + m:.4g} "
+                f"times the other's ({m * m:.4g} against {m:.4g})"
+            )
         if len(seen) == 1:
             return (
                 f"it agreed at step {s_j}{' (by statistics)' if by_statistics else ''}, the only step compared before: "
@@ -179,3 +193,34 @@ def _one_signed(values: Optional[tuple[np.ndarray, np.ndarray]]) -> bool:
         return False
     d = np.asarray(values[1], np.float64) - np.asarray(values[0], np.float64)
     return bool((d > 0).all() or (d < 0).all())
+
+
+def _updated_twice(
+    before: Optional[tuple[np.ndarray, np.ndarray]], now: Optional[tuple[np.ndarray, np.ndarray]]
+) -> Optional[tuple[str, float]]:
+    """Whether one run's moving statistics took two updates of momentum ``m`` from the same batch
+    where the other took one, from step values that agreed before (``before``) and parted now:
+    one update moves ``s`` by ``(1 - m)(x - s)``, two by ``(1 - m²)(x - s)``, so that run moved
+    every element ``1 + m`` times as far. Returns ``("cand" | "base", m)`` when every element's
+    ratio is the one ``1 + m`` with ``0.9 <= m < 1`` (batch normalization's momenta: another
+    momentum moves it ``(1 - m') / (1 - m)`` times as far, 10 for 0.9 against 0.99), else None."""
+    if before is None or now is None or len(before[0]) != len(now[0]):
+        return None
+    b_j, c_j = (np.asarray(x, np.float64) for x in before)
+    b_k, c_k = (np.asarray(x, np.float64) for x in now)
+    scale = max(float(np.nanmax(np.abs(b_j), initial=0.0)), float(np.nanmax(np.abs(b_k), initial=0.0)))
+    if not (np.isfinite(b_k).all() and np.isfinite(c_k).all()) or not np.allclose(
+        b_j, c_j, rtol=1e-6, atol=1e-6 * scale
+    ):
+        return None
+    moved_b, moved_c = b_k - b_j, c_k - c_j
+    # elements that moved well past float32 rounding on both sides; most of them must
+    big = (np.abs(moved_b) > 1e-4 * scale) & (np.abs(moved_c) > 1e-4 * scale)
+    if big.sum() < max(2, len(b_j) // 2):
+        return None
+    for who, num, den in (("cand", moved_c, moved_b), ("base", moved_b, moved_c)):
+        ratio = num[big] / den[big]
+        r = float(np.median(ratio))
+        if 1.9 <= r < 1.9999 and np.allclose(ratio, r, rtol=1e-3, atol=0.0):
+            return who, r - 1.0
+    return None
