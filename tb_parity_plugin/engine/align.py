@@ -1179,6 +1179,20 @@ class _Pairing:
                     scopes[side].add(scope)
                     last.setdefault(scope.rpartition("/")[2], set()).add(scope)
             layer_of[side] = {name: next(iter(scopes)) for name, scopes in last.items() if len(scopes) == 1}
+        own = [{scope.rpartition("/")[2] for scope in scopes[side]} for side in (0, 1)]
+        for side, series in ((0, self.base), (1, self.cand)):
+            # one run's outputs all named after the other run's layers, one naming none of its own: the
+            # user named them alike on both sides (the migration guide's incremental port, a Keras layer
+            # among tf.compat.v1 ones, renumbers the v1 layers after it, not the outputs' names), so an
+            # output's name says nothing of which of its own layers output it: they stay paired by name
+            named = {s.name.rpartition("/")[2] for s in series if s.kind in _OUTPUT_KINDS} & (own[0] | own[1])
+            if named and named <= own[1 - side] and not named <= own[side]:
+                stray = ", ".join(sorted(named - own[side]))
+                return [
+                    f"the {('baseline', 'candidate')[side]}'s layer outputs are named after the "
+                    f"{('candidate', 'baseline')[side]}'s layers ({stray} names no layer of its own): paired by "
+                    "their names, not with the outputs of the layers their variables are paired with"
+                ]
 
         def output_layer(side: int, name: str) -> Optional[tuple[str, str]]:
             """(prefix, the layer's scope) of an output named after its layer: its whole name when
@@ -1234,7 +1248,19 @@ class _Pairing:
         shapes_c = {(s.kind, s.name): tuple(s.shape) for s in self.cand}  # runs have may differ in shape
         current_b = {m.base: m for m in self.matches}
         current_c = {m.cand: m for m in self.matches}
-        moved = []
+        series_of = [{(s.kind, s.name): s for s in self.base}, {(s.kind, s.name): s for s in self.cand}]
+
+        def agrees(b_key: Key, c_key: Key) -> Optional[bool]:
+            """Whether two outputs agree at their first common step (statistics within 1e-3 of their
+            scale); None when either is not logged in the first steps scanned."""
+            pair = (series_of[0].get(b_key), series_of[1].get(c_key))
+            steps = self._first_common_steps([pair]) if None not in pair else []
+            if not steps:
+                return None
+            (d,) = _distances({0: (self.row_at(0, pair[0], steps[0]), self.row_at(1, pair[1], steps[0]))}).values()
+            return None if d is None else d <= 1e-3
+
+        moved, kept = [], []
         for s in self.base:
             found_b = output_layer(0, s.name) if s.kind in _OUTPUT_KINDS else None
             if found_b is None or found_b[1] not in layer:
@@ -1253,15 +1279,30 @@ class _Pairing:
             # layer's shape divergence (a new user's stride moved to the wrong conv was reported on another)
             if not shapes_compatible(shapes_b[key], shapes_c[target]) and not certain(b_scope, layer[b_scope]):
                 continue
+            # outputs the user named alike on both sides, agreeing so where the layers' would not: named
+            # after the baseline's layers, not the port's own (the migration guide's incremental port: a
+            # Keras layer among tf.compat.v1 ones renumbers the v1 layers after it, and a faithful port's
+            # outputs were moved onto their neighbours', a false DIVERGE at step 0)
+            by_name = [m for m in (now, taken) if m is not None and m.how in ("exact", "canonical")]
+            if any(agrees(m.base, m.cand) for m in by_name) and not agrees(key, target):
+                kept.extend(f"{m.base[0]}/{m.base[1]} with {m.cand[1]}" for m in by_name)
+                continue
             self._repair(key, target, "layer", (now, taken), current_b, current_c)
             if now is not None:
                 moved.append(f"{s.kind}/{s.name} with {target[1]} (not {now.cand[1]})")
-        if not moved:
-            return []
-        return [
-            "paired layer outputs with the outputs of the layers their variables are paired with, not by name: "
-            + ", ".join(moved)
-        ]
+        warnings = []
+        if kept:
+            warnings.append(
+                "kept layer outputs paired by their names, which agree at their first step where the outputs of "
+                "the layers their variables are paired with do not (outputs named after the other run's layers): "
+                + ", ".join(dict.fromkeys(kept))
+            )
+        if moved:
+            warnings.append(
+                "paired layer outputs with the outputs of the layers their variables are paired with, not by name: "
+                + ", ".join(moved)
+            )
+        return warnings
 
     def by_output_values(self) -> list[str]:
         """Pair outputs of one shape by their values at their first common steps, where only their
