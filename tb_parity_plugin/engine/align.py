@@ -1260,7 +1260,8 @@ class _Pairing:
             (d,) = _distances({0: (self.row_at(0, pair[0], steps[0]), self.row_at(1, pair[1], steps[0]))}).values()
             return None if d is None else d <= 1e-3
 
-        moved, kept = [], []
+        moved: list[str] = []
+        kept: list[str] = []
         for s in self.base:
             found_b = output_layer(0, s.name) if s.kind in _OUTPUT_KINDS else None
             if found_b is None or found_b[1] not in layer:
