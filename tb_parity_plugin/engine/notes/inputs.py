@@ -138,6 +138,9 @@ class InputNotes(NoteContext):
         reordered = self._rows_in_another_order(first, k)
         if reordered:
             return f"{agree} at this step, and {reordered}" + self._positions_note(first, k)
+        features = self._features_in_another_order(first, k)
+        if features:
+            return f"{agree} at this step, and {features}"
         grads = self._gradients_agree(k) if loss else 0
         scaled = self._loss_scale(first, k, grads) if loss else None
         if scaled:
@@ -356,6 +359,66 @@ class InputNotes(NoteContext):
                 if same
                 else ""
             )
+        )
+
+    def _features_in_another_order(self, first: Pair, k: int) -> Optional[str]:
+        """When each row (first axis: the batch) of ``first``'s candidate at ``k`` holds, within its
+        tolerance, the values of the baseline's same row in another order, and the rows in place
+        differ: the same features laid out otherwise (a TF1 flatten after a transpose to channels-first
+        against a Keras ``Flatten`` of channels-last maps). A new user's port, its every weight copied
+        from TF1, diverged at step 0 on the flattened features and was told that the layer "computes
+        another function of its input (activation, padding, epsilon, a training flag)". When one axis
+        of a row read as two and swapped gives the candidate's row in every row, the two are named.
+        None otherwise."""
+        both = first.step_values(k)
+        if both is None:
+            return None
+        shape = [d for d in first.runtime_shape("base", int(first.ib[k])) if d is not None]
+        if len(shape) < 2 or len(shape) != len(first.base.shape) or math.prod(shape) != len(both[0]):
+            return None
+        rows = shape[0]
+        b, c = (np.asarray(v, dtype=np.float64).reshape(rows, -1) for v in both)
+        n = b.shape[1]
+        if n < 2 or not (np.isfinite(b).all() and np.isfinite(c).all()):
+            return None
+        atol, rtol = first.atol_at(k), first.rtol_at(k)
+        sb, sc = np.sort(b, axis=1), np.sort(c, axis=1)
+        if not (np.abs(sc - sb) <= atol + rtol * np.abs(sb)).all():
+            return None
+        if (np.abs(c - b) <= atol + rtol * np.abs(b)).all():
+            return None
+        note = (
+            f"each of its {rows} rows holds the same {n} values as the same row of '{self.base.name}' in another "
+            "order: the same features laid out otherwise"
+        )
+        for p in range(2, n):
+            q = n // p
+            if (
+                n % p == 0
+                and (
+                    np.abs(b.reshape(rows, p, q).transpose(0, 2, 1).reshape(rows, n) - c) <= atol + rtol * np.abs(c)
+                ).all()
+            ):
+                note += (
+                    f": each row of '{self.base.name}' read as [{p}, {q}] and transposed to [{q}, {p}] gives the row "
+                    f"of '{self.cand.name}', channels-first against channels-last maps (tf.transpose(x, [0, 3, 1, 2]) "
+                    "before tf.reshape on one side, a Keras Flatten of channels-last maps on the other)"
+                )
+                break
+        else:
+            note += " (channels-first against channels-last maps, a transpose or a permutation on one side)"
+        trained = [p for p in self._pairs if p.base.kind in ("loss", "grad") and p.ib[k] >= 0 and p.ic[k] >= 0]
+        for pair in trained:
+            pair.ensure(k + 1, self.policy.equal_nan)
+        if trained and all(pair.by_values_at(k) and pair.reason[k] == OK for pair in trained):
+            return note + (
+                "; the loss and every gradient recorded at this step agree: the step trains the same, and only the "
+                "layout this output was recorded in differs"
+            )
+        return note + (
+            "; the layer reading them (its kernel copied from the other run) meets each feature at another row of its "
+            "kernel: a Permute((3, 1, 2)) before Keras Flatten flattens as TF1's transpose to channels-first then "
+            "reshape does"
         )
 
     def _random_draws(self, first: Pair) -> Optional[str]:
