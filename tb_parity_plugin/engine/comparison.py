@@ -347,6 +347,8 @@ class Comparison(Notes):
                 ),
             ]
             found["note"] = "; ".join(n for n in notes if n) or None
+        elif pair.reason[k] == SHAPE and b.kind in ("weight", "slot", "grad"):
+            found["note"] = "; ".join(n for n in (found.get("note"), self._input_width_upstream(pair, k)) if n) or None
         elif pair.reason[k] == NONFINITE and b.kind == "grad":
             skipped = self._skipped_update(pair, k)
             found["note"] = "; ".join(n for n in (found.get("note"), skipped) if n) or None

@@ -11,7 +11,7 @@ from typing import Optional
 import numpy as np
 
 from tb_parity_plugin.engine import replicas
-from tb_parity_plugin.engine.matrix import OK
+from tb_parity_plugin.engine.matrix import OK, SHAPE
 from tb_parity_plugin.engine.notes.context import (
     _BATCH_NORM,
     _OUTPUTS,
@@ -419,6 +419,39 @@ class InputNotes(NoteContext):
             "; the layer reading them (its kernel copied from the other run) meets each feature at another row of its "
             "kernel: a Permute((3, 1, 2)) before Keras Flatten flattens as TF1's transpose to channels-first then "
             "reshape does"
+        )
+
+    def _input_width_upstream(self, pair: Pair, k: int) -> Optional[str]:
+        """For a kernel (or its gradient or slot) whose shapes differ at ``k`` in the input axis alone
+        (the second to last: ``[in, out]``, ``[h, w, in, out]``), the first output recorded with
+        another shape at that step: the layer is the same, its input is not. A new user's Keras port
+        whose ``Conv2D`` kept its default ``padding="valid"`` (or whose ``MaxPool2D`` kept its default
+        strides, the pool size) diverged first on the dense kernel after the flatten, "shape [24, 16]
+        vs [6, 16]", a layer ported faithfully, with no word of the conv whose output shrank. None
+        otherwise."""
+        rb, rc = int(pair.ib[k]), int(pair.ic[k])
+        if rb < 0 or rc < 0:
+            return None
+        sb, sc = pair.runtime_shape("base", rb), pair.runtime_shape("cand", rc)
+        if len(sb) < 2 or len(sb) != len(sc) or None in sb + sc:
+            return None
+        apart = [axis for axis, (db, dc) in enumerate(zip(sb, sc)) if db != dc]
+        if apart != [len(sb) - 2]:
+            return None
+        outputs = [p for p in self._pairs if p.base.kind in _OUTPUTS]
+        for p in outputs:
+            p.ensure(k + 1, self.policy.equal_nan)
+        shaped = sorted((p for p in outputs if p.reason[k] == SHAPE), key=lambda p: p.base.order)
+        if not shaped:
+            return None
+        first = shaped[0]
+        shapes = [first.runtime_shape(side, int(row)) for side, row in (("base", first.ib[k]), ("cand", first.ic[k]))]
+        return (
+            f"only its input axis differs ({sb[-2]} against {sc[-2]}): the layer reads an input of another width; "
+            f"the first output of another shape at this step, in execution order, is {first.base.kind}/"
+            f"{first.base.name} ({shapes[0]} in baseline vs {shapes[1]} in candidate): a shape change at or before "
+            "that layer reaches this one (Keras Conv2D's default padding='valid' where TF1 had 'SAME', a pooling's "
+            "strides, which Keras defaults to the pool size, a layer dropped or added)"
         )
 
     def _random_draws(self, first: Pair) -> Optional[str]:
