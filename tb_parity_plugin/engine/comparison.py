@@ -316,14 +316,16 @@ class Comparison(Notes):
                 self._precision_note(b.kind, k),
                 found.get("note"),
                 (
-                    self._overwritten_by_average(pair, k)
+                    self._resumed_at_another_step(pair, k)
+                    or self._overwritten_by_average(pair, k)
                     or self._moved_by_the_update(pair, k, slot_gaps)
                     or self._starts_reordered(pair, k)
                 )
                 if b.kind == "weight" and not found.get("note")
                 else None,
                 (
-                    self._slot_starts_otherwise(pair, k)
+                    self._slot_lost_on_resume(pair, k)
+                    or self._slot_starts_otherwise(pair, k)
                     or self._momentum_at_lr_change(pair, k)
                     or self._noise_fed(pair, k)
                     or self._slot_fed_otherwise(pair, k)

@@ -48,6 +48,8 @@ class Timeline:
 
 _NO_CUT = np.iinfo(np.int64).max
 _CREATED = re.compile(r"tfevents\.(\d+)\.")
+#: ``...tfevents.<time>.<host>.<pid>.<N>[.v2]``, TensorFlow's and the TF1 shim's names: the writing process
+_WRITER = re.compile(r"tfevents\.\d+\.(.+\.\d+)\.\d+(?:\.v2)?$")
 
 
 def _created(rel: str) -> int:
@@ -57,6 +59,12 @@ def _created(rel: str) -> int:
 
 
 _DIGITS = re.compile(r"(\d+)")
+
+
+def _writer(rel: str) -> Optional[str]:
+    """``<host>.<pid>`` of the process an event file's name says wrote it, None for another name."""
+    found = _WRITER.search(rel.rsplit("/", 1)[-1])
+    return found.group(1) if found else None
 
 
 def _in_name_order(files: dict[str, FileState]) -> list[str]:
@@ -324,15 +332,23 @@ class RunState:
         """The first step of each file (name order) that starts at or before a step an earlier file
         of ours reached: a run resumed from a checkpoint taken before it stopped. A file that merely
         goes on where the one before ended (a new recorder each epoch) is no resume: a review saw the
-        resume named first at every epoch's first step."""
-        found, reached = set(), None
+        resume named first at every epoch's first step. Unless another process wrote it, after the
+        earlier file's last record: a process started again can only go on from a checkpoint (a job
+        preempted right after it saved, at step 10, was resumed there with its input pipeline back at
+        its first batch, and was told of fit's shuffling; its Adam slots left out of the checkpoint were
+        told of clipping and betas)."""
+        found, reached, last = set(), None, None
         for path in _in_name_order(self.files):
-            span = self._span.get(self.files[path].file_id)
+            fs = self.files[path]
+            span = self._span.get(fs.file_id)
             if span is None:
                 continue
             if reached is not None and span[1] <= reached:
                 found.add(span[1])
+            elif last is not None and _writer(fs.rel) not in (None, _writer(last.rel)) and _after(last, fs):
+                found.add(span[1])
             reached = span[2] if reached is None else max(reached, span[2])
+            last = fs
         return tuple(sorted(found))
 
     def rewrites(self) -> list[str]:

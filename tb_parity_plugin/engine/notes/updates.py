@@ -402,6 +402,79 @@ class UpdateNotes(NoteContext):
             "build the optimizer and assign ones; Adagrad's and Ftrl's initial_accumulator_value)"
         )
 
+    def _resumed_at_another_step(self, pair: Pair, k: int) -> Optional[str]:
+        """For a weight diverging at a step where one run was resumed (``RunData.resumed_at``), when
+        that run's every weight there is the other run's at one later step, element for element: the
+        resume restored the weights of that step but numbered its steps from this one (None
+        otherwise). A helper's ports resumed from a checkpoint without the optimizer (and fit resumed
+        from h5 weights) counted ``optimizer.iterations`` from 0 again: the reader took the new file
+        for a rerun, and the report said the weights differ at step 0, with no note, of runs that
+        agreed up to the resume at step 10."""
+        step = int(self.steps[k])
+        weights = [p for p in self._pairs if p.base.kind == "weight" and p.use_values]
+        if pair not in weights:
+            return None
+        for run, mine, theirs in ((self.cand, "cand", "base"), (self.base, "base", "cand")):
+            if step not in getattr(run, "resumed_at", ()):
+                continue
+            found = None
+            for p in weights:
+                own, other = getattr(p, mine), getattr(p, theirs)
+                i = int((p.ic if mine == "cand" else p.ib)[k])
+                if i < 0:
+                    return None
+                here = np.asarray(own.values[i], np.float64)
+                at = {
+                    int(s)
+                    for r, s in enumerate(other.steps)
+                    if int(s) > step
+                    and np.asarray(other.values[r]).shape == here.shape
+                    and np.allclose(np.asarray(other.values[r], np.float64), here, rtol=1e-4, atol=p.atol_at(k))
+                }
+                found = at if found is None else found & at
+                if not found:
+                    break
+            if not found:
+                continue
+            later = min(found)
+            return (
+                f"'{run.name}' was resumed at this step (an event file of it begins here), and every weight it "
+                f"recorded here is the other run's at step {later}: it restored a checkpoint of step {later} but "
+                f"numbers its steps from {step} again, so each of its steps is compared with another; the step "
+                "counter it records by was not restored (optimizer.iterations: a tf.train.Checkpoint without "
+                "optimizer=, the model's weights saved alone, h5 weights in fit), and the steps its earlier file "
+                "wrote from there on are left out as a rerun's; restore the optimizer with the model (its "
+                "iterations and slots) to compare the resume"
+            )
+        return None
+
+    def _slot_lost_on_resume(self, pair: Pair, k: int) -> Optional[str]:
+        """For a slot diverging at a step where one run was resumed (``RunData.resumed_at``), every
+        element 0 in that run there, where it held other values at its step before and the other
+        run's does not hold 0: the resume did not restore the optimizer (None otherwise). A helper's
+        port whose ``tf.train.Checkpoint`` held the model but not the optimizer restarted Adam's
+        moments at step 10 and was told of clipping, betas and an initial accumulator."""
+        step = int(self.steps[k])
+        for run, rows, own, other, theirs in (
+            (self.cand, pair.cand, pair.ic, pair.base, pair.ib),
+            (self.base, pair.base, pair.ib, pair.cand, pair.ic),
+        ):
+            i, j = int(own[k]), int(theirs[k])
+            if step not in getattr(run, "resumed_at", ()) or i < 1 or j < 0:
+                continue
+            if _one_value(rows.stats[i], 1) != 0.0 or _one_value(rows.stats[i - 1], 1) == 0.0:
+                continue  # not 0 here, or 0 before too (a slot that never moved)
+            if _one_value(other.stats[j], 1) == 0.0:
+                continue
+            return (
+                f"'{run.name}' was resumed at this step (an event file of it begins here) and every element of "
+                f"this slot is 0 there, after holding other values at its step {int(rows.steps[i - 1])}: the "
+                "resume did not restore the optimizer's state (a tf.train.Checkpoint without optimizer=, "
+                "model.save_weights / load_weights, fit resumed without BackupAndRestore), so its slots start "
+                "again, and with them its iterations (Adam's bias correction)"
+            )
+        return None
+
     def _slot_fed_otherwise(self, pair: Pair, k: int) -> Optional[str]:
         """For a slot diverging at step ``k`` whose gradient agreed element-wise at every earlier step
         and was past its atol there (below it: :meth:`_noise_fed`): what reaches the slot differs from
