@@ -278,14 +278,7 @@ def test_a_per_batch_callback_under_steps_per_execution_is_named(tmp_path) -> No
     with tf.Graph().as_default():
         rec = summary_v1.Recorder(str(tmp_path / "tf1"))
         x, y, _, train_op = _tf1_graph(rec, _warm_up)
-        fetches = rec.fetches
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for _ in range(2):
-                for i in range(PER_EPOCH):
-                    feed = {x: X[i * BATCH : (i + 1) * BATCH], y: Y[i * BATCH : (i + 1) * BATCH]}
-                    rec.write(sess.run([train_op, fetches], feed)[1])
-        rec.close()
+        tf1_session.train(rec, train_op, (x, y), (np.tile(X, (2, 1)), np.tile(Y, (2, 1))), 2 * PER_EPOCH, BATCH)
     _fit(str(tmp_path / "fit"), float(_warm_up(0)), 2, [_WarmUpByBatch()], steps_per_execution=3)
     steps = np.arange(2 * PER_EPOCH)
     held = np.array([_warm_up((s // PER_EPOCH) * PER_EPOCH + (s % PER_EPOCH) // 3 * 3) for s in steps])
