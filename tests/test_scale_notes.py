@@ -74,7 +74,7 @@ def test_an_update_scaled_by_one_factor_names_the_bias_correction() -> None:
     assert (first.step, first.kind) == (1, "weight"), first
     assert f"the update is the baseline's times {ratio:.4g} at every element" in first.note, first.note
     assert "bias correction" in first.note
-    assert "Adadelta's first updates scale with sqrt(epsilon)" in first.note  # a helper's 3.162 = sqrt(10)
+    assert "Adadelta's first updates scale with sqrt(epsilon / (1 - rho))" in first.note  # 3.162 = sqrt(10)
     first = _first(*_adam_like(1.0, bend=0.5))  # half the elements moved 1.5x: settings, not one scale
     assert (first.step, first.kind) == (1, "weight") and "compare the optimizers' settings" in first.note
     # slots unrecorded: the settings named include where a slot starts (TF1 RMSProp's mean square at 1,

@@ -260,8 +260,34 @@ SLOT_ROLES = {
     "adam_v": "v",
     "lamb_m": "m",
     "lamb_v": "v",
+    # Adadelta's mean square of the gradients (``v``, as RMSProp's) and of its updates (``delta``),
+    # Ftrl's accumulator and linear term: TF1 names them after the optimizer (``<variable>/Adadelta``,
+    # ``/Adadelta_1``; ``/Ftrl``, ``/Ftrl_1``), tf_keras prefixes ``accumulated_grad``,
+    # ``accumulated_delta_var``, ``accumulator``, ``linear``, its legacy ones suffix ``accum_grad``,
+    # ``accum_var``, ``accumulator``, ``linear``. Unknown, they were paired by shape and order, had no
+    # gradient to bound them, and a helper's Adadelta port with another rho was told nothing of it.
+    "Adadelta": "v",
+    "accumulated_grad": "v",
+    "accum_grad": "v",
+    "Adadelta_1": "delta",
+    "accumulated_delta_var": "delta",
+    "accum_var": "delta",
+    "Ftrl": "accumulator",
+    "Ftrl_1": "linear",
+    "linear": "linear",
 }
-_PREFIX_SLOT_ROLES = ("m", "v", "vhat", "momentum", "velocity", "accumulator", "average_gradient")
+_PREFIX_SLOT_ROLES = (
+    "m",
+    "v",
+    "vhat",
+    "momentum",
+    "velocity",
+    "accumulator",
+    "average_gradient",
+    "accumulated_grad",
+    "accumulated_delta_var",
+    "linear",
+)
 #: The power of the gradient each role sums: first moments and momenta ``g``, second moments and
 #: accumulators ``g²`` (``Pair.allowance``; a role not listed is held to both).
 ROLE_MOMENT = {"m": 1, "mg": 1, "v": 2, "vhat": 2, "accumulator": 2}
@@ -272,9 +298,22 @@ ROLE_MOMENT = {"m": 1, "mg": 1, "v": 2, "vhat": 2, "accumulator": 2}
 #: and neither says it sums (``Pair.allowance``; unknown: summing, the looser bound).
 AVERAGING_SPELLINGS = frozenset(
     {"Adam", "Adam_1", "RMSProp", "v", "vhat", "velocity", "rms", "mg", "average_gradient"}
-    | {"adam_m", "adam_v", "lamb_m", "lamb_v"}
+    | {"adam_m", "adam_v", "lamb_m", "lamb_v", "Adadelta", "accumulated_grad", "accum_grad"}
 )
-SUMMING_SPELLINGS = frozenset({"Momentum", "momentum", "Adagrad", "accumulator"})
+SUMMING_SPELLINGS = frozenset({"Momentum", "momentum", "Adagrad", "accumulator", "Ftrl"})
+#: Spellings of Adadelta's mean square of the gradients, whose decay is ``rho`` (0.95 by default
+#: in TF1 and Keras), not Adam's ``beta_2`` (the first-update note names the one it is).
+RHO_SPELLINGS = frozenset({"Adadelta", "accumulated_grad", "accum_grad"})
+
+
+def decay_name(base_name: str, cand_name: str, power: int) -> tuple[str, float, str]:
+    """(the decay parameter, its default, whose default) of two paired moving averages of the
+    gradient's ``power``: Adadelta's ``rho`` for its spellings (:data:`RHO_SPELLINGS`), else Adam's
+    ``beta_1`` or ``beta_2``."""
+    spelled = {_slot_parts(_strip_output_index(n))[1] for n in (base_name, cand_name)}
+    if spelled & RHO_SPELLINGS:
+        return "rho", 0.95, "Adadelta's"
+    return ("beta_1", 0.9, "Adam's") if power == 1 else ("beta_2", 0.999, "Adam's")
 
 
 def _slot_parts(name: str) -> tuple[str, str]:
@@ -382,6 +421,11 @@ def variable_of(kind: str, name: str, centered: frozenset[str] = frozenset()) ->
     return (var, role) if var and (kind == "slot" or role == "average") else None
 
 
+#: Slot roles not fed by their variable's gradient alone (Adadelta's ``delta``, the mean square of
+#: its updates, of the size of lr² x the gradient's): no gradient pair bounds them.
+_UNFED_ROLES = frozenset({"delta"})
+
+
 def gradient_matches(matches: Sequence[Match]) -> dict[int, int]:
     """Index of each slot's and weight's match -> index of the match of its variable's gradient,
     when both sides' tensors are named after the two variables whose gradients that match pairs.
@@ -397,6 +441,8 @@ def gradient_matches(matches: Sequence[Match]) -> dict[int, int]:
     for i, m in enumerate(matches):
         if m.base[0] == m.cand[0] and m.base[0] in ("slot", "weight"):
             b, c = variable_of(*m.base), variable_of(*m.cand)
+            if b is not None and b[1] in _UNFED_ROLES:
+                continue  # Adadelta's mean square of its updates moves by no bound of its gradient's
             j = None if b is None or c is None else grads.get((b[0], c[0]))
             if j is not None:
                 found[i] = j

@@ -124,7 +124,7 @@ class UpdateNotes(NoteContext):
             return (
                 f"{note}; yet its optimizer slot {slot.base.kind}/{slot.base.name} differs by {gap:.3g} at this step, past atol and past what "
                 "its gradient's differences allow: the update's input differs beyond rounding (what feeds the slot, "
-                f"not the step size): the slot's own rule ({'momentum' if momentum_only else 'betas, momentum'}), "
+                f"not the step size): the slot's own rule ({'momentum' if momentum_only else 'betas, rho, momentum'}), "
                 "clipping between the recorded gradient and the update (clipnorm clips each variable by its own norm, "
                 "clip_by_global_norm / global_clipnorm all by one), or a weight decay added to the gradient"
             )
@@ -144,8 +144,9 @@ class UpdateNotes(NoteContext):
             )
             if not momentum_only:  # a helper's Adadelta: its first update scales with sqrt(epsilon)
                 causes.append(
-                    f"an epsilon under a square root that sets the step's size (Adadelta's first updates scale "
-                    f"with sqrt(epsilon): TF1 1e-8 against Keras's 1e-7 gives {math.sqrt(10):.4g})"
+                    f"an epsilon or a decay under a square root that sets the step's size (Adadelta's first "
+                    f"updates scale with sqrt(epsilon / (1 - rho)): epsilon 1e-8 against 1e-7 gives {math.sqrt(10):.4g}, "
+                    f"rho 0.95 against 0.9 gives {math.sqrt(0.5):.4g})"
                 )
             return (
                 f"{note}: the update is the baseline's times {scale:.4g} at every element (the same direction, "
@@ -513,7 +514,7 @@ class UpdateNotes(NoteContext):
         first = before is not None and not np.any(before[0]) and not np.any(before[1])
         note += f"; every element is the baseline's times {scale:.4g}"
         if first and averaging and power in (1, 2):
-            beta, default = ("beta_1", 0.9) if power == 1 else ("beta_2", 0.999)
+            beta, default, whose = align.decay_name(pair.base.name, pair.cand.name, power)
             # either side may be the one left at Keras's default: a trial's GAN had TF1's beta_1 0.5 and
             # the port's default 0.9, and was offered only "the candidate's is 0.98"
             implied = 1.0 - scale * (1.0 - default)
@@ -523,7 +524,7 @@ class UpdateNotes(NoteContext):
                 + ("" if power == 1 else " squared")
                 + f", so either the two {beta}s differ (the candidate's 1 - {beta} is {scale:.4g}x the baseline's"
                 + (
-                    f"; if the baseline's is Adam's default {default}, the candidate's is {implied:.4g}"
+                    f"; if the baseline's is {whose} default {default}, the candidate's is {implied:.4g}"
                     if 0.0 < implied < 1.0
                     else ""
                 )

@@ -1,0 +1,132 @@
+"""Adadelta's and Ftrl's slots, paired by what they hold and told by their own rule.
+
+TF1 names them after the optimizer: ``<v>/Adadelta`` (the mean square of the gradients) and
+``/Adadelta_1`` (that of the updates), ``<v>/Ftrl`` (the accumulator) and ``/Ftrl_1`` (the linear
+term); tf_keras prefixes ``accumulated_grad``, ``accumulated_delta_var``, ``accumulator``, ``linear``.
+No spelling but Keras's ``accumulator`` was known: the slots were paired by shape and order, had no
+gradient to bound them, and a helper's port with Adadelta's ``rho=0.9`` where TF1 had 0.95 (its mean
+square exactly 2x TF1's at its first update, its first steps 0.7071x) had that slot told nothing and
+its weights told the lr, Adam's bias correction, clipping or epsilon.
+
+Expectations come from numpy: the gradients of a mean squared error written out, and each
+optimizer's rule as both frameworks document it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+from tf1_recipes import dense_regression
+
+from tb_parity_plugin import compare, summary_v2
+
+RNG = np.random.default_rng(11)
+STEPS = 4
+X = RNG.normal(size=(STEPS, 8, 4)).astype(np.float32)
+Y = RNG.normal(size=(STEPS, 8, 1)).astype(np.float32)
+K = (RNG.normal(size=(4, 1)) * 0.5).astype(np.float32)
+ADADELTA = ("accum", "accum_update")  # TF1's slot names, in creation order
+FTRL = ("accum", "linear")
+
+
+def _keras_slots(opt: Any) -> dict[str, Any]:
+    """The kernel's slots of a tf_keras Adadelta or Ftrl, by TF1's slot name."""
+    if hasattr(opt, "_accumulated_grads"):
+        return {"accum": opt._accumulated_grads[0], "accum_update": opt._accumulated_delta_vars[0]}
+    return {"accum": opt._accumulators[0], "linear": opt._linears[0]}
+
+
+def _tf1(run_dir: str, make_opt: Any, roles: tuple[str, ...]) -> dict[str, list[np.ndarray]]:
+    seen = dense_regression(
+        run_dir, K, X, Y, lambda gs, rec: make_opt(), lambda opt, v: {r: opt.get_slot(v[0], r) for r in roles}
+    )
+    return {r: [step[r] for step in seen] for r in roles}
+
+
+def _port(run_dir: str, opt: Any) -> dict[str, list[np.ndarray]]:
+    """The Keras port: one ``Dense`` from the same kernel, a ``GradientTape`` loop recorded as the README says."""
+    model = tf.keras.Sequential(
+        [tf.keras.Input((4,)), tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(K), name="dense")]
+    )
+    opt.build(model.trainable_variables)
+    slots = _keras_slots(opt)
+    seen: dict[str, list[np.ndarray]] = {r: [] for r in slots}
+    rec = summary_v2.Recorder(run_dir)
+
+    @tf.function
+    def step(x: tf.Tensor, y: tf.Tensor) -> None:
+        with rec.step(opt.iterations, variables=model, optimizer=opt):
+            with tf.GradientTape() as tape:
+                loss = rec.loss(tf.reduce_mean(tf.square(model(x) - y)))
+            rec.minimize(opt, loss, model.trainable_variables, tape)
+
+    for s in range(STEPS):
+        for r, v in slots.items():
+            seen[r].append(v.numpy())
+        step(tf.constant(X[s]), tf.constant(Y[s]))
+    rec.close()
+    return seen
+
+
+def _kernel_gradient_at_step_0() -> np.ndarray:
+    x, y = X[0].astype(np.float64), Y[0].astype(np.float64)
+    return 2.0 * x.T @ (x @ K.astype(np.float64) - y) / len(y)
+
+
+def _slot_pairs(report: Any) -> dict[str, tuple[str, str]]:
+    return {m["baseline"]: (m["candidate"], m["how"]) for m in report.to_dict()["mapping"] if m["kind"] == "slot"}
+
+
+def test_a_faithful_adadelta_port_pairs_its_slots_by_what_they_hold(tmp_path) -> None:
+    tf1 = _tf1(str(tmp_path / "tf1"), lambda: tf.compat.v1.train.AdadeltaOptimizer(1.0), ADADELTA)
+    port = _port(str(tmp_path / "tf2"), tf.keras.optimizers.Adadelta(1.0, epsilon=1e-8))
+    g = _kernel_gradient_at_step_0()
+    np.testing.assert_allclose(tf1["accum"][1], 0.05 * g * g, rtol=1e-5)  # numpy: (1 - rho) g² at the first update
+    for role in ADADELTA:  # the frameworks' own slots agree role by role
+        np.testing.assert_allclose(port[role], tf1[role], rtol=1e-5, atol=1e-12)
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert report.agree, report.first_divergence
+    slots = _slot_pairs(report)
+    assert slots["dense/kernel/Adadelta:0"] == ("accumulated_grad/dense/kernel", "canonical"), slots
+    assert slots["dense/kernel/Adadelta_1:0"] == ("accumulated_delta_var/dense/kernel", "canonical"), slots
+
+
+def test_another_adadelta_rho_is_named_on_its_mean_square_at_the_first_update(tmp_path) -> None:
+    tf1 = _tf1(str(tmp_path / "tf1"), lambda: tf.compat.v1.train.AdadeltaOptimizer(1.0), ADADELTA)
+    port = _port(str(tmp_path / "tf2"), tf.keras.optimizers.Adadelta(1.0, rho=0.9, epsilon=1e-8))
+    g = _kernel_gradient_at_step_0()
+    # numpy: the mean square is (1 - rho) g² after the first update, 0.1 against 0.05: exactly 2x
+    np.testing.assert_allclose(port["accum"][1], 0.1 * g * g, rtol=1e-5)
+    np.testing.assert_allclose(port["accum"][1] / tf1["accum"][1], 2.0, rtol=1e-5)
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert not report.agree and report.first_divergence.step == 1, report.first_divergence
+    at_1 = {(d.kind, d.tensor): d for d in report.divergences_at_first_step}
+    mean_square = at_1[("slot", "dense/kernel/Adadelta:0")]
+    assert mean_square.candidate_tensor == "accumulated_grad/dense/kernel"
+    note = mean_square.note or ""
+    assert "times 2" in note and "rho" in note and "the candidate's is 0.9" in note, note
+    assert "beta_2" not in note and "Adam's default" not in note, note
+    weight = at_1[("weight", "dense/kernel:0")]
+    assert "rho" in (weight.note or ""), weight.note  # the weight's note names the slot's rule, rho among it
+
+
+def test_a_faithful_ftrl_port_pairs_its_slots_by_what_they_hold(tmp_path) -> None:
+    def tf1_opt() -> Any:
+        return tf.compat.v1.train.FtrlOptimizer(0.1, l1_regularization_strength=0.001)
+
+    tf1 = _tf1(str(tmp_path / "tf1"), tf1_opt, FTRL)
+    port = _port(str(tmp_path / "tf2"), tf.keras.optimizers.Ftrl(0.1, l1_regularization_strength=0.001))
+    g = _kernel_gradient_at_step_0()
+    # numpy: the accumulator starts at 0.1 and adds g²; the linear term adds g - (sqrt(a1) - sqrt(a0)) / lr x w
+    np.testing.assert_allclose(tf1["accum"][1], 0.1 + g * g, rtol=1e-5)
+    linear = g - (np.sqrt(0.1 + g * g) - np.sqrt(0.1)) / 0.1 * K
+    np.testing.assert_allclose(tf1["linear"][1], linear, rtol=1e-4, atol=1e-6)
+    for role in FTRL:
+        np.testing.assert_allclose(port[role], tf1[role], rtol=1e-5, atol=1e-7)
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert report.agree, report.first_divergence
+    slots = _slot_pairs(report)
+    assert slots["dense/kernel/Ftrl:0"] == ("accumulator/dense/kernel", "canonical"), slots
+    assert slots["dense/kernel/Ftrl_1:0"] == ("linear/dense/kernel", "canonical"), slots
