@@ -130,3 +130,26 @@ def test_a_faithful_ftrl_port_pairs_its_slots_by_what_they_hold(tmp_path) -> Non
     slots = _slot_pairs(report)
     assert slots["dense/kernel/Ftrl:0"] == ("accumulator/dense/kernel", "canonical"), slots
     assert slots["dense/kernel/Ftrl_1:0"] == ("linear/dense/kernel", "canonical"), slots
+
+
+def test_an_ftrl_port_without_tf1s_l1_is_told_the_constants_not_adams_settings(tmp_path) -> None:
+    """Keras's ``Ftrl`` defaults ``l1_regularization_strength`` to 0: a port that leaves out TF1's
+    moves its weights at step 1 while both slots agree (they take no l1), and was told Adam's
+    epsilon, betas, momentum and clipping."""
+
+    def tf1_opt() -> Any:
+        return tf.compat.v1.train.FtrlOptimizer(0.1, l1_regularization_strength=0.05)
+
+    tf1 = _tf1(str(tmp_path / "tf1"), tf1_opt, FTRL)
+    port = _port(str(tmp_path / "tf2"), tf.keras.optimizers.Ftrl(0.1))
+    for role in FTRL:  # the slots agree at step 1
+        np.testing.assert_allclose(port[role][1], tf1[role][1], rtol=1e-5, atol=1e-7)
+    # numpy: the kernel after the first update, w = (clip(linear, -l1, l1) - linear) / (sqrt(accum) / lr)
+    g = _kernel_gradient_at_step_0()
+    accum, linear = 0.1 + g * g, g - (np.sqrt(0.1 + g * g) - np.sqrt(0.1)) / 0.1 * K
+    w_tf1, w_port = ((np.clip(linear, -l1, l1) - linear) / (np.sqrt(accum) / 0.1) for l1 in (0.05, 0.0))
+    assert np.abs(w_tf1 - w_port).max() > 1e-3  # they part at step 1, by more than any tolerance
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    first = report.first_divergence
+    assert (first.step, first.kind, first.tensor) == (1, "weight", "dense/kernel:0"), first
+    assert "l1_regularization_strength" in first.note and "epsilon" not in first.note, first.note

@@ -128,6 +128,9 @@ class UpdateNotes(NoteContext):
                 "clipping between the recorded gradient and the update (clipnorm clips each variable by its own norm, "
                 "clip_by_global_norm / global_clipnorm all by one), or a weight decay added to the gradient"
             )
+        ftrl = self._ftrl_constants(g, k)
+        if ftrl is not None:  # its slots agree: only the rule's constants are left
+            return f"{note}: {ftrl}"
         if noise is None:  # the update itself: what a port most often sets otherwise
             scale = self._update_scale(pair, k)
             if scale is None:
@@ -161,6 +164,33 @@ class UpdateNotes(NoteContext):
             else ""
         )
         return note + noise + hold + "; README: What counts as a divergence"
+
+    def _ftrl_constants(self, g: Pair, k: int) -> Optional[str]:
+        """For a weight under Ftrl (a slot fed by ``g`` holds its linear term) whose every slot agrees
+        at step ``k``: Ftrl sets the weight from its accumulator and linear term alone, so its
+        constants differ (None otherwise). A helper's port that left out TF1's
+        ``l1_regularization_strength`` (Keras's default 0) was told Adam's epsilon, betas, momentum
+        and clipping, none of which Ftrl has or which would have moved the slots."""
+        slots = self._slots_fed_by(g)
+        roles = {
+            found[1]
+            for p in slots
+            for name in (p.base.name, p.cand.name)
+            if (found := align.variable_of("slot", name)) is not None
+        }
+        if "linear" not in roles:
+            return None
+        for p in slots:
+            p.ensure(k + 1, self.policy.equal_nan)
+            if p.ib[k] < 0 or p.ic[k] < 0 or p.reason[k] != OK:
+                return None
+        return (
+            "Ftrl sets each weight from its accumulator and linear term alone (w = (clip(linear, -l1, l1) - linear) "
+            "/ (accumulator^(-learning_rate_power) / lr + 2 l2 + beta / lr)), and both agree at this step: the "
+            "optimizers' constants differ (l1_regularization_strength, l2_regularization_strength, beta, "
+            "learning_rate_power), not the gradients that reached the slots (a weight exactly 0 in one run only: "
+            "its |linear| is within that run's l1)"
+        )
 
     def _unlooked_rows(self, pair: Pair, g: Pair, k: int) -> Optional[str]:
         """When each element of ``pair`` out of tolerance at step ``k`` had a gradient of exactly 0 in
