@@ -153,3 +153,68 @@ def test_an_ftrl_port_without_tf1s_l1_is_told_the_constants_not_adams_settings(t
     first = report.first_divergence
     assert (first.step, first.kind, first.tensor) == (1, "weight", "dense/kernel:0"), first
     assert "l1_regularization_strength" in first.note and "epsilon" not in first.note, first.note
+
+
+def _structure_note(report: Any, tag: str) -> str:
+    line = next(d for d in report.divergences_at_first_step if f"{d.kind}/{d.tensor or d.candidate_tensor}" == tag)
+    assert line.reason == "structure", line
+    return line.note or ""
+
+
+def test_a_slot_that_one_optimizers_rule_alone_keeps_names_that_rule(tmp_path) -> None:
+    """Keras's ``Adam(amsgrad=True)`` for TF1's ``AdamOptimizer`` (no AMSGrad) keeps ``vhat``; an RMSprop
+    centered on one side only keeps the mean gradient there. Both got a structure line with no word of
+    amsgrad or centered."""
+    adam = str(tmp_path / "adam")
+    _tf1(f"{adam}/tf1", lambda: tf.compat.v1.train.AdamOptimizer(0.05), ("m", "v"))
+    port = _port_with(f"{adam}/tf2", tf.keras.optimizers.Adam(0.05, epsilon=1e-8, amsgrad=True), "_velocity_hats")
+    # numpy: vhat is the running maximum of v (Keras's own slots, fetched)
+    np.testing.assert_array_equal(port["vhat"][-1], np.maximum.accumulate(np.stack(port["v"]))[-1])
+    report = compare(adam, baseline="tf1", candidate="tf2")
+    assert not report.agree
+    note = _structure_note(report, "slot/vhat/dense/kernel")
+    assert "amsgrad differs" in note, note
+
+    rms = str(tmp_path / "rms")
+    tf1 = _tf1(
+        f"{rms}/tf1",
+        lambda: tf.compat.v1.train.RMSPropOptimizer(0.01, momentum=0.5, epsilon=1e-10, centered=True),
+        ("rms", "mg", "momentum"),
+    )
+    assert np.any(tf1["mg"][1])  # numpy: (1 - decay) g after the first update, not 0
+    _port_with(f"{rms}/tf2", tf.keras.optimizers.RMSprop(0.01, momentum=0.5, epsilon=1e-10), "_velocities")
+    report = compare(rms, baseline="tf1", candidate="tf2")
+    assert not report.agree
+    note = _structure_note(report, "slot/dense/kernel/RMSProp_1:0")
+    assert "centered differs" in note and "momentum slot" not in note, note
+
+
+def _port_with(run_dir: str, opt: Any, watched: str) -> dict[str, list[np.ndarray]]:
+    """:func:`_port` for another optimizer: its kernel's ``watched`` slot (and Adam's ``v``), by name.
+    RMSprop's mean square starts at 1, as TF1's does (README)."""
+    model = tf.keras.Sequential(
+        [tf.keras.Input((4,)), tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(K), name="dense")]
+    )
+    opt.build(model.trainable_variables)
+    if watched == "_velocities":
+        for v in opt._velocities:
+            v.assign(tf.ones_like(v))
+    slots = {"vhat": getattr(opt, watched)[0]} if watched == "_velocity_hats" else {"rms": opt._velocities[0]}
+    if watched == "_velocity_hats":
+        slots["v"] = opt._velocities[0]
+    seen: dict[str, list[np.ndarray]] = {r: [] for r in slots}
+    rec = summary_v2.Recorder(run_dir)
+
+    @tf.function
+    def step(x: tf.Tensor, y: tf.Tensor) -> None:
+        with rec.step(opt.iterations, variables=model, optimizer=opt):
+            with tf.GradientTape() as tape:
+                loss = rec.loss(tf.reduce_mean(tf.square(model(x) - y)))
+            rec.minimize(opt, loss, model.trainable_variables, tape)
+
+    for s in range(STEPS):
+        step(tf.constant(X[s]), tf.constant(Y[s]))
+        for r, v in slots.items():
+            seen[r].append(v.numpy())
+    rec.close()
+    return seen

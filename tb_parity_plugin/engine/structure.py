@@ -103,6 +103,14 @@ def structure_of(base: Any, cand: Any, alignment: align.Alignment, allow_unmatch
     centered = {
         r is base: align.centered_rmsprop(t.name for t in r.tensors.values() if t.kind == "slot") for r in (base, cand)
     }
+    roles = {  # the slot roles each run keeps (by ``run is base``): a rule's slot the other keeps too is unpaired, not absent
+        r is base: {
+            found[1]
+            for t in r.tensors.values()
+            if t.kind == "slot" and (found := align.variable_of(t.kind, t.name, centered[r is base])) is not None
+        }
+        for r in (base, cand)
+    }
     for run, keys in sides:
         entries = []
         for key in keys:
@@ -130,6 +138,9 @@ def structure_of(base: Any, cand: Any, alignment: align.Alignment, allow_unmatch
                     entry["twins"] = twins
             if s.kind == "slot" and _tf1_rmsprop_momentum(s.name, centered[run is base]):
                 entry["tf1_rmsprop_momentum"] = _tf1_rmsprop_momentum(s.name, centered[run is base])
+            role = align.variable_of(s.kind, s.name, centered[run is base]) if s.kind == "slot" else None
+            if role is not None and role[1] in _RULE_SLOTS and role[1] not in roles[run is not base]:
+                entry["rule_slot"] = role[1]
             hints = entry_hints(entry, "baseline" if run is base else "candidate")
             if hints:
                 entry["hints"] = hints
@@ -520,6 +531,23 @@ def _moment_note(entry: dict[str, Any], other: str, first: bool) -> str:
     )
 
 
+#: Slots that one optimizer's rule keeps and the other's lacks, and what that says of the two rules:
+#: a port with Keras's ``Adam(amsgrad=True)`` of TF1's ``AdamOptimizer`` (which has no AMSGrad), or an
+#: RMSProp centered on one side only, got a structure line with no word of either.
+_RULE_SLOTS = {
+    "vhat": (
+        "AMSGrad's running maximum of the second moment (Keras Adam(amsgrad=True), which divides by its "
+        "square root): the other run keeps none, so amsgrad differs (TF1's AdamOptimizer has no AMSGrad); "
+        "the runs part from the first step where v falls below its maximum"
+    ),
+    "mg": (
+        "centered RMSProp's moving average of the gradient (centered=True: TF1's RMSProp_1 beside an "
+        "RMSProp_2, tf_keras average_gradient, legacy mg): the other run keeps none, so centered differs (the "
+        "denominator is mean square - mg² in one run, mean square in the other)"
+    ),
+}
+
+
 def _tf1_rmsprop_momentum(name: str, centered: frozenset[str]) -> str:
     """``RMSProp_1`` (``RMSProp_2`` when centered) when the slot ``name`` is TF1's RMSProp momentum
     (``centered``: its run's :func:`align.centered_rmsprop`), else "". TF1 makes it even with momentum=0,
@@ -563,6 +591,10 @@ def first_of(structure: Structure, damaged: Collection[str] = ()) -> list[dict[s
                 f"step's update, lr x g / sqrt(mean square + epsilon)): against a port without momentum, declare "
                 f"it: --allow-unmatched '*{unused}*'"
             )
+        rule = entry.get("rule_slot", "")
+        if rule and ("rule", run, rule) not in told and kind in structure.kinds.get(other, [kind]):
+            told.add(("rule", run, rule))
+            note += "; " + _RULE_SLOTS[rule]
         if "moment_of" in entry or entry.get("recorded_as"):
             note += "; " + _moment_note(entry, other, ("moment", run, kind) not in told)
             told.add(("moment", run, kind))
