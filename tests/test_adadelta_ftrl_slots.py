@@ -218,3 +218,47 @@ def _port_with(run_dir: str, opt: Any, watched: str) -> dict[str, list[np.ndarra
             seen[r].append(v.numpy())
     rec.close()
     return seen
+
+
+def _legacy_rmsprop_port(run_dir: str, epsilon: float) -> None:
+    """A port under ``tf.keras.optimizers.legacy.RMSprop`` (no momentum), its mean square started at 1
+    as TF1's (README)."""
+    model = tf.keras.Sequential(
+        [tf.keras.Input((4,)), tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(K), name="dense")]
+    )
+    opt = tf.keras.optimizers.legacy.RMSprop(0.01, epsilon=epsilon)
+    opt._create_all_weights(model.trainable_variables)
+    for v in model.trainable_variables:
+        opt.get_slot(v, "rms").assign(tf.ones_like(v))
+    rec = summary_v2.Recorder(run_dir)
+
+    @tf.function
+    def step(x: tf.Tensor, y: tf.Tensor) -> None:
+        with rec.step(opt.iterations, variables=model, optimizer=opt):
+            with tf.GradientTape() as tape:
+                loss = rec.loss(tf.reduce_mean(tf.square(model(x) - y)))
+            rec.minimize(opt, loss, model.trainable_variables, tape)
+
+    for s in range(STEPS):
+        step(tf.constant(X[s]), tf.constant(Y[s]))
+    rec.close()
+
+
+def test_a_legacy_rmsprop_port_is_told_its_epsilon_sits_outside_the_square_root(tmp_path) -> None:
+    """tf_keras's legacy ``RMSprop`` without momentum steps ``lr g / (sqrt(ms) + epsilon)``, TF1's
+    ``lr g / sqrt(ms + epsilon)``: at epsilon 1 a helper's port parted at step 1, its mean square
+    agreeing, and was told the lr, Adam's bias correction, clipping or Adadelta's epsilon."""
+    tf1 = _tf1(
+        str(tmp_path / "tf1"), lambda: tf.compat.v1.train.RMSPropOptimizer(0.01, epsilon=1.0), ("rms", "momentum")
+    )
+    _legacy_rmsprop_port(str(tmp_path / "tf2"), epsilon=1.0)
+    # numpy: the first updates of the two rules from the same mean square 0.9 + 0.1 g²
+    g = _kernel_gradient_at_step_0()
+    ms = 0.9 + 0.1 * g * g
+    np.testing.assert_allclose(tf1["rms"][1], ms, rtol=1e-5)
+    inside, outside = 0.01 * g / np.sqrt(ms + 1.0), 0.01 * g / (np.sqrt(ms) + 1.0)
+    assert np.abs(inside - outside).max() > 1e-4  # past the weights' atol 1e-5
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2", allow_unmatched=["*RMSProp_1*"])
+    first = report.first_divergence
+    assert (first.step, first.kind, first.tensor) == (1, "weight", "dense/kernel:0"), first
+    assert "outside the square root" in first.note and "legacy RMSprop" in first.note, first.note

@@ -131,6 +131,9 @@ class UpdateNotes(NoteContext):
         ftrl = self._ftrl_constants(g, k)
         if ftrl is not None:  # its slots agree: only the rule's constants are left
             return f"{note}: {ftrl}"
+        placed = self._rmsprop_epsilon_placed_otherwise(g, k)
+        if placed is not None:
+            return f"{note}: {placed}"
         if noise is None:  # the update itself: what a port most often sets otherwise
             scale = self._update_scale(pair, k)
             if scale is None:
@@ -190,6 +193,33 @@ class UpdateNotes(NoteContext):
             "optimizers' constants differ (l1_regularization_strength, l2_regularization_strength, beta, "
             "learning_rate_power), not the gradients that reached the slots (a weight exactly 0 in one run only: "
             "its |linear| is within that run's l1)"
+        )
+
+    def _rmsprop_epsilon_placed_otherwise(self, g: Pair, k: int) -> Optional[str]:
+        """For a weight under RMSProp whose mean square is spelled ``rms`` (tf_keras's legacy RMSprop) in
+        one run only, that run keeping no momentum, and whose slots agree at step ``k``: the legacy
+        RMSprop without momentum adds epsilon outside the square root, TF1 (and tf_keras's current
+        RMSprop) inside (None otherwise). A helper's port at epsilon 1 parted at step 1 (numpy) and was
+        told the lr, Adam's bias correction, clipping or Adadelta's epsilon."""
+        slots = self._slots_fed_by(g)
+        sides = [[p.base.name for p in slots], [p.cand.name for p in slots]]
+        legacy = [any(n.removesuffix(":0").rpartition("/")[2] == "rms" for n in names) for names in sides]
+        if legacy[0] == legacy[1]:
+            return None
+        side = 0 if legacy[0] else 1
+        if any(align.variable_and_role("slot", n)[2] == "m" for n in sides[side]):
+            return None  # with momentum the legacy RMSprop puts epsilon inside, as TF1
+        for p in slots:
+            p.ensure(k + 1, self.policy.equal_nan)
+            if p.ib[k] < 0 or p.ic[k] < 0 or p.reason[k] != OK:
+                return None
+        run = (self.base.name, self.cand.name)[side]
+        return (
+            f"its slots agree at this step, and '{run}' runs tf_keras's legacy RMSprop without momentum (its mean "
+            "square spelled rms), which adds epsilon outside the square root (lr g / (sqrt(ms) + epsilon)), where "
+            "TF1's RMSPropOptimizer and tf_keras's RMSprop add it inside (lr g / sqrt(ms + epsilon)): the steps "
+            "differ wherever the mean square is not far above epsilon (use tf.keras.optimizers.RMSprop, or compare "
+            "epsilon, the lr and clipping)"
         )
 
     def _unlooked_rows(self, pair: Pair, g: Pair, k: int) -> Optional[str]:
