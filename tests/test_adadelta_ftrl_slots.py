@@ -262,3 +262,44 @@ def test_a_legacy_rmsprop_port_is_told_its_epsilon_sits_outside_the_square_root(
     first = report.first_divergence
     assert (first.step, first.kind, first.tensor) == (1, "weight", "dense/kernel:0"), first
     assert "outside the square root" in first.note and "legacy RMSprop" in first.note, first.note
+
+
+_KERAS3_AMSGRAD_PORT = """
+import sys
+import numpy as np
+import keras
+import tensorflow as tf
+from tb_parity_plugin import summary_v2
+
+run_dir, arrays = sys.argv[1], np.load(sys.argv[2])
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, kernel_initializer=keras.initializers.Constant(arrays["k"]), name="dense")])
+opt = keras.optimizers.Adam(0.05, epsilon=1e-8, amsgrad=True)
+rec = summary_v2.Recorder(run_dir)
+
+@tf.function
+def step(x, y):
+    with rec.step(opt.iterations, variables=model, optimizer=opt):
+        with tf.GradientTape() as tape:
+            loss = rec.loss(tf.reduce_mean(tf.square(model(x) - y)))
+        rec.minimize(opt, loss, model.trainable_variables, tape)
+
+for s in range(len(arrays["x"])):
+    step(tf.constant(arrays["x"][s]), tf.constant(arrays["y"][s]))
+rec.close()
+"""
+
+
+def test_keras3s_amsgrad_maximum_is_named_too(tmp_path) -> None:
+    """Keras 3 spells AMSGrad's maximum ``velocity_hat``: its structure line said nothing of amsgrad."""
+    from keras3_process import run_keras3
+
+    _tf1(str(tmp_path / "tf1"), lambda: tf.compat.v1.train.AdamOptimizer(0.05), ("m", "v"))
+    arrays = tmp_path / "arrays.npz"
+    np.savez(arrays, x=X, y=Y, k=K)
+    script = tmp_path / "port.py"
+    script.write_text(_KERAS3_AMSGRAD_PORT)
+    run_keras3([str(script), str(tmp_path / "tf2"), str(arrays)])
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert not report.agree
+    line = next(d for d in report.divergences_at_first_step if d.candidate_tensor.endswith("kernel/velocity_hat"))
+    assert line.reason == "structure" and "amsgrad differs" in (line.note or ""), line

@@ -252,6 +252,7 @@ SLOT_ROLES = {
     "v": "v",
     "velocity": "v",
     "vhat": "vhat",
+    "velocity_hat": "vhat",  # Keras 3's AMSGrad maximum (``<variable path>/velocity_hat``)
     "rms": "v",
     "accumulator": "accumulator",
     # BERT's AdamWeightDecayOptimizer and the LAMB copies (shim/slots.py MOMENT_LEAVES): Adam's
@@ -297,7 +298,7 @@ ROLE_MOMENT = {"m": 1, "mg": 1, "v": 2, "vhat": 2, "accumulator": 2}
 #: both SGD's momentum and Adam's first moment ``m``: a slot is averaging only when a side says so
 #: and neither says it sums (``Pair.allowance``; unknown: summing, the looser bound).
 AVERAGING_SPELLINGS = frozenset(
-    {"Adam", "Adam_1", "RMSProp", "v", "vhat", "velocity", "rms", "mg", "average_gradient"}
+    {"Adam", "Adam_1", "RMSProp", "v", "vhat", "velocity_hat", "velocity", "rms", "mg", "average_gradient"}
     | {"adam_m", "adam_v", "lamb_m", "lamb_v", "Adadelta", "accumulated_grad", "accum_grad"}
 )
 SUMMING_SPELLINGS = frozenset({"Momentum", "momentum", "Adagrad", "accumulator", "Ftrl"})
