@@ -1640,6 +1640,11 @@ def align(
     state.by_unique_shape()
     state.by_inferred_scope()
     candidates = state.by_kind_shape_order()
+    # A kernel paired there by order takes its bias along (two encoder blocks' [64, 16] output
+    # kernels, their [16] biases among many of that shape): left free, the layer was called
+    # "parametrised otherwise" and the warning offered --allow-unmatched '*dense*'.
+    state.by_inferred_scope()
+    candidates = {k: [c for c in cs if c in state.free_cand] for k, cs in candidates.items() if k in state.free_base}
     # Identical names of other shapes last: Keras names layers of other widths created in another
     # order alike (the stages above pair them by shape); what is left is a shape divergence.
     otherwise = state.parametrised_otherwise()
