@@ -837,7 +837,7 @@ class UpdateNotes(NoteContext):
     def _jump_from_agreeing_inputs(self, pair: Pair, k: int) -> Optional[str]:
         """For a gradient whose error ratio at step ``k`` is at least :data:`JUMP_FACTOR` times its
         largest at every earlier step both runs logged, while every weight, state and slot both
-        recorded at ``k``, and the loss, agree: the difference arises inside the step from agreeing
+        recorded at ``k``, the loss and every recorded output, agree: the difference arises inside the step from agreeing
         inputs, which a ReLU-like unit at its kink does when no activation is recorded to show it
         (:mod:`kinks` names the unit when one is). New users' faithful ResNet ports (a conv's bias
         and batch norm, Momentum, 100 steps, float64 replays bit-equal) diverged so on a kernel's
@@ -874,7 +874,10 @@ class UpdateNotes(NoteContext):
             nearest = min(local, key=lambda t: t[0])
         weights = 0
         for p in self._pairs:
-            if p.base.kind not in ("weight", "state", "slot", "loss") or p.ib[k] < 0 or p.ic[k] < 0:
+            # a recorded output apart at this step is a forward pass that differs, which a unit at its
+            # kink (its output moved by rounding) does not make: a helper's port that looked up another
+            # row for one id had its embedding output apart, and its gradients were told of a kink
+            if p.base.kind not in _FORWARD_AND_STATE or p.ib[k] < 0 or p.ic[k] < 0:
                 continue
             p.ensure(k + 1, self.policy.equal_nan)
             if p.reason[k] != OK:
