@@ -845,7 +845,7 @@ class UpdateNotes(NoteContext):
         by statistics only (an embedding table's) shows that elements moved, not how many: it is told
         so through the gradient nearest the kink, compared element-wise (a new user's faithful port,
         one hidden unit 6e-8 from 0, diverged first on its table's gradient with no note)."""
-        if k == 0:
+        if k == 0 or self._rows_cut_off(pair, k) is not None:
             return None
         by_values = pair.by_values_at(k)
         few = self._moved_share(pair, k) if by_values else None
@@ -930,11 +930,19 @@ class UpdateNotes(NoteContext):
             kinds.add(p.base.kind)
         if not {"weight", "loss"} <= kinds:
             return None
+        cut = self._rows_cut_off(pair, k)
+        rows = (
+            ""
+            if cut is None
+            else f"its rows out of tolerance ({', '.join(map(str, cut[1][:5]))}{', ...' if len(cut[1]) > 5 else ''}; "
+            f"{len(cut[1])} of them) are exactly 0 in '{cut[0]}' alone, the rest agreeing: '{cut[0]}' takes no "
+            "gradient into them (a frozen row, a stop_gradient or tf.where on the positions that look them up); "
+        )
         # the recorded loss need not be the loss minimised: a new user's custom-loop port left out
         # sum(model.losses) (an L1 kernel regularizer) where TF1 minimised the data loss plus
         # get_regularization_loss() and recorded the data loss; told "the forward pass agrees", it
         # was sent to stop_gradients
-        return (
+        return rows + (
             "every weight, recorded output and the recorded loss agree at this step while this gradient differs: "
             "what is recorded of the forward pass agrees and the gradient does not; a term of the loss one run "
             "minimises that the recorded loss leaves out (a custom loop's loss without sum(model.losses): a "
@@ -946,6 +954,27 @@ class UpdateNotes(NoteContext):
             "custom gradient, or a loss of the same value and another gradient (a clip_by_value, a tf.where); "
             "a ReLU-like unit exactly at its kink moves a few elements so too"
         )
+
+    def _rows_cut_off(self, pair: Pair, k: int) -> Optional[tuple[str, list[int]]]:
+        """(the run, the rows) when every element of a 2-D gradient out of tolerance at step ``k`` lies in
+        a row that is exactly 0 in that run alone, the same run for each: the gradient is cut off at
+        those rows there (a frozen or masked embedding row), which a unit at its kink does not do (it
+        moves the part of each row that flowed through it). A helper's port that froze one embedding
+        row with a tf.where had its table's gradient told of a kink at the step that looked it up."""
+        shape = tuple(pair.base.shape)
+        both = pair.step_values(k)
+        out = self._elements_out(pair, k)
+        if len(shape) != 2 or None in shape or both is None or out is None or not len(out):
+            return None
+        if len(both[0]) != shape[0] * shape[1] or len(both[1]) != len(both[0]):
+            return None
+        b, c = (np.asarray(v).reshape(shape) for v in both)
+        rows = np.unique(out // shape[1])
+        zero = [~np.any(v[rows] != 0, axis=1) for v in (b, c)]
+        for side, name in ((0, self.base.name), (1, self.cand.name)):
+            if zero[side].all() and not zero[1 - side].any():
+                return name, [int(r) for r in rows]
+        return None
 
     def _moved_share(self, pair: Pair, k: int) -> Optional[float]:
         """The share of a gradient's elements out of tolerance at ``k`` among those either run holds
