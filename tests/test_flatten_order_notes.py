@@ -102,3 +102,78 @@ def test_features_recorded_in_another_layout_alone_are_said_to_train_the_same(tm
     assert "the step trains the same" in first.note, first.note
     others = [d.tensor for d in report.divergences_at_first_step if d.tensor != "features"]
     assert others == [], others  # numpy's verdict too: only the recorded layout differs
+
+
+VOCAB, DIM, SEQ = 10, 3, 5
+EMB = RNG.standard_normal((VOCAB, DIM)).astype(np.float32)
+SEQ_HEAD = (RNG.standard_normal((SEQ * DIM, 1)) * 0.3).astype(np.float32)
+TOKENS = [[list(RNG.integers(1, VOCAB, n)) for n in (2, 3, 4, 5)] for _ in range(STEPS)]
+TARGETS = RNG.standard_normal((STEPS, 4, 1)).astype(np.float32)
+
+
+def _padded(seqs: list, where: str) -> np.ndarray:
+    out = np.zeros((len(seqs), SEQ), np.int64)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = s if where == "post" else 0
+        if where == "pre":
+            out[i, SEQ - len(s) :] = s
+    return out
+
+
+def _tf1_embedded(run_dir: str) -> np.ndarray:
+    """A TF1 sequence regression fed its tokens padded at the end; returns its step-0 embeddings."""
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.int64, [None, SEQ])
+        y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+        with tf.compat.v1.variable_scope("embedding"):
+            table = tf.compat.v1.get_variable("embeddings", initializer=EMB)
+        embedded = rec.activation("embedded", tf.nn.embedding_lookup(table, x))
+        flat = tf.reshape(embedded, [-1, SEQ * DIM])
+        p = tf.compat.v1.layers.dense(flat, 1, kernel_initializer=tf.constant_initializer(SEQ_HEAD), name="dense")
+        loss = rec.loss(tf.reduce_mean(tf.square(p - y)))
+        train = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(LR), loss, global_step=gs)
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            seen = sess.run(embedded, {x: _padded(TOKENS[0], "post")})
+            for s in range(STEPS):
+                rec.write(sess.run([train, fetches], {x: _padded(TOKENS[s], "post"), y: TARGETS[s]})[1])
+        rec.close()
+    return seen
+
+
+def _keras_embedded(run_dir: str) -> np.ndarray:
+    """The port, fed pad_sequences' default padding="pre"; returns its step-0 embeddings."""
+    emb = tf.keras.layers.Embedding(VOCAB, DIM, embeddings_initializer=tf.constant_initializer(EMB))
+    head = tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(SEQ_HEAD))
+    model = tf.keras.Sequential([tf.keras.Input((SEQ,)), emb, tf.keras.layers.Flatten(), head])
+    opt = tf.keras.optimizers.SGD(LR)
+    rec = summary_v2.Recorder(run_dir)
+
+    @tf.function
+    def step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        with rec.step(opt.iterations):
+            with tf.GradientTape() as tape:
+                embedded = rec.activation("embedded", emb(x))
+                loss = rec.loss(tf.reduce_mean(tf.square(head(tf.reshape(embedded, [-1, SEQ * DIM])) - y)))
+            rec.minimize(opt, loss, model.trainable_variables, tape)
+        return embedded
+
+    seen = [step(tf.constant(_padded(TOKENS[s], "pre")), tf.constant(TARGETS[s])).numpy() for s in range(STEPS)]
+    rec.close()
+    return seen[0]
+
+
+def test_sequences_padded_at_the_other_end_are_not_told_to_permute_before_flatten(tmp_path) -> None:
+    """Keras's pad_sequences pads "pre" by default; a port fed so, where TF1 padded "post", holds each
+    row's values in another order too, and was told of channels-first maps and Permute((3, 1, 2))."""
+    tf1, port = _tf1_embedded(str(tmp_path / "tf1")), _keras_embedded(str(tmp_path / "tf2"))
+    # numpy: each row's positions are TF1's rolled by the padding's length, and not in place
+    assert np.abs(port - tf1).max() > 0.1
+    for i, n in enumerate((2, 3, 4, 5)):
+        np.testing.assert_allclose(np.roll(tf1[i], SEQ - n, axis=0), port[i], atol=1e-6)
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert (first.step, first.kind, first.tensor, first.reason) == (0, "activation", "embedded", "value"), first
+    assert "padding at the other end" in first.note and "Permute" not in first.note, first.note

@@ -387,6 +387,18 @@ class InputNotes(NoteContext):
             return None
         if (np.abs(c - b) <= atol + rtol * np.abs(b)).all():
             return None
+        if len(shape) >= 3 and _positions_shifted(
+            b.reshape(rows, shape[1], -1), c.reshape(rows, shape[1], -1), atol, rtol
+        ):
+            # a sequence padded at the other end (or reversed) holds the same values too: a helper's port
+            # fed pad_sequences' default padding="pre" where TF1 padded "post" was told to Permute before Flatten
+            return (
+                f"each of its {rows} rows holds the same {n} values as the same row of '{self.base.name}' in another "
+                f"order, and each row's {shape[1]} positions (axis 1) are the other run's shifted or reversed: the "
+                "sequences sit elsewhere along their padding (padding at the other end: Keras pad_sequences pads and "
+                "truncates 'pre' by default, a TF1 pipeline or padded_batch pads 'post'), or are reversed on one side "
+                "(go_backwards, tf.reverse_sequence)"
+            )
         note = (
             f"each of its {rows} rows holds the same {n} values as the same row of '{self.base.name}' in another "
             "order: the same features laid out otherwise"
@@ -808,3 +820,17 @@ _PER_REPLICA_BN = (
     "a batch normalization under a strategy normalizes each replica's share of the batch with that share's "
     "statistics unless it is synchronized (Keras SyncBatchNormalization, or BatchNormalization(synchronized=True))"
 )
+
+
+def _positions_shifted(b: np.ndarray, c: np.ndarray, atol: float, rtol: float) -> bool:
+    """Whether each row of ``c`` (``[rows, positions, features]``) is the same row of ``b`` with its
+    positions rolled (a sequence padded at the other end) or reversed, within ``atol + rtol |c|``."""
+    for row_b, row_c in zip(b, c):
+        bound = atol + rtol * np.abs(row_c)
+        if (np.abs(row_b[::-1] - row_c) <= bound).all():
+            continue
+        # the shifts that carry some position of b onto c's first, each then checked whole
+        starts = np.flatnonzero((np.abs(row_b - row_c[0]) <= bound[0]).all(axis=1))
+        if not any((np.abs(np.roll(row_b, -int(r), axis=0) - row_c) <= bound).all() for r in starts):
+            return False
+    return True
