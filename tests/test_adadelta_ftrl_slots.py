@@ -303,3 +303,26 @@ def test_keras3s_amsgrad_maximum_is_named_too(tmp_path) -> None:
     assert not report.agree
     line = next(d for d in report.divergences_at_first_step if d.candidate_tensor.endswith("kernel/velocity_hat"))
     assert line.reason == "structure" and "amsgrad differs" in (line.note or ""), line
+
+
+def test_an_ftrl_port_with_another_lr_is_told_the_lr_among_the_constants(tmp_path) -> None:
+    """From a kernel of zeros (a linear model's usual start) Ftrl's linear term takes the gradient
+    alone at the first update, whatever the lr: a port at lr 0.2 for TF1's 0.1 keeps both slots
+    equal and doubles its weights, and was told l1, l2, beta and learning_rate_power, not the lr."""
+    global K
+    kernel, K = K, np.zeros_like(K)
+    try:
+        tf1 = _tf1(str(tmp_path / "tf1"), lambda: tf.compat.v1.train.FtrlOptimizer(0.1), FTRL)
+        port = _port(str(tmp_path / "tf2"), tf.keras.optimizers.Ftrl(0.2))
+    finally:
+        K = kernel
+    for role in FTRL:  # numpy: the slots agree at step 1 (linear = g from w = 0, accum = 0.1 + g²)
+        np.testing.assert_allclose(port[role][1], tf1[role][1], rtol=1e-6, atol=1e-7)
+    x, y = X[0].astype(np.float64), Y[0].astype(np.float64)
+    g = 2.0 * x.T @ (x @ np.zeros((4, 1)) - y) / len(y)
+    np.testing.assert_allclose(tf1["linear"][1], g, rtol=1e-5)
+    w_tf1, w_port = (-g / (np.sqrt(0.1 + g * g) / lr) for lr in (0.1, 0.2))  # numpy: w = -linear / (sqrt(n) / lr)
+    assert np.abs(w_port - w_tf1).max() > 1e-2
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert (first.step, first.kind, first.tensor) == (1, "weight", "dense/kernel:0"), first
+    assert "Ftrl" in first.note and "the learning rate" in first.note, first.note

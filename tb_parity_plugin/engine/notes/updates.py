@@ -190,8 +190,8 @@ class UpdateNotes(NoteContext):
         return (
             "Ftrl sets each weight from its accumulator and linear term alone (w = (clip(linear, -l1, l1) - linear) "
             "/ (accumulator^(-learning_rate_power) / lr + 2 l2 + beta / lr)), and both agree at this step: the "
-            "optimizers' constants differ (l1_regularization_strength, l2_regularization_strength, beta, "
-            "learning_rate_power), not the gradients that reached the slots (a weight exactly 0 in one run only: "
+            "optimizers' constants differ (the learning rate, which Ftrl's slots do not hold where a weight starts at 0; "
+            "l1_regularization_strength, l2_regularization_strength, beta, learning_rate_power), not the gradients that reached the slots (a weight exactly 0 in one run only: "
             "its |linear| is within that run's l1)"
         )
 
