@@ -290,3 +290,19 @@ def test_a_per_batch_callback_under_steps_per_execution_is_named(tmp_path) -> No
     assert d is not None and (d.step, d.kind) == (first, "lr"), d
     assert "'fit' ran fit with steps_per_execution=3" in (d.note or ""), d.note
     assert "once per execution of 3 steps" in d.note, d.note
+
+
+def test_staircase_decays_of_other_decay_steps_are_not_only_told_of_epoch_lengths(tmp_path) -> None:
+    """TF1 decays every 3 steps, the port every 4 (``staircase=True``), both over epochs of 4 steps:
+    the stairs fit the epoch-length note's test, which named only a partial batch, batch sizes or
+    an epoch's examples, and not the decay_steps that differ."""
+    steps = np.arange(4 * PER_EPOCH)
+    base, cand = 0.1 * 0.5 ** (steps // 3), 0.1 * 0.5 ** (steps // 4)
+    train_tf1_decay(str(tmp_path / "tf1"), 3)
+    train_fit_decay(str(tmp_path / "fit"), 4)
+    recorded = tensors_by_step(str(tmp_path / "tf1"))
+    np.testing.assert_allclose([recorded[s][("lr", "lr")][2] for s in sorted(recorded)], base, rtol=1e-6)
+    first = int(np.flatnonzero(base != cand)[0])
+    d = compare(str(tmp_path), baseline="tf1", candidate="fit").first_divergence
+    assert d is not None and (d.step, d.kind) == (first, "lr"), d
+    assert "decay_steps" in (d.note or "") and "3 against 4" in d.note, d.note

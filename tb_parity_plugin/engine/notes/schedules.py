@@ -309,7 +309,8 @@ def _epoch_length_note(steps: np.ndarray, b: np.ndarray, c: np.ndarray, close: f
         return None
     return (
         f"the baseline's value changes every {pb} steps (at step {_first_steps(cb)}) and the candidate's every {pc} "
-        f"(at step {_first_steps(cc)}), through the same values: a value set per epoch (a LearningRateScheduler or "
+        f"(at step {_first_steps(cc)}), through the same values: a schedule in steps of another period "
+        f"(staircase decay_steps, or evenly spaced boundaries, {pb} against {pc}), or a value set per epoch (a LearningRateScheduler or "
         f"ReduceLROnPlateau callback, a schedule in epochs) over epochs of {pb} steps in the baseline and {pc} in "
         "the candidate: one run keeps a partial last batch that the other drops (a TF1 loop over N // batch_size "
         "batches against fit, which keeps it, or a batch with drop_remainder=True on one side), or the runs "
