@@ -331,10 +331,7 @@ class InputNotes(NoteContext):
         if len(np.unique(close.argmax(axis=1))) != rows:  # each its own row: one to one
             return None
         moved = int((~close.diagonal()).sum())
-        trained = [p for p in self._pairs if p.base.kind in ("loss", "grad") and p.ib[k] >= 0 and p.ic[k] >= 0]
-        for p in trained:
-            p.ensure(k + 1, self.policy.equal_nan)
-        same = bool(trained) and all(p.by_values_at(k) and p.reason[k] == OK for p in trained)
+        same = self._trains_the_same(k)
         # the replicas' dealing can only be the cause where a run had replicas: a single-device fit port fed
         # each batch's rows in another order was sent to experimental_distribute_dataset first
         split = any(self._replicas[r.name].count > 1 for r in (self.base, self.cand) if r.name in self._replicas)
@@ -360,6 +357,14 @@ class InputNotes(NoteContext):
                 else ""
             )
         )
+
+    def _trains_the_same(self, k: int) -> bool:
+        """Whether the loss and every gradient both runs recorded at compared step ``k`` agree there,
+        compared by values (at least one of them recorded)."""
+        trained = [p for p in self._pairs if p.base.kind in ("loss", "grad") and p.ib[k] >= 0 and p.ic[k] >= 0]
+        for p in trained:
+            p.ensure(k + 1, self.policy.equal_nan)
+        return bool(trained) and all(p.by_values_at(k) and p.reason[k] == OK for p in trained)
 
     def _features_in_another_order(self, first: Pair, k: int) -> Optional[str]:
         """When each row (first axis: the batch) of ``first``'s candidate at ``k`` holds, within its
@@ -419,10 +424,7 @@ class InputNotes(NoteContext):
                 break
         else:
             note += " (channels-first against channels-last maps, a transpose or a permutation on one side)"
-        trained = [p for p in self._pairs if p.base.kind in ("loss", "grad") and p.ib[k] >= 0 and p.ic[k] >= 0]
-        for pair in trained:
-            pair.ensure(k + 1, self.policy.equal_nan)
-        if trained and all(pair.by_values_at(k) and pair.reason[k] == OK for pair in trained):
+        if self._trains_the_same(k):
             return note + (
                 "; the loss and every gradient recorded at this step agree: the step trains the same, and only the "
                 "layout this output was recorded in differs"

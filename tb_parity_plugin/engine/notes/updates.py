@@ -183,10 +183,8 @@ class UpdateNotes(NoteContext):
         }
         if "linear" not in roles:
             return None
-        for p in slots:
-            p.ensure(k + 1, self.policy.equal_nan)
-            if p.ib[k] < 0 or p.ic[k] < 0 or p.reason[k] != OK:
-                return None
+        if not self._all_agree_at(slots, k):
+            return None
         return (
             "Ftrl sets each weight from its accumulator and linear term alone (w = (clip(linear, -l1, l1) - linear) "
             "/ (accumulator^(-learning_rate_power) / lr + 2 l2 + beta / lr)), and both agree at this step: the "
@@ -194,6 +192,14 @@ class UpdateNotes(NoteContext):
             "l1_regularization_strength, l2_regularization_strength, beta, learning_rate_power), not the gradients that reached the slots (a weight exactly 0 in one run only: "
             "its |linear| is within that run's l1)"
         )
+
+    def _all_agree_at(self, pairs: Sequence[Pair], k: int) -> bool:
+        """Whether each of ``pairs`` was logged by both runs at compared step ``k`` and agrees there."""
+        for p in pairs:
+            p.ensure(k + 1, self.policy.equal_nan)
+            if p.ib[k] < 0 or p.ic[k] < 0 or p.reason[k] != OK:
+                return False
+        return True
 
     def _rmsprop_epsilon_placed_otherwise(self, g: Pair, k: int) -> Optional[str]:
         """For a weight under RMSProp whose mean square is spelled ``rms`` (tf_keras's legacy RMSprop) in
@@ -209,10 +215,8 @@ class UpdateNotes(NoteContext):
         side = 0 if legacy[0] else 1
         if any(align.variable_and_role("slot", n)[2] == "m" for n in sides[side]):
             return None  # with momentum the legacy RMSprop puts epsilon inside, as TF1
-        for p in slots:
-            p.ensure(k + 1, self.policy.equal_nan)
-            if p.ib[k] < 0 or p.ic[k] < 0 or p.reason[k] != OK:
-                return None
+        if not self._all_agree_at(slots, k):
+            return None
         run = (self.base.name, self.cand.name)[side]
         return (
             f"its slots agree at this step, and '{run}' runs tf_keras's legacy RMSprop without momentum (its mean "
