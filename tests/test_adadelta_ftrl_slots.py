@@ -220,13 +220,13 @@ def _port_with(run_dir: str, opt: Any, watched: str) -> dict[str, list[np.ndarra
     return seen
 
 
-def _legacy_rmsprop_port(run_dir: str, epsilon: float) -> None:
+def _legacy_rmsprop_port(run_dir: str, epsilon: float, lr: float = 0.01) -> None:
     """A port under ``tf.keras.optimizers.legacy.RMSprop`` (no momentum), its mean square started at 1
     as TF1's (README)."""
     model = tf.keras.Sequential(
         [tf.keras.Input((4,)), tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(K), name="dense")]
     )
-    opt = tf.keras.optimizers.legacy.RMSprop(0.01, epsilon=epsilon)
+    opt = tf.keras.optimizers.legacy.RMSprop(lr, epsilon=epsilon)
     opt._create_all_weights(model.trainable_variables)
     for v in model.trainable_variables:
         opt.get_slot(v, "rms").assign(tf.ones_like(v))
@@ -326,3 +326,22 @@ def test_an_ftrl_port_with_another_lr_is_told_the_lr_among_the_constants(tmp_pat
     first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
     assert (first.step, first.kind, first.tensor) == (1, "weight", "dense/kernel:0"), first
     assert "Ftrl" in first.note and "the learning rate" in first.note, first.note
+
+
+def test_a_legacy_rmsprop_port_at_another_lr_is_not_told_of_epsilons_place(tmp_path) -> None:
+    """At epsilon 1e-10 on both sides the mean square (near 1) is far above it, and where epsilon sits
+    moves no step past float32; a legacy RMSprop port at twice TF1's lr steps twice as far at every
+    element, and was told its epsilon sits outside the square root."""
+    tf1 = _tf1(
+        str(tmp_path / "tf1"), lambda: tf.compat.v1.train.RMSPropOptimizer(0.01, epsilon=1e-10), ("rms", "momentum")
+    )
+    _legacy_rmsprop_port(str(tmp_path / "tf2"), epsilon=1e-10, lr=0.02)
+    g = _kernel_gradient_at_step_0()
+    ms = 0.9 + 0.1 * g * g
+    np.testing.assert_allclose(tf1["rms"][1], ms, rtol=1e-5)
+    inside, outside = 0.01 * g / np.sqrt(ms + 1e-10), 0.01 * g / (np.sqrt(ms) + 1e-10)
+    assert np.abs(inside - outside).max() < 1e-9  # numpy: epsilon's place is below float32 here
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2", allow_unmatched=["*RMSProp_1*"])
+    first = report.first_divergence
+    assert (first.step, first.kind, first.tensor) == (1, "weight", "dense/kernel:0"), first
+    assert "outside the square root" not in first.note and "times 2" in first.note, first.note

@@ -131,7 +131,7 @@ class UpdateNotes(NoteContext):
         ftrl = self._ftrl_constants(g, k)
         if ftrl is not None:  # its slots agree: only the rule's constants are left
             return f"{note}: {ftrl}"
-        placed = self._rmsprop_epsilon_placed_otherwise(g, k)
+        placed = self._rmsprop_epsilon_placed_otherwise(pair, g, k)
         if placed is not None:
             return f"{note}: {placed}"
         if noise is None:  # the update itself: what a port most often sets otherwise
@@ -201,7 +201,7 @@ class UpdateNotes(NoteContext):
                 return False
         return True
 
-    def _rmsprop_epsilon_placed_otherwise(self, g: Pair, k: int) -> Optional[str]:
+    def _rmsprop_epsilon_placed_otherwise(self, pair: Pair, g: Pair, k: int) -> Optional[str]:
         """For a weight under RMSProp whose mean square is spelled ``rms`` (tf_keras's legacy RMSprop) in
         one run only, that run keeping no momentum, and whose slots agree at step ``k``: the legacy
         RMSprop without momentum adds epsilon outside the square root, TF1 (and tf_keras's current
@@ -215,6 +215,10 @@ class UpdateNotes(NoteContext):
         side = 0 if legacy[0] else 1
         if any(align.variable_and_role("slot", n)[2] == "m" for n in sides[side]):
             return None  # with momentum the legacy RMSprop puts epsilon inside, as TF1
+        if self._update_scale(pair, k) is not None:
+            # epsilon's place moves each element's step by its own factor (its mean square's): one factor
+            # at every element is the lr's (a helper's port at twice TF1's lr, epsilon 1e-10 on both sides)
+            return None
         if not self._all_agree_at(slots, k):
             return None
         run = (self.base.name, self.cand.name)[side]
