@@ -486,20 +486,25 @@ class UpdateNotes(NoteContext):
         for run, mine, theirs in ((self.cand, "cand", "base"), (self.base, "base", "cand")):
             if step not in getattr(run, "resumed_at", ()):
                 continue
-            found = None
+            found: Optional[set[int]] = None
             for p in weights:
                 own, other = getattr(p, mine), getattr(p, theirs)
                 i = int((p.ic if mine == "cand" else p.ib)[k])
                 if i < 0:
                     return None
                 here = np.asarray(own.values[i], np.float64)
-                at = {
-                    int(s)
-                    for r, s in enumerate(other.steps)
-                    if int(s) > step
-                    and np.asarray(other.values[r]).shape == here.shape
-                    and np.allclose(np.asarray(other.values[r], np.float64), here, rtol=1e-4, atol=p.atol_at(k))
-                }
+                if other.values.shape[1:] != here.shape:
+                    found = set()  # no later step holds this weight as it is here
+                    break
+                # only the later steps every weight before matched (all of them for the first), a block
+                # of rows at a time: a long run's every row of every weight was compared one by one
+                rows = np.flatnonzero(other.steps > step if found is None else np.isin(other.steps, list(found)))
+                bound = p.atol_at(k) + 1e-4 * np.abs(here)
+                at: set[int] = set()
+                for start in range(0, len(rows), 256):
+                    block = rows[start : start + 256]
+                    same = (np.abs(np.asarray(other.values[block], np.float64) - here) <= bound).all(axis=1)
+                    at.update(int(s) for s in other.steps[block[same]])
                 found = at if found is None else found & at
                 if not found:
                     break
