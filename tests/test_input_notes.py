@@ -674,3 +674,127 @@ def test_rows_of_another_category_are_not_told_the_same_examples_in_another_orde
     first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
     assert (first.step, first.kind, first.tensor) == (0, "activation", "embedding"), first
     assert "another order" not in (first.note or ""), first.note
+
+
+# A tf.data trial: a TF1 original reading images through a one-shot iterator (a seeded shuffle, a map
+# scaling by 1/255 and subtracting a per-channel mean, a batch), its input recorded as kind ``input``,
+# against custom-loop ports. Each port bug diverged first on the recorded input with no note at all.
+PIPE_N, PIPE_BATCH, PIPE_STEPS, PIPE_SEED = 20, 8, 4, 42
+PIPE_RNG = np.random.default_rng(49)
+IMAGES = PIPE_RNG.integers(0, 256, (PIPE_N, 2, 2, 3)).astype(np.uint8)
+IMAGE_LABELS = PIPE_RNG.integers(0, C, PIPE_N).astype(np.int64)
+MEAN = (IMAGES.reshape(-1, 3).mean(0) / 255.0).astype(np.float32)
+PIPE_W = (PIPE_RNG.standard_normal((12, C)) * 0.3).astype(np.float32)
+
+
+def _pipeline(bug: str = "") -> Any:
+    def pre(img: Any, y: Any) -> Any:
+        x = tf.cast(img, tf.float32)
+        return (x / 127.5 - 1.0 if bug == "scale" else x / 255.0) - MEAN, y
+
+    # the global seed both sides set (a seed test before this one leaves another in TF2)
+    tf.random.set_seed(1) if tf.executing_eagerly() else tf.compat.v1.set_random_seed(1)
+    ds = tf.data.Dataset.from_tensor_slices((IMAGES, IMAGE_LABELS))
+    ds = ds.shuffle(PIPE_N) if bug == "unseeded" else ds.shuffle(PIPE_N, seed=PIPE_SEED)
+    return ds.map(pre).batch(PIPE_BATCH, drop_remainder=bug == "drop").repeat()
+
+
+def _pipeline_batches(bug: str = "") -> list[np.ndarray]:
+    """The inputs each step reads, from plain TensorFlow (no recorder): TF1's from a graph."""
+    if bug == "tf1":
+        with tf.Graph().as_default():
+            nxt = tf.compat.v1.data.make_one_shot_iterator(_pipeline()).get_next()[0]
+            with tf.compat.v1.Session() as sess:
+                return [sess.run(nxt) for _ in range(PIPE_STEPS)]
+    return [x.numpy() for x, _ in _pipeline(bug).take(PIPE_STEPS)]
+
+
+def _pipeline_tf1(run_dir: str) -> None:
+    with tf.Graph().as_default():
+        x, y = tf.compat.v1.data.make_one_shot_iterator(_pipeline()).get_next()
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = rec.tensor("input", "x", x)
+        logits = tf.compat.v1.layers.dense(
+            tf.reshape(x, [-1, 12]), C, name="dense", kernel_initializer=tf.constant_initializer(PIPE_W)
+        )
+        rec.activation("dense", logits)
+        loss = rec.loss(tf.compat.v1.losses.sparse_softmax_cross_entropy(y, logits))
+        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.1), loss, global_step=gs)
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for _ in range(PIPE_STEPS):
+                rec.write(sess.run([train_op, fetches])[1])
+        rec.close()
+
+
+def _pipeline_loop(run_dir: str, bug: str = "") -> None:
+    dense = tf.keras.layers.Dense(C, name="dense")
+    model = tf.keras.Sequential([tf.keras.Input((2, 2, 3)), tf.keras.layers.Flatten(), dense])
+    dense.set_weights([PIPE_W, np.zeros(C, np.float32)])
+    opt = tf.keras.optimizers.SGD(0.1)
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    rec = summary_v2.Recorder(run_dir)
+
+    @tf.function
+    def train_step(x: Any, y: Any) -> None:
+        with rec.step(opt.iterations, variables=model):
+            x = rec.tensor("input", "x", x)
+            with tf.GradientTape() as tape:
+                loss = rec.loss(loss_fn(y, rec.activation("dense", model(x))))
+            rec.minimize(opt, loss, model.trainable_variables, tape)
+
+    for x, y in _pipeline(bug).take(PIPE_STEPS):
+        train_step(x, y)
+    rec.close()
+
+
+def test_a_recorded_input_that_differs_names_the_data_fed(tmp_path) -> None:
+    _pipeline_tf1(str(tmp_path / "tf1"))
+    tf1 = _pipeline_batches("tf1")
+    for port, original in zip(_pipeline_batches(), tf1, strict=True):  # the same seed: the same batches in TF2
+        np.testing.assert_array_equal(port, original)
+    _pipeline_loop(str(tmp_path / "faithful"))
+    assert compare(str(tmp_path), baseline="tf1", candidate="faithful").agree
+    # x / 127.5 - 1 for x / 255: numpy, the port's input is 2 * TF1's + MEAN - 1 per channel
+    _pipeline_loop(str(tmp_path / "scale"), "scale")
+    np.testing.assert_allclose(_pipeline_batches("scale")[0], 2 * tf1[0] + MEAN - 1, atol=1e-6)
+    first = compare(str(tmp_path), baseline="tf1", candidate="scale").first_divergence
+    assert (first.step, first.kind, first.tensor) == (0, "input", "x"), first
+    offsets = ", ".join(f"{v:.4g}" for v in MEAN - 1)
+    assert "the recorded input itself differs at this step" in first.note, first.note
+    assert f"is 2 times its value in 'tf1' + [{offsets}] (per channel of the last axis)" in first.note, first.note
+    # a shuffle without its seed: another order (plain TF: another first batch)
+    _pipeline_loop(str(tmp_path / "unseeded"), "unseeded")
+    assert not np.array_equal(_pipeline_batches("unseeded")[0], tf1[0])
+    first = compare(str(tmp_path), baseline="tf1", candidate="unseeded").first_divergence
+    assert (first.step, first.kind) == (0, "input"), first
+    assert "the recorded input itself differs" in first.note and "a shuffle without its seed" in first.note
+    assert "scaled or shifted" not in first.note, first.note
+
+
+def test_a_partial_batch_dropped_on_one_side_is_named_by_its_batch_axis(tmp_path) -> None:
+    _pipeline_tf1(str(tmp_path / "tf1"))
+    _pipeline_loop(str(tmp_path / "drop"), "drop")
+    # numpy: 20 examples in batches of 8 leave 4 at step 2 in TF1; drop_remainder starts the next epoch
+    sizes = [len(b) for b in _pipeline_batches("tf1")], [len(b) for b in _pipeline_batches("drop")]
+    assert sizes == ([8, 8, 4, 8], [8, 8, 8, 8]), sizes
+    first = compare(str(tmp_path), baseline="tf1", candidate="drop").first_divergence
+    assert (first.step, first.kind, first.reason) == (2, "input", "shape"), first
+    assert "only the first (batch) axis differs (4 examples in 'tf1' against 8 in 'drop')" in first.note, first.note
+    assert "drop_remainder=True" in first.note, first.note
+
+
+def test_two_rows_of_other_examples_are_not_called_scaled() -> None:
+    """Any two points lie on a line: a [2, n] input of other examples fits a per-feature scale and
+    offset exactly, and must not be told it is the baseline's data scaled (numpy: no single map)."""
+    rng = np.random.default_rng(5)
+    base, cand = rng.standard_normal((2, 2, 6)).astype(np.float32)
+    first = (
+        Comparison(run("tf1", [series("input", "x", [base])]), run("tf2", [series("input", "x", [cand])]))
+        .report()
+        .first_divergence
+    )
+    assert (first.step, first.kind) == (0, "input"), first
+    assert "the recorded input itself differs" in first.note and "scaled or shifted" not in first.note, first.note

@@ -351,6 +351,8 @@ class Comparison(Notes):
             found["note"] = "; ".join(n for n in notes if n) or None
         elif pair.reason[k] == SHAPE and b.kind in ("weight", "slot", "grad"):
             found["note"] = "; ".join(n for n in (found.get("note"), self._input_width_upstream(pair, k)) if n) or None
+        elif pair.reason[k] == SHAPE and b.kind in ("input", "activation", "output"):
+            found["note"] = "; ".join(n for n in (found.get("note"), self._batch_axis_note(pair, k)) if n) or None
         elif pair.reason[k] == NONFINITE and b.kind == "grad":
             skipped = self._skipped_update(pair, k)
             found["note"] = "; ".join(n for n in (found.get("note"), skipped) if n) or None
@@ -383,7 +385,7 @@ class Comparison(Notes):
         if (
             first is not None
             and first.reason[k] == VALUE
-            and first.base.kind in ("activation", "output", "loss", "state")
+            and first.base.kind in ("input", "activation", "output", "loss", "state")
         ):
             # past the noise only: a difference rounding can reach is no sign of another input; a
             # state's notes that rest on exact evidence (a run that did not update it, an agreeing
@@ -392,6 +394,8 @@ class Comparison(Notes):
             past_noise = _loud(first, k, self.policy.equal_nan)
             if first.base.kind == "state":
                 note = self._state_note(first, k, past_noise)
+            elif past_noise and first.base.kind == "input":
+                note = self._recorded_input_note(first, k)
             elif past_noise:
                 note = self._input_note(first, k)
             if note:

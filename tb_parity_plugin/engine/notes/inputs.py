@@ -186,8 +186,102 @@ class InputNotes(NoteContext):
             f"{agree} at this step and no output is recorded before it: "
             f"{'the model or the loss' if loss else 'the layer'} computes another function of its input"
             + ("" if loss else " (activation, a scale, epsilon, padding, data format)")
-            + ", or its input differs (another batch: Keras fit shuffles unless shuffle=False, a tf.data shuffle "
-            "or batching on one side); recording the input too tells the two apart" + self._positions_note(first, k)
+            + ", or its input differs (another batch: Keras fit shuffles unless shuffle=False, and over a finite "
+            "shuffled dataset starts at its second order; a tf.data shuffle or batching on one side; or the input "
+            "preprocessed otherwise: its scaling, a mean subtracted, an "
+            "augmentation on one side); recording the input too, as kind input (rec.tensor('input', name, x) in TF1 "
+            "or a custom loop), tells the two apart" + self._positions_note(first, k)
+        )
+
+    def _recorded_input_note(self, first: Pair, k: int) -> str:
+        """What a recorded input (kind ``input``) diverging at step ``k`` means: the runs were fed
+        other data there, before any layer ran; then whether its rows are the baseline's in another
+        order, the baseline's scaled and shifted per channel, or other rows. A trial of ``tf.data``
+        ports (``x / 127.5 - 1`` for ``x / 255``, a shuffle without its seed, ``repeat()`` before
+        ``shuffle()``, an augmentation on one side) diverged first on the recorded input, and every
+        one got no note at all."""
+        head = "the recorded input itself differs at this step: the runs were fed other data, before any layer ran"
+        reordered = self._rows_in_another_order(first, k)
+        if reordered:
+            return f"{head}; {reordered}"
+        both = first.step_values(k)
+        shape = [d for d in first.runtime_shape("base", int(first.ib[k])) if d is not None]
+        if both is None or not shape or math.prod(shape) != len(both[0]):
+            return head
+        b, c = (np.asarray(v, dtype=np.float64) for v in both)
+        if not (np.isfinite(b).all() and np.isfinite(c).all()):
+            return head
+        affine = self._affine_of(first, k, b, c, shape[-1] if len(shape) > 1 else 1)
+        if affine:
+            return f"{head}; {affine}"
+        rows = shape[0] if len(shape) > 1 else 0
+        seen = ""
+        if rows > 1 and rows * len(b) <= _REORDER_BUDGET:
+            br, cr = b.reshape(rows, -1), c.reshape(rows, -1)
+            bound = first.atol_at(k) + first.rtol_at(k) * np.abs(br)
+            found = sum(bool((np.abs(row[None] - br) <= bound).all(axis=1).any()) for row in cr)
+            seen = (
+                f" ({found} of its {rows} rows in '{self.cand.name}' {'is a row' if found == 1 else 'are rows'} of "
+                f"the batch of '{self.base.name}')"
+                if found
+                else f" (none of its {rows} rows in '{self.cand.name}' is a row of the batch of '{self.base.name}')"
+            )
+        return (
+            f"{head}: other examples{seen} or the same in another order (a shuffle without its seed or with "
+            "another; repeat() before shuffle(), so batches mix epochs; a TF1 iterator initialized again each epoch, "
+            "which repeats its first order, where a TF2 dataset iterated again reshuffles; Keras fit over a finite "
+            "shuffled dataset, which starts at its second order; fit's default shuffle=True; a shuffle or batching "
+            "on one side), or the same examples preprocessed otherwise (an augmentation such as a random crop or "
+            "flip on one side only or drawn otherwise: a map with num_parallel_calls deals a stateful random op's "
+            "draws to the elements in any order)"
+        )
+
+    def _batch_axis_note(self, pair: Pair, k: int) -> Optional[str]:
+        """For an input or output whose shapes at ``k`` differ in the first axis alone: batches of
+        other sizes (a partial batch one run dropped). A trial's port with ``batch(drop_remainder=True)``
+        was told only "shape [4, 5, 5, 3] in baseline vs [8, 5, 5, 3] in candidate". None otherwise."""
+        rb, rc = int(pair.ib[k]), int(pair.ic[k])
+        if rb < 0 or rc < 0:
+            return None
+        sb, sc = pair.runtime_shape("base", rb), pair.runtime_shape("cand", rc)
+        if len(sb) < 2 or len(sb) != len(sc) or None in sb + sc or sb[0] == sc[0] or sb[1:] != sc[1:]:
+            return None
+        return (
+            f"only the first (batch) axis differs ({sb[0]} examples in '{self.base.name}' against {sc[0]} in "
+            f"'{self.cand.name}'): the runs were fed batches of other sizes at this step (a partial last batch in one "
+            "run only: batch(drop_remainder=True) on one side, or repeat() before batch() on one side so its batches "
+            "run across epochs; another batch size)"
+        )
+
+    def _affine_of(self, first: Pair, k: int, b: np.ndarray, c: np.ndarray, channels: int) -> Optional[str]:
+        """When every element of the candidate is ``a * baseline + o`` within the tolerance, ``a`` and
+        ``o`` fitted per channel of the last axis (not the identity): the same data scaled or shifted
+        otherwise, said with the figures; None otherwise."""
+        if channels < 1 or len(b) % channels or len(b) // channels < 2:
+            return None
+        bb, cc = b.reshape(-1, channels), c.reshape(-1, channels)
+        # a line goes through any two points: a channel of fewer than three distinct values proves no map
+        # (two rows of other examples of a [2, n] input would each fit one exactly)
+        if ((np.diff(np.sort(bb, axis=0), axis=0) > 0).sum(axis=0) < 2).any():
+            return None
+        mb, mc = bb.mean(axis=0), cc.mean(axis=0)
+        var = ((bb - mb) ** 2).sum(axis=0)
+        if not (var > 0).all():
+            return None
+        a = ((bb - mb) * (cc - mc)).sum(axis=0) / var
+        o = mc - a * mb
+        if not (np.abs(cc - (a * bb + o)) <= first.atol_at(k) + first.rtol_at(k) * np.abs(cc)).all():
+            return None
+        one_a = bool(np.allclose(a, a[0], rtol=1e-4, atol=0.0))
+        one_o = bool(np.allclose(o, o[0], rtol=1e-4, atol=1e-6))
+        scale = f"{a[0]:.4g}" if one_a else "[" + ", ".join(f"{v:.4g}" for v in a) + "]"
+        shift = f"{o[0]:+.4g}" if one_o else "+ [" + ", ".join(f"{v:.4g}" for v in o) + "]"
+        per = "" if one_a and one_o else " (per channel of the last axis)"
+        return (
+            f"each of its elements in '{self.cand.name}' is {scale} times its value in '{self.base.name}' "
+            f"{shift}{per}: the same data scaled or shifted otherwise (another preprocessing: x / 127.5 "
+            "- 1 against x / 255, a mean subtracted or a standard deviation divided on one side or with other "
+            "values)"
         )
 
     def _gradients_agree(self, k: int) -> int:
