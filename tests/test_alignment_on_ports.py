@@ -351,9 +351,10 @@ def _masked_tf1(run_dir: str) -> None:
         _train_with_sgd(rec, gs, loss, [{x: SEQS[s], y: LABELS[s], lengths: LENGTHS[s]} for s in range(STEPS)])
 
 
-def _masked_port(run_dir: str, zero_output_for_mask: bool, masked: bool = True) -> np.ndarray:
+def _masked_port(run_dir: str, zero_output_for_mask: bool, masked: bool = True, last_step: bool = False) -> np.ndarray:
     """Keras ``LSTM(return_sequences=True, return_state=True)`` called with the mask, in a
-    ``tf.function`` loop; returns its sequence output at step 0 before training."""
+    ``tf.function`` loop; returns its sequence output at step 0 before training. ``last_step``: the
+    dense layer reads the sequence's last time step (``seq[:, -1]``) instead of the final state."""
     tf.keras.backend.clear_session()
     lstm = tf.keras.layers.LSTM(
         UNITS, return_sequences=True, return_state=True, zero_output_for_mask=zero_output_for_mask
@@ -371,6 +372,7 @@ def _masked_port(run_dir: str, zero_output_for_mask: bool, masked: bool = True) 
             with tf.GradientTape() as tape:
                 seq, h, _ = lstm(x, mask=tf.sequence_mask(lengths, tf.shape(x)[1]) if masked else None)
                 rec.activation("lstm", seq)
+                h = seq[:, -1] if last_step else h
                 logits = rec.activation("dense", dense(h))
                 loss = rec.loss(tf.keras.losses.CategoricalCrossentropy(from_logits=True)(y, logits))
             rec.minimize(optimizer, loss, lstm.trainable_variables + dense.trainable_variables, tape)
@@ -405,6 +407,29 @@ def test_padded_time_steps_of_a_masked_lstm_are_named(tmp_path, zero_output_for_
     note = first.note or ""
     assert f"each of its {int(padded.sum()) * UNITS} elements out of tolerance is 0 in one run" in note, note
     assert "in the candidate, the same element one time step earlier: padded time steps" in note, note
+
+
+def test_a_dense_layer_reading_a_padded_last_step_is_told_so(tmp_path) -> None:
+    """A port that takes ``seq[:, -1]`` of a masked LSTM under ``zero_output_for_mask=True`` where TF1
+    takes ``dynamic_rnn``'s final state: numpy says the LSTM's outputs agree and the logits of every
+    padded sample are 0 in the port only, at step 0. Its note spoke of a dropout mask drawn otherwise
+    (neither run draws any) or a ReLU; it names the samples and the padded last time step they read."""
+    _masked_tf1(str(tmp_path / "tf1"))
+    before = _masked_port(str(tmp_path / "tf2"), zero_output_for_mask=True, last_step=True)
+    want, h = _lstm_numpy_masked(SEQS[0].astype(np.float64), LENGTHS[0])
+    np.testing.assert_allclose(before, want, atol=1e-6)
+    padded = LENGTHS[0] < T
+    assert padded.any()
+    logits = h @ DENSE.astype(np.float64)
+    port = np.where(padded[:, None], 0.0, logits)
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2", allow_unmatched=["*lstm_cell*"])
+    first = report.first_divergence
+    assert first is not None and (first.step, first.kind, first.tensor) == (0, "activation", "dense"), first
+    np.testing.assert_allclose(first.max_abs_diff, np.abs(port - logits).max(), rtol=1e-3)
+    note = first.note or ""
+    assert "random mask" not in note and "ReLU" not in note, note
+    assert f"in 'tf2' every element of {int(padded.sum())} of its {BATCH} samples is 0" in note, note
+    assert "the samples whose last time step of lstm is 0 in both runs (padding)" in note, note
 
 
 # -- two parallel branches of one width, built in another order --------------------------------

@@ -119,6 +119,9 @@ class InputNotes(NoteContext):
                 "dropout keeps x / (1 - rate)). tf.compat.v1.layers.dropout and a Keras layer called without "
                 "training=True leave it off, and so does a keep_prob of 1 or a rate of 0 fed at this step"
             ) + self._positions_note(first, k)
+        samples = self._zero_samples(first, k)
+        if samples:
+            return f"{agree} at this step, and {samples}"
         masked = self._zero_in_one_run(first, k)
         if masked:
             return (
@@ -788,6 +791,71 @@ class InputNotes(NoteContext):
                 if rows.any() and bool((rows.all(axis=1) | ~rows.any(axis=1)).all()):
                     continue
             return name, len(out), scale
+        return None
+
+    def _zero_samples(self, pair: Pair, k: int) -> Optional[str]:
+        """When every element out of tolerance at step ``k`` lies in a sample (an entry of the first
+        axis) that one run holds 0 at every element and the other does not, and no random op is recorded
+        for it: whole samples zeroed, which is that layer's input, not a mask drawn on its elements. A
+        helper's port fed its dense layer ``seq[:, -1]`` of a masked LSTM under
+        ``zero_output_for_mask=True`` (0 for every padded sample) where TF1 read ``dynamic_rnn``'s final
+        state, and was told of a dropout mask drawn otherwise, which neither run had. None otherwise."""
+        if pair.base.random or pair.cand.random:
+            return None
+        out = self._elements_out(pair, k)
+        both = pair.step_values(k)
+        if out is None or not len(out) or both is None:
+            return None
+        shape = pair.runtime_shape("base", int(pair.ib[k]))
+        if len(shape) < 2 or None in shape or math.prod(shape) != len(both[0]):  # type: ignore[arg-type]
+            return None
+        n = int(shape[0])  # type: ignore[arg-type]
+        per = len(both[0]) // n
+        if per < 2:
+            return None
+        apart = np.unique(out // per)
+        z_run = None
+        for zero, other, run in ((both[0], both[1], self.base), (both[1], both[0], self.cand)):
+            z, o = zero.reshape(n, per), other.reshape(n, per)
+            if (z[apart] == 0).all() and (o[apart] != 0).any(axis=1).all():
+                z_run = run
+                break
+        if z_run is None:
+            return None
+        said = (
+            f"each of its {len(out)} elements out of tolerance lies in a sample 0 at every element in one run "
+            f"only: in '{z_run.name}' every element of {len(apart)} of its {n} samples is 0, so that run's layer "
+            "reads an input that is 0 for those samples (with its bias 0 at this step), an input not recorded"
+        )
+        padded = self._padded_last_step(pair, k, n, apart)
+        if padded:
+            return (
+                f"{said}: those are the samples whose last time step of {padded} is 0 in both runs (padding): "
+                f"'{z_run.name}' likely reads that padded last step (a masked Keras LSTM/GRU's output[:, -1] under "
+                "zero_output_for_mask=True) where the other reads each sample's last real step (TF1's dynamic_rnn "
+                "final state at sequence_length; Keras: return_state=True, or return_sequences=False)"
+            )
+        return f"{said} (padding or a mask applied in one run only, a padded time step read as the last one)"
+
+    def _padded_last_step(self, first: Pair, k: int, n: int, samples: np.ndarray) -> Optional[str]:
+        """The name of a sequence output (``[n, time, ...]``) recorded before ``first`` whose last time
+        step is 0 at every element in both runs for exactly ``samples`` among its ``n``, else None."""
+        for p in self._pairs:
+            if p.base.kind not in _RECORDED_BEFORE or p.base.order >= first.base.order:
+                continue
+            if p.ib[k] < 0 or p.ic[k] < 0:
+                continue
+            both = p.step_values(k)
+            shape = p.runtime_shape("base", int(p.ib[k]))
+            if both is None or len(shape) < 3 or None in shape or int(shape[0]) != n:  # type: ignore[arg-type]
+                continue
+            if math.prod(shape) != len(both[0]):  # type: ignore[arg-type]
+                continue
+            t = int(shape[1])  # type: ignore[arg-type]
+            last = [v.reshape(n, t, -1)[:, -1] for v in both]
+            zero = np.flatnonzero((last[0] == 0).all(axis=1) & (last[1] == 0).all(axis=1))
+            if np.array_equal(zero, samples):
+                return p.base.name
         return None
 
     def _zero_in_one_run(self, pair: Pair, k: int) -> int:
