@@ -178,11 +178,16 @@ def _keras_weights(gate_order_right: bool) -> list[np.ndarray]:
     return [kernel[:IN], kernel[IN:], bias]
 
 
-def _lstm_tf1(run_dir: str, scope: Optional[str] = None, adam: bool = False) -> None:
+def _lstm_tf1(run_dir: str, scope: Optional[str] = None, adam: bool = False, peepholes: bool = False) -> None:
     """``scope``: ``dynamic_rnn``'s (``rnn`` by default; ``lstm`` names its variables as Keras does);
-    ``adam``: trained by ``AdamOptimizer`` instead of SGD."""
+    ``adam``: trained by ``AdamOptimizer`` instead of SGD; ``peepholes``: ``use_peepholes=True``, the
+    three peephole weights ``PEEPHOLE``."""
     with _tf1_graph(run_dir, (None, None, IN), (None, CLASSES)) as (rec, gs, x, y):
-        cell = tf.compat.v1.nn.rnn_cell.LSTMCell(UNITS, initializer=tf.constant_initializer(LSTM_KERNEL))
+
+        def init(shape, dtype=None, partition_info=None):  # type: ignore[no-untyped-def]
+            return tf.constant(LSTM_KERNEL if len(shape) == 2 else PEEPHOLE)
+
+        cell = tf.compat.v1.nn.rnn_cell.LSTMCell(UNITS, use_peepholes=peepholes, initializer=init)
         outputs, _ = tf.compat.v1.nn.dynamic_rnn(cell, x, dtype=tf.float32, scope=scope)
         rec.activation("lstm", outputs)
         logits = tf.compat.v1.layers.dense(outputs[:, -1], CLASSES, kernel_initializer=tf.constant_initializer(DENSE))
@@ -248,6 +253,40 @@ def test_a_faithful_lstm_port_has_no_value_divergence(tmp_path) -> None:
     assert biases == [], biases
     first = mapped.first_divergence
     assert first is not None and first.reason == "shape" and "kernel" in first.tensor, first
+
+
+PEEPHOLE = np.random.default_rng(52).uniform(-1, 1, UNITS).astype(np.float32)
+
+
+def _lstm_numpy_peepholes(x: np.ndarray) -> np.ndarray:
+    """TF1 ``LSTMCell(use_peepholes=True)`` written out: ``PEEPHOLE`` times the previous cell state added
+    to i and f, times the new one to o."""
+    h, c, out = np.zeros((len(x), UNITS)), np.zeros((len(x), UNITS)), []
+    for t in range(x.shape[1]):
+        z = np.concatenate([x[:, t], h], 1) @ LSTM_KERNEL.astype(np.float64)
+        i, j, f, o = (z[:, k * UNITS : (k + 1) * UNITS] for k in range(4))
+        c = _sigmoid(f + 1.0 + PEEPHOLE * c) * c + _sigmoid(i + PEEPHOLE * c) * np.tanh(j)
+        h = _sigmoid(o + PEEPHOLE * c) * np.tanh(c)
+        out.append(h)
+    return np.stack(out, 1)
+
+
+def test_an_lstm_port_dropping_tf1s_peepholes_is_told_so(tmp_path) -> None:
+    """TF1's ``LSTMCell(use_peepholes=True)`` ported to Keras ``LSTM``, gate order, forget bias and kernel
+    split all converted right: numpy says its outputs differ at step 0 by the peepholes alone. The note
+    listed the three conversions only, each right here; it now says Keras LSTM has no peepholes."""
+    _lstm_tf1(str(tmp_path / "tf1"), peepholes=True)
+    before = _lstm_port(str(tmp_path / "tf2"), gate_order_right=True)
+    np.testing.assert_allclose(before, _lstm_numpy(SEQS[0].astype(np.float64)), atol=1e-6)
+    want = _lstm_numpy_peepholes(SEQS[0].astype(np.float64))
+    assert np.abs(before - want).max() > 1e-2
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2", allow_unmatched=["*lstm_cell*"])
+    first = report.first_divergence
+    assert first is not None and (first.step, first.kind, first.tensor) == (0, "activation", "lstm"), first
+    np.testing.assert_allclose(first.max_abs_diff, np.abs(before - want).max(), rtol=1e-3)
+    note = first.note or ""
+    assert "'tf1''s cell has peephole connections (TF1 LSTMCell(use_peepholes=True): rnn/lstm_cell/w_f_diag:0" in note
+    assert "Keras LSTM has none" in note, note
 
 
 def test_a_wrong_gate_order_is_found_on_the_lstm_output(tmp_path) -> None:

@@ -926,7 +926,7 @@ class InputNotes(NoteContext):
                 "o; Keras i, f, c, o), the forget bias (TF1 adds forget_bias=1.0 at run time, Keras holds it in the "
                 "bias: add 1 to TF1's forget block), TF1's kernel [input + units, 4 units] split into Keras's kernel "
                 "(its first input rows) and recurrent kernel (the last units rows)"
-            )
+            ) + self._peepholes()
         elif _GRU.search(names):
             note += (
                 "; a GRU converted from TF1 GRUCell to Keras GRU: Keras's default reset_after=True (TF1 resets "
@@ -939,6 +939,29 @@ class InputNotes(NoteContext):
                 "forward_layer, bw into backward_layer)"
             )
         return note
+
+    def _peepholes(self) -> str:
+        """What the LSTM hint adds when one run's unpaired weights hold a TF1 ``LSTMCell``'s peephole
+        weights (``use_peepholes=True``: ``w_i_diag``, ``w_f_diag``, ``w_o_diag``) and the other run's
+        none: Keras ``LSTM`` has no peephole connections, so a port converted by the gate order, the
+        forget bias and the kernel split alone still computes another function (a helper's such port
+        was told only those three, each of them right). "" otherwise."""
+        alignment = self._alignment
+        if alignment is None:
+            return ""
+        peep = [
+            sorted(name for kind, name in keys if kind == "weight" and _PEEPHOLE.search(name))
+            for keys in (alignment.unmatched_base, alignment.unmatched_cand)
+        ]
+        if bool(peep[0]) == bool(peep[1]):
+            return ""
+        run, other = (self.base, self.cand) if peep[0] else (self.cand, self.base)
+        return (
+            f"; '{run.name}''s cell has peephole connections (TF1 LSTMCell(use_peepholes=True): "
+            f"{', '.join(peep[0] or peep[1])}) and '{other.name}' holds no such weights: Keras LSTM has none, so "
+            "its port needs a cell that adds them (w_i_diag and w_f_diag times the previous cell state to the i "
+            "and f gates, w_o_diag times the new cell state to the o gate)"
+        )
 
     def _repeats_last_step(self, pair: Pair, k: int) -> Optional[str]:
         """For a sequence output (``[batch, time, ...]``) whose every element out of tolerance at
@@ -977,6 +1000,10 @@ _LSTM = re.compile(r"lstm", re.IGNORECASE)
 
 
 _GRU = re.compile(r"gru", re.IGNORECASE)
+
+
+#: A TF1 ``LSTMCell(use_peepholes=True)``'s peephole weights.
+_PEEPHOLE = re.compile(r"(^|/)w_[ifo]_diag(:\d+)?$")
 
 
 #: Why a batch normalization's output differs across replica counts, said by every note that names it.
