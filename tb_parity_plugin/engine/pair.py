@@ -437,6 +437,11 @@ class Pair:
             return list(series.shape)
         return [None if d < 0 else int(d) for d in series.dims[row]]
 
+    def known_shape(self, side: str, row: int) -> Optional[tuple[int, ...]]:
+        """:meth:`runtime_shape` when every dimension of it is recorded, else None."""
+        shape = self.runtime_shape(side, row)
+        return None if None in shape else tuple(int(d) for d in shape if d is not None)
+
     def link_feeder(
         self,
         feeder: Optional[Pair],

@@ -674,10 +674,10 @@ class InputNotes(NoteContext):
         both = pair.step_values(k)
         if out is None or not len(out) or both is None:
             return ""
-        shape = pair.runtime_shape("base", int(pair.ib[k]))
-        if len(shape) != 3 or None in shape:
+        shape = pair.known_shape("base", int(pair.ib[k]))
+        if shape is None or len(shape) != 3:
             return ""
-        n, t, f = (int(d) for d in shape)  # type: ignore[arg-type]
+        n, t, f = shape
         if n * t * f != len(both[0]):
             return ""
         apart = np.zeros((n, t), bool)
@@ -806,10 +806,10 @@ class InputNotes(NoteContext):
         both = pair.step_values(k)
         if out is None or not len(out) or both is None:
             return None
-        shape = pair.runtime_shape("base", int(pair.ib[k]))
-        if len(shape) < 2 or None in shape or math.prod(shape) != len(both[0]):  # type: ignore[arg-type]
+        shape = pair.known_shape("base", int(pair.ib[k]))
+        if shape is None or len(shape) < 2 or math.prod(shape) != len(both[0]):
             return None
-        n = int(shape[0])  # type: ignore[arg-type]
+        n = shape[0]
         per = len(both[0]) // n
         if per < 2:
             return None
@@ -846,16 +846,14 @@ class InputNotes(NoteContext):
             if p.ib[k] < 0 or p.ic[k] < 0:
                 continue
             both = p.step_values(k)
-            shape = p.runtime_shape("base", int(p.ib[k]))
-            if both is None or len(shape) < 3 or None in shape or int(shape[0]) != n:  # type: ignore[arg-type]
+            shape = p.known_shape("base", int(p.ib[k]))
+            if both is None or shape is None or len(shape) < 3 or shape[0] != n or math.prod(shape) != len(both[0]):
                 continue
-            if math.prod(shape) != len(both[0]):  # type: ignore[arg-type]
-                continue
-            t = int(shape[1])  # type: ignore[arg-type]
+            t = shape[1]
             last = [v.reshape(n, t, -1)[:, -1] for v in both]
             zero = np.flatnonzero((last[0] == 0).all(axis=1) & (last[1] == 0).all(axis=1))
             if np.array_equal(zero, samples):
-                return p.base.name
+                return str(p.base.name)
         return None
 
     def _zero_in_one_run(self, pair: Pair, k: int) -> int:
