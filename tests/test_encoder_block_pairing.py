@@ -99,6 +99,7 @@ def _tf1(run_dir: str) -> dict[str, np.ndarray]:
 
 def _keras(run_dir: str) -> dict[str, np.ndarray]:
     """The port, every layer at its default Keras name; returns the variables it starts with."""
+    tf.keras.backend.clear_session()  # default names count the layers made before in this process
     blocks = [
         (tf.keras.layers.MultiHeadAttention(H, K), tf.keras.layers.Dense(INNER, "relu"), tf.keras.layers.Dense(D))
         for _ in WL
