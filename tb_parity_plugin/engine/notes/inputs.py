@@ -164,7 +164,8 @@ class InputNotes(NoteContext):
                 return (
                     f"{agree} at this step: the loss is computed differently (reduction, from_logits, label "
                     "smoothing, regularization terms, per-example weights: fit's class_weight= or sample_weight= "
-                    "against TF1's weights=), its labels differ, or a layer after the last recorded output does"
+                    "against TF1's weights=; a multi-output model's per-head weights: compile's loss_weights= "
+                    "against TF1's weighted sum), its labels differ, or a layer after the last recorded output does"
                 )
             return (
                 f"{agree} at this step: this layer computes another function of its input (activation, padding, "

@@ -776,6 +776,18 @@ class UpdateNotes(NoteContext):
         scale = self._exact_grad_scale(pair, k)
         if scale is None:
             return self._loss_scale_kept(pair, k, both)
+        heads = self._other_grad_scale(pair, k, scale)
+        if heads:
+            # a helper's two-head fit port with compile's loss_weights= swapped had its classification head's
+            # gradients at 0.5x and its regression head's at 2x, each told of a sum against a mean, a global
+            # batch size, micro-batches or a loss scale: none of which scales the gradients by two factors
+            return (
+                f"every element is the baseline's times {scale:.4g} (the same direction, another size), while "
+                f"{heads}: the loss's terms are weighted otherwise, one factor per term (a multi-output model's "
+                "per-head loss weights: compile's loss_weights= against TF1's weighted sum, the heads' weights "
+                "swapped, or one head's loss reduced otherwise: a sum against a mean), and the layers both "
+                "terms reach mix the factors"
+            )
         return (
             f"every element is the baseline's times {scale:.4g} (the same direction, another size): a scale between "
             "the loss and this gradient (the loss's reduction: a sum against a mean, a global batch size under a "
@@ -814,6 +826,19 @@ class UpdateNotes(NoteContext):
                     "the loss and the gradients (the loss's reduction: a sum against a mean, a global batch size "
                     "under a strategy; accumulated gradients not divided by their micro-batches)"
                 )
+        return None
+
+    def _other_grad_scale(self, pair: Pair, k: int, scale: float) -> Optional[str]:
+        """Another gradient of step ``k`` that is the baseline's times one other factor at every element
+        (:meth:`_exact_grad_scale`), in words ("cls/kernel:0's is its times 2"), else None. One factor
+        on every gradient is a scale of the whole loss; two factors at one step cannot be: the loss is a
+        sum of terms weighted otherwise, each reaching its own layers alone (a model's output heads)."""
+        for other in self._pairs:
+            if other is pair or other.base.kind != "grad" or other.ib[k] < 0 or other.ic[k] < 0:
+                continue
+            exact = self._exact_grad_scale(other, k)
+            if exact is not None and abs(exact / scale - 1.0) > 1e-3:
+                return f"{other.base.name}'s is its baseline's times {exact:.4g}"
         return None
 
     def _exact_grad_scale(self, pair: Pair, k: int) -> Optional[float]:

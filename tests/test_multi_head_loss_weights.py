@@ -1,0 +1,110 @@
+"""A two-head Keras ``fit`` port (dict outputs, ``compile(loss={...}, loss_weights={...})``) against a TF1
+loop training on the weighted sum of its two ``tf.compat.v1.losses``.
+
+With the heads' weights swapped the port diverges at step 0 on the loss, whose note names
+``loss_weights=``, and each head's gradients are the baseline's times that head's own factor (numpy:
+0.5 and 2), which their note calls per-term weights, not one scale of the whole loss (a new user's were
+each told of a sum against a mean, a global batch size, micro-batches or a loss scale). The faithful port
+agrees. The losses and the heads' gradients are checked against numpy first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+from shim_readback import tensors_by_step
+
+from tb_parity_plugin import compare, summary_v1, summary_v2
+
+RNG = np.random.default_rng(51)
+X = RNG.standard_normal((8, 3)).astype(np.float32)
+Y_CLS = RNG.integers(0, 3, 8).astype(np.int32)
+Y_REG = RNG.standard_normal((8, 1)).astype(np.float32)
+W_SHARED = (RNG.standard_normal((3, 4)) * 0.5).astype(np.float32)
+W_CLS = (RNG.standard_normal((4, 3)) * 0.5).astype(np.float32)
+W_REG = (RNG.standard_normal((4, 1)) * 0.5).astype(np.float32)
+REG_WEIGHT, STEPS = 0.5, 2
+
+
+def train_tf1(run_dir: str) -> None:
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+        y_cls = tf.compat.v1.placeholder(tf.int32, [None])
+        y_reg = tf.compat.v1.placeholder(tf.float32, [None, 1])
+        init = tf.compat.v1.constant_initializer
+        h = rec.activation(
+            "shared", tf.compat.v1.layers.dense(x, 4, tf.nn.relu, kernel_initializer=init(W_SHARED), name="shared")
+        )
+        logits = rec.activation("cls", tf.compat.v1.layers.dense(h, 3, kernel_initializer=init(W_CLS), name="cls"))
+        pred = rec.activation("reg", tf.compat.v1.layers.dense(h, 1, kernel_initializer=init(W_REG), name="reg"))
+        tf.compat.v1.losses.sparse_softmax_cross_entropy(y_cls, logits)
+        tf.compat.v1.losses.mean_squared_error(y_reg, pred, weights=REG_WEIGHT)
+        loss = rec.loss(tf.compat.v1.losses.get_total_loss())
+        rec.lr(tf.constant(0.1))
+        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.1), loss, global_step=gs)
+        rec.variables()
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for _ in range(STEPS):
+                rec.write(sess.run([train_op, fetches], {x: X, y_cls: Y_CLS, y_reg: Y_REG})[1])
+        rec.close()
+
+
+def train_fit(run_dir: str, loss_weights: dict[str, float]) -> None:
+    init = tf.keras.initializers.Constant
+    x = tf.keras.Input((3,), name="x")
+    h = tf.keras.layers.Dense(4, "relu", kernel_initializer=init(W_SHARED), name="shared")(x)
+    cls = tf.keras.layers.Dense(3, kernel_initializer=init(W_CLS), name="cls")(h)
+    reg = tf.keras.layers.Dense(1, kernel_initializer=init(W_REG), name="reg")(h)
+    model = tf.keras.Model({"x": x}, {"cls": cls, "reg": reg})
+    model.compile(
+        optimizer=tf.keras.optimizers.SGD(0.1),
+        loss={"cls": tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), "reg": "mse"},
+        loss_weights=loss_weights,
+    )
+    rec = summary_v2.Recorder(run_dir)
+    summary_v2.instrument(model, rec, layers=["shared", "cls", "reg"])
+    model.fit({"x": X}, {"cls": Y_CLS, "reg": Y_REG}, batch_size=8, epochs=STEPS, shuffle=False, verbose=0)
+    rec.close()
+
+
+def numpy_step0(w_cls: float, w_reg: float) -> tuple[float, np.ndarray, np.ndarray]:
+    """The loss and the two heads' kernel gradients at step 0, float64."""
+    h = np.maximum(X.astype(np.float64) @ W_SHARED, 0.0)
+    z = h @ W_CLS
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    r = h @ W_REG
+    n = len(X)
+    loss = w_cls * -np.log(p[np.arange(n), Y_CLS]).mean() + w_reg * ((r - Y_REG) ** 2).mean()
+    dz = p.copy()
+    dz[np.arange(n), Y_CLS] -= 1.0
+    return float(loss), h.T @ (w_cls * dz / n), h.T @ (w_reg * 2.0 * (r - Y_REG) / n)
+
+
+def test_swapped_loss_weights_are_told_per_head_weights(tmp_path) -> None:
+    train_tf1(str(tmp_path / "tf1"))
+    train_fit(str(tmp_path / "tf2"), {"cls": 1.0, "reg": REG_WEIGHT})
+    train_fit(str(tmp_path / "swapped"), {"cls": REG_WEIGHT, "reg": 1.0})
+    for run, weights in (("tf1", (1.0, REG_WEIGHT)), ("tf2", (1.0, REG_WEIGHT)), ("swapped", (REG_WEIGHT, 1.0))):
+        loss, g_cls, g_reg = numpy_step0(*weights)
+        got = tensors_by_step(str(tmp_path / run))[0]
+        np.testing.assert_allclose(got[("loss", "loss")][2], loss, rtol=1e-5)
+        grads = {name.partition(":")[0]: v[2] for (kind, name), v in got.items() if kind == "grad"}
+        np.testing.assert_allclose(grads["cls/kernel"], g_cls, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(grads["reg/kernel"], g_reg, rtol=1e-4, atol=1e-6)
+    assert compare(str(tmp_path), baseline="tf1", candidate="tf2").agree
+    report = compare(str(tmp_path), baseline="tf1", candidate="swapped")
+    d = report.first_divergence
+    assert d is not None and (d.step, d.kind, d.tensor) == (0, "loss", "loss"), d
+    assert "loss_weights=" in (d.note or ""), d.note
+    by_name = {x.tensor.partition(":")[0]: x for x in report.divergences_at_first_step}
+    for head, factor, other in (
+        ("cls/kernel", "0.5", "reg/kernel:0's is its baseline's times 2"),
+        ("reg/kernel", "2", "cls/kernel:0's is its baseline's times 0.5"),
+    ):
+        note = by_name[head].note or ""
+        assert f"times {factor} " in note and other in note and "loss_weights=" in note, note
