@@ -6,6 +6,10 @@ With the heads' weights swapped the port diverges at step 0 on the loss, whose n
 0.5 and 2), which their note calls per-term weights, not one scale of the whole loss (a new user's were
 each told of a sum against a mean, a global batch size, micro-batches or a loss scale). The faithful port
 agrees. The losses and the heads' gradients are checked against numpy first.
+
+A TF1 original that records each head's loss beside the total has them recorded by itself only (``fit``
+records the one loss it minimises): their structure line says so and how to declare them (it said only
+"recorded by the baseline 'tf1' only").
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ W_REG = (RNG.standard_normal((4, 1)) * 0.5).astype(np.float32)
 REG_WEIGHT, STEPS = 0.5, 2
 
 
-def train_tf1(run_dir: str) -> None:
+def train_tf1(run_dir: str, head_losses: bool = False) -> None:
+    """``head_losses``: record each head's loss beside the total too, as TF1 code logging them does."""
     with tf.Graph().as_default():
         rec = summary_v1.Recorder(run_dir)
         gs = tf.compat.v1.train.get_or_create_global_step()
@@ -39,8 +44,11 @@ def train_tf1(run_dir: str) -> None:
         )
         logits = rec.activation("cls", tf.compat.v1.layers.dense(h, 3, kernel_initializer=init(W_CLS), name="cls"))
         pred = rec.activation("reg", tf.compat.v1.layers.dense(h, 1, kernel_initializer=init(W_REG), name="reg"))
-        tf.compat.v1.losses.sparse_softmax_cross_entropy(y_cls, logits)
-        tf.compat.v1.losses.mean_squared_error(y_reg, pred, weights=REG_WEIGHT)
+        cls_loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(y_cls, logits)
+        reg_loss = tf.compat.v1.losses.mean_squared_error(y_reg, pred, weights=REG_WEIGHT)
+        if head_losses:
+            rec.loss(cls_loss, name="cls_loss")
+            rec.loss(reg_loss, name="reg_loss")
         loss = rec.loss(tf.compat.v1.losses.get_total_loss())
         rec.lr(tf.constant(0.1))
         train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.1), loss, global_step=gs)
@@ -108,3 +116,21 @@ def test_swapped_loss_weights_are_told_per_head_weights(tmp_path) -> None:
     ):
         note = by_name[head].note or ""
         assert f"times {factor} " in note and other in note and "loss_weights=" in note, note
+
+
+def test_per_head_losses_of_one_run_are_told_fit_records_the_total(tmp_path) -> None:
+    train_tf1(str(tmp_path / "tf1"), head_losses=True)
+    train_fit(str(tmp_path / "tf2"), {"cls": 1.0, "reg": REG_WEIGHT})
+    got = tensors_by_step(str(tmp_path / "tf1"))[0]
+    loss, _, _ = numpy_step0(1.0, REG_WEIGHT)
+    np.testing.assert_allclose(got[("loss", "loss")][2], loss, rtol=1e-5)
+    parts = float(got[("loss", "cls_loss")][2]) + float(got[("loss", "reg_loss")][2])
+    np.testing.assert_allclose(parts, loss, rtol=1e-5)  # the heads' weighted losses sum to the total
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert not report.agree
+    lines = [d for d in report.divergences_at_first_step if d.reason == "structure"]
+    assert [d.tensor for d in lines] == ["cls_loss", "reg_loss"], lines
+    note = lines[0].note or ""
+    assert "no per-head losses" in note and "--allow-unmatched 'loss/reg_loss'" in note, note
+    declared = ["loss/cls_loss", "loss/reg_loss"]
+    assert compare(str(tmp_path), baseline="tf1", candidate="tf2", allow_unmatched=declared).agree

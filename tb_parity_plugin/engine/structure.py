@@ -493,6 +493,19 @@ def _kind_unrecorded(kind: str, other: str, moments: int = 0) -> str:
     )
 
 
+def _loss_of_one_run(other: str, tags: list[str]) -> str:
+    """Why a loss may be recorded by one run only while the other records a loss too: per-head losses
+    (or a loss recorded twice, before and after a term) beside the total, which Keras ``fit``'s
+    ``instrument`` records alone (README "model.fit")."""
+    losses = " ".join(f"--allow-unmatched '{t}'" for t in tags if t.startswith("loss/"))
+    return (
+        f"'{other}' records a loss too, under another name only: a multi-output model's per-head losses have no "
+        "counterpart in a Keras fit port, whose instrument records the one loss fit minimises (every head's loss "
+        "weighted and summed, regularization included; no per-head losses), so compare the totals under one name "
+        f"(TF1: rec.loss(tf.compat.v1.losses.get_total_loss())) and declare the others: {losses}"
+    )
+
+
 #: How to record a moment as a slot in a TF1 run (README "State, optimizer slots").
 _AS_SLOT = (
     "record it as a slot (the TF1 `rec.variables` does so for BERT's `<variable>/adam_m`, `/adam_v` and "
@@ -601,6 +614,11 @@ def first_of(structure: Structure, damaged: Collection[str] = ()) -> list[dict[s
         elif structure.kinds and kind not in structure.kinds.get(other, [kind]) and (run, kind) not in told:
             told.add((run, kind))
             note += "; " + _kind_unrecorded(kind, other, moments.get((run, kind), 0))
+        elif kind == "loss" and ("loss", run) not in told:
+            # a new user's TF1 original of a two-head model recorded each head's loss beside the total, and
+            # its faithful fit port got two bare "recorded by the baseline only" lines
+            told.add(("loss", run))
+            note += "; " + _loss_of_one_run(other, [e["tag"] for r, e in structure.unexpected if r == run])
         out.append(
             {
                 "tensor": name if side == "baseline" else "",
