@@ -10,6 +10,11 @@ agrees. The losses and the heads' gradients are checked against numpy first.
 A TF1 original that records each head's loss beside the total has them recorded by itself only (``fit``
 records the one loss it minimises): their structure line says so and how to declare them (it said only
 "recorded by the baseline 'tf1' only").
+
+A port whose classification head keeps ``activation="softmax"`` (TF1 outputs logits) diverges at step 0
+on that head's output, whose note says its values are the softmax of TF1's (it said only "another
+function of its input"); under ``fit`` tf_keras takes the logits back for the loss, so the loss agrees
+(numpy).
 """
 
 from __future__ import annotations
@@ -61,11 +66,11 @@ def train_tf1(run_dir: str, head_losses: bool = False) -> None:
         rec.close()
 
 
-def train_fit(run_dir: str, loss_weights: dict[str, float]) -> None:
+def train_fit(run_dir: str, loss_weights: dict[str, float], cls_activation: str | None = None) -> None:
     init = tf.keras.initializers.Constant
     x = tf.keras.Input((3,), name="x")
     h = tf.keras.layers.Dense(4, "relu", kernel_initializer=init(W_SHARED), name="shared")(x)
-    cls = tf.keras.layers.Dense(3, kernel_initializer=init(W_CLS), name="cls")(h)
+    cls = tf.keras.layers.Dense(3, cls_activation, kernel_initializer=init(W_CLS), name="cls")(h)
     reg = tf.keras.layers.Dense(1, kernel_initializer=init(W_REG), name="reg")(h)
     model = tf.keras.Model({"x": x}, {"cls": cls, "reg": reg})
     model.compile(
@@ -134,3 +139,20 @@ def test_per_head_losses_of_one_run_are_told_fit_records_the_total(tmp_path) -> 
     assert "no per-head losses" in note and "--allow-unmatched 'loss/reg_loss'" in note, note
     declared = ["loss/cls_loss", "loss/reg_loss"]
     assert compare(str(tmp_path), baseline="tf1", candidate="tf2", allow_unmatched=declared).agree
+
+
+def test_a_softmax_left_on_a_head_is_told_softmax_of_the_logits(tmp_path) -> None:
+    train_tf1(str(tmp_path / "tf1"))
+    train_fit(str(tmp_path / "tf2"), {"cls": 1.0, "reg": REG_WEIGHT}, cls_activation="softmax")
+    h = np.maximum(X.astype(np.float64) @ W_SHARED, 0.0)
+    z = h @ W_CLS
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    got = {run: tensors_by_step(str(tmp_path / run))[0] for run in ("tf1", "tf2")}
+    np.testing.assert_allclose(got["tf1"][("activation", "cls")][2], z, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got["tf2"][("activation", "cls")][2], p, rtol=1e-5, atol=1e-6)
+    loss, _, _ = numpy_step0(1.0, REG_WEIGHT)
+    np.testing.assert_allclose(got["tf2"][("loss", "loss")][2], loss, rtol=1e-5)  # the logits taken back
+    d = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert d is not None and (d.step, d.kind, d.tensor) == (0, "activation", "cls"), d
+    assert "its values in 'tf2' are the softmax of those in 'tf1'" in (d.note or ""), d.note

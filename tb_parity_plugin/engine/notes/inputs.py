@@ -144,6 +144,9 @@ class InputNotes(NoteContext):
         features = self._features_in_another_order(first, k)
         if features:
             return f"{agree} at this step, and {features}"
+        squashed = None if loss else self._squashed(first, k)
+        if squashed:
+            return f"{agree} at this step, and {squashed}"
         grads = self._gradients_agree(k) if loss else 0
         scaled = self._loss_scale(first, k, grads) if loss else None
         if scaled:
@@ -463,6 +466,45 @@ class InputNotes(NoteContext):
         for p in trained:
             p.ensure(k + 1, self.policy.equal_nan)
         return bool(trained) and all(p.by_values_at(k) and p.reason[k] == OK for p in trained)
+
+    def _squashed(self, first: Pair, k: int) -> Optional[str]:
+        """When one run's output at ``k`` is, within its tolerance, the softmax (over its last axis) or the
+        sigmoid of the other's: an activation left on an output head in one run only. A helper's two-head
+        port with ``Dense(3, activation="softmax")`` where TF1 output logits was told that the layer
+        "computes another function of its input (activation, padding, epsilon, a training flag)"; under
+        ``fit`` its loss and gradients agreed (tf_keras's crossentropy takes a softmax output's logits back,
+        from_logits=True or not), in its custom loop TF1's loss on logits applied the softmax twice. None
+        otherwise."""
+        both = first.step_values(k)
+        if both is None:
+            return None
+        shape = first.known_shape("base", int(first.ib[k]))
+        if not shape or math.prod(shape) != len(both[0]):
+            return None
+        b, c = (np.asarray(v, dtype=np.float64).reshape(shape) for v in both)
+        if not (np.isfinite(b).all() and np.isfinite(c).all()):
+            return None
+        atol, rtol = first.atol_at(k), first.rtol_at(k)
+        for out, raw, on, off in ((c, b, self.cand.name, self.base.name), (b, c, self.base.name, self.cand.name)):
+            for name in ("softmax", "sigmoid"):
+                if name == "softmax":
+                    if shape[-1] < 2:
+                        continue
+                    e = np.exp(raw - raw.max(axis=-1, keepdims=True))
+                    squashed = e / e.sum(axis=-1, keepdims=True)
+                else:
+                    squashed = 0.5 * (1.0 + np.tanh(0.5 * raw))
+                if (np.abs(out - squashed) <= atol + rtol * np.abs(squashed)).all():
+                    return (
+                        f"its values in '{on}' are the {name} of those in '{off}'"
+                        + (" over the last axis" if name == "softmax" else "")
+                        + f": an activation on in '{on}' only (an output head's Dense(..., activation='{name}') where "
+                        f"'{off}' outputs logits); a loss that takes logits then applies it twice (TF1's "
+                        "softmax_cross_entropy or a tf.nn ..._with_logits on it), except tf_keras's compiled "
+                        f"crossentropy, which takes a {name} output's logits back (the loss and gradients then agree "
+                        "and only this output differs)"
+                    )
+        return None
 
     def _features_in_another_order(self, first: Pair, k: int) -> Optional[str]:
         """When each row (first axis: the batch) of ``first``'s candidate at ``k`` holds, within its
