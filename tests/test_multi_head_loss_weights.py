@@ -15,11 +15,15 @@ A port whose classification head keeps ``activation="softmax"`` (TF1 outputs log
 on that head's output, whose note says its values are the softmax of TF1's (it said only "another
 function of its input"); under ``fit`` tf_keras takes the logits back for the loss, so the loss agrees
 (numpy).
+
+``instrument(model, rec, layers=["x"])`` on an ``InputLayer``, which a model never calls, raises saying so
+and how to record an input (it recorded nothing, silently); an ``Identity`` pass-through records it.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from shim_readback import tensors_by_step
 
@@ -156,3 +160,18 @@ def test_a_softmax_left_on_a_head_is_told_softmax_of_the_logits(tmp_path) -> Non
     d = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
     assert d is not None and (d.step, d.kind, d.tensor) == (0, "activation", "cls"), d
     assert "its values in 'tf2' are the softmax of those in 'tf1'" in (d.note or ""), d.note
+
+
+def test_an_input_layer_is_refused_and_a_pass_through_records_the_input(tmp_path) -> None:
+    x = tf.keras.Input((3,), name="x")
+    seen = tf.keras.layers.Identity(name="x_in")(x)
+    out = tf.keras.layers.Dense(1, name="out")(seen)
+    model = tf.keras.Model({"x": x}, out)
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="mse")
+    rec = summary_v2.Recorder(str(tmp_path / "tf2"))
+    with pytest.raises(ValueError, match="'x' is an InputLayer.*Identity"):
+        summary_v2.instrument(model, rec, layers=["x"])
+    summary_v2.instrument(model, rec, layers=["x_in"])
+    model.fit({"x": X}, Y_REG, batch_size=8, epochs=1, shuffle=False, verbose=0)
+    rec.close()
+    np.testing.assert_array_equal(tensors_by_step(str(tmp_path / "tf2"))[0][("activation", "x_in")][2], X)

@@ -61,6 +61,7 @@ def instrument_layer(recorder: Any, layer: Any, name: Optional[str] = None, zero
     """
     if getattr(layer, "_tb_parity_recorder", None) is not None:
         raise ValueError(f"tb_parity: layer {layer.name!r} is already instrumented")
+    _check_called(layer)
     base = type(layer)
 
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -90,6 +91,18 @@ def instrument_layer(recorder: Any, layer: Any, name: Optional[str] = None, zero
     layer._tb_parity_zero_masked = zero_masked
     layer.__class__ = type(base.__name__, (base,), attrs)
     return layer
+
+
+def _check_called(layer: Any) -> None:
+    """Raises for a layer whose ``call`` never runs when its model does: a model's ``InputLayer``. A
+    helper's ``instrument(layers=["num", "ctx", ...])`` on a two-input fit port, to tell inputs fed
+    crosswise from another function, recorded nothing for the inputs and said nothing."""
+    if type(layer).__name__ == "InputLayer":
+        raise ValueError(
+            f"tb_parity: {layer.name!r} is an InputLayer, which a model never calls, so its output would never "
+            "be recorded: record the input in your own step (rec.activation(name, x[name])), or, under fit, pass "
+            "it through a layer you instrument (tf.keras.layers.Identity(name=...)(inp))"
+        )
 
 
 def _call_name(name: str, outputs: int, taken: Any) -> str:
@@ -284,10 +297,13 @@ def instrument(
     ``MirroredStrategy``).
     """
     check_supported(model)
-    for layer in layers:
-        # a name is the model's layer of that name (a new user's layers=["dense"] failed with
-        # "type object 'str' has no attribute 'call'"); get_layer names the ones it lacks
-        instrument_layer(recorder, model.get_layer(layer) if isinstance(layer, str) else layer, zero_masked=zero_masked)
+    # a name is the model's layer of that name (a new user's layers=["dense"] failed with
+    # "type object 'str' has no attribute 'call'"); get_layer names the ones it lacks
+    chosen = [model.get_layer(layer) if isinstance(layer, str) else layer for layer in layers]
+    for layer in chosen:  # before any is instrumented: a refused one leaves the others as they were
+        _check_called(layer)
+    for layer in chosen:
+        instrument_layer(recorder, layer, zero_masked=zero_masked)
 
     # instrumenting again onto the same recorder (after a second compile, as the first needed it)
     # keeps the numbering: a new one started the second phase at its optimizer's 0 again, over the
