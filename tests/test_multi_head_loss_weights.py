@@ -18,6 +18,10 @@ function of its input"); under ``fit`` tf_keras takes the logits back for the lo
 
 ``instrument(model, rec, layers=["x"])`` on an ``InputLayer``, which a model never calls, raises saying so
 and how to record an input (it recorded nothing, silently); an ``Identity`` pass-through records it.
+
+A two-input port fed a dict with the keys of its two inputs of one shape crossed, both inputs recorded,
+diverges at step 0 on the first input, whose note says it holds the other input's values and the other
+its (it said that recording the input would tell another input from another function, which it was).
 """
 
 from __future__ import annotations
@@ -175,3 +179,62 @@ def test_an_input_layer_is_refused_and_a_pass_through_records_the_input(tmp_path
     model.fit({"x": X}, Y_REG, batch_size=8, epochs=1, shuffle=False, verbose=0)
     rec.close()
     np.testing.assert_array_equal(tensors_by_step(str(tmp_path / "tf2"))[0][("activation", "x_in")][2], X)
+
+
+XB = (RNG.standard_normal((8, 3)) * 2.0).astype(np.float32)  # a second input of X's shape
+W_B = (RNG.standard_normal((3, 4)) * 0.5).astype(np.float32)
+
+
+def train_tf1_two_inputs(run_dir: str) -> None:
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        a = tf.compat.v1.placeholder(tf.float32, [None, 3])
+        b = tf.compat.v1.placeholder(tf.float32, [None, 3])
+        y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+        init = tf.compat.v1.constant_initializer
+        ha = tf.compat.v1.layers.dense(rec.activation("a_in", a), 4, kernel_initializer=init(W_SHARED), name="da")
+        hb = tf.compat.v1.layers.dense(rec.activation("b_in", b), 4, kernel_initializer=init(W_B), name="db")
+        pred = rec.activation(
+            "reg", tf.compat.v1.layers.dense(tf.concat([ha, hb], 1), 1, kernel_initializer=init(0.1), name="reg")
+        )
+        loss = rec.loss(tf.compat.v1.losses.mean_squared_error(y, pred))
+        rec.lr(tf.constant(0.1))
+        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.1), loss, global_step=gs)
+        rec.variables()
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            rec.write(sess.run([train_op, fetches], {a: X, b: XB, y: Y_REG})[1])
+        rec.close()
+
+
+def fit_two_inputs(run_dir: str, crossed: bool) -> None:
+    init = tf.keras.initializers.Constant
+    a, b = tf.keras.Input((3,), name="a"), tf.keras.Input((3,), name="b")
+    ha = tf.keras.layers.Dense(4, kernel_initializer=init(W_SHARED), name="da")(
+        tf.keras.layers.Identity(name="a_in")(a)
+    )
+    hb = tf.keras.layers.Dense(4, kernel_initializer=init(W_B), name="db")(tf.keras.layers.Identity(name="b_in")(b))
+    out = tf.keras.layers.Dense(1, kernel_initializer=init(0.1), name="reg")(tf.keras.layers.Concatenate()([ha, hb]))
+    model = tf.keras.Model({"a": a, "b": b}, out)
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="mse")
+    rec = summary_v2.Recorder(run_dir)
+    summary_v2.instrument(model, rec, layers=["a_in", "b_in", "reg"])
+    x = {"a": XB, "b": X} if crossed else {"a": X, "b": XB}
+    model.fit(x, Y_REG, batch_size=8, epochs=1, shuffle=False, verbose=0)
+    rec.close()
+
+
+def test_inputs_fed_crosswise_are_told_so(tmp_path) -> None:
+    train_tf1_two_inputs(str(tmp_path / "tf1"))
+    fit_two_inputs(str(tmp_path / "tf2"), crossed=False)
+    fit_two_inputs(str(tmp_path / "crossed"), crossed=True)
+    got = tensors_by_step(str(tmp_path / "crossed"))[0]
+    np.testing.assert_array_equal(got[("activation", "a_in")][2], XB)
+    np.testing.assert_array_equal(got[("activation", "b_in")][2], X)
+    assert compare(str(tmp_path), baseline="tf1", candidate="tf2").agree
+    d = compare(str(tmp_path), baseline="tf1", candidate="crossed").first_divergence
+    assert d is not None and (d.step, d.kind, d.tensor) == (0, "activation", "a_in"), d
+    note = d.note or ""
+    assert "are those of b_in in 'tf1', and b_in's in 'crossed' are this one's" in note and "crosswise" in note, note

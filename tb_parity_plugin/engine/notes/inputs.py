@@ -147,6 +147,9 @@ class InputNotes(NoteContext):
         squashed = None if loss else self._squashed(first, k)
         if squashed:
             return f"{agree} at this step, and {squashed}"
+        crossed = None if loss else self._values_of_another_output(first, k)
+        if crossed:
+            return f"{agree} at this step, and {crossed}"
         grads = self._gradients_agree(k) if loss else 0
         scaled = self._loss_scale(first, k, grads) if loss else None
         if scaled:
@@ -196,7 +199,8 @@ class InputNotes(NoteContext):
             + ", or its input differs (another batch: Keras fit shuffles unless shuffle=False, and over a finite "
             "shuffled dataset starts at its second order; a tf.data shuffle or batching on one side; or the input "
             "preprocessed otherwise: its scaling, a mean subtracted, an "
-            "augmentation on one side); recording the input too, as kind input (rec.tensor('input', name, x) in TF1 "
+            "augmentation on one side; another input of a model of several: a dict's keys crossed); recording the "
+            "input too, as kind input (rec.tensor('input', name, x) in TF1 "
             "or a custom loop), tells the two apart" + self._positions_note(first, k)
         )
 
@@ -466,6 +470,42 @@ class InputNotes(NoteContext):
         for p in trained:
             p.ensure(k + 1, self.policy.equal_nan)
         return bool(trained) and all(p.by_values_at(k) and p.reason[k] == OK for p in trained)
+
+    def _values_of_another_output(self, first: Pair, k: int) -> Optional[str]:
+        """When the candidate's ``first`` at ``k`` is, within its tolerance, the baseline's value of another
+        recorded output of its shape at that step: inputs (or branches) fed crosswise. A helper's two-input
+        fit port built its input dict with the keys of two inputs of one shape crossed; with the inputs
+        recorded (an ``Identity`` layer each), the first was told that "recording the input too tells the
+        two apart", which it did, and nothing said it held the other input. None otherwise."""
+        both = first.step_values(k)
+        if both is None:
+            return None
+        c = np.asarray(both[1], dtype=np.float64)
+        atol, rtol = first.atol_at(k), first.rtol_at(k)
+        for other in self._pairs:
+            if other is first or other.base.kind not in _OUTPUTS or other.ib[k] < 0 or other.ic[k] < 0:
+                continue
+            theirs = other.step_values(k)
+            if theirs is None or len(theirs[0]) != len(c):
+                continue
+            b = np.asarray(theirs[0], dtype=np.float64)
+            if not (np.isfinite(b).all() and np.isfinite(c).all()) or np.array_equal(b, both[0]):
+                continue
+            if (np.abs(c - b) <= atol + rtol * np.abs(b)).all():
+                back = np.asarray(theirs[1], dtype=np.float64)
+                swapped = bool((np.abs(back - both[0]) <= atol + rtol * np.abs(np.asarray(both[0]))).all())
+                return (
+                    f"its values in '{self.cand.name}' are those of {other.base.name} in '{self.base.name}'"
+                    + (
+                        f", and {other.base.name}'s in '{self.cand.name}' are this one's in '{self.base.name}'"
+                        if swapped
+                        else ""
+                    )
+                    + ": inputs or branches fed crosswise (a model of several inputs given a dict with the keys of "
+                    "two inputs of one shape crossed, or its inputs passed in another order; a concatenation or a "
+                    "layer call given the other tensor), or a layer between the two skipped in one run"
+                )
+        return None
 
     def _squashed(self, first: Pair, k: int) -> Optional[str]:
         """When one run's output at ``k`` is, within its tolerance, the softmax (over its last axis) or the
