@@ -22,6 +22,10 @@ and how to record an input (it recorded nothing, silently); an ``Identity`` pass
 A two-input port fed a dict with the keys of its two inputs of one shape crossed, both inputs recorded,
 diverges at step 0 on the first input, whose note says it holds the other input's values and the other
 its (it said that recording the input would tell another input from another function, which it was).
+
+A TF1 embedding table made with a bare ``get_variable("tok_emb", ...)`` and its lookup recorded as
+``tok_emb``, against Keras's ``Embedding(name="tok_emb")``, agrees with no warning that TF1's outputs are
+named after the port's layers (every such faithful port got one).
 """
 
 from __future__ import annotations
@@ -238,3 +242,49 @@ def test_inputs_fed_crosswise_are_told_so(tmp_path) -> None:
     assert d is not None and (d.step, d.kind, d.tensor) == (0, "activation", "a_in"), d
     note = d.note or ""
     assert "are those of b_in in 'tf1', and b_in's in 'crossed' are this one's" in note and "crosswise" in note, note
+
+
+IDS = RNG.integers(0, 10, (8, 4)).astype(np.int32)
+TABLE = (RNG.standard_normal((10, 3)) * 0.5).astype(np.float32)
+
+
+def test_a_bare_tf1_embedding_variable_names_its_own_output(tmp_path) -> None:
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(str(tmp_path / "tf1"))
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        ids = tf.compat.v1.placeholder(tf.int32, [None, 4])
+        y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+        table = tf.compat.v1.get_variable("tok_emb", initializer=TABLE)
+        pooled = tf.reduce_mean(rec.activation("tok_emb", tf.nn.embedding_lookup(table, ids)), axis=1)
+        pred = rec.activation(
+            "reg",
+            tf.compat.v1.layers.dense(pooled, 1, kernel_initializer=tf.compat.v1.constant_initializer(0.2), name="reg"),
+        )
+        loss = rec.loss(tf.compat.v1.losses.mean_squared_error(y, pred))
+        rec.lr(tf.constant(0.1))
+        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.1), loss, global_step=gs)
+        rec.variables()
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for _ in range(STEPS):
+                rec.write(sess.run([train_op, fetches], {ids: IDS, y: Y_REG})[1])
+        rec.close()
+    inp = tf.keras.Input((4,), dtype="int32")
+    emb = tf.keras.layers.Embedding(10, 3, embeddings_initializer=tf.keras.initializers.Constant(TABLE), name="tok_emb")
+    out = tf.keras.layers.Dense(1, kernel_initializer=tf.keras.initializers.Constant(0.2), name="reg")(
+        tf.keras.layers.GlobalAveragePooling1D()(emb(inp))
+    )
+    model = tf.keras.Model(inp, out)
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="mse")
+    rec = summary_v2.Recorder(str(tmp_path / "tf2"))
+    summary_v2.instrument(model, rec, layers=["tok_emb", "reg"])
+    model.fit(IDS, Y_REG, batch_size=8, epochs=STEPS, shuffle=False, verbose=0)
+    rec.close()
+    r = TABLE.astype(np.float64)[IDS].mean(1) @ np.full((3, 1), 0.2)
+    loss = float(((r - Y_REG) ** 2).mean())
+    for run in ("tf1", "tf2"):
+        np.testing.assert_allclose(tensors_by_step(str(tmp_path / run))[0][("loss", "loss")][2], loss, rtol=1e-5)
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert report.agree, report.first_divergence
+    assert not [w for w in report.warnings if "names no layer of its own" in w], report.warnings

@@ -1227,14 +1227,21 @@ class _Pairing:
                     last.setdefault(scope.rpartition("/")[2], set()).add(scope)
             layer_of[side] = {name: next(iter(scopes)) for name, scopes in last.items() if len(scopes) == 1}
         own = [{scope.rpartition("/")[2] for scope in scopes[side]} for side in (0, 1)]
+        # a variable of no scope names a layer of its own too: TF1's embedding table is a bare
+        # get_variable("tok_emb", ...), its lookup recorded as "tok_emb" beside Keras's Embedding of that
+        # name, and a helper's faithful port was warned its outputs were named after the other run's layers
+        bare = [
+            {s.name.removesuffix(":0") for s in series if s.kind in _LAYER_KINDS and not _scope_name(s.name)}
+            for series in (self.base, self.cand)
+        ]
         for side, series in ((0, self.base), (1, self.cand)):
             # one run's outputs all named after the other run's layers, one naming none of its own: the
             # user named them alike on both sides (the migration guide's incremental port, a Keras layer
             # among tf.compat.v1 ones, renumbers the v1 layers after it, not the outputs' names), so an
             # output's name says nothing of which of its own layers output it: they stay paired by name
             named = {s.name.rpartition("/")[2] for s in series if s.kind in _OUTPUT_KINDS} & (own[0] | own[1])
-            if named and named <= own[1 - side] and not named <= own[side]:
-                stray = ", ".join(sorted(named - own[side]))
+            if named and named <= own[1 - side] and not named <= own[side] | bare[side]:
+                stray = ", ".join(sorted(named - own[side] - bare[side]))
                 return [
                     f"the {('baseline', 'candidate')[side]}'s layer outputs are named after the "
                     f"{('candidate', 'baseline')[side]}'s layers ({stray} names no layer of its own): paired by "
