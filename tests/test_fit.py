@@ -192,6 +192,52 @@ def test_a_custom_train_step_records_itself_as_docs_shim_shows(tmp_path) -> None
         np.testing.assert_allclose(tensors[("weight", kernel)][2], np.full((3, 2), 1 + 0.01 * step), rtol=1e-6)
 
 
+def test_a_custom_train_step_with_a_loss_tracker_records_no_metric_as_state(tmp_path) -> None:
+    """Keras's "customize what happens in fit" keeps ``self.loss_tracker = Mean(name="loss")`` on the
+    model, and tf_keras lists a metric held as an attribute among the model's non-trainable variables:
+    docs/shim.md's ``variables=self`` recorded its ``total:0`` and ``count:0`` as ``state``, which a TF1
+    original (whose ``tf.compat.v1.metrics`` are local variables) never has, so a new user's faithful
+    port was a structure DIVERGE. Only the Dense's weights are recorded now; the tracker still tracks
+    (numpy: the mean of the two steps' MSE losses)."""
+    rec = summary_v2.Recorder(str(tmp_path / "tf2"))
+
+    class Tracked(tf.keras.Model):
+        def __init__(self) -> None:
+            super().__init__()
+            self.dense = tf.keras.layers.Dense(2, kernel_initializer="ones")
+            self.loss_tracker = tf.keras.metrics.Mean(name="loss")
+
+        def call(self, x: tf.Tensor) -> tf.Tensor:
+            return self.dense(x)
+
+        def train_step(self, data):  # type: ignore[no-untyped-def]
+            x, y = data
+            with rec.step(self.optimizer.iterations, variables=self, optimizer=self.optimizer):
+                with tf.GradientTape() as tape:
+                    loss = rec.loss(tf.reduce_mean(tf.square(y - self(x, training=True))))
+                rec.minimize(self.optimizer, loss, self.trainable_variables, tape)
+            self.loss_tracker.update_state(loss)
+            return {"loss": self.loss_tracker.result()}
+
+    model = Tracked()
+    model.build((None, 3))
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.01))
+    assert len(model.non_trainable_variables) == 2  # tf_keras: the tracker's total and count
+    x, y = np.ones((8, 3), np.float32), np.full((8, 2), 10.0, np.float32)
+    history = model.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)
+    rec.close()
+    steps = tensors_by_step(str(tmp_path / "tf2"))
+    kernel, bias = model.dense.kernel.name, model.dense.bias.name
+    expected = {("weight", kernel), ("weight", bias), ("grad", kernel), ("grad", bias), ("loss", "loss")}
+    assert {step: set(tensors) for step, tensors in steps.items()} == {0: expected, 1: expected}
+    # numpy: out = 3 (kernel ones, bias 0); the mean over 4 x 2 elements has d loss/d out = -2 (10 - 3) / 8
+    # per element, so every kernel and bias element's gradient sums 4 rows: -7; SGD 0.01 moves each by +0.07
+    losses = [49.0, (10 - (3 * 1.07 + 0.07)) ** 2]
+    for step, want in enumerate(losses):
+        np.testing.assert_allclose(steps[step][("loss", "loss")][2], want, rtol=1e-5)
+    np.testing.assert_allclose(history.history["loss"], [np.mean(losses)], rtol=1e-5)
+
+
 def test_keras_own_models_with_their_own_step_and_instance_steps_are_refused(tmp_path) -> None:
     """A reviewer's cases: Keras's SharpnessAwareMinimization has its own train_step (in a tf_keras
     module, which the first check let through): instrumented, it trained as plain SGD. A train_step

@@ -30,12 +30,26 @@ def variable_name(var: Any) -> str:
     return str(name)
 
 
+def _metrics(obj: Any) -> list[Any]:
+    """The Keras metrics (tf_keras or Keras 3 ``Metric`` instances) ``obj`` holds, nested ones included."""
+    return [
+        sub
+        for sub in getattr(obj, "submodules", ())
+        if any(c.__name__ == "Metric" and ".metrics" in c.__module__ for c in type(sub).__mro__)
+    ]
+
+
 def model_variables(obj: Any) -> list[Any]:
     """``obj``'s variables: a Keras model/layer or ``tf.Module`` (trainable ones first), or a list."""
     if is_variable(obj):
         return [obj]
     if hasattr(obj, "trainable_variables") and hasattr(obj, "non_trainable_variables"):
-        return [*obj.trainable_variables, *obj.non_trainable_variables]
+        # a tf_keras subclassed model lists the accumulators of the metrics it holds as attributes (the
+        # `loss_tracker = Mean(name="loss")` of Keras's "customize what happens in fit") among its
+        # non-trainable variables: they are no state of the model (TF1's tf.compat.v1.metrics are local
+        # variables), and a new user's faithful own-train_step port got a structure DIVERGE on total:0/count:0
+        metric_vars = {id(v) for m in _metrics(obj) for v in m.variables}
+        return [v for v in [*obj.trainable_variables, *obj.non_trainable_variables] if id(v) not in metric_vars]
     if hasattr(obj, "trainable_variables") and hasattr(obj, "variables"):  # tf.Module
         trainable = {id(v) for v in obj.trainable_variables}
         return [*obj.trainable_variables, *(v for v in obj.variables if id(v) not in trainable)]
