@@ -798,3 +798,66 @@ def test_two_rows_of_other_examples_are_not_called_scaled() -> None:
     )
     assert (first.step, first.kind) == (0, "input"), first
     assert "the recorded input itself differs" in first.note and "scaled or shifted" not in first.note, first.note
+
+
+def _bn_tf1(run_dir: str) -> None:
+    """A dense layer and batch normalization updated through UPDATE_OPS, its output recorded."""
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, D])
+        y = tf.compat.v1.placeholder(tf.int64, [None])
+        h = tf.compat.v1.layers.dense(x, C, name="dense", kernel_initializer=tf.constant_initializer(W1[:, :C]))
+        logits = rec.activation("bn", tf.compat.v1.layers.batch_normalization(h, training=True, name="bn"))
+        loss = rec.loss(tf.compat.v1.losses.sparse_softmax_cross_entropy(y, logits))
+        with tf.control_dependencies(tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)):
+            train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.1), loss, global_step=gs)
+        rec.variables()
+        tf1_session.train(rec, train_op, [x, y], [X, Y], STEPS, BATCH)
+
+
+def _bn_custom_step(run_dir: str, training: Any) -> None:
+    """The port's custom step; ``training=None``: the call without ``training=``, as a new user's
+    own ``train_step`` wrote it (Keras then runs batch normalization in inference mode)."""
+    dense = tf.keras.layers.Dense(C, name="dense", kernel_initializer=tf.constant_initializer(W1[:, :C]))
+    bn = tf.keras.layers.BatchNormalization(name="bn")
+    model = tf.keras.Sequential([tf.keras.Input((D,)), dense, bn])
+    opt = tf.keras.optimizers.SGD(0.1)
+    rec = summary_v2.Recorder(run_dir)
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    @tf.function
+    def step(xb: tf.Tensor, yb: tf.Tensor) -> None:
+        with rec.step(opt.iterations, variables=model):
+            with tf.GradientTape() as tape:
+                logits = rec.activation("bn", bn(dense(xb), training=training))
+                loss = rec.loss(loss_fn(yb, logits))
+            rec.minimize(opt, loss, model.trainable_variables, tape)
+
+    for s in range(STEPS):
+        step(tf.constant(X[s * BATCH : (s + 1) * BATCH]), tf.constant(Y[s * BATCH : (s + 1) * BATCH]))
+    rec.close()
+
+
+def test_batch_norm_in_inference_mode_in_one_run_is_named_from_its_frozen_moving_statistics(tmp_path) -> None:
+    """A new user's own ``train_step`` called its encoder without ``training=True``: its batch
+    normalization normalized with the moving statistics (0 and 1 at step 0), and the first output
+    diverged at step 0 with a note of shuffled batches and padding. The port's moving statistics then
+    stay as they were while TF1's move: the note says so, and names inference mode."""
+    _bn_tf1(str(tmp_path / "tf1"))
+    _bn_custom_step(str(tmp_path / "ok"), training=True)
+    _bn_custom_step(str(tmp_path / "off"), training=None)
+    report = compare(str(tmp_path), baseline="tf1", candidate="ok")
+    assert report.agree, report.first_divergence
+    # numpy: TF1 normalizes each batch with its own moments; the port divides by sqrt(1 + epsilon) only
+    h = X[:BATCH].astype(np.float64) @ W1[:, :C]
+    tf1, off = tensors_by_step(str(tmp_path / "tf1")), tensors_by_step(str(tmp_path / "off"))
+    np.testing.assert_allclose(tf1[0][("activation", "bn")][2], (h - h.mean(0)) / np.sqrt(h.var(0) + 1e-3), atol=1e-5)
+    np.testing.assert_allclose(off[0][("activation", "bn")][2], h / np.sqrt(1 + 1e-3), atol=1e-5)
+    moving = "bn/moving_mean:0"
+    np.testing.assert_array_equal(off[1][("state", moving)][2], np.zeros(C))
+    np.testing.assert_allclose(tf1[1][("state", moving)][2], 0.01 * h.mean(0), atol=1e-6)
+    first = compare(str(tmp_path), baseline="tf1", candidate="off").first_divergence
+    assert first is not None and (first.step, first.kind, first.tensor) == (0, "activation", "bn"), first
+    assert f"'off' left {moving} unchanged from step 0 to step 1 where 'tf1' updated it" in first.note, first.note
+    assert "inference mode in 'off'" in first.note and "shuffle" not in first.note, first.note

@@ -18,6 +18,7 @@ from tb_parity_plugin.engine.notes.context import (
     NoteContext,
     _layer_of,
 )
+from tb_parity_plugin.engine.notes.state import _MOVING_STATS
 from tb_parity_plugin.engine.pair import Pair
 from tb_parity_plugin.engine.tolerance import OUTPUT_ATOL_OF_MAX
 
@@ -150,6 +151,9 @@ class InputNotes(NoteContext):
         crossed = None if loss else self._values_of_another_output(first, k)
         if crossed:
             return f"{agree} at this step, and {crossed}"
+        frozen = None if loss else self._frozen_moving_stats(k)
+        if frozen:
+            return f"{agree} at this step, and {frozen}" + self._positions_note(first, k)
         grads = self._gradients_agree(k) if loss else 0
         scaled = self._loss_scale(first, k, grads) if loss else None
         if scaled:
@@ -838,6 +842,31 @@ class InputNotes(NoteContext):
                 if p.reason[k] != OK:
                     return True
         return False
+
+    def _frozen_moving_stats(self, k: int) -> Optional[str]:
+        """Whether one run left a batch normalization's moving statistic unchanged from compared step
+        ``k`` to the next while the other moved it: that run's layer normalized in inference mode, with
+        its moving statistics, not the batch's. A new user's ``train_step`` called its encoder with
+        ``training=False``; its first output diverged at step 0 and was told of shuffling and padding."""
+        if k + 1 >= len(self.steps):
+            return None
+        for p in self._pairs:
+            if p.base.kind != "state" or not _MOVING_STATS.search(f"{p.base.name} {p.cand.name}"):
+                continue
+            now, after = p.step_values(k), p.step_values(k + 1)
+            if now is None or after is None or len(now[0]) != len(after[0]):
+                continue
+            still = [bool(np.array_equal(a, b, equal_nan=True)) for a, b in zip(now, after)]
+            if still[0] != still[1]:
+                who, other = (self.base.name, self.cand.name) if still[0] else (self.cand.name, self.base.name)
+                return (
+                    f"'{who}' left {p.base.name} unchanged from step {int(self.steps[k])} to step "
+                    f"{int(self.steps[k + 1])} where '{other}' updated it: a batch normalization likely ran in "
+                    f"inference mode in '{who}', normalizing with its moving statistics instead of the batch's "
+                    "(Keras: the layer or model called with training=False, or without training=True in a custom "
+                    "train_step or loop; TF1: training=False)"
+                )
+        return None
 
     def _dropout_in_one_run(self, pair: Pair, k: int) -> Optional[tuple[str, int, float]]:
         """(the run, elements out of tolerance, the scale) when at step ``k`` each element out of
