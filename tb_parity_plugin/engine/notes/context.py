@@ -18,6 +18,7 @@ import numpy as np
 from tb_parity_plugin.engine import align, allclose, replicas
 from tb_parity_plugin.engine.pair import Pair
 from tb_parity_plugin.engine.tolerance import (
+    MARGINAL_RATIO,
     TolerancePolicy,
 )
 from tb_parity_plugin.records import metadata
@@ -109,6 +110,29 @@ class NoteContext:
                 )
             found.append((tag, gap))
         return sorted(found, key=lambda t: -t[1])
+
+    def _past_noise_without_overrides(self, pair: Pair, k: int) -> bool:
+        """Whether ``pair`` (compared by values), which an ``--override`` matches, is apart at compared
+        step ``k`` by at least :data:`MARGINAL_RATIO` times the tolerance it would be held to without
+        the overrides. An override loosens what counts as a divergence, not what float32 rounding
+        reaches: a new user's moving mean, loosened as a note said and then apart by its momentum
+        (0.144 against atol 0.1: 1.44, but thousands of times the default tolerance), was taken for
+        noise and got no note."""
+        tag = f"{pair.base.kind}/{pair.base.name}"
+        if not any(o.matches(tag) for o in self.policy.overrides):
+            return False
+        both = pair.step_values(k)
+        if both is None:
+            return False
+        b, c = (np.asarray(v, dtype=np.float64).reshape(1, -1) for v in both)
+        if b.shape != c.shape:
+            return False
+        plain = dataclasses.replace(self.policy, overrides=()).for_tag(tag)
+        with np.errstate(invalid="ignore"):
+            largest = np.nanmax(np.where(np.isfinite(b), np.abs(b), np.nan), initial=0.0)
+        atol = float(plain.atols_of_largest(np.array(largest)))
+        rtol = np.array([plain.rtol_at(int(pair.clock.since(k)))])
+        return bool(allclose.rows_error_ratio(c, b, rtol, atol)[0] >= MARGINAL_RATIO)
 
     def _elements_out(self, pair: Pair, k: int) -> Optional[np.ndarray]:
         """Flat indices of a pair's elements out of tolerance at compared step ``k`` (None

@@ -78,6 +78,8 @@ class StateNotes(NoteContext):
                 + f"; loosen it as well (--override '{first.base.kind}/{first.base.name}:atol=...'), or drop the "
                 "variable on both sides (README: What counts as a divergence)"
             )
+        # nothing loosened feeds it: judge rounding by the default tolerance, not by its own override
+        past_noise = past_noise or self._past_noise_without_overrides(first, k)
         if bn and (past_noise or _one_signed(now)) and self._moving_mean_agrees(first, k):
             return (
                 "its moving mean agrees at this step (the same momentum, the same batch means): the batch variance "
