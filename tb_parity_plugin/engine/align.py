@@ -1585,6 +1585,39 @@ def _clear_rows(dist: dict[tuple[str, str], Optional[float]]) -> dict[str, str]:
     return chosen
 
 
+def _declared_apart(
+    state: _Pairing, shapes_b: dict[Key, tuple[Any, ...]], shapes_c: dict[Key, tuple[Any, ...]]
+) -> list[str]:
+    """State an ``allow_unmatched`` pattern declared, left unpaired while the other run leaves one of its
+    leaf name and shape unpaired too: the declaration kept them from being paired by shape (a new
+    user's ``--allow-unmatched 'state/*'``, meant for a metric's variables, left the batch-norm moving
+    statistics named otherwise in each run uncompared, listed only as expected)."""
+
+    def leaf(key: Key) -> str:
+        return _strip_output_index(key[1]).rpartition("/")[2]
+
+    # state only, of one leaf name (moving_mean, moving_variance): a weight declared so is often one of
+    # another parametrisation (TF1's LSTMCell bias against Keras's, the same shape in another gate order)
+    free_c: dict[tuple[str, tuple[Any, ...]], list[Key]] = {}
+    for key in state.free_cand:
+        if key[0] == "state":
+            free_c.setdefault((leaf(key), shapes_c[key]), []).append(key)
+    found = []
+    for key in sorted(k for k in state.free_base if k[0] == "state"):
+        others = free_c.get((leaf(key), shapes_b[key]), [])
+        if others and (key in state.expected or any(o in state.expected for o in others)):
+            found.append(f"{key[0]}/{key[1]} ~ {', '.join(f'{o[0]}/{o[1]}' for o in sorted(others)[:2])}")
+    if not found:
+        return []
+    return [
+        f"{len(found)} state tensor(s) an --allow-unmatched pattern declares stay unpaired beside one of their name "
+        f"and shape in the other run, so neither is compared: {'; '.join(found[:4])}"
+        + (f" and {len(found) - 4} more" if len(found) > 4 else "")
+        + ": a declared tensor is never paired by shape; narrow the pattern to what one run alone records, or "
+        "--map the two to compare them"
+    ]
+
+
 def _scope_name(name: str) -> str:
     return name.rpartition("/")[0]
 
@@ -1705,6 +1738,7 @@ def align(
             f"compared element for element in row-major order: {', '.join(regrouped[:4])}"
             + (f" and {len(regrouped) - 4} more" if len(regrouped) > 4 else "")
         )
+    warnings += _declared_apart(state, shapes_b, shapes_c)
     base_rank = {(s.kind, s.name): i for i, s in enumerate(sorted(base, key=execution_key))}
     matches = sorted(state.matches, key=lambda m: base_rank[m.base])
     return Alignment(
