@@ -231,3 +231,32 @@ def test_the_report_lists_the_engines_warnings_as_text(tmp_path) -> None:
     doc = page.report_document(report)
     assert 'data-testid="warnings"' in doc
     assert html.escape("<b>nope</b>") in doc and "<b>nope</b>" not in doc
+
+
+def test_a_structure_verdict_names_a_tensor_only_the_candidate_records(tmp_path) -> None:
+    """A new user's port added a conv bias (use_bias left on): `diff` said "DIVERGE in structure ...
+    first weight/conv2d/bias:0" and the tab "Structure differs", while the page headed "First
+    divergence at step 0:  (weight, structure)", with no tensor (a candidate-only tensor has no
+    baseline name) and a step that a structure divergence does not have; and it never said where
+    the compared steps first diverge, which `diff` and the tab do."""
+    from engine_helpers import write_run
+
+    from tb_parity_plugin.report import page
+
+    w = np.linspace(-1, 1, 8, dtype=np.float32)
+    write_run(str(tmp_path), "tf1", range(3), lambda s: [("weight", "kernel", w)], side="tf1")
+    write_run(
+        str(tmp_path), "tf2", range(3), lambda s: [("weight", "kernel", w + 1), ("weight", "bias", w[:2])], side="tf2"
+    )
+    report = api.compare(str(tmp_path))
+    first, later = report.first_divergence, report.first_step_divergence
+    assert first is not None and first.reason == "structure" and first.tensor == ""
+    assert first.candidate_tensor == "bias" and later is not None and later.tensor == "kernel"
+    doc = page.report_document(report)
+    verdict = html.unescape(doc.split('<div class="verdict diverge">')[1].split('<div class="meta"')[0])
+    assert (
+        verdict
+        == "Structure differs: 1 tensor(s) recorded by one run only, first <code>bias</code> (weight, structure)"
+    )
+    assert "First divergence at step" not in doc
+    assert f"the first divergence is at step {later.step}: <code>weight/kernel</code> (value)" in doc

@@ -102,9 +102,24 @@ def _verdict_box(summary: Mapping[str, Any]) -> str:
         return f'<div class="verdict agree">{_e(text)}</div>'
     if not first:  # disagreement without a divergence: e.g. nothing comparable
         return '<div class="verdict diverge">Runs do not agree (no comparable divergence found).</div>'
+    # a tensor one run lacks diverges in structure, at no step, and may be the candidate's only
+    # (no baseline name): said as `diff`, the one line and the tab say it
+    name = first.get("tensor") or first.get("candidate_tensor") or ""
+    what = f"<code>{_e(name)}</code> ({_e(first.get('kind'))}, {_e(first.get('reason'))})"
+    if first.get("reason") != "structure":
+        return f'<div class="verdict diverge">First divergence at step {_e(first.get("step"))}: {what}</div>'
+    count = len(summary.get("divergences_at_first_step") or []) or 1
+    later = summary.get("first_step_divergence")
+    among = (
+        f'<div class="meta" data-testid="first-step-divergence">Among the compared steps, the first divergence is '
+        f"at step {_e(later.get('step'))}: <code>{_e(later.get('kind'))}/{_e(later.get('tensor'))}</code> "
+        f"({_e(later.get('reason'))}).</div>"
+        if later
+        else ""
+    )
     return (
-        f'<div class="verdict diverge">First divergence at step {_e(first.get("step"))}: '
-        f"<code>{_e(first.get('tensor'))}</code> ({_e(first.get('kind'))}, {_e(first.get('reason'))})</div>"
+        f'<div class="verdict diverge">Structure differs: {count} tensor(s) recorded by one run only, first {what}'
+        f"{among}</div>"
     )
 
 
@@ -133,9 +148,7 @@ def _divergence_table(summary: Mapping[str, Any]) -> str:
     head = "".join(f"<th>{_e(label)}</th>" for _, label in _DIV_COLUMNS)
     body = []
     for row in rows:
-        is_first = (
-            first is not None and row.get("tensor") == first.get("tensor") and row.get("kind") == first.get("kind")
-        )
+        is_first = first is not None and all(row.get(k) == first.get(k) for k in ("kind", "tensor", "candidate_tensor"))
         cells = "".join(
             f"<td><code>{_e(row.get(k, ''))}</code></td>"
             if k in ("tensor", "candidate_tensor")
