@@ -6,6 +6,7 @@ import { palette, Palette, ScalarCharts } from "./charts";
 import { TensorDetail } from "./detail";
 import { el, replaceChildren } from "./dom";
 import { CellRef, HeatMap, heatPalette } from "./heatmap";
+import { parseFlags } from "./flags";
 import { renderPanels } from "./panels";
 import { loadState, saveState, ViewState } from "./state";
 import { watchTheme } from "./theme";
@@ -38,6 +39,15 @@ export class App {
   private baseSelect = el("select", { attrs: { "data-testid": "baseline", "aria-label": "baseline" } });
   private candSelect = el("select", { attrs: { "data-testid": "candidate", "aria-label": "candidate" } });
   private tol: Record<"atol" | "rtol" | "warmup", HTMLInputElement>;
+  private flags = el("input", {
+    attrs: {
+      type: "text",
+      "data-testid": "flags",
+      "aria-label": "comparison flags",
+      placeholder: "--map OLD=NEW --allow-unmatched PATTERN --override PATTERN:atol=X --equal-nan",
+      spellcheck: "false",
+    },
+  }) as HTMLInputElement;
   private auto = el("input", { attrs: { type: "checkbox", checked: "", "data-testid": "auto-refresh" } });
   private status = el("span", { cls: "tbp-status", attrs: { "data-testid": "status" } });
   private card = el("div", { cls: "tbp-card", attrs: { "data-testid": "card" } });
@@ -77,6 +87,7 @@ export class App {
       atolL,
       rtolL,
       warmL,
+      el("label", { cls: "tbp-flags" }, "Flags", this.flags),
       el("label", {}, this.auto, "auto-refresh"),
       el("span", { cls: "grow" }),
       this.status,
@@ -107,6 +118,12 @@ export class App {
         timer = window.setTimeout(() => void this.refresh(), DEBOUNCE_MS);
       });
     }
+    this.flags.value = this.state.flags ?? "";
+    this.flags.addEventListener("input", () => {
+      this.state.flags = this.flags.value;
+      window.clearTimeout(timer);
+      timer = window.setTimeout(() => void this.refresh(), DEBOUNCE_MS);
+    });
     window.addEventListener("resize", () => this.heat.redraw());
     watchTheme((dark) => this.setTheme(dark));
   }
@@ -135,6 +152,8 @@ export class App {
     this.errorBar.style.display = "none";
   }
 
+  /** The query of every route: the pair, the tolerance fields and the flags (flags.ts; a flag it
+   * cannot read throws, and the caller shows the error as it shows a route's). */
   private params(): Params {
     return {
       baseline: this.state.baseline,
@@ -142,6 +161,7 @@ export class App {
       atol: this.state.atol,
       rtol: this.state.rtol,
       warmup: this.state.warmup,
+      ...parseFlags(this.state.flags ?? ""),
     };
   }
 
@@ -221,8 +241,8 @@ export class App {
     if (!this.state.baseline || !this.state.candidate) return;
     const signal = this.refreshReq.start();
     saveState(this.state);
-    const p = this.params();
     try {
+      const p = this.params();
       const [summary, scalars, matrix] = await Promise.all([
         api.summary(p, signal),
         api.scalars(p, signal),

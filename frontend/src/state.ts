@@ -11,8 +11,10 @@ export interface ViewState {
   atol?: string;
   rtol?: string;
   warmup?: string;
+  /** `tb-parity diff`'s --map, --allow-unmatched, --override and --equal-nan, as typed (flags.ts). */
+  flags?: string;
 }
-const KEYS: (keyof ViewState)[] = ["baseline", "candidate", "tensor", "step", "atol", "rtol", "warmup"];
+const KEYS: (keyof ViewState)[] = ["baseline", "candidate", "tensor", "step", "atol", "rtol", "warmup", "flags"];
 const PREFIX = "p.tb_parity.";
 
 /** decodeURIComponent that yields null for a malformed escape (`%zz`) instead of throwing. */

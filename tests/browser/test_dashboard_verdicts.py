@@ -281,3 +281,30 @@ def test_a_long_note_wraps_instead_of_widening_the_page(page, server: str, demo_
     widths = frame.locator("body").evaluate("b => [document.documentElement.scrollWidth, window.innerWidth]")
     assert widths[0] <= widths[1], widths
     assert note_cell.bounding_box()["height"] > 40  # several lines
+
+
+@one_server
+def test_the_flags_field_gives_the_verdict_the_cli_gives_with_them(page, server: str, demo_logdir: str) -> None:
+    """A run pair that needs ``--map`` and ``--allow-unmatched`` (the structure pair: a layer renamed
+    and reshaped, tensors one run alone records) showed a structure divergence in the tab whatever
+    the CLI said with those flags: the tab took only atol, rtol and the warm-up. The flags field
+    takes them as the CLI's words, quoted as a shell quotes them, and the URL keeps them."""
+    mapping = ["re:^enc/attn/=mha/attn/"]
+    allowed = ["weight/lm/out/*", "*dense_3*"]
+    flagged = api.compare(demo_logdir, "structure/tf1", "structure/tf2", mapping=mapping, allow_unmatched=allowed)
+    plain = engine(demo_logdir, "structure")
+    assert flagged.to_dict()["structure"] != plain.to_dict()["structure"]  # the flags change the report
+    frame = open_tab(page, server, "structure")
+    flags = frame.locator("[data-testid=flags]")
+    flags.fill("--map 're:^enc/attn/=mha/attn/' --allow-unmatched='weight/lm/out/*' --allow-unmatched \"*dense_3*\"")
+    card = frame.locator("[data-testid=card]")
+    expect(card.locator("[data-testid=verdict-text]")).to_have_text(flagged.verdict_text, timeout=TIMEOUT)
+    assert verdict(frame) == flagged.verdict
+    panel = frame.locator("[data-testid=structure]")
+    for run, entries in flagged.structure["only_in"].items():
+        shown = panel.locator(f"[data-testid=unmatched][data-run='{run}'] [data-testid=only-in]")
+        expect(shown).to_have_count(len(entries), timeout=TIMEOUT)
+    assert "flags=" in frame.locator("body").evaluate("() => window.location.hash")
+    # a flag the CLI does not take is an error shown in the tab, as a route's would be
+    flags.fill("--bogus 1")
+    expect(frame.locator("[data-testid=error]")).to_contain_text("unknown flag", timeout=TIMEOUT)

@@ -1,0 +1,58 @@
+// The comparison flags of `tb-parity diff` that the routes take besides the tolerance fields:
+// `--map`, `--allow-unmatched`, `--override` and `--equal-nan`, typed (or pasted from a note or
+// the CLI) as the shell would split them, so the tab can show the verdict the CLI gave with them.
+
+import type { Params } from "./api";
+
+const LISTS: Record<string, "mapping" | "allow_unmatched" | "override"> = {
+  "--map": "mapping",
+  "--allow-unmatched": "allow_unmatched",
+  "--override": "override",
+};
+
+/** Split ``text`` into words as a POSIX shell does for plain words and '…' / "…" quotes. */
+export function words(text: string): string[] {
+  const out: string[] = [];
+  let word: string | null = null;
+  let quote: string | null = null;
+  for (const ch of text) {
+    if (quote) {
+      if (ch === quote) quote = null;
+      else word = (word ?? "") + ch;
+    } else if (ch === "'" || ch === '"') {
+      quote = ch;
+      word = word ?? "";
+    } else if (/\s/.test(ch)) {
+      if (word !== null) out.push(word);
+      word = null;
+    } else {
+      word = (word ?? "") + ch;
+    }
+  }
+  if (quote) throw new Error(`unclosed ${quote} quote in the flags`);
+  if (word !== null) out.push(word);
+  return out;
+}
+
+/** The route parameters of ``text`` (flags as `tb-parity diff` takes them), or an error to show. */
+export function parseFlags(text: string): Params {
+  const lists: Record<"mapping" | "allow_unmatched" | "override", string[]> = { mapping: [], allow_unmatched: [], override: [] };
+  const out: Params = {};
+  const given = words(text);
+  for (let i = 0; i < given.length; i++) {
+    const word = given[i];
+    const eq = word.indexOf("=");
+    const flag = word.startsWith("--") && eq > 0 ? word.slice(0, eq) : word;
+    if (flag === "--equal-nan") {
+      out.equal_nan = "1";
+    } else if (flag in LISTS) {
+      const value = eq > 0 && word.startsWith("--") ? word.slice(eq + 1) : given[++i];
+      if (value === undefined) throw new Error(`${flag} needs a value`);
+      lists[LISTS[flag]].push(value);
+    } else {
+      throw new Error(`unknown flag ${JSON.stringify(word)}: the tab takes --map, --allow-unmatched, --override and --equal-nan`);
+    }
+  }
+  for (const [key, values] of Object.entries(lists)) if (values.length) out[key] = values;
+  return out;
+}
