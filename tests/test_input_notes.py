@@ -861,3 +861,64 @@ def test_batch_norm_in_inference_mode_in_one_run_is_named_from_its_frozen_moving
     assert first is not None and (first.step, first.kind, first.tensor) == (0, "activation", "bn"), first
     assert f"'off' left {moving} unchanged from step 0 to step 1 where 'tf1' updated it" in first.note, first.note
     assert "inference mode in 'off'" in first.note and "shuffle" not in first.note, first.note
+
+
+def _bn_then_scaled(run_dir: str, keras: bool, scale: float) -> None:
+    """Dense, batch normalization in training mode (its output recorded, ``bn``), then ``scale`` times it
+    (recorded, ``out``). TF1 (``keras=False``) leaves out the UPDATE_OPS dependency, as TF1 code often
+    does: its moving statistics never move, while its layer still normalizes with the batch's."""
+    if keras:
+        dense = tf.keras.layers.Dense(C, name="dense", kernel_initializer=tf.constant_initializer(W1[:, :C]))
+        bn = tf.keras.layers.BatchNormalization(name="bn")
+        model = tf.keras.Sequential([tf.keras.Input((D,)), dense, bn])
+        opt = tf.keras.optimizers.SGD(0.1)
+        rec = summary_v2.Recorder(run_dir)
+        loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+        @tf.function
+        def step(xb: tf.Tensor, yb: tf.Tensor) -> None:
+            with rec.step(opt.iterations, variables=model):
+                with tf.GradientTape() as tape:
+                    normed = rec.activation("bn", bn(dense(xb), training=True))
+                    loss = rec.loss(loss_fn(yb, rec.activation("out", scale * normed)))
+                rec.minimize(opt, loss, model.trainable_variables, tape)
+
+        for s in range(STEPS):
+            step(tf.constant(X[s * BATCH : (s + 1) * BATCH]), tf.constant(Y[s * BATCH : (s + 1) * BATCH]))
+        rec.close()
+        return
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, D])
+        y = tf.compat.v1.placeholder(tf.int64, [None])
+        h = tf.compat.v1.layers.dense(x, C, name="dense", kernel_initializer=tf.constant_initializer(W1[:, :C]))
+        normed = rec.activation("bn", tf.compat.v1.layers.batch_normalization(h, training=True, name="bn"))
+        logits = rec.activation("out", scale * normed)
+        loss = rec.loss(tf.compat.v1.losses.sparse_softmax_cross_entropy(y, logits))
+        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.1), loss, global_step=gs)
+        rec.variables()
+        tf1_session.train(rec, train_op, [x, y], [X, Y], STEPS, BATCH)
+
+
+def test_moving_statistics_left_put_by_missing_update_ops_are_no_inference_mode_when_the_norm_agrees(
+    tmp_path,
+) -> None:
+    """TF1 without the UPDATE_OPS dependency keeps its moving statistics at 0 while normalizing with the
+    batch's (its recorded ``bn`` agrees with the port's), and the port scales the output by 2 (another
+    bug, after the norm): ``out`` diverges first. The note named inference mode in TF1, which the agreeing
+    ``bn`` output contradicts."""
+    _bn_then_scaled(str(tmp_path / "tf1"), keras=False, scale=1.0)
+    _bn_then_scaled(str(tmp_path / "port"), keras=True, scale=2.0)
+    h = X[:BATCH].astype(np.float64) @ W1[:, :C]
+    normed = (h - h.mean(0)) / np.sqrt(h.var(0) + 1e-3)
+    tf1, port = tensors_by_step(str(tmp_path / "tf1")), tensors_by_step(str(tmp_path / "port"))
+    for run_ in (tf1, port):  # both normalize with the batch's moments: the norm agrees
+        np.testing.assert_allclose(run_[0][("activation", "bn")][2], normed, atol=1e-5)
+    np.testing.assert_allclose(port[0][("activation", "out")][2], 2 * normed, atol=1e-5)
+    moving = "bn/moving_mean:0"
+    np.testing.assert_array_equal(tf1[1][("state", moving)][2], np.zeros(C))  # never updated
+    np.testing.assert_allclose(port[1][("state", moving)][2], 0.01 * h.mean(0), atol=1e-6)
+    first = compare(str(tmp_path), baseline="tf1", candidate="port").first_divergence
+    assert first is not None and (first.step, first.kind, first.tensor) == (0, "activation", "out"), first
+    assert "inference mode" not in (first.note or ""), first.note

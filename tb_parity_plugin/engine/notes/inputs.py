@@ -151,7 +151,7 @@ class InputNotes(NoteContext):
         crossed = None if loss else self._values_of_another_output(first, k)
         if crossed:
             return f"{agree} at this step, and {crossed}"
-        frozen = None if loss else self._frozen_moving_stats(k)
+        frozen = None if loss else self._frozen_moving_stats(first, k)
         if frozen:
             return f"{agree} at this step, and {frozen}" + self._positions_note(first, k)
         grads = self._gradients_agree(k) if loss else 0
@@ -843,15 +843,26 @@ class InputNotes(NoteContext):
                     return True
         return False
 
-    def _frozen_moving_stats(self, k: int) -> Optional[str]:
+    def _frozen_moving_stats(self, first: Pair, k: int) -> Optional[str]:
         """Whether one run left a batch normalization's moving statistic unchanged from compared step
         ``k`` to the next while the other moved it: that run's layer normalized in inference mode, with
         its moving statistics, not the batch's. A new user's ``train_step`` called its encoder with
         ``training=False``; its first output diverged at step 0 and was told of shuffling and padding."""
         if k + 1 >= len(self.steps):
             return None
+        # a layer whose own output is recorded is no cause here: before ``first`` it agrees (TF1 without the
+        # UPDATE_OPS dependency keeps its moving statistics put and normalizes with the batch's, as the port
+        # does), after it, it runs downstream of ``first``
+        outputs = {
+            n.rpartition("/")[2]
+            for o in self._pairs
+            if o is not first and o.base.kind in _OUTPUTS
+            for n in (o.base.name, o.cand.name)
+        }
         for p in self._pairs:
             if p.base.kind != "state" or not _MOVING_STATS.search(f"{p.base.name} {p.cand.name}"):
+                continue
+            if {_layer_of(p.base.name), _layer_of(p.cand.name)} & outputs:
                 continue
             now, after = p.step_values(k), p.step_values(k + 1)
             if now is None or after is None or len(now[0]) != len(after[0]):
