@@ -288,3 +288,22 @@ def test_a_bare_tf1_embedding_variable_names_its_own_output(tmp_path) -> None:
     report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
     assert report.agree, report.first_divergence
     assert not [w for w in report.warnings if "names no layer of its own" in w], report.warnings
+
+
+def test_every_layer_of_a_functional_model_instruments_all_but_its_input_layers(tmp_path) -> None:
+    """``instrument(model, rec, layers=model.layers)``, the idiom for a Sequential model, on a functional
+    model, whose ``layers`` hold its InputLayer: raised for the input nobody named; its other layers are
+    recorded (numpy), and an InputLayer named alone is still refused."""
+    x = tf.keras.Input((3,), name="x")
+    out = tf.keras.layers.Dense(1, name="out", kernel_initializer="ones")(x)
+    model = tf.keras.Model(x, out)
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="mse")
+    assert type(model.layers[0]).__name__ == "InputLayer"
+    rec = summary_v2.Recorder(str(tmp_path / "tf2"))
+    with pytest.raises(ValueError, match="'x' is an InputLayer"):
+        summary_v2.instrument(model, rec, layers=[model.layers[0]])
+    summary_v2.instrument(model, rec, layers=model.layers)
+    model.fit(X, Y_REG, batch_size=8, epochs=1, shuffle=False, verbose=0)
+    rec.close()
+    recorded = tensors_by_step(str(tmp_path / "tf2"))[0]
+    np.testing.assert_allclose(recorded[("activation", "out")][2], X[:8].sum(axis=1, keepdims=True), rtol=1e-5)

@@ -97,12 +97,16 @@ def _check_called(layer: Any) -> None:
     """Raises for a layer whose ``call`` never runs when its model does: a model's ``InputLayer``. A
     helper's ``instrument(layers=["num", "ctx", ...])`` on a two-input fit port, to tell inputs fed
     crosswise from another function, recorded nothing for the inputs and said nothing."""
-    if type(layer).__name__ == "InputLayer":
+    if _is_input_layer(layer):
         raise ValueError(
             f"tb_parity: {layer.name!r} is an InputLayer, which a model never calls, so its output would never "
             "be recorded: record the input in your own step (rec.activation(name, x[name])), or, under fit, pass "
             "it through a layer you instrument (tf.keras.layers.Identity(name=...)(inp))"
         )
+
+
+def _is_input_layer(layer: Any) -> bool:
+    return type(layer).__name__ == "InputLayer"
 
 
 def _call_name(name: str, outputs: int, taken: Any) -> str:
@@ -300,6 +304,10 @@ def instrument(
     # a name is the model's layer of that name (a new user's layers=["dense"] failed with
     # "type object 'str' has no attribute 'call'"); get_layer names the ones it lacks
     chosen = [model.get_layer(layer) if isinstance(layer, str) else layer for layer in layers]
+    if {id(layer) for layer in getattr(model, "layers", ())} <= {id(layer) for layer in chosen}:
+        # every layer of the model (layers=model.layers, which holds a functional model's InputLayers): the
+        # inputs were not asked for by name, and the model's other layers are recorded as before
+        chosen = [layer for layer in chosen if not _is_input_layer(layer)]
     for layer in chosen:  # before any is instrumented: a refused one leaves the others as they were
         _check_called(layer)
     for layer in chosen:
