@@ -777,13 +777,20 @@ class UpdateNotes(NoteContext):
         if scale is None:
             return self._loss_scale_kept(pair, k, both)
         heads = self._other_grad_scale(pair, k, scale)
+        if heads and heads[1]:
+            return (
+                f"every element is the baseline's times {scale:.4g} (the same direction, another size), while "
+                f"{heads[0]}, and in '{heads[1]}' both have one norm: gradients recorded after clipping by one run "
+                "and before it by the other, each variable clipped by its own norm (clipnorm=, tf.clip_by_norm per "
+                "gradient), so each clipped gradient has its own factor, its norm over the clip norm"
+            )
         if heads:
             # a helper's two-head fit port with compile's loss_weights= swapped had its classification head's
             # gradients at 0.5x and its regression head's at 2x, each told of a sum against a mean, a global
             # batch size, micro-batches or a loss scale: none of which scales the gradients by two factors
             return (
                 f"every element is the baseline's times {scale:.4g} (the same direction, another size), while "
-                f"{heads}: the loss's terms are weighted otherwise, one factor per term (a multi-output model's "
+                f"{heads[0]}: the loss's terms are weighted otherwise, one factor per term (a multi-output model's "
                 "per-head loss weights: compile's loss_weights= against TF1's weighted sum, the heads' weights "
                 "swapped, or one head's loss reduced otherwise: a sum against a mean), and the layers both "
                 "terms reach mix the factors"
@@ -828,7 +835,7 @@ class UpdateNotes(NoteContext):
                 )
         return None
 
-    def _other_grad_scale(self, pair: Pair, k: int, scale: float) -> Optional[str]:
+    def _other_grad_scale(self, pair: Pair, k: int, scale: float) -> Optional[tuple[str, str]]:
         """Another gradient of step ``k`` that is the baseline's times one other factor at every element
         (:meth:`_exact_grad_scale`), in words ("cls/kernel:0's is its times 2"), else None. One factor
         on every gradient is a scale of the whole loss; two factors at one step cannot be: the loss is a
@@ -838,8 +845,28 @@ class UpdateNotes(NoteContext):
                 continue
             exact = self._exact_grad_scale(other, k)
             if exact is not None and abs(exact / scale - 1.0) > 1e-3:
-                return f"{other.base.name}'s is its baseline's times {exact:.4g}"
+                return f"{other.base.name}'s is its baseline's times {exact:.4g}", self._clipped_each(
+                    pair, other, k, scale, exact
+                )
         return None
+
+    def _clipped_each(self, pair: Pair, other: Pair, k: int, scale: float, exact: float) -> str:
+        """The run whose gradients of ``pair`` and ``other`` (the baseline's times ``scale`` and ``exact``
+        at step ``k``) are both the smaller and of one norm (within 1e-3): each clipped by its own norm to
+        one clip norm in that run and recorded after it (``clipnorm=`` against a run recording before
+        clipping), not terms of the loss weighted otherwise; "" otherwise."""
+        if (scale > 1.0) != (exact > 1.0):
+            return ""
+        side = 0 if scale > 1.0 else 1  # the smaller gradients: the clipped ones
+        norms = []
+        for p in (pair, other):
+            both = p.step_values(k)
+            if both is None:
+                return ""
+            norms.append(float(np.linalg.norm(np.asarray(both[side], np.float64))))
+        if not norms[0] > 0.0 or abs(norms[1] / norms[0] - 1.0) > 1e-3:
+            return ""
+        return str((self.base.name, self.cand.name)[side])
 
     def _exact_grad_scale(self, pair: Pair, k: int) -> Optional[float]:
         """The one factor, not 1, by which ``pair``'s gradient at step ``k`` is the baseline's at every
