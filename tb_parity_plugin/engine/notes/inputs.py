@@ -493,7 +493,9 @@ class InputNotes(NoteContext):
             if theirs is None or len(theirs[0]) != len(c):
                 continue
             b = np.asarray(theirs[0], dtype=np.float64)
-            if not (np.isfinite(b).all() and np.isfinite(c).all()) or np.array_equal(b, both[0]):
+            # a constant output (all 0: a dead ReLU, a zero-initialised layer) matches any other constant
+            # one: no evidence that inputs were crossed (the review's case)
+            if not (np.isfinite(b).all() and np.isfinite(c).all()) or np.array_equal(b, both[0]) or np.ptp(b) == 0:
                 continue
             if (np.abs(c - b) <= atol + rtol * np.abs(b)).all():
                 back = np.asarray(theirs[1], dtype=np.float64)
@@ -538,7 +540,12 @@ class InputNotes(NoteContext):
                     squashed = e / e.sum(axis=-1, keepdims=True)
                 else:
                     squashed = 0.5 * (1.0 + np.tanh(0.5 * raw))
-                if (np.abs(out - squashed) <= atol + rtol * np.abs(squashed)).all():
+                bound = atol + rtol * np.abs(squashed)
+                # values the tolerance cannot tell from one constant (a sigmoid of inputs far below 0
+                # against an output of 0s, a ReLU on one side: the review's case) prove nothing
+                if np.ptp(squashed) <= 2 * float(bound.max()):
+                    continue
+                if (np.abs(out - squashed) <= bound).all():
                     return (
                         f"its values in '{on}' are the {name} of those in '{off}'"
                         + (" over the last axis" if name == "softmax" else "")
