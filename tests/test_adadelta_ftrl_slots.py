@@ -18,9 +18,10 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
+from keras_recipes import dense_regression_port
 from tf1_recipes import dense_regression
 
-from tb_parity_plugin import compare, summary_v2
+from tb_parity_plugin import compare
 
 RNG = np.random.default_rng(11)
 STEPS = 4
@@ -47,27 +48,7 @@ def _tf1(run_dir: str, make_opt: Any, roles: tuple[str, ...]) -> dict[str, list[
 
 def _port(run_dir: str, opt: Any) -> dict[str, list[np.ndarray]]:
     """The Keras port: one ``Dense`` from the same kernel, a ``GradientTape`` loop recorded as the README says."""
-    model = tf.keras.Sequential(
-        [tf.keras.Input((4,)), tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(K), name="dense")]
-    )
-    opt.build(model.trainable_variables)
-    slots = _keras_slots(opt)
-    seen: dict[str, list[np.ndarray]] = {r: [] for r in slots}
-    rec = summary_v2.Recorder(run_dir)
-
-    @tf.function
-    def step(x: tf.Tensor, y: tf.Tensor) -> None:
-        with rec.step(opt.iterations, variables=model, optimizer=opt):
-            with tf.GradientTape() as tape:
-                loss = rec.loss(tf.reduce_mean(tf.square(model(x) - y)))
-            rec.minimize(opt, loss, model.trainable_variables, tape)
-
-    for s in range(STEPS):
-        for r, v in slots.items():
-            seen[r].append(v.numpy())
-        step(tf.constant(X[s]), tf.constant(Y[s]))
-    rec.close()
-    return seen
+    return dense_regression_port(run_dir, K, X, Y, opt, _keras_slots)
 
 
 def _kernel_gradient_at_step_0() -> np.ndarray:
@@ -190,58 +171,33 @@ def test_a_slot_that_one_optimizers_rule_alone_keeps_names_that_rule(tmp_path) -
 
 
 def _port_with(run_dir: str, opt: Any, watched: str) -> dict[str, list[np.ndarray]]:
-    """:func:`_port` for another optimizer: its kernel's ``watched`` slot (and Adam's ``v``), by name.
-    RMSprop's mean square starts at 1, as TF1's does (README)."""
-    model = tf.keras.Sequential(
-        [tf.keras.Input((4,)), tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(K), name="dense")]
-    )
-    opt.build(model.trainable_variables)
-    if watched == "_velocities":
-        for v in opt._velocities:
-            v.assign(tf.ones_like(v))
-    slots = {"vhat": getattr(opt, watched)[0]} if watched == "_velocity_hats" else {"rms": opt._velocities[0]}
-    if watched == "_velocity_hats":
-        slots["v"] = opt._velocities[0]
-    seen: dict[str, list[np.ndarray]] = {r: [] for r in slots}
-    rec = summary_v2.Recorder(run_dir)
+    """:func:`_port` for another optimizer: its kernel's ``watched`` slot (and Adam's ``v``), by name,
+    after each step. RMSprop's mean square starts at 1, as TF1's does (README)."""
 
-    @tf.function
-    def step(x: tf.Tensor, y: tf.Tensor) -> None:
-        with rec.step(opt.iterations, variables=model, optimizer=opt):
-            with tf.GradientTape() as tape:
-                loss = rec.loss(tf.reduce_mean(tf.square(model(x) - y)))
-            rec.minimize(opt, loss, model.trainable_variables, tape)
+    def prepare(opt: Any, model: Any) -> None:
+        opt.build(model.trainable_variables)
+        if watched == "_velocities":
+            for v in opt._velocities:
+                v.assign(tf.ones_like(v))
 
-    for s in range(STEPS):
-        step(tf.constant(X[s]), tf.constant(Y[s]))
-        for r, v in slots.items():
-            seen[r].append(v.numpy())
-    rec.close()
-    return seen
+    def watch(opt: Any) -> dict[str, Any]:
+        if watched == "_velocity_hats":
+            return {"vhat": opt._velocity_hats[0], "v": opt._velocities[0]}
+        return {"rms": opt._velocities[0]}
+
+    return dense_regression_port(run_dir, K, X, Y, opt, watch, prepare, after=True)
 
 
 def _legacy_rmsprop_port(run_dir: str, epsilon: float, lr: float = 0.01) -> None:
     """A port under ``tf.keras.optimizers.legacy.RMSprop`` (no momentum), its mean square started at 1
     as TF1's (README)."""
-    model = tf.keras.Sequential(
-        [tf.keras.Input((4,)), tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(K), name="dense")]
-    )
-    opt = tf.keras.optimizers.legacy.RMSprop(lr, epsilon=epsilon)
-    opt._create_all_weights(model.trainable_variables)
-    for v in model.trainable_variables:
-        opt.get_slot(v, "rms").assign(tf.ones_like(v))
-    rec = summary_v2.Recorder(run_dir)
 
-    @tf.function
-    def step(x: tf.Tensor, y: tf.Tensor) -> None:
-        with rec.step(opt.iterations, variables=model, optimizer=opt):
-            with tf.GradientTape() as tape:
-                loss = rec.loss(tf.reduce_mean(tf.square(model(x) - y)))
-            rec.minimize(opt, loss, model.trainable_variables, tape)
+    def prepare(opt: Any, model: Any) -> None:
+        opt._create_all_weights(model.trainable_variables)
+        for v in model.trainable_variables:
+            opt.get_slot(v, "rms").assign(tf.ones_like(v))
 
-    for s in range(STEPS):
-        step(tf.constant(X[s]), tf.constant(Y[s]))
-    rec.close()
+    dense_regression_port(run_dir, K, X, Y, tf.keras.optimizers.legacy.RMSprop(lr, epsilon=epsilon), prepare=prepare)
 
 
 def test_a_legacy_rmsprop_port_is_told_its_epsilon_sits_outside_the_square_root(tmp_path) -> None:

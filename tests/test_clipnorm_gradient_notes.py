@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
+import tf1_session
 from shim_readback import tensors_by_step
 
 from tb_parity_plugin import compare, summary_v1, summary_v2
@@ -36,13 +37,7 @@ def _tf1(run_dir: str) -> None:
         clipped = [tf.clip_by_norm(g, CLIP) for g in grads]  # each variable by its own norm
         train_op = rec.apply_gradients(opt, zip(clipped, tvars), global_step=gs)
         rec.variables(optimizer=opt)
-        fetches = rec.fetches
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for s in range(STEPS):
-                rows = slice(s * BATCH, (s + 1) * BATCH)
-                rec.write(sess.run([train_op, fetches], {x: X[rows], y: Y[rows]})[1])
-        rec.close()
+        tf1_session.train(rec, train_op, (x, y), (X, Y), STEPS, BATCH)
 
 
 def _keras(run_dir: str) -> None:

@@ -9,7 +9,7 @@ expectation is checked on the recorded values with numpy, not on the tool.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import pytest
@@ -816,9 +816,10 @@ def _bn_tf1(run_dir: str) -> None:
         tf1_session.train(rec, train_op, [x, y], [X, Y], STEPS, BATCH)
 
 
-def _bn_custom_step(run_dir: str, training: Any) -> None:
+def _bn_custom_step(run_dir: str, training: Any, scale: Optional[float] = None) -> None:
     """The port's custom step; ``training=None``: the call without ``training=``, as a new user's
-    own ``train_step`` wrote it (Keras then runs batch normalization in inference mode)."""
+    own ``train_step`` wrote it (Keras then runs batch normalization in inference mode). ``scale``:
+    the logits are ``scale`` times the normalized output, recorded as ``out``."""
     dense = tf.keras.layers.Dense(C, name="dense", kernel_initializer=tf.constant_initializer(W1[:, :C]))
     bn = tf.keras.layers.BatchNormalization(name="bn")
     model = tf.keras.Sequential([tf.keras.Input((D,)), dense, bn])
@@ -831,6 +832,8 @@ def _bn_custom_step(run_dir: str, training: Any) -> None:
         with rec.step(opt.iterations, variables=model):
             with tf.GradientTape() as tape:
                 logits = rec.activation("bn", bn(dense(xb), training=training))
+                if scale is not None:
+                    logits = rec.activation("out", scale * logits)
                 loss = rec.loss(loss_fn(yb, logits))
             rec.minimize(opt, loss, model.trainable_variables, tape)
 
@@ -868,24 +871,7 @@ def _bn_then_scaled(run_dir: str, keras: bool, scale: float) -> None:
     (recorded, ``out``). TF1 (``keras=False``) leaves out the UPDATE_OPS dependency, as TF1 code often
     does: its moving statistics never move, while its layer still normalizes with the batch's."""
     if keras:
-        dense = tf.keras.layers.Dense(C, name="dense", kernel_initializer=tf.constant_initializer(W1[:, :C]))
-        bn = tf.keras.layers.BatchNormalization(name="bn")
-        model = tf.keras.Sequential([tf.keras.Input((D,)), dense, bn])
-        opt = tf.keras.optimizers.SGD(0.1)
-        rec = summary_v2.Recorder(run_dir)
-        loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-        @tf.function
-        def step(xb: tf.Tensor, yb: tf.Tensor) -> None:
-            with rec.step(opt.iterations, variables=model):
-                with tf.GradientTape() as tape:
-                    normed = rec.activation("bn", bn(dense(xb), training=True))
-                    loss = rec.loss(loss_fn(yb, rec.activation("out", scale * normed)))
-                rec.minimize(opt, loss, model.trainable_variables, tape)
-
-        for s in range(STEPS):
-            step(tf.constant(X[s * BATCH : (s + 1) * BATCH]), tf.constant(Y[s * BATCH : (s + 1) * BATCH]))
-        rec.close()
+        _bn_custom_step(run_dir, training=True, scale=scale)
         return
     with tf.Graph().as_default():
         rec = summary_v1.Recorder(run_dir)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
+import tf1_session
 from shim_readback import tensors_by_step
 
 from tb_parity_plugin import compare, summary_v1, summary_v2
@@ -70,12 +71,9 @@ def train_tf1(run_dir: str, head_losses: bool = False) -> None:
         rec.lr(tf.constant(0.1))
         train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.1), loss, global_step=gs)
         rec.variables()
-        fetches = rec.fetches
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for _ in range(STEPS):
-                rec.write(sess.run([train_op, fetches], {x: X, y_cls: Y_CLS, y_reg: Y_REG})[1])
-        rec.close()
+        tf1_session.train(
+            rec, train_op, (), (), STEPS, 1, fixed={x: X, y_cls: Y_CLS, y_reg: Y_REG}
+        )  # the whole batch at every step
 
 
 def train_fit(run_dir: str, loss_weights: dict[str, float], cls_activation: str | None = None) -> None:
@@ -206,11 +204,7 @@ def train_tf1_two_inputs(run_dir: str) -> None:
         rec.lr(tf.constant(0.1))
         train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.1), loss, global_step=gs)
         rec.variables()
-        fetches = rec.fetches
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            rec.write(sess.run([train_op, fetches], {a: X, b: XB, y: Y_REG})[1])
-        rec.close()
+        tf1_session.train(rec, train_op, (), (), 1, 1, fixed={a: X, b: XB, y: Y_REG})
 
 
 def fit_two_inputs(run_dir: str, crossed: bool) -> None:
@@ -264,12 +258,7 @@ def test_a_bare_tf1_embedding_variable_names_its_own_output(tmp_path) -> None:
         rec.lr(tf.constant(0.1))
         train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.1), loss, global_step=gs)
         rec.variables()
-        fetches = rec.fetches
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for _ in range(STEPS):
-                rec.write(sess.run([train_op, fetches], {ids: IDS, y: Y_REG})[1])
-        rec.close()
+        tf1_session.train(rec, train_op, (), (), STEPS, 1, fixed={ids: IDS, y: Y_REG})  # the whole batch at every step
     inp = tf.keras.Input((4,), dtype="int32")
     emb = tf.keras.layers.Embedding(10, 3, embeddings_initializer=tf.keras.initializers.Constant(TABLE), name="tok_emb")
     out = tf.keras.layers.Dense(1, kernel_initializer=tf.keras.initializers.Constant(0.2), name="reg")(

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
+from keras_recipes import dense_regression_port
 from shim_readback import tensors_by_step
 from tf1_recipes import dense_regression
 
@@ -63,30 +64,17 @@ def _rmsprop_tf1(run_dir: str, name: str = "RMSProp") -> dict[str, list[np.ndarr
 
 def _rmsprop_port(run_dir: str) -> dict[str, list[np.ndarray]]:
     """The Keras port: RMSprop(centered=True) with TF1's mean square starting at 1 (README)."""
-    model = tf.keras.Sequential(
-        [tf.keras.Input((4,)), tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(K), name="dense")]
-    )
+
+    def prepare(opt: Any, model: Any) -> None:
+        opt.build(model.trainable_variables)
+        for v in opt._velocities:
+            v.assign(tf.ones_like(v))
+
+    def watch(opt: Any) -> dict[str, Any]:
+        return {"rms": opt._velocities[0], "mg": opt._average_gradients[0], "momentum": opt._momentums[0]}
+
     opt = tf.keras.optimizers.RMSprop(0.01, rho=0.9, momentum=0.5, epsilon=1e-10, centered=True)
-    opt.build(model.trainable_variables)
-    for v in opt._velocities:
-        v.assign(tf.ones_like(v))
-    keras_of = {"rms": opt._velocities[0], "mg": opt._average_gradients[0], "momentum": opt._momentums[0]}
-    seen: dict[str, list[np.ndarray]] = {r: [] for r in ROLES}
-    rec = summary_v2.Recorder(run_dir)
-
-    @tf.function
-    def step(x: tf.Tensor, y: tf.Tensor) -> None:
-        with rec.step(opt.iterations, variables=model, optimizer=opt):
-            with tf.GradientTape() as tape:
-                loss = rec.loss(tf.reduce_mean(tf.square(model(x) - y)))
-            rec.minimize(opt, loss, model.trainable_variables, tape)
-
-    for s in range(STEPS):
-        for r, v in keras_of.items():
-            seen[r].append(v.numpy())
-        step(tf.constant(X[s]), tf.constant(Y1[s]))
-    rec.close()
-    return seen
+    return dense_regression_port(run_dir, K, X, Y1, opt, watch, prepare)
 
 
 def test_a_faithful_centered_rmsprop_port_pairs_each_slot_by_what_it_holds(tmp_path) -> None:

@@ -1,0 +1,58 @@
+"""The Keras side of :func:`tf1_recipes.dense_regression`, shared by the tests of optimizer ports."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import numpy as np
+import tensorflow as tf
+
+
+def dense_regression_port(
+    run_dir: str,
+    kernel: Any,
+    xs: Any,
+    ys: Any,
+    opt: Any,
+    watch: Callable[[Any], dict[str, Any]] = lambda opt: {},
+    prepare: Optional[Callable[[Any, Any], None]] = None,
+    after: bool = False,
+) -> dict[str, list[np.ndarray]]:
+    """One ``Dense`` (named ``dense``, its kernel ``kernel``) trained by ``opt`` on the mean squared
+    error, one batch of ``xs``/``ys`` per step in a ``tf.function`` loop recorded with
+    ``summary_v2`` (variables and slots). ``prepare(opt, model)`` builds the optimizer's slots and
+    sets their start (a mean square at 1, as TF1's); returns each of ``watch(opt)``'s slots as it is
+    before each step (``after``: after it)."""
+    from tb_parity_plugin import summary_v2
+
+    model = tf.keras.Sequential(
+        [
+            tf.keras.Input((xs.shape[-1],)),
+            tf.keras.layers.Dense(ys.shape[-1], kernel_initializer=tf.constant_initializer(kernel), name="dense"),
+        ]
+    )
+    if prepare is None:
+        opt.build(model.trainable_variables)
+    else:
+        prepare(opt, model)
+    slots = watch(opt)
+    seen: dict[str, list[np.ndarray]] = {r: [] for r in slots}
+    rec = summary_v2.Recorder(run_dir)
+
+    @tf.function
+    def step(x: tf.Tensor, y: tf.Tensor) -> None:
+        with rec.step(opt.iterations, variables=model, optimizer=opt):
+            with tf.GradientTape() as tape:
+                loss = rec.loss(tf.reduce_mean(tf.square(model(x) - y)))
+            rec.minimize(opt, loss, model.trainable_variables, tape)
+
+    for s in range(len(xs)):
+        if not after:
+            for r, v in slots.items():
+                seen[r].append(v.numpy())
+        step(tf.constant(xs[s]), tf.constant(ys[s]))
+        if after:
+            for r, v in slots.items():
+                seen[r].append(v.numpy())
+    rec.close()
+    return seen
