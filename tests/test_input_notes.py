@@ -800,8 +800,11 @@ def test_two_rows_of_other_examples_are_not_called_scaled() -> None:
     assert "the recorded input itself differs" in first.note and "scaled or shifted" not in first.note, first.note
 
 
-def _bn_tf1(run_dir: str) -> None:
-    """A dense layer and batch normalization updated through UPDATE_OPS, its output recorded."""
+def _bn_tf1(run_dir: str, update_ops: bool = True, scale: Optional[float] = None) -> None:
+    """A dense layer and batch normalization in training mode, its output recorded (``bn``), updated
+    through UPDATE_OPS unless ``update_ops`` is False (as TF1 code often leaves it out: its moving
+    statistics then never move, while the layer still normalizes with the batch's). ``scale``: the
+    logits are ``scale`` times it, recorded as ``out``."""
     with tf.Graph().as_default():
         rec = summary_v1.Recorder(run_dir)
         gs = tf.compat.v1.train.get_or_create_global_step()
@@ -809,8 +812,11 @@ def _bn_tf1(run_dir: str) -> None:
         y = tf.compat.v1.placeholder(tf.int64, [None])
         h = tf.compat.v1.layers.dense(x, C, name="dense", kernel_initializer=tf.constant_initializer(W1[:, :C]))
         logits = rec.activation("bn", tf.compat.v1.layers.batch_normalization(h, training=True, name="bn"))
+        if scale is not None:
+            logits = rec.activation("out", scale * logits)
         loss = rec.loss(tf.compat.v1.losses.sparse_softmax_cross_entropy(y, logits))
-        with tf.control_dependencies(tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)):
+        updates = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS) if update_ops else []
+        with tf.control_dependencies(updates):
             train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.1), loss, global_step=gs)
         rec.variables()
         tf1_session.train(rec, train_op, [x, y], [X, Y], STEPS, BATCH)
@@ -866,27 +872,6 @@ def test_batch_norm_in_inference_mode_in_one_run_is_named_from_its_frozen_moving
     assert "inference mode in 'off'" in first.note and "shuffle" not in first.note, first.note
 
 
-def _bn_then_scaled(run_dir: str, keras: bool, scale: float) -> None:
-    """Dense, batch normalization in training mode (its output recorded, ``bn``), then ``scale`` times it
-    (recorded, ``out``). TF1 (``keras=False``) leaves out the UPDATE_OPS dependency, as TF1 code often
-    does: its moving statistics never move, while its layer still normalizes with the batch's."""
-    if keras:
-        _bn_custom_step(run_dir, training=True, scale=scale)
-        return
-    with tf.Graph().as_default():
-        rec = summary_v1.Recorder(run_dir)
-        gs = tf.compat.v1.train.get_or_create_global_step()
-        x = tf.compat.v1.placeholder(tf.float32, [None, D])
-        y = tf.compat.v1.placeholder(tf.int64, [None])
-        h = tf.compat.v1.layers.dense(x, C, name="dense", kernel_initializer=tf.constant_initializer(W1[:, :C]))
-        normed = rec.activation("bn", tf.compat.v1.layers.batch_normalization(h, training=True, name="bn"))
-        logits = rec.activation("out", scale * normed)
-        loss = rec.loss(tf.compat.v1.losses.sparse_softmax_cross_entropy(y, logits))
-        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.1), loss, global_step=gs)
-        rec.variables()
-        tf1_session.train(rec, train_op, [x, y], [X, Y], STEPS, BATCH)
-
-
 def test_moving_statistics_left_put_by_missing_update_ops_are_no_inference_mode_when_the_norm_agrees(
     tmp_path,
 ) -> None:
@@ -894,8 +879,8 @@ def test_moving_statistics_left_put_by_missing_update_ops_are_no_inference_mode_
     batch's (its recorded ``bn`` agrees with the port's), and the port scales the output by 2 (another
     bug, after the norm): ``out`` diverges first. The note named inference mode in TF1, which the agreeing
     ``bn`` output contradicts."""
-    _bn_then_scaled(str(tmp_path / "tf1"), keras=False, scale=1.0)
-    _bn_then_scaled(str(tmp_path / "port"), keras=True, scale=2.0)
+    _bn_tf1(str(tmp_path / "tf1"), update_ops=False, scale=1.0)
+    _bn_custom_step(str(tmp_path / "port"), training=True, scale=2.0)
     h = X[:BATCH].astype(np.float64) @ W1[:, :C]
     normed = (h - h.mean(0)) / np.sqrt(h.var(0) + 1e-3)
     tf1, port = tensors_by_step(str(tmp_path / "tf1")), tensors_by_step(str(tmp_path / "port"))
