@@ -342,6 +342,7 @@ class Comparison(Notes):
                 if b.kind == "grad"
                 else None,
                 self._schedule_note(pair, k) if b.kind in HPARAM_KINDS else None,
+                self._metric_note(pair, k) if b.kind == "metric" else None,
                 None
                 if loud
                 else _marginal_note(

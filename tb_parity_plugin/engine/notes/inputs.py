@@ -475,6 +475,27 @@ class InputNotes(NoteContext):
             p.ensure(k + 1, self.policy.equal_nan)
         return bool(trained) and all(p.by_values_at(k) and p.reason[k] == OK for p in trained)
 
+    def _metric_note(self, pair: Pair, k: int) -> Optional[str]:
+        """For a metric diverging at compared step ``k`` while the loss and every gradient recorded there
+        agree element-wise (:meth:`_trains_the_same`) and no weight recorded there diverges: the runs
+        train alike and compute the metric from other quantities. A helper's own-``train_step`` port fed
+        its loss tracker the loss before its regulariser, where TF1 logged the total, and its metric
+        divergence had no note. None otherwise."""
+        if not self._trains_the_same(k):
+            return None
+        weights = [p for p in self._pairs if p.base.kind == "weight" and p.ib[k] >= 0 and p.ic[k] >= 0]
+        for p in weights:
+            p.ensure(k + 1, self.policy.equal_nan)
+        if any(p.reason[k] != OK for p in weights):
+            return None
+        return (
+            "the loss and every gradient recorded at this step agree element-wise"
+            + (", and every weight agrees" if weights else "")
+            + ": the runs train alike here and compute this metric from other quantities (a loss tracker fed "
+            "the loss before or after its regularisation terms, a running mean over the epoch against the "
+            "step's own value, a metric reset at other steps, sample or class weights in one run's metric only)"
+        )
+
     def _values_of_another_output(self, first: Pair, k: int) -> Optional[str]:
         """When the candidate's ``first`` at ``k`` is, within its tolerance, the baseline's value of another
         recorded output of its shape at that step: inputs (or branches) fed crosswise. A helper's two-input
