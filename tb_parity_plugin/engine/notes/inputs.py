@@ -258,8 +258,8 @@ class InputNotes(NoteContext):
         rb, rc = int(pair.ib[k]), int(pair.ic[k])
         if rb < 0 or rc < 0:
             return None
-        sb, sc = pair.runtime_shape("base", rb), pair.runtime_shape("cand", rc)
-        if len(sb) < 2 or len(sb) != len(sc) or None in sb + sc or sb[0] == sc[0] or sb[1:] != sc[1:]:
+        sb, sc = pair.known_shape("base", rb), pair.known_shape("cand", rc)
+        if sb is None or sc is None or len(sb) < 2 or len(sb) != len(sc) or sb[0] == sc[0] or sb[1:] != sc[1:]:
             return None
         return (
             f"only the first (batch) axis differs ({sb[0]} examples in '{self.base.name}' against {sc[0]} in "
@@ -413,8 +413,14 @@ class InputNotes(NoteContext):
         both = first.step_values(k)
         if both is None:
             return None
-        shape = [d for d in first.runtime_shape("base", int(first.ib[k])) if d is not None]
-        if len(shape) < 2 or len(shape) != len(first.base.shape) or shape[0] < 2 or math.prod(shape) != len(both[0]):
+        shape = first.known_shape("base", int(first.ib[k]))
+        if (
+            shape is None
+            or len(shape) < 2
+            or len(shape) != len(first.base.shape)
+            or shape[0] < 2
+            or math.prod(shape) != len(both[0])
+        ):
             return None
         rows = shape[0]
         b, c = (np.asarray(v, dtype=np.float64).reshape(rows, -1) for v in both)
@@ -590,8 +596,8 @@ class InputNotes(NoteContext):
         both = first.step_values(k)
         if both is None:
             return None
-        shape = [d for d in first.runtime_shape("base", int(first.ib[k])) if d is not None]
-        if len(shape) < 2 or len(shape) != len(first.base.shape) or math.prod(shape) != len(both[0]):
+        shape = first.known_shape("base", int(first.ib[k]))
+        if shape is None or len(shape) < 2 or len(shape) != len(first.base.shape) or math.prod(shape) != len(both[0]):
             return None
         rows = shape[0]
         b, c = (np.asarray(v, dtype=np.float64).reshape(rows, -1) for v in both)
@@ -658,8 +664,8 @@ class InputNotes(NoteContext):
         rb, rc = int(pair.ib[k]), int(pair.ic[k])
         if rb < 0 or rc < 0:
             return None
-        sb, sc = pair.runtime_shape("base", rb), pair.runtime_shape("cand", rc)
-        if len(sb) < 2 or len(sb) != len(sc) or None in sb + sc:
+        sb, sc = pair.known_shape("base", rb), pair.known_shape("cand", rc)
+        if sb is None or sc is None or len(sb) < 2 or len(sb) != len(sc):
             return None
         apart = [axis for axis, (db, dc) in enumerate(zip(sb, sc)) if db != dc]
         if apart != [len(sb) - 2]:
