@@ -6,7 +6,7 @@ import { palette, Palette, ScalarCharts } from "./charts";
 import { TensorDetail } from "./detail";
 import { el, replaceChildren } from "./dom";
 import { CellRef, HeatMap, heatPalette } from "./heatmap";
-import { parseFlags } from "./flags";
+import { parseFlags, withFlag } from "./flags";
 import { renderPanels } from "./panels";
 import { loadState, saveState, ViewState } from "./state";
 import { watchTheme } from "./theme";
@@ -165,6 +165,14 @@ export class App {
     };
   }
 
+  /** A suggestion taken from a panel: into the flags field (where the user sees and can undo it),
+   * kept in the URL, and compared again at once. */
+  private applyFlag(flag: string, value: string): void {
+    this.flags.value = withFlag(this.flags.value, flag, value);
+    this.state.flags = this.flags.value;
+    void this.refresh();
+  }
+
   private roles(): Record<string, string> {
     const side = (name?: string) => this.runs?.runs.find((r) => r.name === name)?.side;
     const label = (role: string, name?: string) => (side(name) ? `${role} (${side(name)})` : role);
@@ -300,7 +308,7 @@ export class App {
       this.loss.update(this.scalars.loss, labels, this.pal);
     }
     if (this.matrix) this.heat.setData(this.matrix, this.selectedCell());
-    renderPanels(this.panels, s, roles);
+    renderPanels(this.panels, s, roles, (flag, value) => this.applyFlag(flag, value));
     const base = this.runs?.runs.find((r) => r.name === s.baseline);
     this.status.textContent = `${s.steps_compared} steps compared${base?.last_step !== undefined && base?.last_step !== null ? `, last step ${base.last_step}` : ""} · ${new Date().toLocaleTimeString()}`;
     if (this.tensor && this.tensor.tag === this.state.tensor) this.detail.show(this.tensor, this.state.step ? Number(this.state.step) : null, [labels.baseline, labels.candidate], this.pal);

@@ -34,6 +34,25 @@ export function words(text: string): string[] {
   return out;
 }
 
+/** ``value`` quoted for a POSIX shell (and for `words`): '…', a ' inside spelled '"'"'. */
+export function shellQuote(value: string): string {
+  return `'${value.replace(/'/g, `'"'"'`)}'`;
+}
+
+/** ``text`` with ``flag value`` added at its end, or unchanged when ``text`` already has that pair
+ * (a suggestion applied twice adds nothing); text that does not split is kept as it is, before it. */
+export function withFlag(text: string, flag: string, value: string): string {
+  try {
+    const given = parseFlags(text);
+    const key = LISTS[flag];
+    if (key && (given[key] as string[] | undefined)?.includes(value)) return text;
+  } catch {
+    // an unreadable field keeps its error; the flag is still added after it
+  }
+  const added = `${flag} ${shellQuote(value)}`;
+  return text.trim() ? `${text.trimEnd()} ${added}` : added;
+}
+
 /** The route parameters of ``text`` (flags as `tb-parity diff` takes them), or an error to show. */
 export function parseFlags(text: string): Params {
   const lists: Record<"mapping" | "allow_unmatched" | "override", string[]> = { mapping: [], allow_unmatched: [], override: [] };

@@ -3,6 +3,7 @@
 // Read problems sit beside the verdict (card.ts), not here.
 import { ShapeMismatch, Summary } from "./api";
 import { el, replaceChildren, shapeText as shape } from "./dom";
+import { shellQuote } from "./flags";
 
 function table(testid: string, head: string[], rows: string[][]): HTMLElement {
   return el(
@@ -13,7 +14,10 @@ function table(testid: string, head: string[], rows: string[][]): HTMLElement {
   );
 }
 
-function structurePanel(s: Summary, roles: Record<string, string>): HTMLElement {
+/** Adds ``flag value`` to the tab's flags field and compares again (app.ts). */
+export type ApplyFlag = (flag: string, value: string) => void;
+
+function structurePanel(s: Summary, roles: Record<string, string>, apply?: ApplyFlag): HTMLElement {
   const st = s.structure ?? {};
   const runs = [s.baseline, s.candidate];
   const onlyIn = st.only_in ?? {};
@@ -74,18 +78,28 @@ function structurePanel(s: Summary, roles: Record<string, string>): HTMLElement 
     twice.length ? el("div", {}, el("b", { text: "Created twice (a layer built again instead of reused)" }), table("created-twice", ["run", "variable", "repeats"], twice)) : null,
     patterns.length ? el("div", { cls: "tbp-hint", text: `Declared expected: ${patterns.join(", ")}` }) : null,
     st.suggested_maps?.length
-      ? el("div", {
-          cls: "tbp-hint",
-          attrs: { "data-testid": "suggested-maps" },
-          text:
-            `Suggested: ${st.suggested_maps.map((m) => `--map '${m.replace(/'/g, `'"'"'`)}'`).join(" ")} ` +
-            "(layers whose variables went unmatched on both sides with the same names under them and the same sizes; check each pairing first)",
-        })
+      ? el(
+          "div",
+          { cls: "tbp-hint", attrs: { "data-testid": "suggested-maps" } },
+          `Suggested: ${st.suggested_maps.map((m) => `--map ${shellQuote(m)}`).join(" ")} ` +
+            "(layers whose variables went unmatched on both sides with the same names under them and the same sizes; check each pairing first) ",
+          ...(apply
+            ? st.suggested_maps.map((m) =>
+                el("button", {
+                  cls: "tbp-btn",
+                  text: `Apply --map ${shellQuote(m)}`,
+                  title: "add this --map to the flags field and compare again",
+                  attrs: { type: "button", "data-testid": "apply-map" },
+                  on: { click: () => apply("--map", m) },
+                }),
+              )
+            : []),
+        )
       : null,
   );
 }
 
-export function renderPanels(host: HTMLElement, s: Summary, roles: Record<string, string>): void {
+export function renderPanels(host: HTMLElement, s: Summary, roles: Record<string, string>, apply?: ApplyFlag): void {
   const renamed = s.mapping.filter((m) => m.how !== "exact");
   const mapping = el(
     "div",
@@ -94,7 +108,7 @@ export function renderPanels(host: HTMLElement, s: Summary, roles: Record<string
   );
   replaceChildren(
     host,
-    structurePanel(s, roles),
+    structurePanel(s, roles, apply),
     el(
       "div",
       { cls: "tbp-section" },

@@ -308,3 +308,31 @@ def test_the_flags_field_gives_the_verdict_the_cli_gives_with_them(page, server:
     # a flag the CLI does not take is an error shown in the tab, as a route's would be
     flags.fill("--bogus 1")
     expect(frame.locator("[data-testid=error]")).to_contain_text("unknown flag", timeout=TIMEOUT)
+
+
+@one_server
+def test_a_suggested_map_is_applied_from_the_structure_panel(page, server: str, demo_logdir: str) -> None:
+    """The structure panel's suggested ``--map`` had to be copied into the flags field by hand. Its
+    button puts it there, quoted as the shell would take it, beside what the user already typed, and
+    the tab then shows the verdict and structure the CLI gives with that map (and suggests nothing)."""
+    plain = engine(demo_logdir, "structure")
+    (suggested,) = plain.structure["suggested_maps"]
+    allowed = ["*dense_3*"]
+    mapped = api.compare(demo_logdir, "structure/tf1", "structure/tf2", mapping=[suggested], allow_unmatched=allowed)
+    assert mapped.structure["suggested_maps"] == [] and mapped.verdict_text != plain.verdict_text
+    frame = open_tab(page, server, "structure")
+    flags = frame.locator("[data-testid=flags]")
+    flags.fill("--allow-unmatched '*dense_3*'")
+    panel = frame.locator("[data-testid=structure]")
+    button = panel.locator("[data-testid=apply-map]")
+    expect(button).to_have_count(1, timeout=TIMEOUT)
+    expect(button).to_have_text(f"Apply --map '{suggested}'")
+    button.click()
+    expect(flags).to_have_value(f"--allow-unmatched '*dense_3*' --map '{suggested}'", timeout=TIMEOUT)
+    card = frame.locator("[data-testid=card]")
+    expect(card.locator("[data-testid=verdict-text]")).to_have_text(mapped.verdict_text, timeout=TIMEOUT)
+    expect(panel.locator("[data-testid=suggested-maps]")).to_have_count(0, timeout=TIMEOUT)
+    for run, entries in mapped.structure["only_in"].items():
+        shown = panel.locator(f"[data-testid=unmatched][data-run='{run}'] [data-testid=only-in]")
+        expect(shown).to_have_count(len(entries), timeout=TIMEOUT)
+    assert "flags=" in frame.locator("body").evaluate("() => window.location.hash")
