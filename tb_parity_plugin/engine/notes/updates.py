@@ -9,7 +9,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from tb_parity_plugin.engine import align, kinks
+from tb_parity_plugin.engine import align, allclose, kinks
 from tb_parity_plugin.engine.matrix import ABSENT, OK, VALUE
 from tb_parity_plugin.engine.notes.context import (
     _MOMENTUM,
@@ -104,6 +104,9 @@ class UpdateNotes(NoteContext):
         rows = self._unlooked_rows(pair, g, k)
         if rows is not None:  # read first: it says which rows and why, the rest below would not
             return f"{note}; {rows}"
+        constrained = self._constrained(pair, k)
+        if constrained is not None:  # a projection after the update: no optimizer setting explains it
+            return f"{note}; {constrained}"
         momentum_only = self._momentum_only(g)
         settings = (
             "compare the optimizers' settings ("
@@ -167,6 +170,51 @@ class UpdateNotes(NoteContext):
             else ""
         )
         return note + noise + hold + "; README: What counts as a divergence"
+
+    def _constrained(self, pair: Pair, k: int) -> Optional[str]:
+        """When one run's weight at step ``k`` is the other's projected onto a constraint at each
+        element out of tolerance (None otherwise): exactly 0 where the other's is negative, no element
+        below 0 (``NonNeg``), or each column (or row) the other's scaled down to one norm that no
+        column (row) of it exceeds (``MaxNorm``). TF1's ``tf.compat.v1.train`` optimizers apply a
+        variable's ``constraint`` after each update, as Keras optimizers do: a trial's port whose
+        layer left out TF1's ``kernel_constraint`` was told to compare the optimizers' epsilon,
+        momentum and clipping."""
+        out = self._elements_out(pair, k)
+        both = pair.step_values(k)
+        if out is None or not len(out) or both is None:
+            return None
+        b, c = (np.asarray(v, dtype=np.float64) for v in both)
+        shape = pair.known_shape("base", int(pair.ib[k]))
+        names = (self.base.name, self.cand.name)
+        tf1 = (
+            "TF1's tf.compat.v1.train optimizers apply a variable's constraint after each update, as Keras "
+            "optimizers do"
+        )
+        for side, (a, o) in enumerate(((b, c), (c, b))):
+            run, other = names[side], names[1 - side]
+            if np.all(a[out] == 0) and np.all(o[out] < 0) and not np.any(a < 0):
+                return (
+                    f"each element out of tolerance is exactly 0 in '{run}' where '{other}' has it negative, and no "
+                    f"element of '{run}' is negative: '{run}' clips this weight at 0 after the update "
+                    f"(kernel_constraint=NonNeg(), or an assign of it) and '{other}' does not, or applies it before "
+                    f"the update. {tf1}"
+                )
+            if shape is None or len(shape) < 2 or int(np.prod(shape)) != a.size:
+                continue
+            a2, o2 = a.reshape(-1, shape[-1]), o.reshape(-1, shape[-1])
+            for what, (aa, oo, slices) in (
+                ("column", (a2, o2, out % shape[-1])),
+                ("row", (a2.T, o2.T, out // shape[-1])),
+            ):
+                norm = _norm_capped(aa, oo, np.unique(slices), pair.rtol_at(k), pair.atol_at(k))
+                if norm is not None:
+                    return (
+                        f"in '{run}' each {what} out of tolerance is the one of '{other}' scaled down to one norm "
+                        f"({norm:.4g}), which no {what} of '{run}' exceeds: '{run}' caps the {what}s' norm after the "
+                        f"update (kernel_constraint=MaxNorm({norm:.4g}{'' if what == 'column' else ', axis=1'}), "
+                        f"UnitNorm, MinMaxNorm) and '{other}' does not, or applies it before the update. {tf1}"
+                    )
+        return None
 
     def _ftrl_constants(self, g: Pair, k: int) -> Optional[str]:
         """For a weight under Ftrl (a slot fed by ``g`` holds its linear term) whose every slot agrees
@@ -1215,3 +1263,21 @@ def _unchanged(pair: Pair, side: str, k: int) -> Optional[bool]:
         return bool(now.shape == nxt.shape and np.array_equal(now, nxt))
     series = pair.cand if side == "cand" else pair.base
     return bool(np.array_equal(series.stats[int(rows[k])], series.stats[int(rows[k + 1])], equal_nan=True))
+
+
+def _norm_capped(a: np.ndarray, o: np.ndarray, cols: np.ndarray, rtol: float, atol: float) -> Optional[float]:
+    """The norm each of 2-D ``a``'s columns ``cols`` is scaled down to from ``o``'s, when each is
+    ``o``'s column times a factor below 1, they share that norm and no column of ``a`` is longer
+    (None otherwise): a ``MaxNorm`` projection (norm over axis 0) of ``o``."""
+    av, ov = a[:, cols], o[:, cols]
+    square = (ov * ov).sum(0)
+    if not np.all(square > 0):
+        return None
+    factor = (av * ov).sum(0) / square
+    if not np.all((factor > 0) & (factor < 1)) or not np.all(allclose.isclose(av, ov * factor, rtol, atol, False)):
+        return None
+    norms = np.sqrt((av * av).sum(0))
+    cap = float(norms.max())
+    if cap <= 0 or norms.min() < cap * (1 - 1e-4) or np.sqrt((a * a).sum(0)).max() > cap * (1 + 1e-4):
+        return None
+    return cap
