@@ -111,6 +111,7 @@ def structure_of(base: Any, cand: Any, alignment: align.Alignment, allow_unmatch
         }
         for r in (base, cand)
     }
+    no_gradient = _weights_without_gradient(base, cand, alignment)
     for run, keys in sides:
         entries = []
         for key in keys:
@@ -141,6 +142,8 @@ def structure_of(base: Any, cand: Any, alignment: align.Alignment, allow_unmatch
             role = align.variable_of(s.kind, s.name, centered[run is base]) if s.kind == "slot" else None
             if role is not None and role[1] in _RULE_SLOTS and role[1] not in roles[run is not base]:
                 entry["rule_slot"] = role[1]
+            if s.kind == "grad" and (run is base, s.name) in no_gradient:
+                entry["gradient_none"] = no_gradient[(run is base, s.name)]
             hints = entry_hints(entry, "baseline" if run is base else "candidate")
             if hints:
                 entry["hints"] = hints
@@ -458,7 +461,37 @@ def entry_hints(entry: dict[str, Any], side: str) -> list[str]:
             "built once per use in the other run? Each copy then takes only its own use's gradient, where the "
             "shared weight takes their sum: share the layer, or pair one copy with --map to compare the rest"
         )
+    if entry.get("gradient_none"):
+        hints.append(
+            f"the {other} records this weight too ({entry['gradient_none']}, paired) and gradients of other "
+            "weights, but none of this one: its gradient there is None, no gradient reaching the weight from the "
+            "loss (tape.gradient and tf.gradients return None through a non-differentiable op: tf.round, "
+            "tf.floor, tf.sign, tf.argmax, a cast to an integer; a straight-through estimator or custom "
+            "gradient left out, a stop_gradient, or the weight unused by the loss; Keras's fit warns "
+            "'Gradients do not exist for variables' and leaves the weight where it was)"
+        )
     return hints
+
+
+def _weights_without_gradient(base: Any, cand: Any, alignment: align.Alignment) -> dict[tuple[bool, str], str]:
+    """(is baseline, gradient name) of each gradient recorded by one run only whose weight is paired
+    with one of the other run's, that run recording gradients but none for it -> the other run's
+    weight: its gradient there was None (a straight-through estimator left out: the port's tf.round
+    gave none, and a trial's port was told only "recorded by the baseline only")."""
+    found: dict[tuple[bool, str], str] = {}
+    unmatched = {True: set(alignment.unmatched_base), False: set(alignment.unmatched_cand)}
+    grads = {
+        side: {align.variable_of("grad", n)[0] for k, n in r.tensors if k == "grad"}
+        for side, r in ((True, base), (False, cand))
+    }
+    for m in alignment.matches:
+        if m.base[0] != "weight" or m.cand[0] != "weight":
+            continue
+        for side, mine, theirs in ((True, m.base, m.cand), (False, m.cand, m.base)):
+            key = ("grad", mine[1])
+            if key in unmatched[side] and grads[not side] and align.variable_of(*theirs)[0] not in grads[not side]:
+                found[(side, mine[1])] = f"weight/{theirs[1]}"
+    return found
 
 
 #: How each kind is recorded, for a run that recorded none of it (README: "Log both sides").
