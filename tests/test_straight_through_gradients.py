@@ -3,7 +3,8 @@ against a Keras ``fit`` port whose layer rounds under ``tf.custom_gradient`` (th
 The faithful port agrees (numpy replay below). A port that rounds with plain ``tf.round`` has no
 gradient for the layers before it (``tape.gradient`` returns None, Keras's ``fit`` warns and leaves
 them), so it records none: a trial's such port was told only that the baseline records those
-gradients, with no word that the port's are None."""
+gradients, with no word that the port's are None. A port whose custom gradient returns zeros was told
+of rows "exactly 0" and embedding lookups for a dense kernel whose whole gradient is 0."""
 
 from __future__ import annotations
 
@@ -101,3 +102,13 @@ def test_a_port_whose_rounding_has_no_gradient_is_told_its_gradient_is_none(tmp_
         assert "its gradient there is None" in hint and "tf.round" in hint, entry
     first = report.first_divergence
     assert first is not None and first.tensor == "dense/kernel:0" and "its gradient there is None" in first.note, first
+
+
+def test_a_port_whose_custom_gradient_returns_zeros_is_told_the_whole_gradient_is_0(tmp_path) -> None:
+    _tf1(str(tmp_path / "tf1"))
+    _fit(str(tmp_path / "tf2"), gradient="zero")
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    first = report.first_divergence
+    assert first is not None and (first.step, first.kind, first.tensor) == (0, "grad", "dense/kernel:0"), first
+    assert "the whole gradient is exactly 0 in 'tf2' alone" in first.note, first.note
+    assert "positions that look them up" not in first.note, first.note  # no embedding row: every row is 0

@@ -1043,9 +1043,24 @@ class UpdateNotes(NoteContext):
             kinds.add(p.base.kind)
         if not {"weight", "loss"} <= kinds:
             return None
-        cut = self._rows_cut_off(pair, k)
+        both = pair.step_values(k)
+        none = next(
+            (
+                run
+                for run, mine, theirs in ((self.base.name, *both), (self.cand.name, *both[::-1]))
+                if mine.size and not np.any(mine) and np.any(theirs)
+            )
+            if both is not None
+            else (),
+            None,
+        )
+        cut = None if none is not None else self._rows_cut_off(pair, k)
         rows = (
-            ""
+            f"the whole gradient is exactly 0 in '{none}' alone: no gradient reaches this weight there (a custom "
+            "gradient or straight-through estimator that returns zeros where the other passes the gradient on, a "
+            "stop_gradient on each of its uses); "
+            if none is not None
+            else ""
             if cut is None
             else f"its rows out of tolerance ({', '.join(map(str, cut[1][:5]))}{', ...' if len(cut[1]) > 5 else ''}; "
             f"{len(cut[1])} of them) are exactly 0 in '{cut[0]}' alone, the rest agreeing: '{cut[0]}' takes no "
