@@ -468,7 +468,8 @@ def entry_hints(entry: dict[str, Any], side: str) -> list[str]:
             "loss (tape.gradient and tf.gradients return None through a non-differentiable op: tf.round, "
             "tf.floor, tf.sign, tf.argmax, a cast to an integer; a straight-through estimator or custom "
             "gradient left out, a stop_gradient, or the weight unused by the loss; Keras's fit warns "
-            "'Gradients do not exist for variables' and leaves the weight where it was)"
+            "'Gradients do not exist for variables' and leaves the weight where it was), or the weight is not "
+            "trained there (trainable=False, or left out of the optimizer's var_list)"
         )
     return hints
 
@@ -480,18 +481,21 @@ def _weights_without_gradient(base: Any, cand: Any, alignment: align.Alignment) 
     gave none, and a trial's port was told only "recorded by the baseline only")."""
     found: dict[tuple[bool, str], str] = {}
     unmatched = {True: set(alignment.unmatched_base), False: set(alignment.unmatched_cand)}
-    grads = {
-        side: {align.variable_of("grad", n)[0] for k, n in r.tensors if k == "grad"}
-        for side, r in ((True, base), (False, cand))
-    }
+    grads = {side: {_variable(n) for k, n in r.tensors if k == "grad"} for side, r in ((True, base), (False, cand))}
     for m in alignment.matches:
         if m.base[0] != "weight" or m.cand[0] != "weight":
             continue
         for side, mine, theirs in ((True, m.base, m.cand), (False, m.cand, m.base)):
             key = ("grad", mine[1])
-            if key in unmatched[side] and grads[not side] and align.variable_of(*theirs)[0] not in grads[not side]:
+            if key in unmatched[side] and grads[not side] and _variable(theirs[1]) not in grads[not side]:
                 found[(side, mine[1])] = f"weight/{theirs[1]}"
     return found
+
+
+def _variable(name: str) -> str:
+    """The variable a weight or gradient is named after (its name without an output index)."""
+    found = align.variable_of("weight", name)
+    return found[0] if found is not None else name
 
 
 #: How each kind is recorded, for a run that recorded none of it (README: "Log both sides").

@@ -1044,16 +1044,11 @@ class UpdateNotes(NoteContext):
         if not {"weight", "loss"} <= kinds:
             return None
         both = pair.step_values(k)
-        none = next(
-            (
-                run
-                for run, mine, theirs in ((self.base.name, *both), (self.cand.name, *both[::-1]))
-                if mine.size and not np.any(mine) and np.any(theirs)
-            )
-            if both is not None
-            else (),
-            None,
-        )
+        none = None
+        if both is not None:
+            for run, mine, theirs in ((self.base.name, *both), (self.cand.name, *both[::-1])):
+                if mine.size and not np.any(mine) and np.any(theirs):
+                    none = run
         cut = None if none is not None else self._rows_cut_off(pair, k)
         rows = (
             f"the whole gradient is exactly 0 in '{none}' alone: no gradient reaches this weight there (a custom "
