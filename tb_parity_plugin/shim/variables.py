@@ -39,6 +39,15 @@ def _metrics(obj: Any) -> list[Any]:
     ]
 
 
+def _preprocessing_layers(obj: Any) -> list[Any]:
+    """The Keras preprocessing layers (tf_keras or Keras 3: ``Normalization``, ``Discretization``,
+    ``StringLookup``, ``TextVectorization`` ...) ``obj`` holds (a Keras 3 model has no ``submodules``)."""
+    subs = getattr(obj, "submodules", None)
+    if subs is None and hasattr(obj, "_flatten_layers"):
+        subs = obj._flatten_layers(include_self=False)
+    return [sub for sub in subs or () if any(".layers.preprocessing." in c.__module__ for c in type(sub).__mro__)]
+
+
 def model_variables(obj: Any) -> list[Any]:
     """``obj``'s variables: a Keras model/layer or ``tf.Module`` (trainable ones first), or a list."""
     if is_variable(obj):
@@ -49,6 +58,12 @@ def model_variables(obj: Any) -> list[Any]:
         # non-trainable variables: they are no state of the model (TF1's tf.compat.v1.metrics are local
         # variables), and a new user's faithful own-train_step port got a structure DIVERGE on total:0/count:0
         metric_vars = {id(v) for m in _metrics(obj) for v in m.variables}
+        # nor are what a preprocessing layer's adapt() computed (Normalization's mean, variance and count):
+        # constants of the input pipeline, which TF1's feature columns hold as graph constants (a
+        # normalizer_fn's mean and std); a faithful feature-column port was a structure DIVERGE on state
+        # mean:0, variance:0, count:0, and two adapted Normalization layers (tf_keras names their variables
+        # without the layer's scope) crashed fit with "state/'mean:0' is logged twice"
+        metric_vars |= {id(v) for p in _preprocessing_layers(obj) for v in p.non_trainable_variables}
         return [v for v in [*obj.trainable_variables, *obj.non_trainable_variables] if id(v) not in metric_vars]
     if hasattr(obj, "trainable_variables") and hasattr(obj, "variables"):  # tf.Module
         trainable = {id(v) for v in obj.trainable_variables}

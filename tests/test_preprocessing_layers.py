@@ -1,0 +1,111 @@
+"""A Keras preprocessing layer's adapted statistics are not recorded as the model's ``state``.
+
+The feature-column migration guide ports TF1's ``numeric_column(normalizer_fn=...)`` to an adapted
+``Normalization`` per numeric feature. TF1 holds the mean and std as constants of the graph; the
+port holds them as the layer's non-trainable ``mean``, ``variance`` and ``count``, which tf_keras
+names without the layer's scope (``mean:0``). ``instrument`` recorded them as ``state``: a faithful
+port with one such layer was a structure DIVERGE on ``state/mean:0`` (the hint offered
+``--allow-unmatched 'state/*'``), and one with two crashed ``fit`` at its first step with
+"state/'mean:0' is logged twice". Expected values: numpy's standardisation and SGD.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+from shim_readback import tensors_by_step
+from tf1_session import train
+
+from tb_parity_plugin import compare, summary_v1, summary_v2
+
+RNG = np.random.default_rng(11)
+A = RNG.normal(3.0, 2.0, (24, 1)).astype(np.float32)
+B = RNG.normal(-1.0, 0.5, (24, 1)).astype(np.float32)
+Y = (A + B > 2.0).astype(np.float32)
+KERNEL = np.array([[0.5], [-0.3]], np.float32)
+LR, BATCH, STEPS = 0.1, 8, 3
+
+
+def _normalized(a: np.ndarray, b: np.ndarray, data: tuple = (A, B)) -> np.ndarray:
+    """numpy: each feature standardised by the mean and (population) std of ``data``."""
+    cols = [(x.astype(np.float64) - d.mean()) / d.std() for x, d in zip((a, b), data)]
+    return np.concatenate(cols, axis=1)
+
+
+def _sgd_kernels() -> list[np.ndarray]:
+    """numpy: the kernel before each step of SGD on the sigmoid cross-entropy (bias 0 at the start)."""
+    k, bias, out = KERNEL.astype(np.float64), 0.0, []
+    for s in range(STEPS):
+        out.append(k.copy())
+        rows = slice(s * BATCH, (s + 1) * BATCH)
+        x = _normalized(A[rows], B[rows])
+        dz = (1 / (1 + np.exp(-(x @ k + bias))) - Y[rows]) / BATCH
+        k, bias = k - LR * x.T @ dz, bias - LR * dz.sum()
+    return out
+
+
+def _tf1(logdir: str) -> None:
+    """The original: a normalizer_fn per numeric_column (graph constants), input_layer, one dense."""
+    fc = tf.compat.v1.feature_column
+    with tf.Graph().as_default():
+        columns = [
+            fc.numeric_column(name, normalizer_fn=lambda x, d=d: (x - float(d.mean())) / float(d.std()))
+            for name, d in (("a", A), ("b", B))
+        ]
+        a = tf.compat.v1.placeholder(tf.float32, [None, 1])
+        b = tf.compat.v1.placeholder(tf.float32, [None, 1])
+        y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+        rec = summary_v1.Recorder(logdir)
+        net = rec.activation("input_layer", fc.input_layer({"a": a, "b": b}, columns))
+        logits = tf.compat.v1.layers.dense(net, 1, kernel_initializer=tf.compat.v1.constant_initializer(KERNEL))
+        loss = rec.loss(tf.compat.v1.losses.sigmoid_cross_entropy(y, logits))
+        rec.lr(tf.constant(LR))
+        step = tf.compat.v1.train.get_or_create_global_step()
+        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(LR), loss, global_step=step)
+        rec.variables()
+        train(rec, train_op, [a, b, y], [A, B, Y], STEPS, BATCH)
+
+
+def _port(logdir: str, adapt_b_on: np.ndarray = B) -> tf.keras.Model:
+    """The guide's port: an adapted Normalization per feature inside the model, under fit."""
+    layers = tf.keras.layers
+    norm_a, norm_b = layers.Normalization(), layers.Normalization()
+    norm_a.adapt(A)
+    norm_b.adapt(adapt_b_on)
+    ia, ib = tf.keras.Input((1,), name="a"), tf.keras.Input((1,), name="b")
+    x = layers.Concatenate(name="input_layer")([norm_a(ia), norm_b(ib)])
+    model = tf.keras.Model([ia, ib], layers.Dense(1, name="dense", kernel_initializer="zeros")(x))
+    model.get_layer("dense").kernel.assign(KERNEL)
+    model.compile(tf.keras.optimizers.SGD(LR), tf.keras.losses.BinaryCrossentropy(from_logits=True), ["accuracy"])
+    rec = summary_v2.Recorder(logdir)
+    summary_v2.instrument(model, rec, layers=["input_layer"])
+    model.fit({"a": A, "b": B}, Y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    rec.close()
+    return model
+
+
+def test_adapted_normalization_layers_are_no_state_and_a_faithful_port_agrees(tmp_path) -> None:
+    _tf1(str(tmp_path / "tf1"))
+    model = _port(str(tmp_path / "tf2"))
+    assert len(model.non_trainable_variables) == 6  # the two layers' mean, variance, count
+    steps = tensors_by_step(str(tmp_path / "tf2"))
+    assert not [key for key in steps[0] if key[0] == "state"]
+    for step, kernel in enumerate(_sgd_kernels()):
+        rows = slice(step * BATCH, (step + 1) * BATCH)
+        np.testing.assert_allclose(
+            steps[step][("activation", "input_layer")][2].reshape(-1, 2), _normalized(A[rows], B[rows]), atol=1e-5
+        )
+        np.testing.assert_allclose(steps[step][("weight", "dense/kernel:0")][2].reshape(2, 1), kernel, atol=1e-6)
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert report.agree, report.first_divergence
+    assert not any(report.to_dict()["unmatched"].values())
+
+
+def test_a_normalization_adapted_on_other_data_is_found_on_its_output_at_step_0(tmp_path) -> None:
+    other = RNG.normal(0.0, 1.0, (24, 1)).astype(np.float32)
+    # numpy: the port's b column is standardised by the other split's statistics, far from TF1's
+    assert np.abs(_normalized(A[:BATCH], B[:BATCH], (A, other)) - _normalized(A[:BATCH], B[:BATCH])).max() > 1.0
+    _tf1(str(tmp_path / "tf1"))
+    _port(str(tmp_path / "tf2"), adapt_b_on=other)
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert first is not None and (first.step, first.kind, first.tensor) == (0, "activation", "input_layer"), first
