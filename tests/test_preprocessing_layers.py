@@ -109,3 +109,68 @@ def test_a_normalization_adapted_on_other_data_is_found_on_its_output_at_step_0(
     _port(str(tmp_path / "tf2"), adapt_b_on=other)
     first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
     assert first is not None and (first.step, first.kind, first.tensor) == (0, "activation", "input_layer"), first
+
+
+AGES = np.array([19, 52, 31, 44, 27, 58, 40, 22, 33, 25, 47, 35, 29, 56, 38, 41], np.float32)[:, None]
+BOUNDS = [25.0, 35.0, 45.0]
+
+
+def _buckets(ages: np.ndarray, bounds: list) -> np.ndarray:
+    """numpy: the one-hot bucket of each age, a value equal to a boundary in the bucket above it."""
+    return np.eye(len(bounds) + 1)[np.searchsorted(bounds, ages[:, 0], side="right")]
+
+
+def _bucket_runs(logdir: str, bounds: list) -> None:
+    """TF1: bucketized_column's indicator through input_layer; the port: Discretization and
+    CategoryEncoding under fit, the same dense layer on top."""
+    fc = tf.compat.v1.feature_column
+    kernel = np.array([[0.4], [-0.2], [0.1], [0.3]], np.float32)
+    y = (AGES > 36).astype(np.float32)
+    with tf.Graph().as_default():
+        age = tf.compat.v1.placeholder(tf.float32, [None, 1])
+        labels = tf.compat.v1.placeholder(tf.float32, [None, 1])
+        rec = summary_v1.Recorder(f"{logdir}/tf1")
+        column = fc.indicator_column(fc.bucketized_column(fc.numeric_column("age"), boundaries=BOUNDS))
+        net = rec.activation("input_layer", fc.input_layer({"age": age}, [column]))
+        logits = tf.compat.v1.layers.dense(net, 1, kernel_initializer=tf.compat.v1.constant_initializer(kernel))
+        loss = rec.loss(tf.compat.v1.losses.sigmoid_cross_entropy(labels, logits))
+        rec.lr(tf.constant(LR))
+        step = tf.compat.v1.train.get_or_create_global_step()
+        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(LR), loss, global_step=step)
+        rec.variables()
+        train(rec, train_op, [age, labels], [AGES, y], 2, BATCH)
+    layers = tf.keras.layers
+    inp = tf.keras.Input((1,), name="age")
+    onehot = layers.CategoryEncoding(4, output_mode="one_hot")(layers.Discretization(bin_boundaries=bounds)(inp))
+    x = layers.Identity(name="input_layer")(onehot)
+    model = tf.keras.Model(inp, layers.Dense(1, name="dense", kernel_initializer="zeros")(x))
+    model.get_layer("dense").kernel.assign(kernel)
+    model.compile(tf.keras.optimizers.SGD(LR), tf.keras.losses.BinaryCrossentropy(from_logits=True))
+    rec = summary_v2.Recorder(f"{logdir}/tf2")
+    summary_v2.instrument(model, rec, layers=["input_layer"])
+    model.fit(AGES, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    rec.close()
+
+
+def test_discretization_boundaries_moved_are_told_a_category_in_another_column(tmp_path) -> None:
+    """Discretization and bucketized_column put a value on a boundary in the bucket above it (numpy:
+    searchsorted right), so the same boundaries agree. Boundaries a year above TF1's move the ages on
+    a boundary (25 and 35, both in the second batch) a bucket down: found at step 1 on the features,
+    whose note named a random mask, padding or a ReLU the model did not have."""
+    bumped = [b + 1 for b in BOUNDS]
+    assert (_buckets(AGES[:BATCH], BOUNDS) == _buckets(AGES[:BATCH], bumped)).all()
+    moved = (_buckets(AGES[BATCH:], BOUNDS) != _buckets(AGES[BATCH:], bumped)).any(axis=1)
+    assert moved.sum() == 2
+    _bucket_runs(str(tmp_path / "same"), BOUNDS)
+    report = compare(str(tmp_path / "same"), baseline="tf1", candidate="tf2")
+    assert report.agree, report.first_divergence
+    steps = tensors_by_step(str(tmp_path / "same" / "tf2"))
+    for step in (0, 1):
+        rows = slice(step * BATCH, (step + 1) * BATCH)
+        values = steps[step][("activation", "input_layer")][2].reshape(-1, 4)
+        np.testing.assert_array_equal(values, _buckets(AGES[rows], BOUNDS))
+    _bucket_runs(str(tmp_path / "moved"), bumped)
+    first = compare(str(tmp_path / "moved"), baseline="tf1", candidate="tf2").first_divergence
+    assert first is not None and (first.step, first.kind, first.tensor) == (1, "activation", "input_layer"), first
+    assert "in each of its 2 row(s) that differ" in first.note and "another column" in first.note, first.note
+    assert "random mask (dropout" not in first.note, first.note

@@ -123,6 +123,9 @@ class InputNotes(NoteContext):
         samples = self._zero_samples(first, k)
         if samples:
             return f"{agree} at this step, and {samples}"
+        moved = self._value_moved_in_its_row(first, k)
+        if moved:
+            return f"{agree} at this step, and {moved}" + self._positions_note(first, k)
         masked = self._zero_in_one_run(first, k)
         if masked:
             return (
@@ -1012,6 +1015,39 @@ class InputNotes(NoteContext):
             if np.array_equal(zero, samples):
                 return str(p.base.name)
         return None
+
+    def _value_moved_in_its_row(self, pair: Pair, k: int) -> Optional[str]:
+        """When every element out of tolerance at ``k`` is exactly 0 in one run only, and in each row
+        (first axis) the values one run holds at its elements out of tolerance are the values the other
+        holds at others (a one-hot's 1 in another column): each example's category landed elsewhere, no
+        random mask. A helper's Discretization port whose boundaries sat one year above TF1's
+        bucketized_column moved the ages on a boundary to the bucket below, and was told of dropout,
+        padding or a ReLU, none of which its model had. None otherwise."""
+        out = self._elements_out(pair, k)
+        both = pair.step_values(k)
+        if out is None or not len(out) or both is None or pair.base.random or pair.cand.random:
+            return None  # drawn masks: the random notes say what they can
+        shape = pair.known_shape("base", int(pair.ib[k]))
+        if shape is None or len(shape) != 2 or math.prod(shape) != len(both[0]):
+            return None
+        b, c = (np.asarray(v, dtype=np.float64) for v in both)
+        if not ((b[out] == 0) != (c[out] == 0)).all():
+            return None
+        rows = out // shape[1]
+        for row in np.unique(rows):
+            at = out[rows == row]
+            gone, came = np.sort(b[at][b[at] != 0]), np.sort(c[at][c[at] != 0])
+            if not len(gone) or len(gone) != len(came) or not np.allclose(gone, came, rtol=1e-6, atol=0):
+                return None
+        n = len(np.unique(rows))
+        return (
+            f"in each of its {n} row(s) that differ, the values one run holds at the elements out of tolerance "
+            "the other holds at others of the row, 0 where the first has them: an example's category lands in "
+            "another column (a one-hot or indicator: bucket boundaries moved, a Discretization's against "
+            "bucketized_column's, both of which put a value equal to a boundary in the bucket above it; a "
+            "vocabulary in another order or its OOV index elsewhere, StringLookup's 0 against vocabulary_list's "
+            "last), not a random mask"
+        )
 
     def _zero_in_one_run(self, pair: Pair, k: int) -> int:
         """How many elements are out of tolerance at step ``k`` when each of them is exactly 0 in
