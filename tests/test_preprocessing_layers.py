@@ -174,3 +174,57 @@ def test_discretization_boundaries_moved_are_told_a_category_in_another_column(t
     assert first is not None and (first.step, first.kind, first.tensor) == (1, "activation", "input_layer"), first
     assert "in each of its 2 row(s) that differ" in first.note and "another column" in first.note, first.note
     assert "random mask (dropout" not in first.note, first.note
+
+
+VOCAB = ["a", "b", "c"]
+TAGS = np.array([["a"], ["zz"], ["c"], ["b"], ["a"], ["yy"], ["c"], ["c"]], object)  # zz, yy: out of vocabulary
+TABLE = RNG.normal(0.0, 0.5, (4, 2)).astype(np.float32)  # TF1's rows: a, b, c, then the OOV bucket
+
+
+def test_a_string_lookup_port_holding_the_table_with_its_oov_row_first_is_told_so(tmp_path) -> None:
+    """TF1's vocabulary_list column puts its OOV bucket after the vocabulary, StringLookup at index 0:
+    the port copies TF1's table with its last row first and computes the same (numpy: each example's
+    row of TF1's table, on both sides). The table is another layout, found at step 0, and its note named
+    a transposed kernel, heads or gates; it names the rows rolled and the lookup's OOV index now."""
+    fc = tf.compat.v1.feature_column
+    ids = np.array([VOCAB.index(t) if t in VOCAB else len(VOCAB) for t in TAGS[:, 0]])
+    y = np.array([[1], [0], [1], [0], [1], [0], [0], [1]], np.float32)
+    with tf.Graph().as_default():
+        tags = tf.compat.v1.placeholder(tf.string, [None, 1])
+        labels = tf.compat.v1.placeholder(tf.float32, [None, 1])
+        rec = summary_v1.Recorder(str(tmp_path / "tf1"))
+        column = fc.embedding_column(
+            fc.categorical_column_with_vocabulary_list("tags", VOCAB, num_oov_buckets=1),
+            2,
+            initializer=tf.compat.v1.constant_initializer(TABLE),
+        )
+        net = rec.activation("input_layer", fc.input_layer({"tags": tags}, [column]))
+        logits = tf.compat.v1.layers.dense(net, 1, kernel_initializer=tf.compat.v1.constant_initializer(KERNEL))
+        loss = rec.loss(tf.compat.v1.losses.sigmoid_cross_entropy(labels, logits))
+        rec.lr(tf.constant(LR))
+        step = tf.compat.v1.train.get_or_create_global_step()
+        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(LR), loss, global_step=step)
+        rec.variables()
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:  # the vocabulary is a table: tables_initializer too
+            sess.run([tf.compat.v1.global_variables_initializer(), tf.compat.v1.tables_initializer()])
+            rec.write(sess.run([train_op, fetches], {tags: TAGS, labels: y})[1])
+        rec.close()
+    layers = tf.keras.layers
+    inp = tf.keras.Input((1,), dtype=tf.string, name="tags")
+    embedded = layers.Embedding(4, 2, name="tags_embedding")(layers.StringLookup(vocabulary=VOCAB)(inp))
+    x = layers.Reshape((2,), name="input_layer")(embedded)
+    model = tf.keras.Model(inp, layers.Dense(1, name="dense", kernel_initializer="zeros")(x))
+    model.get_layer("tags_embedding").embeddings.assign(np.roll(TABLE, 1, axis=0))  # OOV row first
+    model.get_layer("dense").kernel.assign(KERNEL)
+    model.compile(tf.keras.optimizers.SGD(LR), tf.keras.losses.BinaryCrossentropy(from_logits=True))
+    rec = summary_v2.Recorder(str(tmp_path / "tf2"))
+    summary_v2.instrument(model, rec, layers=["input_layer"])
+    model.fit(TAGS.astype(str), y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    rec.close()
+    for run in ("tf1", "tf2"):
+        looked_up = tensors_by_step(str(tmp_path / run))[0][("activation", "input_layer")][2].reshape(-1, 2)
+        np.testing.assert_allclose(looked_up, TABLE[ids], atol=1e-6)
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert first is not None and (first.step, first.kind) == (0, "weight"), first
+    assert "rolled by 1 row(s)" in first.note and "OOV index first" in first.note, first.note

@@ -485,6 +485,20 @@ class UpdateNotes(NoteContext):
                         "kernel to [d, heads, key_dim] (reshape it to [d, heads, key_dim] directly, not [d, key_dim, "
                         "heads] then transposed)"
                     )
+        if len(shape) == 2 and shape[0] > 1:
+            rows = _rows_moved(b.reshape(shape), c.reshape(shape), tol)
+            if rows:
+                # a faithful StringLookup port of a vocabulary_list embedding copies TF1's table with its OOV
+                # row first, and was told of a transposed kernel, heads or gates
+                return (
+                    f"{note}: its rows are the baseline's {rows}, as a table whose lookup ids differ holds them (Keras "
+                    "StringLookup and IntegerLookup put the OOV index first, TF1's vocabulary_list column and a "
+                    "StaticHashTable with default_value=len(vocabulary) after the vocabulary), or a kernel whose input "
+                    "features come in another order (TF1's input_layer concatenates its columns sorted by name): when "
+                    "the ids or features moved with the rows, the port computes the same and the layer's output "
+                    "agrees; give it TF1's ids and order (a StaticHashTable in its input pipeline) to compare the "
+                    "weight itself"
+                )
         return f"{note} (a transposed kernel, heads or gates in another order)"
 
     def _slot_starts_otherwise(self, pair: Pair, k: int) -> Optional[str]:
