@@ -1305,3 +1305,23 @@ def _norm_capped(a: np.ndarray, o: np.ndarray, cols: np.ndarray, rtol: float, at
     if cap <= 0 or norms.min() < cap * (1 - 1e-4) or np.sqrt((a * a).sum(0)).max() > cap * (1 + 1e-4):
         return None
     return cap
+
+
+def _rows_moved(b: np.ndarray, c: np.ndarray, tol: float) -> Optional[str]:
+    """How the candidate's rows ``c`` are the baseline's ``b`` in another order (each a row of the
+    other, one to one, within ``tol``): rolled by some rows, or otherwise; None when they are not."""
+    n = b.shape[0]
+    # rows sorted as tuples, once each (a table of 1024 rows compared row by row was a million checks)
+    if not np.allclose(b[np.lexsort(b.T[::-1])], c[np.lexsort(c.T[::-1])], rtol=0, atol=tol):
+        return None
+    # a roll by r puts b's row n - r first: only the rows of b equal to c's first are candidates (a few
+    # at most; trying every r was n passes over a table of a million rows)
+    starts = np.flatnonzero(np.all(np.abs(b - c[0]) <= tol, axis=1))[:8]
+    for r in sorted(int((n - i) % n) for i in starts):
+        if r and np.allclose(np.roll(b, r, axis=0), c, rtol=0, atol=tol):
+            return (
+                f"rolled by {r} row(s) (its last {r} first)"
+                if r < n - r
+                else f"rolled back by {n - r} row(s) (its first {n - r} last)"
+            )
+    return "in another order"
