@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from tb_parity_plugin.engine.notes.context import (
 )
 from tb_parity_plugin.engine.notes.state import _MOVING_STATS
 from tb_parity_plugin.engine.pair import Pair
-from tb_parity_plugin.engine.tolerance import OUTPUT_ATOL_OF_MAX
+from tb_parity_plugin.engine.tolerance import GRAD_NOISE_OF_MAX, OUTPUT_ATOL_OF_MAX
 
 #: The most element comparisons :meth:`InputNotes._rows_in_another_order` makes (every row of an
 #: output against every row: a batch of 1000 rows of 1000 would be 1e9), and how many it holds at once.
@@ -176,10 +176,11 @@ class InputNotes(NoteContext):
             if loss:
                 return (
                     f"{agree} at this step: the loss is computed differently (reduction, from_logits, label "
-                    "smoothing, regularization terms, per-example weights: fit's class_weight= or sample_weight= "
-                    "against TF1's weights=; a multi-output model's per-head weights: compile's loss_weights= "
-                    "against TF1's weighted sum), its labels differ, or a layer after the last recorded output does"
-                )
+                    "smoothing, a loss's own parameter such as Huber's delta, regularization terms, per-example "
+                    "weights: fit's class_weight= or sample_weight= against TF1's weights=; a multi-output model's "
+                    "per-head weights: compile's loss_weights= against TF1's weighted sum), its labels differ, or a "
+                    "layer after the last recorded output does"
+                ) + self._broadcast_labels(first, k)
             return (
                 f"{agree} at this step: this layer computes another function of its input (activation, padding, "
                 "epsilon, a training flag: dropout or batch normalization in training mode in one run only), or "
@@ -381,7 +382,131 @@ class InputNotes(NoteContext):
                     "constant), the other by the batch it has (a mean; compute_average_loss without "
                     "global_batch_size); drop_remainder=True leaves the partial batch out on both sides"
                 )
+        return None if grads else self._whole_loss_scaled(k, scale, near)
+
+    def _whole_loss_scaled(self, k: int, scale: float, near: Callable[[float], bool]) -> Optional[str]:
+        """For a loss ``scale`` times the baseline's at ``k`` whose every recorded gradient is the baseline's
+        times that factor too, element-wise up to rounding: the loss as a whole divided by another count
+        (the batch: a sum against a mean; the non-zero weights: TF1's SUM_BY_NONZERO_WEIGHTS against Keras's
+        sample_weight) or multiplied by a constant, said with the figures (None otherwise). A helper's fit
+        port of a TF1 ``mean_squared_error(weights=...)`` whose second batch held 3 zero weights of 8 (loss
+        and gradients 0.625 = 5/8 of TF1's), and a port summing where TF1 averaged (8 times), were told only
+        "the loss is computed differently (reduction, from_logits, ...)", and their gradients "a scale
+        between the loss and this gradient"."""
+        grads = self._gradients_scaled(k, scale)
+        if not grads:
+            return None
+        head = (
+            f"its value is the baseline's times {scale:.4g}, and so is every gradient both runs recorded ({grads}), "
+            "element-wise: the loss as a whole is scaled, "
+        )
+        big, small = (self.cand.name, self.base.name) if scale > 1 else (self.base.name, self.cand.name)
+        n = self._batch_at(k)
+        if n is not None and n > 1 and (near(n) or near(1.0 / n)):
+            return head + (
+                f"by {n}, this step's batch: '{big}' sums the per-example losses over the batch where "
+                f"'{small}' averages them (reduction='sum' or tf.reduce_sum against a mean: Keras's default "
+                "SUM_OVER_BATCH_SIZE, TF1's losses' SUM_BY_NONZERO_WEIGHTS, tf.reduce_mean)"
+            )
+        count = next((m for m in range(1, n) if near(m / n) or near(n / m)), None) if n and n > 1 else None
+        if count is not None:
+            weights = (
+                f"'{big}' dividing the weighted sum by the count of its non-zero weights ({count}) where '{small}' "
+                f"divides it by the batch ({n}): TF1's tf.compat.v1.losses given weights= divide by the non-zero "
+                "weights (the default reduction SUM_BY_NONZERO_WEIGHTS), Keras's sample_weight= and class_weight= "
+                "(fit, or a loss called with sample_weight=) by the batch size, so the two agree while no weight of a "
+                "batch is 0 (scale each batch's sample weights by its size over its non-zero count, or divide by "
+                "tf.math.count_nonzero(weights) in a custom loop)"
+            )
+            if k > 0:
+                return head + (
+                    f"by {count}/{n} ({n} examples in this step's batch), and the loss agreed at the earlier steps, so "
+                    f"the factor comes with the batch: likely {weights}"
+                )
+            return head + (
+                f"by {count}/{n} ({n} examples in this step's batch): a constant factor of the loss (tf.nn.l2_loss's "
+                f"1/2, a loss weight), or {weights}"
+            )
+        return head + (
+            "by a constant or a count: a factor of the loss (tf.nn.l2_loss's 1/2, a loss weight), a sum over "
+            "an axis the other run averages (the outputs' last axis, the time steps), or a division by another "
+            "count"
+        )
+
+    def _gradients_scaled(self, k: int, scale: float) -> int:
+        """How many gradients both runs recorded at compared step ``k``, when there are some and every
+        one of them is the baseline's times ``scale`` there, element-wise up to each side's rounding
+        (:data:`GRAD_NOISE_OF_MAX` of its largest element); else 0. A one-element gradient counts too."""
+        grads = [p for p in self._pairs if p.base.kind == "grad" and p.ib[k] >= 0 and p.ic[k] >= 0]
+        for p in grads:
+            both = p.step_values(k) if p.by_values_at(k) else None
+            if both is None:
+                return 0
+            b, c = (np.asarray(v, dtype=np.float64) for v in both)
+            if b.shape != c.shape or not (np.isfinite(b).all() and np.isfinite(c).all()):
+                return 0
+            rb, rc = (GRAD_NOISE_OF_MAX * float(np.abs(v).max(initial=0.0)) for v in (b, c))
+            if (np.abs(c - scale * b) > 1e-4 * np.abs(scale * b) + scale * rb + rc).any():
+                return 0
+        return len(grads)
+
+    def _batch_at(self, k: int) -> Optional[int]:
+        """This step's batch: the first dimension both runs recorded at compared step ``k`` for the first
+        output or input of at least two dimensions; None when none has one."""
+        for p in self._pairs:
+            if p.base.kind not in _RECORDED_BEFORE or p.ib[k] < 0 or p.ic[k] < 0:
+                continue
+            sb, sc = p.known_shape("base", int(p.ib[k])), p.known_shape("cand", int(p.ic[k]))
+            if sb is not None and sc is not None and len(sb) > 1 and len(sc) > 1 and sb[0] == sc[0]:
+                return sb[0]
         return None
+
+    def _broadcast_labels(self, loss: Pair, k: int) -> str:
+        """When the last output recorded before ``loss`` is ``[n, 1]`` in both runs at ``k``, and that layer's
+        one-element bias gradient, when both runs recorded it, agrees there: labels of shape ``[n]`` against it
+        broadcast to ``[n, n]`` in a hand-written loss, said as a clause; "" otherwise. A
+        helper's custom-loop port fed its regression labels flat, ``tf.reduce_mean(tf.square(y - pred))``
+        averaged every label against every prediction, and the note named no broadcast."""
+        before = [
+            p
+            for p in self._pairs
+            if p.base.kind in _OUTPUTS and p.base.order < loss.base.order and p.ib[k] >= 0 and p.ic[k] >= 0
+        ]
+        if not before:
+            return ""
+        last = max(before, key=lambda p: p.base.order)
+        sb, sc = last.known_shape("base", int(last.ib[k])), last.known_shape("cand", int(last.ic[k]))
+        if sb is None or sb != sc or len(sb) != 2 or sb[1] != 1 or sb[0] < 2:
+            return ""
+        # averaged over every label, a squared error's or a logits cross-entropy's gradient in each prediction
+        # is affine in the label with a constant slope, so their sum, the output layer's bias gradient, is kept
+        bias = [
+            g
+            for g in self._pairs
+            if g.base.kind == "grad"
+            and _layer_of(g.base.name) == last.base.name
+            and g.ib[k] >= 0
+            and g.ic[k] >= 0
+            and g.by_values_at(k)
+            and g.known_shape("base", int(g.ib[k])) == (1,)
+        ]
+        for g in bias:
+            g.ensure(k + 1, self.policy.equal_nan)
+        if any(g.reason[k] != OK for g in bias):
+            # a port's from_logits=False on a [n, 1] output (its bias gradient apart) was sent to the labels' shape
+            return ""
+        kept = (
+            f", and grad/{bias[0].base.name}, its one-element bias's gradient, agrees, as such a broadcast leaves it "
+            "for a squared error or a cross-entropy on logits"
+            if bias
+            else ""
+        )
+        return (
+            f"; {last.base.kind}/{last.base.name}, the last output recorded before it, is [{sb[0]}, 1]: labels of "
+            f"shape [{sb[0]}] against it broadcast to [{sb[0]}, {sb[0]}] in a hand-written loss "
+            "(tf.reduce_mean(tf.square(y - pred)) then averages every label against every prediction; Keras's "
+            f"losses expand such labels first){kept}, so check the labels' shape on both sides"
+        )
 
     def _batch_sizes(self, k: int) -> Optional[tuple[int, int]]:
         """(this step's batch, the largest batch of the steps up to it) from a recorded output's

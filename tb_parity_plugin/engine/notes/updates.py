@@ -857,6 +857,17 @@ class UpdateNotes(NoteContext):
                 "swapped, or one head's loss reduced otherwise: a sum against a mean), and the layers both "
                 "terms reach mix the factors"
             )
+        loss = self._loss_times(k, scale)
+        if loss:
+            # a helper's fit port with zero sample weights (0.625 = 5/8 of TF1's loss and gradients) and a port
+            # summing where TF1 averaged had their gradients told of a scale between the loss and the gradient,
+            # of micro-batches, a loss scale or clipping: the loss itself carried the factor
+            return (
+                f"every element is the baseline's times {scale:.4g} (the same direction, another size), and so is "
+                f"{loss} at this step: the loss as a whole is scaled (its reduction: a sum against a mean, a division "
+                "by the non-zero weights against the batch size, a global batch size under a strategy; a constant "
+                "factor), nothing between it and this gradient; the loss's note says more"
+            )
         return (
             f"every element is the baseline's times {scale:.4g} (the same direction, another size): a scale between "
             "the loss and this gradient (the loss's reduction: a sum against a mean, a global batch size under a "
@@ -929,6 +940,20 @@ class UpdateNotes(NoteContext):
         if not norms[0] > 0.0 or abs(norms[1] / norms[0] - 1.0) > 1e-3:
             return ""
         return str((self.base.name, self.cand.name)[side])
+
+    def _loss_times(self, k: int, scale: float) -> Optional[str]:
+        """The tag of a scalar loss both runs recorded at compared step ``k`` that is the baseline's times
+        ``scale`` (within 1e-4 of it), else None."""
+        for p in self._pairs:
+            if p.base.kind != "loss" or p.ib[k] < 0 or p.ic[k] < 0:
+                continue
+            both = p.step_values(k)
+            if both is None or len(both[0]) != 1 or len(both[1]) != 1:
+                continue
+            b, c = float(both[0][0]), float(both[1][0])
+            if math.isfinite(b) and math.isfinite(c) and b != 0.0 and abs(c / b - scale) <= 1e-4 * abs(scale):
+                return f"{p.base.kind}/{p.base.name}"
+        return None
 
     def _exact_grad_scale(self, pair: Pair, k: int) -> Optional[float]:
         """The one factor, not 1, by which ``pair``'s gradient at step ``k`` is the baseline's at every
