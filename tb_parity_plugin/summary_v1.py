@@ -51,6 +51,8 @@ from tb_parity_plugin.shim.variables import is_variable
 
 ordering.watch_session_runs()  # before any session of the user's runs: see ordering.ran
 
+_SET_KINDS = ("lr/", "hparam/")  # tags of a variable that is set from outside the training, not trained
+
 
 def _read_copy(value: Any) -> tf.Tensor:
     """The current value of a variable (or tensor), never aliasing a later update.
@@ -167,8 +169,14 @@ class Recorder(BaseRecorder):
             self._order_writes(reads)
             self._order_alias_readers([e.tensor for e in entries])
             self._updates = frozenset(op for r in reads for op in ordering.writers(r.var))
+            # a variable recorded as the lr (or a hyper-parameter) is set, not trained: a run of its assign
+            # alone (a plateau rule's sess.run(lr_assign) between epochs) is no step; counted as one, the hook
+            # added the fetches to it, and a feed_dict model's run failed for want of its placeholders
             self._training = frozenset(
-                op for r in reads for op in ordering.writers(r.var, conditional=bool(getattr(r.var, "trainable", True)))
+                op
+                for r in reads
+                if not r.tag.startswith(_SET_KINDS)
+                for op in ordering.writers(r.var, conditional=bool(getattr(r.var, "trainable", True)))
             )
             self._before_deps = {}
         return self._blocks
@@ -317,8 +325,11 @@ class Recorder(BaseRecorder):
         """Like :meth:`BaseRecorder.variables`; by default every global variable but the global
         step (the optimizer's own variables become slots, or are left out)."""
         if variables is None:
+            # nor a variable already recorded as the lr or a hyper-parameter (``rec.lr(lr_var)``, assigned by a
+            # plateau rule): a Keras port's lr is no state either, and recording it as state raised
             gs = tf.compat.v1.train.get_global_step()
-            variables = [v for v in tf.compat.v1.global_variables() if v is not gs]
+            set_ids = {id(r.var) for r in self._reads.values() if r.tag.startswith(_SET_KINDS)}
+            variables = [v for v in tf.compat.v1.global_variables() if v is not gs and id(v) not in set_ids]
         return super().variables(variables, optimizer)
 
     @property
