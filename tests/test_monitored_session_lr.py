@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 from shim_readback import tensors_by_step
 
-from tb_parity_plugin import summary_v1
+from tb_parity_plugin import compare, summary_v1
 
 RNG = np.random.default_rng(64)
 X = RNG.standard_normal((12, 3)).astype(np.float32)
@@ -102,3 +102,20 @@ def test_an_lr_variable_assigned_between_epochs_is_no_state_and_its_assign_no_st
         assert "state" not in kinds, got[step].keys()  # the lr is recorded as lr only
         assert float(got[step][("lr", "lr")][2].ravel()[0]) == np.float32(LRS[step // PER_EPOCH])
         np.testing.assert_allclose(got[step][("weight", "w:0")][2].reshape(3, 3), w, rtol=1e-5, atol=1e-6)
+
+
+def test_an_update_a_hook_ran_outside_the_recorded_runs_is_named(tmp_path) -> None:
+    """The baseline's hook trains once more after global step 0 (same batch): its step 1 is never
+    recorded, and at step 2 its kernel holds an update the candidate's does not (numpy)."""
+    _train(str(tmp_path / "logs" / "original"), rerun_at=(0,), variables="list")
+    _train(str(tmp_path / "logs" / "port"), variables="list")
+    extra, plain = _numpy_weights(extra_after=(0,)), _numpy_weights()
+    assert sorted(extra) == [0, *range(2, EPOCHS * PER_EPOCH)]
+    assert np.allclose(extra[0], plain[0]) and not np.allclose(extra[2], plain[2], rtol=1e-3)
+    got = tensors_by_step(str(tmp_path / "logs" / "original"))
+    np.testing.assert_allclose(got[2][("weight", "w:0")][2].reshape(3, 3), extra[2], rtol=1e-5, atol=1e-6)
+    report = compare(str(tmp_path / "logs"), baseline="original", candidate="port")
+    first = report.first_divergence
+    assert (first.step, first.kind, first.tensor) == (2, "weight", "w:0")
+    assert "'original' did not record step 1, which 'port' did" in first.note
+    assert "a hook that fetches the train op" in first.note

@@ -101,6 +101,9 @@ class UpdateNotes(NoteContext):
             pair.update_note = (g, k, (note, noise))
         if note is None:
             return None
+        skipped = self._unrecorded_update(k)
+        if skipped is not None:  # read first: an update of one run was never recorded, no setting explains it
+            return f"{note}; {skipped}"
         rows = self._unlooked_rows(pair, g, k)
         if rows is not None:  # read first: it says which rows and why, the rest below would not
             return f"{note}; {rows}"
@@ -170,6 +173,34 @@ class UpdateNotes(NoteContext):
             else ""
         )
         return note + noise + hold + "; README: What counts as a divergence"
+
+    def _unrecorded_update(self, k: int) -> Optional[str]:
+        """When, between the compared step before ``k`` and ``k``, one run logged steps that the other
+        did not (None otherwise): the other's step count moved past them in updates it never recorded,
+        so its weights at ``k`` hold an update more (or another) than the recorded steps show. A TF1
+        hook that fetches the train op in every run it sees (``LoggingTensorHook`` given it, a hook's
+        ``run_context.session.run(train_op)``) trains in an evaluation's ``sess.run`` too, which
+        ``ParityHook`` does not record: a trial's such original was told to compare epsilon and
+        clipping."""
+        if k == 0:
+            return None
+        before, step = int(self.steps[k - 1]), int(self.steps[k])
+        logged = []
+        for run in (self.base, self.cand):
+            steps = np.asarray(run.steps)
+            logged.append(steps[(steps > before) & (steps < step)])
+        for missing, other, extra in ((self.base, self.cand, logged[1]), (self.cand, self.base, logged[0])):
+            if len(extra) and not len(logged[0 if missing is self.base else 1]):
+                listed = ", ".join(str(int(s)) for s in extra[:4]) + (", ..." if len(extra) > 4 else "")
+                return (
+                    f"'{missing.name}' did not record step {listed}, which '{other.name}' did, just before: its "
+                    f"step count went from {before} to {step} in updates of which one was recorded, so a sess.run "
+                    "that trained was not recorded (a hook that fetches the train op in every run it sees, "
+                    "LoggingTensorHook given the train op or a hook's run_context.session.run(train_op), trains "
+                    "in an evaluation's or an assign's run too; or a second sess.run of the train op), or the step "
+                    "count moved otherwise; compare what each run's updates were between these steps"
+                )
+        return None
 
     def _constrained(self, pair: Pair, k: int) -> Optional[str]:
         """When one run's weight at step ``k`` is the other's projected onto a constraint at each
