@@ -190,7 +190,9 @@ class UpdateNotes(NoteContext):
             steps = np.asarray(run.steps)
             logged.append(steps[(steps > before) & (steps < step)])
         for missing, other, extra in ((self.base, self.cand, logged[1]), (self.cand, self.base, logged[0])):
-            if len(extra) and not len(logged[0 if missing is self.base else 1]):
+            own = np.diff(np.asarray(missing.steps))
+            # only a run that logs every step otherwise: one logging every n steps skips these by design
+            if len(extra) and not len(logged[0 if missing is self.base else 1]) and len(own) and np.median(own) == 1:
                 listed = ", ".join(str(int(s)) for s in extra[:4]) + (", ..." if len(extra) > 4 else "")
                 return (
                     f"'{missing.name}' did not record step {listed}, which '{other.name}' did, just before: its "
