@@ -78,3 +78,38 @@ def test_one_boundary_of_a_piecewise_schedule_shifted_names_the_steps_apart() ->
     late = _first(base, np.where(s < 12, 1e-2, np.where(s < 20, 1e-3, 1e-4)))
     assert late.step == 10 and "from step 10 to step 11 (2 steps" in (late.note or ""), late.note
     assert "2 step(s) earlier" in late.note and "from step 12 on the two agree" in late.note, late.note
+
+
+def _plateau(cuts: list[int], steps: np.ndarray = np.arange(36), lr: float = 0.1) -> np.ndarray:
+    """A plateau rule's lr, written out: halved at each step of ``cuts`` (epochs of 3 steps: a cut
+    takes effect at an epoch's first step)."""
+    return lr * 0.5 ** np.searchsorted(np.asarray(cuts), steps, side="right")
+
+
+def test_a_plateau_cut_one_epoch_early_names_a_value_set_per_epoch() -> None:
+    """A trial's ReduceLROnPlateau port with its patience one short of the TF1 rule's cut the lr one
+    epoch (3 steps) early at each cut, and was told only of a step count read after its increment
+    or a warm-up counted from 1. Every change of either run falls on an epoch's first step."""
+    base, cand = _plateau([15, 27]), _plateau([12, 24])
+    assert np.allclose(cand[:-3], base[3:])  # numpy: the port's lr is TF1's 3 steps later
+    found = _first(base, cand)
+    assert found.step == 12 and "the baseline's 3 step(s) later" in (found.note or ""), found.note
+    assert "if an epoch is 3 steps" in found.note and "one epoch early" in found.note, found.note
+    # a warm-up changing at every step two steps behind is no value set per epoch
+    behind = _first(_warmup_then_decay(STEPS), _warmup_then_decay(STEPS - 2))
+    assert "if an epoch is" not in (behind.note or ""), behind.note
+
+
+def test_a_cut_one_run_made_after_agreeing_steps_is_no_other_initial_value() -> None:
+    """A trial's plateau rule, its min_delta relative in TF1 and absolute in the port, cut the lr at
+    step 27 in TF1 only, after 27 steps alike: the note named another initial or peak value, or the
+    replicas."""
+    base, cand = _plateau([27]), _plateau([])
+    assert np.all(base[:27] == cand[:27]) and np.allclose(cand[27:], 2 * base[27:])  # numpy
+    found = _first(base, cand)
+    assert found.step == 27, found
+    assert "'tf1' changed it at step 27 and 'tf2' did not" in (found.note or ""), found.note
+    assert "initial or peak" not in found.note and "min_delta" in found.note
+    # a schedule scaled from its first step is still told so
+    scaled = _first(_warmup_then_decay(STEPS), 2 * _warmup_then_decay(STEPS))
+    assert "initial or peak" in (scaled.note or ""), scaled.note

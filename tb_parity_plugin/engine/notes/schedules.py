@@ -67,7 +67,7 @@ class ScheduleNotes(NoteContext):
                     cause = (
                         "a step count read after its increment (optimizer.iterations + 1) where the other reads it "
                         "before, a warm-up counted from 1 against 0, or boundaries shifted by one"
-                    )
+                    ) + _per_epoch_clause(steps, b, c, shift, close)
                 else:  # a shift of _stair_shifts
                     steps_of, runs, before = "steps", f"changes {abs(shift)} steps {n}", ""
                     cause = (
@@ -94,11 +94,45 @@ class ScheduleNotes(NoteContext):
             ratio = c[rest] / b[rest]
             factor = float(np.median(ratio))
             if abs(factor - 1.0) > 1e-3 and np.all(np.abs(c[rest] - factor * b[rest]) <= close * max(1.0, factor)):
+                cut = self._one_run_changed(steps, b, c, at, close, factor)
+                if cut is not None:
+                    return cut
                 return (
                     f"from step {step_k} on, the candidate's value is the baseline's times {factor:.4g} at every "
                     f"step both logged ({len(b[rest])}): the same schedule at another scale (its initial or peak "
                     "value; a learning rate scaled by the replicas or the batch size on one side)"
                 )
+        return None
+
+    def _one_run_changed(
+        self, steps: np.ndarray, b: np.ndarray, c: np.ndarray, at: int, close: float, factor: float
+    ) -> Optional[str]:
+        """For a value the baseline's times ``factor`` from index ``at`` on, after the two agreed at every
+        step before: when one run changed it at ``at`` and the other did not, or both by other factors,
+        say so (None when they did not agree before at values a scale would have shown on). A trial's plateau rule, its ``min_delta`` relative
+        in TF1 and absolute in ReduceLROnPlateau, cut the lr at step 27 in one run only, after 27 steps
+        alike, and was told of another initial or peak value, or the replicas."""
+        # where the value was 0 (a warm-up's first step) a scale could not show: no evidence it came later
+        if at < 1 or np.any(np.abs(c[:at] - b[:at]) > close) or np.any(np.abs(b[:at]) <= close):
+            return None
+        step_k, prev = int(steps[at]), int(steps[at - 1])
+        moved = [abs(x[at] - x[at - 1]) > close for x in (b, c)]
+        head = (
+            f"the two agreed at every step both logged up to step {prev}, and from step {step_k} on the candidate's "
+            f"value is the baseline's times {factor:.4g}: "
+        )
+        causes = (
+            "a plateau rule's patience, cooldown or min_delta (relative in one run, absolute in the other: "
+            "ReduceLROnPlateau's min_delta is absolute), a decay boundary or a staircase step in one run only"
+        )
+        if moved[0] != moved[1]:
+            run, other = (self.base.name, self.cand.name) if moved[0] else (self.cand.name, self.base.name)
+            return head + f"'{run}' changed it at step {step_k} and '{other}' did not: a change one run made ({causes})"
+        if moved[0]:
+            return (
+                head
+                + f"both changed it at step {step_k}, by other factors (a decay rate or a plateau factor other; {causes})"
+            )
         return None
 
     def _held_per_execution(
@@ -277,6 +311,26 @@ def _shifted_phase_note(steps: np.ndarray, b: np.ndarray, c: np.ndarray, at: int
             f"step itself, or a boundary of a piecewise schedule moved by {abs(shift)} step(s)"
         )
     return None
+
+
+def _per_epoch_clause(steps: np.ndarray, b: np.ndarray, c: np.ndarray, shift: int, close: float) -> str:
+    """For a schedule shifted by ``shift`` steps (2 or 3: :data:`SHIFTS`), when every change of each run's
+    value falls on one residue of ``shift`` (at least one change): a value set per epoch, one epoch
+    early or late, if an epoch is that many steps, said as a clause; "" otherwise. A trial's plateau rule
+    with epochs of 3 steps, one epoch early in the port (ReduceLROnPlateau's patience counted otherwise),
+    was told only of a step count read after its increment or a warm-up counted from 1."""
+    n = abs(shift)
+    if n < 2:
+        return ""
+    changes = np.concatenate([steps[1:][np.abs(np.diff(x)) > close] for x in (b, c)])
+    if not len(changes) or len(np.unique(changes % n)) != 1:
+        return ""
+    return (
+        f"; or, if an epoch is {n} steps (each run changes its value only at steps {int(changes[0] % n)} modulo "
+        f"{n}), a value set per epoch one epoch {'early' if shift > 0 else 'late'} (ReduceLROnPlateau's patience "
+        "or cooldown counted otherwise than a hand-written plateau rule, a LearningRateScheduler, an epoch counted "
+        "from 1 against 0, a callback reading the epoch's logs before they are written)"
+    )
 
 
 def _first_steps(steps: np.ndarray) -> str:
