@@ -1348,9 +1348,11 @@ def _unchanged(pair: Pair, side: str, k: int) -> Optional[bool]:
 
 
 def _norm_capped(a: np.ndarray, o: np.ndarray, cols: np.ndarray, rtol: float, atol: float) -> Optional[float]:
-    """The norm each of 2-D ``a``'s columns ``cols`` is scaled down to from ``o``'s, when each is
-    ``o``'s column times a factor below 1, they share that norm and no column of ``a`` is longer
-    (None otherwise): a ``MaxNorm`` projection (norm over axis 0) of ``o``."""
+    """The norm each of 2-D ``a``'s columns ``cols`` (two or more) is scaled down to from ``o``'s, when
+    each is ``o``'s column times a factor below 1, they share that norm and no column of ``a`` is
+    longer (None otherwise): a ``MaxNorm`` projection (norm over axis 0) of ``o``."""
+    if len(cols) < 2:  # one column scaled down is any smaller update (an Ftrl port's other lr was told MaxNorm)
+        return None
     av, ov = a[:, cols], o[:, cols]
     square = (ov * ov).sum(0)
     if not np.all(square > 0):
