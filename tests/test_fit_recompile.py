@@ -130,3 +130,29 @@ def test_a_two_phase_fit_agrees_with_its_tf1_loop_and_a_wrong_second_lr_is_found
     assert first == 4
     d = compare(str(tmp_path / "runs"), baseline="tf1_wrong", candidate="tf2").first_divergence
     assert d is not None and (d.step, d.kind) == (first, "lr"), d
+
+
+def test_a_second_compile_instruments_the_same_layers_again(tmp_path) -> None:
+    """Fine-tuning in two phases, each compile instrumented with the layers whose outputs to record
+    (as the first needed it after compile): the second call raised "layer 'dense' is already
+    instrumented" and the port stopped before its second phase. Each step's output is numpy's
+    x @ kernel, the kernel replayed in float64, under both phases' steps."""
+    model = tf.keras.Sequential(
+        [
+            tf.keras.Input((3,)),
+            tf.keras.layers.Dense(2, use_bias=False, kernel_initializer=tf.constant_initializer(W), name="dense"),
+        ]
+    )
+    rec = summary_v2.Recorder(str(tmp_path / "tf2"))
+    for lr, epochs in PHASES:
+        model.compile(optimizer=tf.keras.optimizers.SGD(lr), loss="mse")
+        summary_v2.instrument(model, rec, layers=["dense"])
+        model.fit(X, Y, batch_size=BATCH, epochs=epochs, shuffle=False, verbose=0)
+    rec.close()
+    recorded = tensors_by_step(str(tmp_path / "tf2"))
+    reference = numpy_replay()
+    assert sorted(recorded) == list(range(len(reference)))
+    for step, ref in enumerate(reference):
+        x = X[(step % 2) * BATCH : (step % 2 + 1) * BATCH].astype(np.float64)
+        output = recorded[step][("activation", "dense")][2]
+        np.testing.assert_allclose(np.reshape(output, (BATCH, 2)), x @ ref["kernel"], rtol=1e-5, atol=1e-6)

@@ -311,7 +311,14 @@ def instrument(
     for layer in chosen:  # before any is instrumented: a refused one leaves the others as they were
         _check_called(layer)
     for layer in chosen:
-        instrument_layer(recorder, layer, zero_masked=zero_masked)
+        if getattr(layer, "_tb_parity_recorder", None) is not None:
+            # instrumented by an earlier call (the first compile's: a second phase is instrumented again, as
+            # the first needed it after compile): it records onto this recorder, under its name (wrapped
+            # again, it raised "already instrumented" and a two-phase fine-tuning port stopped there)
+            layer._tb_parity_recorder = recorder
+            layer._tb_parity_zero_masked = zero_masked
+        else:
+            instrument_layer(recorder, layer, zero_masked=zero_masked)
 
     # instrumenting again onto the same recorder (after a second compile, as the first needed it)
     # keeps the numbering: a new one started the second phase at its optimizer's 0 again, over the
