@@ -800,11 +800,12 @@ def test_two_rows_of_other_examples_are_not_called_scaled() -> None:
     assert "the recorded input itself differs" in first.note and "scaled or shifted" not in first.note, first.note
 
 
-def _bn_tf1(run_dir: str, update_ops: bool = True, scale: Optional[float] = None) -> None:
+def _bn_tf1(run_dir: str, update_ops: bool = True, scale: Optional[float] = None, train_bn: bool = True) -> None:
     """A dense layer and batch normalization in training mode, its output recorded (``bn``), updated
     through UPDATE_OPS unless ``update_ops`` is False (as TF1 code often leaves it out: its moving
     statistics then never move, while the layer still normalizes with the batch's). ``scale``: the
-    logits are ``scale`` times it, recorded as ``out``."""
+    logits are ``scale`` times it, recorded as ``out``. ``train_bn`` False: the optimizer's var_list is
+    the dense layer's (the norm's gamma and beta stay, its statistics still move)."""
     with tf.Graph().as_default():
         rec = summary_v1.Recorder(run_dir)
         gs = tf.compat.v1.train.get_or_create_global_step()
@@ -817,7 +818,10 @@ def _bn_tf1(run_dir: str, update_ops: bool = True, scale: Optional[float] = None
         loss = rec.loss(tf.compat.v1.losses.sparse_softmax_cross_entropy(y, logits))
         updates = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS) if update_ops else []
         with tf.control_dependencies(updates):
-            train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.1), loss, global_step=gs)
+            var_list = None if train_bn else tf.compat.v1.trainable_variables("dense")
+            train_op = rec.minimize(
+                tf.compat.v1.train.GradientDescentOptimizer(0.1), loss, global_step=gs, var_list=var_list
+            )
         rec.variables()
         tf1_session.train(rec, train_op, [x, y], [X, Y], STEPS, BATCH)
 
@@ -893,3 +897,33 @@ def test_moving_statistics_left_put_by_missing_update_ops_are_no_inference_mode_
     first = compare(str(tmp_path), baseline="tf1", candidate="port").first_divergence
     assert first is not None and (first.step, first.kind, first.tensor) == (0, "activation", "out"), first
     assert "inference mode" not in (first.note or ""), first.note
+
+
+def test_a_frozen_batch_norm_under_fit_is_named_as_frozen_in_the_inference_mode_note(tmp_path) -> None:
+    """A fine-tuning port freezes the layers TF1 leaves out of its var_list (``trainable = False``) and
+    trains them with ``fit``: since Keras 2 a frozen ``BatchNormalization`` normalizes in inference mode
+    though ``fit`` calls it with ``training=True``, where TF1's ``training=True`` layer normalizes with
+    the batch's moments and moves its statistics. The note named ``training=False`` and a custom
+    ``train_step`` only, neither of which the port has."""
+    _bn_tf1(str(tmp_path / "tf1"), train_bn=False)
+    dense = tf.keras.layers.Dense(C, name="dense", kernel_initializer=tf.constant_initializer(W1[:, :C]))
+    bn = tf.keras.layers.BatchNormalization(name="bn")
+    model = tf.keras.Sequential([tf.keras.Input((D,)), dense, bn])
+    bn.trainable = False
+    model.compile(
+        optimizer=tf.keras.optimizers.SGD(0.1), loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
+    rec = summary_v2.Recorder(str(tmp_path / "frozen"))
+    summary_v2.instrument(model, rec, layers=["bn"])
+    model.fit(X[: STEPS * BATCH], Y[: STEPS * BATCH], batch_size=BATCH, shuffle=False, verbose=0)
+    rec.close()
+    # numpy: TF1 normalizes with the batch's moments; the frozen layer with its moving ones (0 and 1)
+    h = X[:BATCH].astype(np.float64) @ W1[:, :C]
+    tf1, frozen = tensors_by_step(str(tmp_path / "tf1")), tensors_by_step(str(tmp_path / "frozen"))
+    np.testing.assert_allclose(tf1[0][("activation", "bn")][2], (h - h.mean(0)) / np.sqrt(h.var(0) + 1e-3), atol=1e-5)
+    np.testing.assert_allclose(frozen[0][("activation", "bn")][2], h / np.sqrt(1 + 1e-3), atol=1e-5)
+    np.testing.assert_array_equal(frozen[1][("state", "bn/moving_mean:0")][2], np.zeros(C))
+    first = compare(str(tmp_path), baseline="tf1", candidate="frozen", allow_unmatched=["lr/*"]).first_divergence
+    assert first is not None and (first.step, first.kind, first.tensor) == (0, "activation", "bn"), first
+    assert "inference mode in 'frozen'" in first.note, first.note
+    assert "trainable = False" in first.note, first.note

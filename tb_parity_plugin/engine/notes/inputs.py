@@ -1036,7 +1036,9 @@ class InputNotes(NoteContext):
                     f"'{who}' left {p.base.name} unchanged from step {int(self.steps[k])} to step "
                     f"{int(self.steps[k + 1])} where '{other}' updated it: a batch normalization likely ran in "
                     f"inference mode in '{who}', normalizing with its moving statistics instead of the batch's "
-                    "(Keras: the layer or model called with training=False, or without training=True in a custom "
+                    "(Keras: the layer frozen with trainable = False, which since Keras 2 runs it in inference mode "
+                    "even under fit, where TF1 code leaving it out of var_list still normalizes with the batch; or "
+                    "the layer or model called with training=False, or without training=True in a custom "
                     "train_step or loop; TF1: training=False)"
                 )
         return None
