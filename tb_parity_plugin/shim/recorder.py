@@ -19,7 +19,7 @@ import tensorflow as tf
 from tb_parity_plugin.records import metadata, writer
 from tb_parity_plugin.shim import health_tf, partitions, randomness, slots
 from tb_parity_plugin.shim.slots import Slot
-from tb_parity_plugin.shim.variables import is_variable, model_variables, variable_name
+from tb_parity_plugin.shim.variables import frozen_variables, is_variable, model_variables, variable_name
 
 __all__ = ["BaseRecorder", "Blocks", "Entry", "build_blocks", "variable_name"]
 
@@ -428,6 +428,11 @@ class BaseRecorder:
             [] if optimizer is None else list(optimizer) if isinstance(optimizer, (list, tuple)) else [optimizer]
         )
         trainable = [v for v in var_list if getattr(v, "trainable", True)]
+        # a variable of a layer frozen with trainable = False keeps its flag (it is recorded as a weight, as
+        # TF1's variable left out of var_list is) but no optimizer updates it: its slots were built and
+        # recorded, and a faithful fine-tuning port had slots its TF1 original has not
+        frozen = frozen_variables(variables) if variables is not None else set()
+        trained = [v for v in trainable if id(v) not in frozen]
         several = len(optimizers) > 1
         unbuilt = [type(opt).__name__ for opt in optimizers if several and slots.unbuilt(opt)]
         if unbuilt:
@@ -462,12 +467,10 @@ class BaseRecorder:
             out += [self._variable("slot", m.variable, m.name) for v in trainable for m in moments.get(id(v), [])]
         for i, opt in enumerate(optimizers):  # the moments once (a second optimizer would re-read them)
             out += self._slots(
-                opt, trainable, moments if i == 0 else {}, required=False, build=not several, model=var_list
+                opt, trained, moments if i == 0 else {}, required=False, build=not several, model=var_list
             )
-            out += [self._variable("state", a.variable, a.name) for v in trainable for a in slots.averages_of(opt, v)]
-            out += [
-                self._variable("state", a.variable, a.name) for v in trainable for a in slots.accumulators_of(opt, v)
-            ]
+            out += [self._variable("state", a.variable, a.name) for v in trained for a in slots.averages_of(opt, v)]
+            out += [self._variable("state", a.variable, a.name) for v in trained for a in slots.accumulators_of(opt, v)]
         return out
 
     @contextlib.contextmanager

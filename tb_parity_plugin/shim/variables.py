@@ -69,3 +69,16 @@ def model_variables(obj: Any) -> list[Any]:
         trainable = {id(v) for v in obj.trainable_variables}
         return [*obj.trainable_variables, *(v for v in obj.variables if id(v) not in trainable)]
     return [v for item in obj for v in model_variables(item)]
+
+
+def frozen_variables(obj: Any) -> set[int]:
+    """Ids of the variables of ``obj`` (as :func:`model_variables` walks it) that a Keras model or layer
+    lists as non-trainable although their own ``trainable`` flag is set: a layer frozen with
+    ``layer.trainable = False`` (a fine-tuning port's base), which no optimizer of it updates."""
+    if is_variable(obj):
+        return set()
+    if hasattr(obj, "trainable_variables") and hasattr(obj, "non_trainable_variables"):
+        return {id(v) for v in obj.non_trainable_variables if getattr(v, "trainable", False)}
+    if hasattr(obj, "trainable_variables") and hasattr(obj, "variables"):  # tf.Module
+        return set()
+    return {i for item in obj for i in frozen_variables(item)}

@@ -1,0 +1,96 @@
+"""Fine-tuning with a frozen part: TF1 trains the head through ``minimize(loss, var_list=head)``, the
+Keras port sets ``base.trainable = False`` (the guides' transfer learning). Keras's optimizer keeps
+slots for what it trains, the head; TF1's likewise. The recorder built and recorded the optimizer's
+slots for every variable whose ``tf.Variable.trainable`` flag is set, frozen ones included: the
+faithful port had slots TF1 has not (a structure DIVERGE) and its optimizer got slots it never uses.
+Checked against a float64 numpy replay (Momentum, MSE)."""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+from shim_readback import tensors_by_step
+
+from tb_parity_plugin import compare, summary_v1, summary_v2
+
+RNG = np.random.default_rng(11)
+X = RNG.standard_normal((12, 3)).astype(np.float32)
+Y = RNG.standard_normal((12, 2)).astype(np.float32)
+W_BASE = (RNG.standard_normal((3, 4)) * 0.5).astype(np.float32)  # the "pretrained" base
+W_HEAD = (RNG.standard_normal((4, 2)) * 0.5).astype(np.float32)
+BATCH, STEPS, LR, MOMENTUM = 4, 3, 0.1, 0.9
+
+
+def numpy_replay() -> list[dict]:
+    """The head's kernel and momentum accumulator as read at each step's start, in float64; the base
+    never moves (no biases, MSE)."""
+    head, accum, out = W_HEAD.astype(np.float64), np.zeros(W_HEAD.shape), []
+    for s in range(STEPS):
+        x, y = X[s * BATCH : (s + 1) * BATCH].astype(np.float64), Y[s * BATCH : (s + 1) * BATCH]
+        out.append({"head": head.copy(), "accum": accum.copy()})
+        h = x @ W_BASE
+        accum = MOMENTUM * accum + h.T @ (2 * (h @ head - y) / y.size)
+        head = head - LR * accum
+    return out
+
+
+def _tf1(run_dir: str) -> None:
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+        y = tf.compat.v1.placeholder(tf.float32, [None, 2])
+        h = tf.compat.v1.layers.dense(
+            x, 4, use_bias=False, name="base", kernel_initializer=tf.constant_initializer(W_BASE)
+        )
+        out = tf.compat.v1.layers.dense(
+            h, 2, use_bias=False, name="head", kernel_initializer=tf.constant_initializer(W_HEAD)
+        )
+        loss = rec.loss(tf.compat.v1.losses.mean_squared_error(y, out))
+        rec.lr(tf.constant(LR))
+        opt = tf.compat.v1.train.MomentumOptimizer(LR, MOMENTUM)
+        train_op = rec.minimize(opt, loss, global_step=gs, var_list=tf.compat.v1.trainable_variables("head"))
+        rec.variables(optimizer=opt)
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for s in range(STEPS):
+                feed = {x: X[s * BATCH : (s + 1) * BATCH], y: Y[s * BATCH : (s + 1) * BATCH]}
+                rec.write(sess.run([train_op, fetches], feed)[1])
+        rec.close()
+
+
+def _fit(run_dir: str) -> tf.keras.optimizers.Optimizer:
+    base = tf.keras.layers.Dense(4, use_bias=False, name="base", kernel_initializer=tf.constant_initializer(W_BASE))
+    head = tf.keras.layers.Dense(2, use_bias=False, name="head", kernel_initializer=tf.constant_initializer(W_HEAD))
+    model = tf.keras.Sequential([tf.keras.Input((3,)), base, head])
+    base.trainable = False
+    optimizer = tf.keras.optimizers.SGD(LR, momentum=MOMENTUM)
+    model.compile(optimizer=optimizer, loss="mse")
+    rec = summary_v2.Recorder(run_dir)
+    summary_v2.instrument(model, rec)
+    model.fit(X, Y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    rec.close()
+    return optimizer
+
+
+def test_a_frozen_layer_has_no_slot_recorded_or_built_and_the_faithful_port_agrees(tmp_path) -> None:
+    _tf1(str(tmp_path / "tf1"))
+    optimizer = _fit(str(tmp_path / "tf2"))
+    # the port's optimizer keeps what Keras gives it: a momentum for the head's kernel alone
+    assert sorted(v.name for v in optimizer.variables if "kernel" in v.name) == ["m/head/kernel:0"], [
+        v.name for v in optimizer.variables
+    ]
+    recorded = tensors_by_step(str(tmp_path / "tf2"))
+    for step, ref in enumerate(numpy_replay()):
+        got = recorded[step]
+        assert sorted(name for kind, name in got if kind == "slot") == ["m/head/kernel"], sorted(got)
+        np.testing.assert_allclose(np.ravel(got[("weight", "base/kernel:0")][2]), W_BASE.ravel(), rtol=0, atol=0)
+        np.testing.assert_allclose(
+            np.ravel(got[("weight", "head/kernel:0")][2]), ref["head"].ravel(), rtol=1e-5, atol=1e-6
+        )
+        np.testing.assert_allclose(
+            np.ravel(got[("slot", "m/head/kernel")][2]), ref["accum"].ravel(), rtol=1e-5, atol=1e-6
+        )
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert report.agree, report.to_dict()["verdict_text"]
