@@ -156,3 +156,35 @@ def test_a_second_compile_instruments_the_same_layers_again(tmp_path) -> None:
         x = X[(step % 2) * BATCH : (step % 2 + 1) * BATCH].astype(np.float64)
         output = recorded[step][("activation", "dense")][2]
         np.testing.assert_allclose(np.reshape(output, (BATCH, 2)), x @ ref["kernel"], rtol=1e-5, atol=1e-6)
+
+
+def test_the_slots_of_an_optimizer_keras_built_before_instrument_are_recorded(tmp_path) -> None:
+    """A first fit unrecorded (a warm-up, or a first phase), then ``instrument`` and a second fit on the
+    same optimizer: Keras built its slots in its own first update, under the optimizer's name scope
+    (``SGD/m/dense/kernel``), and the recorder, looking for ``m/dense/kernel``, recorded no slot at all,
+    silently. Each step's momentum is numpy's accumulator (TF1's units: Keras's velocity over -lr)."""
+    model = tf.keras.Sequential(
+        [
+            tf.keras.Input((3,)),
+            tf.keras.layers.Dense(2, use_bias=False, kernel_initializer=tf.constant_initializer(W), name="dense"),
+        ]
+    )
+    lr, momentum = 0.1, 0.9
+    model.compile(optimizer=tf.keras.optimizers.SGD(lr, momentum=momentum), loss="mse")
+    model.fit(X, Y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    rec = summary_v2.Recorder(str(tmp_path / "tf2"))
+    summary_v2.instrument(model, rec)
+    model.fit(X, Y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    rec.close()
+    w, accum, expected = W.astype(np.float64), np.zeros(W.shape), {}
+    for step in range(4):
+        x, y = X[(step % 2) * BATCH : (step % 2 + 1) * BATCH].astype(np.float64), Y[(step % 2) * BATCH :][:BATCH]
+        expected[step] = accum.copy()
+        accum = momentum * accum + x.T @ (2 * (x @ w - y) / y.size)
+        w = w - lr * accum
+    recorded = tensors_by_step(str(tmp_path / "tf2"))
+    assert sorted(recorded) == [2, 3], sorted(recorded)
+    for step in (2, 3):
+        slots = {name: values for (kind, name), (_, _, values) in recorded[step].items() if kind == "slot"}
+        assert list(slots) == ["m/dense/kernel"], sorted(recorded[step])
+        np.testing.assert_allclose(np.ravel(slots["m/dense/kernel"]), expected[step].ravel(), rtol=1e-5, atol=1e-7)

@@ -156,6 +156,13 @@ def _keras_variables_of(optimizer: Any, var: Any) -> list[tuple[str, Slot]]:
     flat = path.replace("/", "_") if path else None
     for slot in _unsharded(optimizer.variables if not callable(optimizer.variables) else optimizer.variables()):
         own = _strip(variable_name(slot))
+        scope = getattr(optimizer, "name", None)  # a LossScaleOptimizer has none
+        scoped = own[len(scope) + 1 :] if scope and own.startswith(f"{scope}/") else ""
+        if scoped.endswith("/" + _strip(var.name)) and scoped.count("/") == _strip(var.name).count("/") + 1:
+            # built by Keras's own first update (a fit before the recorder saw the optimizer: a first phase
+            # unrecorded, a second compiled with model.optimizer), under the optimizer's name scope
+            # (SGD/m/dense/kernel): its slots went unrecorded, silently
+            own = scoped
         if own.endswith("/" + _strip(var.name)) and own.count("/") == _strip(var.name).count("/") + 1:
             role = own.split("/", 1)[0]
             out.append((role, Slot(own, slot, lr_units=sgd and role in ("m", "momentum"))))
