@@ -94,3 +94,77 @@ def test_a_frozen_layer_has_no_slot_recorded_or_built_and_the_faithful_port_agre
         )
     report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
     assert report.agree, report.to_dict()["verdict_text"]
+
+
+def _tf1_second_phase(run_dir: str) -> None:
+    """The head trained by a first MomentumOptimizer for STEPS steps, then by a second one at LR / 2 for
+    STEPS more; the second phase recorded on a recorder of its own, fetched with its train op."""
+    with tf.Graph().as_default():
+        first = summary_v1.Recorder(run_dir + "_unused")
+        second = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+        y = tf.compat.v1.placeholder(tf.float32, [None, 2])
+        out = tf.compat.v1.layers.dense(
+            x @ W_BASE, 2, use_bias=False, name="head", kernel_initializer=tf.constant_initializer(W_HEAD)
+        )
+        model_vars = tf.compat.v1.trainable_variables()
+        loss = second.loss(first.loss(tf.compat.v1.losses.mean_squared_error(y, out)))
+        ops = []
+        for rec, lr in ((first, LR), (second, LR / 2)):
+            rec.lr(tf.constant(lr))
+            opt = tf.compat.v1.train.MomentumOptimizer(lr, MOMENTUM)
+            ops.append(rec.minimize(opt, loss, global_step=gs))
+            rec.variables(model_vars, optimizer=opt)
+        fetches = [first.fetches, second.fetches]
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for s in range(2 * STEPS):
+                j = s % STEPS
+                feed = {x: X[j * BATCH : (j + 1) * BATCH], y: Y[j * BATCH : (j + 1) * BATCH]}
+                (first, second)[s // STEPS].write(sess.run([ops[s // STEPS], fetches[s // STEPS]], feed)[1])
+        first.close()
+        second.close()
+
+
+def _fit_second_phase(run_dir: str, same_optimizer: bool) -> None:
+    """The port: fit, then compile again at LR / 2 with a new SGD (or model.optimizer, its slots kept),
+    the second phase instrumented onto a recorder of its own, numbered on from the first."""
+    head = tf.keras.layers.Dense(2, use_bias=False, name="head", kernel_initializer=tf.constant_initializer(W_HEAD))
+    model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Lambda(lambda t: t @ W_BASE), head])
+    model.compile(optimizer=tf.keras.optimizers.SGD(LR, momentum=MOMENTUM), loss="mse")
+    model.fit(X, Y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    if same_optimizer:
+        optimizer = model.optimizer
+        optimizer.learning_rate.assign(LR / 2)
+    else:
+        optimizer = tf.keras.optimizers.SGD(LR / 2, momentum=MOMENTUM)
+        optimizer.iterations.assign(STEPS)
+    model.compile(optimizer=optimizer, loss="mse")
+    rec = summary_v2.Recorder(run_dir)
+    summary_v2.instrument(model, rec)
+    model.fit(X, Y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    rec.close()
+
+
+def test_a_second_phase_that_keeps_the_first_optimizers_slots_is_named_at_its_first_step(tmp_path) -> None:
+    """TF1's second optimizer starts its slots at 0, and so does a Keras compile with a new optimizer:
+    that port agrees. Compiled again with model.optimizer, the port carries the first phase's momentum
+    over (numpy: the phase's accumulator, in Keras's lr units times LR / (LR / 2)), found at the second
+    phase's first step on the slot, with a note that names the optimizer carried over."""
+    _tf1_second_phase(str(tmp_path / "runs" / "tf1"))
+    _fit_second_phase(str(tmp_path / "runs" / "new"), same_optimizer=False)
+    _fit_second_phase(str(tmp_path / "runs" / "kept"), same_optimizer=True)
+    accum = numpy_replay()[-1]["accum"]  # read before the last step of phase 1: one more update
+    x, y = X[-BATCH:].astype(np.float64), Y[-BATCH:]
+    h, head = x @ W_BASE, numpy_replay()[-1]["head"]
+    accum = MOMENTUM * accum + h.T @ (2 * (h @ head - y) / y.size)
+    tf1, kept = tensors_by_step(str(tmp_path / "runs" / "tf1")), tensors_by_step(str(tmp_path / "runs" / "kept"))
+    np.testing.assert_array_equal(np.ravel(tf1[STEPS][("slot", "head/kernel/Momentum_1:0")][2]), 0.0)
+    np.testing.assert_allclose(np.ravel(kept[STEPS][("slot", "m/head/kernel")][2]), 2 * accum.ravel(), rtol=1e-5)
+    report = compare(str(tmp_path / "runs"), baseline="tf1", candidate="new")
+    assert report.agree, report.to_dict()["verdict_text"]
+    first = compare(str(tmp_path / "runs"), baseline="tf1", candidate="kept").first_divergence
+    assert first is not None and (first.step, first.kind) == (STEPS, "slot"), first
+    assert "every element is 0 in the baseline at the first step both runs logged" in first.note, first.note
+    assert "the candidate carries one over" in first.note, first.note

@@ -326,6 +326,7 @@ class Comparison(Notes):
                 (
                     self._slot_lost_on_resume(pair, k)
                     or self._slot_starts_otherwise(pair, k)
+                    or self._slot_carried_over(pair, k)
                     or self._momentum_at_lr_change(pair, k)
                     or self._noise_fed(pair, k)
                     or self._slot_fed_otherwise(pair, k)

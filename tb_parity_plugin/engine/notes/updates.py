@@ -566,6 +566,26 @@ class UpdateNotes(NoteContext):
             "build the optimizer and assign ones; Adagrad's and Ftrl's initial_accumulator_value)"
         )
 
+    def _slot_carried_over(self, pair: Pair, k: int) -> Optional[str]:
+        """For a slot diverging at the first step both runs logged it, every element 0 in one run and not
+        in the other: that run starts a new optimizer there, the other's slot holds earlier updates (a
+        second phase compiled with the first phase's optimizer object, or a phase's optimizer reused,
+        where TF1's second optimizer and Keras's ``compile`` with a new one start at 0). A trial's
+        fine-tuning port that compiled its second phase with ``model.optimizer`` got no note there."""
+        if int(pair.ib[k]) != 0 or int(pair.ic[k]) != 0:
+            return None  # not where both runs' slot was first logged
+        zero = [_one_value(run.stats[0], 1) == 0.0 for run in (pair.base, pair.cand)]
+        if zero[0] == zero[1]:
+            return None
+        fresh, kept = ("baseline", "candidate") if zero[0] else ("candidate", "baseline")
+        return (
+            f"every element is 0 in the {fresh} at the first step both runs logged, where the {kept}'s slot holds "
+            f"earlier updates: the {fresh} starts a new optimizer here and the {kept} carries one over (a second "
+            "training phase compiled with the first phase's optimizer object, model.optimizer, or one optimizer "
+            "reused where TF1 builds a second; compile with a new optimizer starts its slots at 0, as TF1's "
+            "second optimizer does)"
+        )
+
     def _resumed_at_another_step(self, pair: Pair, k: int) -> Optional[str]:
         """For a weight diverging at a step where one run was resumed (``RunData.resumed_at``), when
         that run's every weight there is the other run's at one later step, element for element: the
