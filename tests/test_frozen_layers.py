@@ -168,3 +168,31 @@ def test_a_second_phase_that_keeps_the_first_optimizers_slots_is_named_at_its_fi
     assert first is not None and (first.step, first.kind) == (STEPS, "slot"), first
     assert "every element is 0 in the baseline at the first step both runs logged" in first.note, first.note
     assert "the candidate carries one over" in first.note, first.note
+
+
+def test_a_layer_left_out_of_the_frozen_set_is_told_it_is_trained_in_one_run_only(tmp_path) -> None:
+    """TF1 trains the head alone (var_list); the port forgot base.trainable = False, so fit trains the
+    base too. Its kernel diverges at step 1 (numpy: TF1's still the pretrained one, the port's moved by
+    lr times its first gradient); the note says which run left it unchanged and that one run trains it."""
+    _tf1(str(tmp_path / "tf1"))
+    base = tf.keras.layers.Dense(4, use_bias=False, name="base", kernel_initializer=tf.constant_initializer(W_BASE))
+    head = tf.keras.layers.Dense(2, use_bias=False, name="head", kernel_initializer=tf.constant_initializer(W_HEAD))
+    model = tf.keras.Sequential([tf.keras.Input((3,)), base, head])
+    model.compile(optimizer=tf.keras.optimizers.SGD(LR, momentum=MOMENTUM), loss="mse")
+    rec = summary_v2.Recorder(str(tmp_path / "unfrozen"))
+    summary_v2.instrument(model, rec)
+    model.fit(X, Y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    rec.close()
+    x, y = X[:BATCH].astype(np.float64), Y[:BATCH]
+    grad = x.T @ ((2 * (x @ W_BASE @ W_HEAD - y) / y.size) @ W_HEAD.T)
+    tf1, unfrozen = tensors_by_step(str(tmp_path / "tf1")), tensors_by_step(str(tmp_path / "unfrozen"))
+    np.testing.assert_array_equal(np.ravel(tf1[1][("weight", "base/kernel:0")][2]), W_BASE.ravel())
+    moved = np.ravel(unfrozen[1][("weight", "base/kernel:0")][2])
+    np.testing.assert_allclose(moved, (W_BASE - LR * grad).ravel(), rtol=1e-5, atol=1e-6)
+    report = compare(
+        str(tmp_path), baseline="tf1", candidate="unfrozen", allow_unmatched=["grad/base/*", "slot/m/base/*"]
+    )
+    first = report.first_divergence
+    assert first is not None and (first.step, first.kind, first.tensor) == (1, "weight", "base/kernel:0"), first
+    assert "'tf1' left it unchanged from step 0 to step 1 where 'unfrozen' updated it" in first.note, first.note
+    assert "one run trains this variable and the other does not" in first.note, first.note

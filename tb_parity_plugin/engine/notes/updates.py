@@ -69,6 +69,45 @@ class UpdateNotes(NoteContext):
             "default; ema_overwrite_frequency=None keeps the weights), or its code assigns them"
         )
 
+    def _trained_in_one_run(self, pair: Pair, k: int) -> Optional[str]:
+        """For a weight diverging at step ``k`` that agreed at the compared step before, exactly unchanged
+        since the first compared step in one run and moved in the other: one run trains it and the other
+        does not (None otherwise). A trial's fine-tuning port that froze its base layer by layer and left one out
+        (``trainable = False`` on all but one, where TF1's ``var_list`` is the head's) had that layer's
+        kernel diverge at step 1 with no note."""
+        if k == 0 or pair.reason[k - 1] != OK:
+            return None
+        before, now = pair.step_values(k - 1), pair.step_values(k)
+        if before is None or now is None or len(before[0]) != len(now[0]) or len(before[1]) != len(now[1]):
+            return None
+        still = [bool(np.array_equal(a, b)) for a, b in zip(before, now)]
+        if still[0] == still[1]:
+            return None
+        side = 0 if still[0] else 1
+        for j in range(k - 1):  # held since the first compared step: a weight that moved before and stands
+            # still once (Adam's step on a gradient that rounds to nothing) is no frozen one
+            earlier = pair.step_values(j)
+            if earlier is None or len(earlier[side]) != len(now[side]) or not np.array_equal(earlier[side], now[side]):
+                return None
+        if self._grad_of is None:
+            self._grad_of = {id(self._pairs[i]): self._pairs[j] for i, j in self._weight_grads.items()}
+        g = self._grad_of.get(id(pair))
+        for q in self._pairs if g is not None else ():
+            if q.base.kind != "slot" or q.feeder is not g:
+                continue
+            # a slot of it that moves in the still run: an optimizer updates it there (Adam on gradients that
+            # round to no step), no frozen layer
+            held = [q.step_values(j) for j in range(k + 1)]
+            if held[0] is not None and any(v is None or not np.array_equal(v[side], held[0][side]) for v in held[1:]):
+                return None
+        who, other = (self.base.name, self.cand.name) if still[0] else (self.cand.name, self.base.name)
+        return (
+            f"'{who}' left it unchanged from step {int(self.steps[k - 1])} to step {int(self.steps[k])} where "
+            f"'{other}' updated it: one run trains this variable and the other does not (a layer frozen in one run "
+            "only: trainable = False, a layer left out of the frozen set or of TF1's var_list, a phase that "
+            "unfreezes it at another step; or a gradient that does not reach it in one run)"
+        )
+
     def _moved_by_the_update(self, pair: Pair, k: int, slot_gaps: Sequence[tuple[Pair, float]] = ()) -> Optional[str]:
         """What a weight diverging at step ``k`` after its gradient agreed element-wise at every
         earlier step means (None otherwise): the update that moved it differs although its input
