@@ -196,3 +196,76 @@ def test_a_layer_left_out_of_the_frozen_set_is_told_it_is_trained_in_one_run_onl
     assert first is not None and (first.step, first.kind, first.tensor) == (1, "weight", "base/kernel:0"), first
     assert "'tf1' left it unchanged from step 0 to step 1 where 'unfrozen' updated it" in first.note, first.note
     assert "one run trains this variable and the other does not" in first.note, first.note
+
+
+W_A = (RNG.standard_normal((4, 4)) * 0.5).astype(np.float32)  # two pretrained layers of one shape
+W_B = (RNG.standard_normal((4, 4)) * 0.5).astype(np.float32)
+
+
+def _two_layers_tf1(run_dir: str) -> None:
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4])
+        y = tf.compat.v1.placeholder(tf.float32, [None, 4])
+        h = tf.compat.v1.layers.dense(x, 4, use_bias=False, name="l1", kernel_initializer=tf.constant_initializer(W_A))
+        out = tf.compat.v1.layers.dense(
+            tf.nn.relu(rec.activation("l1", h)),
+            4,
+            use_bias=False,
+            name="l2",
+            kernel_initializer=tf.constant_initializer(W_B),
+        )
+        rec.activation("l2", out)
+        loss = rec.loss(tf.compat.v1.losses.mean_squared_error(y, out))
+        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(LR), loss, global_step=gs)
+        rec.variables()
+        fetches = rec.fetches
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for s in range(2):
+                feed = {x: np.tile(X[s * BATCH : (s + 1) * BATCH], (1, 2))[:, :4], y: np.tile(Y[:BATCH], (1, 2))}
+                rec.write(sess.run([train_op, fetches], feed)[1])
+        rec.close()
+
+
+def _two_layers_port(run_dir: str, kernels: tuple) -> None:
+    model = tf.keras.Sequential(
+        [
+            tf.keras.Input((4,)),
+            tf.keras.layers.Dense(4, use_bias=False, name="l1"),
+            tf.keras.layers.ReLU(),
+            tf.keras.layers.Dense(4, use_bias=False, name="l2"),
+        ]
+    )
+    for name, kernel in zip(("l1", "l2"), kernels):
+        model.get_layer(name).set_weights([kernel])
+    rec = summary_v2.Recorder(run_dir)
+    opt = tf.keras.optimizers.SGD(LR)
+    loss_fn = tf.keras.losses.MeanSquaredError()
+    for s in range(2):
+        x = np.tile(X[s * BATCH : (s + 1) * BATCH], (1, 2))[:, :4]
+        with rec.step(s, variables=model):
+            with tf.GradientTape() as tape:
+                h = rec.activation("l1", model.get_layer("l1")(tf.constant(x)))
+                out = rec.activation("l2", model.get_layer("l2")(model.layers[1](h)))
+                loss = rec.loss(loss_fn(np.tile(Y[:BATCH], (1, 2)), out))
+            rec.minimize(opt, loss, model.trainable_variables, tape)
+    rec.close()
+
+
+def test_pretrained_weights_loaded_into_the_wrong_layers_of_one_shape_are_named_swapped(tmp_path) -> None:
+    """The port maps the checkpoint's two 4x4 kernels crosswise (l1 gets l2's), outputs recorded (which
+    keep the layers paired by name: alignment): both diverge at step 0 (numpy: each is exactly the
+    other's), with a note saying the two are swapped (there was none); loaded right it agrees."""
+    _two_layers_tf1(str(tmp_path / "tf1"))
+    _two_layers_port(str(tmp_path / "right"), (W_A, W_B))
+    _two_layers_port(str(tmp_path / "crossed"), (W_B, W_A))
+    crossed = tensors_by_step(str(tmp_path / "crossed"))
+    np.testing.assert_array_equal(np.ravel(crossed[0][("weight", "l1/kernel:0")][2]), W_B.ravel())
+    np.testing.assert_array_equal(np.ravel(crossed[0][("weight", "l2/kernel:0")][2]), W_A.ravel())
+    assert compare(str(tmp_path), baseline="tf1", candidate="right").agree
+    first = compare(str(tmp_path), baseline="tf1", candidate="crossed").first_divergence
+    assert first is not None and (first.step, first.kind, first.tensor) == (0, "weight", "l1/kernel:0"), first
+    assert "the candidate's values are the baseline's weight/l2/kernel:0 at this step" in first.note, first.note
+    assert "the two are swapped" in first.note, first.note

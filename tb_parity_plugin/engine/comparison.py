@@ -318,6 +318,7 @@ class Comparison(Notes):
                 (
                     self._resumed_at_another_step(pair, k)
                     or self._overwritten_by_average(pair, k)
+                    or self._loaded_crosswise(pair, k)
                     or self._trained_in_one_run(pair, k)
                     or self._moved_by_the_update(pair, k, slot_gaps)
                     or self._starts_reordered(pair, k)

@@ -69,6 +69,38 @@ class UpdateNotes(NoteContext):
             "default; ema_overwrite_frequency=None keeps the weights), or its code assigns them"
         )
 
+    def _loaded_crosswise(self, pair: Pair, k: int) -> Optional[str]:
+        """For a weight diverging at step ``k`` whose candidate values are, element for element, the
+        baseline's values of another weight of its shape (None otherwise): the candidate loaded that
+        weight's values into this one, both ways when the other's are this one's. A trial's port that
+        mapped a TF1 checkpoint onto two 6x6 layers crosswise diverged at step 0 on both kernels and
+        biases with no note."""
+        mine = pair.step_values(k)
+        if mine is None or np.allclose(mine[0], mine[1], rtol=1e-6, atol=0):
+            return None
+        if len(mine[1]) < 2 or np.all(mine[1] == mine[1][0]):
+            return None  # one value (zeros, ones) is any such weight's: no evidence of where it came from
+        for q in self._pairs:
+            if q is pair or q.base.kind != "weight":
+                continue
+            theirs = q.step_values(k)
+            if theirs is None or len(theirs[0]) != len(mine[1]) or tuple(q.base.shape) != tuple(pair.base.shape):
+                continue
+            if not np.allclose(mine[1], theirs[0], rtol=1e-6, atol=0):
+                continue
+            both = len(theirs[1]) == len(mine[0]) and np.allclose(theirs[1], mine[0], rtol=1e-6, atol=0)
+            return (
+                f"the candidate's values are the baseline's {q.base.kind}/{q.base.name} at this step"
+                + (
+                    f", and its {q.cand.name} holds the baseline's values of this one: the two are swapped"
+                    if both
+                    else ""
+                )
+                + " (weights loaded into the wrong layer of one shape: a checkpoint's or a list's names mapped "
+                "crosswise, set_weights in another layer order)"
+            )
+        return None
+
     def _trained_in_one_run(self, pair: Pair, k: int) -> Optional[str]:
         """For a weight diverging at step ``k`` that agreed at the compared step before, exactly unchanged
         since the first compared step in one run and moved in the other: one run trains it and the other
