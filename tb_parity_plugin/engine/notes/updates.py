@@ -81,10 +81,10 @@ class UpdateNotes(NoteContext):
         if len(mine[1]) < 2 or np.all(mine[1] == mine[1][0]):
             return None  # one value (zeros, ones) is any such weight's: no evidence of where it came from
         for q in self._pairs:
-            if q is pair or q.base.kind != "weight":
+            if q is pair or q.base.kind != "weight" or tuple(q.base.shape) != tuple(pair.base.shape):
                 continue
             theirs = q.step_values(k)
-            if theirs is None or len(theirs[0]) != len(mine[1]) or tuple(q.base.shape) != tuple(pair.base.shape):
+            if theirs is None or len(theirs[0]) != len(mine[1]):
                 continue
             if not np.allclose(mine[1], theirs[0], rtol=1e-6, atol=0):
                 continue
@@ -116,11 +116,14 @@ class UpdateNotes(NoteContext):
         if still[0] == still[1]:
             return None
         side = 0 if still[0] else 1
-        for j in range(k - 1):  # held since the first compared step: a weight that moved before and stands
-            # still once (Adam's step on a gradient that rounds to nothing) is no frozen one
-            earlier = pair.step_values(j)
-            if earlier is None or len(earlier[side]) != len(now[side]) or not np.array_equal(earlier[side], now[side]):
-                return None
+        # held since the first compared step: a weight that moved before and stands still once (Adam's step
+        # on a gradient that rounds to nothing) is no frozen one. Read from the statistics of every step
+        # (values at each step of a large weight were a copy per step), then the first step's values
+        if not _stats_held(pair, side, k):
+            return None
+        earlier = pair.step_values(0)
+        if earlier is None or len(earlier[side]) != len(now[side]) or not np.array_equal(earlier[side], now[side]):
+            return None
         if self._grad_of is None:
             self._grad_of = {id(self._pairs[i]): self._pairs[j] for i, j in self._weight_grads.items()}
         g = self._grad_of.get(id(pair))
@@ -129,8 +132,7 @@ class UpdateNotes(NoteContext):
                 continue
             # a slot of it that moves in the still run: an optimizer updates it there (Adam on gradients that
             # round to no step), no frozen layer
-            held = [q.step_values(j) for j in range(k + 1)]
-            if held[0] is not None and any(v is None or not np.array_equal(v[side], held[0][side]) for v in held[1:]):
+            if not _stats_held(q, side, k):
                 return None
         who, other = (self.base.name, self.cand.name) if still[0] else (self.cand.name, self.base.name)
         return (
@@ -1476,3 +1478,12 @@ def _rows_moved(b: np.ndarray, c: np.ndarray, tol: float) -> Optional[str]:
                 else f"rolled back by {n - r} row(s) (its first {n - r} last)"
             )
     return "in another order"
+
+
+def _stats_held(pair: Pair, side: int, k: int) -> bool:
+    """Whether ``pair``'s tensor on ``side`` (0 baseline, 1 candidate) has the same statistics at every
+    compared step up to ``k`` it was recorded at (NaN equal to NaN): held still, as far as they tell."""
+    rows = (pair.ic if side else pair.ib)[: k + 1]
+    rows = rows[rows >= 0]
+    stats = (pair.cand if side else pair.base).stats[rows]
+    return bool(len(rows) and np.array_equal(stats, np.broadcast_to(stats[0], stats.shape), equal_nan=True))
