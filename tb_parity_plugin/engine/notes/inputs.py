@@ -408,6 +408,9 @@ class InputNotes(NoteContext):
                 f"'{small}' averages them (reduction='sum' or tf.reduce_sum against a mean: Keras's default "
                 "SUM_OVER_BATCH_SIZE, TF1's losses' SUM_BY_NONZERO_WEIGHTS, tf.reduce_mean)"
             )
+        tokens = self._token_count(k, near)
+        if tokens:
+            return head + tokens
         count = next((m for m in range(1, n) if near(m / n) or near(n / m)), None) if n and n > 1 else None
         if count is not None:
             weights = (
@@ -438,6 +441,7 @@ class InputNotes(NoteContext):
         one of them is the baseline's times ``scale`` there, element-wise up to each side's rounding
         (:data:`GRAD_NOISE_OF_MAX` of its largest element); else 0. A one-element gradient counts too."""
         grads = [p for p in self._pairs if p.base.kind == "grad" and p.ib[k] >= 0 and p.ic[k] >= 0]
+        values = []
         for p in grads:
             both = p.step_values(k) if p.by_values_at(k) else None
             if both is None:
@@ -445,10 +449,62 @@ class InputNotes(NoteContext):
             b, c = (np.asarray(v, dtype=np.float64) for v in both)
             if b.shape != c.shape or not (np.isfinite(b).all() and np.isfinite(c).all()):
                 return 0
+            values.append((b, c))
+        # a gradient that is 0 in exact arithmetic holds rounding noise in both runs, which no factor relates:
+        # an attention's key bias (softmax is blind to a shift shared by every key) kept a port dividing its
+        # token loss by every position from the note (1e-10 against gradients of 1e-1). Noise of the step's
+        # largest gradient element says nothing of the scale; at least one gradient must say something.
+        top = max((float(np.abs(v).max(initial=0.0)) for pair in values for v in pair), default=0.0)
+        floor = GRAD_NOISE_OF_MAX * top
+        telling = 0
+        for b, c in values:
+            if float(np.abs(b).max(initial=0.0)) <= floor and float(np.abs(c).max(initial=0.0)) <= floor:
+                continue
             rb, rc = (GRAD_NOISE_OF_MAX * float(np.abs(v).max(initial=0.0)) for v in (b, c))
             if (np.abs(c - scale * b) > 1e-4 * np.abs(scale * b) + scale * rb + rc).any():
                 return 0
-        return len(grads)
+            telling += 1
+        return len(grads) if telling else 0
+
+    def _token_count(self, k: int, near: Callable[[float], bool]) -> str:
+        """For a loss scaled as a whole by ``m / (n * t)`` (or its inverse), where the first sequence output
+        recorded before it (``[n, t, ...]`` in both runs at compared step ``k``) holds exactly ``m`` positions
+        nonzero in one run (its real tokens, padding recorded as 0): a token-level loss divided by its real
+        tokens in one run and by every position, padding included, in the other, said as a clause; "" otherwise.
+        A helper's port of TF1's ``sparse_softmax_cross_entropy(weights=mask)`` that divided by every token
+        (fit's ``sample_weight=mask``, a ``reduce_mean``), 15 real tokens of 21 at step 0, was told "a
+        constant or a count" (the batch, 3, names no such fraction)."""
+        for p in self._pairs:
+            if p.base.kind not in _RECORDED_BEFORE or p.ib[k] < 0 or p.ic[k] < 0:
+                continue
+            sb, sc = p.known_shape("base", int(p.ib[k])), p.known_shape("cand", int(p.ic[k]))
+            if sb is None or sc is None or len(sb) != 3 or len(sc) != 3 or sb[:2] != sc[:2]:
+                continue
+            n, t = sb[:2]
+            both = p.step_values(k) if p.by_values_at(k) else None
+            if both is None or n * t < 2:
+                return ""
+            real = [
+                int((np.asarray(v).reshape(n, t, -1) != 0).any(axis=2).sum())
+                for v, shape in zip(both, (sb, sc))
+                if len(v) == n * t * shape[2]
+            ]
+            total = n * t
+            m = next((r for r in sorted(set(real)) if 0 < r < total and (near(r / total) or near(total / r))), None)
+            if m is None:
+                return ""
+            scale_up = near(total / m)  # the candidate divides by the real tokens, the baseline by every position
+            fewer, every = (self.cand.name, self.base.name) if scale_up else (self.base.name, self.cand.name)
+            return (
+                f"by {m}/{total}: {m} of the {total} (batch, time) positions of {p.base.kind}/{p.base.name} "
+                f"({n} x {t}) are real (recorded nonzero, the rest padding recorded as 0), and '{fewer}' divides the "
+                f"token losses' weighted sum by its real tokens ({m}) where '{every}' divides it by every position, "
+                f"padding included ({total}): TF1's tf.compat.v1.losses given weights=mask (SUM_BY_NONZERO_WEIGHTS), "
+                "tf.reduce_sum(ce * mask) / tf.reduce_sum(mask) and a Keras mask that reaches the loss "
+                "(Embedding(mask_zero=True) under fit) divide by the real tokens; Keras's sample_weight=mask (fit, or "
+                "a loss called with sample_weight=) and a mean over every token by all of them"
+            )
+        return ""
 
     def _batch_at(self, k: int) -> Optional[int]:
         """This step's batch: the first dimension both runs recorded at compared step ``k`` for the first
@@ -977,6 +1033,20 @@ class InputNotes(NoteContext):
             zero = [run.name for run, v in ((self.base, base), (self.cand, cand)) if not (v[apart] != 0).any()]
             reads = [run.name for run in (self.base, self.cand) if run.name not in zero]
             who = f"'{reads[0]}', which records them nonzero, " if len(zero) == 1 and len(reads) == 1 else "one run "
+            # a port that masks its padding everywhere but divides its token loss by every position (fit's
+            # sample_weight=mask with no Keras mask to record by) was told it may read its padding: a read
+            # padding moves the gradients otherwise than the loss, not every one of them by the loss's factor
+            scaled = self._whole_loss_scaled_at(k)
+            if scaled:
+                return (
+                    share
+                    + masking
+                    + (
+                        f", and the loss differs at this step too, but {scaled}; reading padding would not scale "
+                        f"the loss and every gradient by one factor, so {who}likely reads its padding nowhere that "
+                        "trains and records it only because it has no mask to record by (README: padded positions)"
+                    )
+                )
             return (
                 share
                 + masking
@@ -995,6 +1065,22 @@ class InputNotes(NoteContext):
                 "positions)"
             )
         )
+
+    def _whole_loss_scaled_at(self, k: int) -> str:
+        """:meth:`_whole_loss_scaled`'s clause for the scalar loss both runs logged at step ``k``, naming
+        it, when it and every gradient are the baseline's times one factor there; "" otherwise."""
+        loss = next((p for p in self._pairs if p.base.kind == "loss" and p.ib[k] >= 0 and p.ic[k] >= 0), None)
+        both = None if loss is None else loss.step_values(k)
+        if loss is None or both is None or len(both[0]) != 1 or len(both[1]) != 1:
+            return ""
+        b, c = float(both[0][0]), float(both[1][0])
+        if not (math.isfinite(b) and math.isfinite(c)) or b == 0.0 or not c / b > 0:
+            return ""
+        scale = c / b
+        if abs(scale - 1.0) <= 1e-3:
+            return ""
+        text = self._whole_loss_scaled(k, scale, lambda target: abs(scale - target) <= 1e-4 * target)
+        return f"{loss.base.kind}/{loss.base.name}{text[len('its value') :]}" if text else ""
 
     def _loss_apart(self, k: int) -> bool:
         """Whether a loss both runs logged at step ``k`` is out of tolerance there."""
