@@ -213,3 +213,26 @@ def test_a_token_loss_divided_by_every_position_is_named_with_its_real_tokens(tm
     note = d.note or ""
     assert "by 10/15" in note and "likely reads its padding nowhere that trains" in note, note
     assert "may read its padding" not in note, note
+
+
+def test_an_attention_apart_at_its_real_positions_is_not_told_masking_cannot_explain_it(tmp_path) -> None:
+    """A causal mask shifted by one (``q > k``: a token attends to the earlier ones, not to itself) moves
+    the attention output at real positions only, padding recorded as 0 on both sides: the note said
+    "masking does not explain it", and sent its user away from the attention mask. The faithful loop
+    agrees. Expected: numpy's attention under each mask at step 0."""
+    train_tf1(str(tmp_path / "tf1"))
+    train_loop(str(tmp_path / "faithful"), mean=False)
+    train_loop(str(tmp_path / "shifted"), mean=False, strict=True)
+    assert compare(str(tmp_path), baseline="tf1", candidate="faithful", mapping=MAP).agree
+    real = IDS != 0
+    got, base = (
+        tensors_by_step(str(tmp_path / run))[0][("activation", "mha")][2].reshape(3, 5, D) for run in ("shifted", "tf1")
+    )
+    np.testing.assert_allclose(got[real], numpy_forward(strict=True)[0][real], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(base[real], numpy_forward()[0][real], rtol=1e-4, atol=1e-5)
+    assert np.abs(base[real] - got[real]).max() > 1e-2 and (base[~real] == 0).all() and (got[~real] == 0).all()
+    d = compare(str(tmp_path), baseline="tf1", candidate="shifted", mapping=MAP).first_divergence
+    assert d is not None and (d.step, d.tensor) == (0, "mha"), d
+    note = d.note or ""
+    assert "its real positions differ" in note and "masking does not explain it" not in note, note
+    assert "causal mask shifted by one" in note, note

@@ -1018,7 +1018,10 @@ class InputNotes(NoteContext):
         if others.any() and not (base[others] != 0).any() and not (cand[others] != 0).any():
             return share + (
                 ", every element at the others agreeing, and those others 0 in both runs in each sample apart "
-                "(padding both runs recorded as 0): its real positions differ, so masking does not explain it"
+                "(padding both runs recorded as 0): its real positions differ, so padding masked differently does "
+                "not explain it; a mask over the real positions can (an attention's causal mask shifted by one, a "
+                "token attending to itself in one run only; an attention mask of the other convention, True = "
+                "padding in one run where Keras's attention_mask means True = attend)"
             )
         masking = (
             ", in each sample a run at its start or end, every element at the others agreeing: when those "
