@@ -301,3 +301,27 @@ def test_a_legacy_rmsprop_port_at_another_lr_is_not_told_of_epsilons_place(tmp_p
     first = report.first_divergence
     assert (first.step, first.kind, first.tensor) == (1, "weight", "dense/kernel:0"), first
     assert "outside the square root" not in first.note and "times 2" in first.note, first.note
+
+
+def test_an_ftrl_port_without_l1_whose_weights_tf1_holds_at_0_is_told_the_constants_not_nonneg(tmp_path) -> None:
+    """A linear model from zeros, its features non-negative and its targets below 0: every gradient of
+    the first step is positive and below TF1's l1, so TF1's Ftrl holds each weight at exactly 0 while the
+    port without l1 moves each below 0, its slots agreeing. That is the pattern of a NonNeg projection
+    (0 where the other is negative, none below 0), and the weight was told of a kernel_constraint, not
+    of Ftrl's constants; a projection keeps the positive elements, and this weight has none."""
+    xs, ys = np.abs(X), -np.abs(Y) * 0.02
+    zeros = np.zeros_like(K)
+    watch = lambda opt, v: {r: opt.get_slot(v[0], r) for r in FTRL}  # noqa: E731
+    tf1_opt = lambda gs, rec: tf.compat.v1.train.FtrlOptimizer(0.1, l1_regularization_strength=0.05)  # noqa: E731
+    seen = dense_regression(str(tmp_path / "tf1"), zeros, xs, ys, tf1_opt, watch)
+    port = dense_regression_port(str(tmp_path / "tf2"), zeros, xs, ys, tf.keras.optimizers.Ftrl(0.1), _keras_slots)
+    for role in FTRL:  # the slots agree at step 1
+        np.testing.assert_allclose(port[role][1], seen[1][role], rtol=1e-5, atol=1e-7)
+    # numpy: from w = 0, linear = g (every element in (0, 0.05)), w = (clip(linear, -l1, l1) - linear) * lr / sqrt(accum)
+    g = 2.0 * xs[0].astype(np.float64).T @ (-ys[0].astype(np.float64)) / len(ys[0])
+    assert np.all((g > 0) & (g < 0.05)), g
+    w_tf1, w_port = ((np.clip(g, -l1, l1) - g) * 0.1 / np.sqrt(0.1 + g * g) for l1 in (0.05, 0.0))
+    assert np.all(w_tf1 == 0) and np.all(w_port < -1e-3), (w_tf1, w_port)
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert (first.step, first.kind, first.tensor) == (1, "weight", "dense/kernel:0"), first
+    assert "NonNeg" not in first.note and "Ftrl" in first.note, first.note

@@ -298,7 +298,10 @@ class UpdateNotes(NoteContext):
         )
         for side, (a, o) in enumerate(((b, c), (c, b))):
             run, other = names[side], names[1 - side]
-            if np.all(a[out] == 0) and np.all(o[out] < 0) and not np.any(a < 0):
+            # a projection keeps the elements above 0 (they agree): a weight exactly 0 throughout is no
+            # evidence of one (Ftrl's l1 holds a linear model's weights at 0 until |linear| passes it, and a
+            # one-element weight left at 0 is any update not applied)
+            if np.all(a[out] == 0) and np.all(o[out] < 0) and not np.any(a < 0) and np.any(a > 0):
                 return (
                     f"each element out of tolerance is exactly 0 in '{run}' where '{other}' has it negative, and no "
                     f"element of '{run}' is negative: '{run}' clips this weight at 0 after the update "
