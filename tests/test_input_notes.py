@@ -927,3 +927,23 @@ def test_a_frozen_batch_norm_under_fit_is_named_as_frozen_in_the_inference_mode_
     assert first is not None and (first.step, first.kind, first.tensor) == (0, "activation", "bn"), first
     assert "inference mode in 'frozen'" in first.note, first.note
     assert "trainable = False" in first.note, first.note
+
+
+def test_a_one_hot_moved_in_each_of_many_rows_is_told_so_without_a_loop_over_the_rows() -> None:
+    """A bucketized feature of 200k examples whose every example lands one bucket over in the port: the
+    note that each row's value moved within its row compared the rows one by one in Python (about 5 s per
+    100k rows, a minute for a million), on every refresh; it is read in one pass now (its time is no
+    assertion here: measured 0.17 s at 100k rows, against 5.25 s before)."""
+    rows, buckets = 200_000, 4
+    cat = np.random.default_rng(5).integers(0, buckets, rows)
+    tf1, port = (np.eye(buckets, dtype=np.float32)[b] for b in (cat, (cat + 1) % buckets))
+    # numpy: every row differs, and in each the 1 that TF1 holds the port holds in another column
+    assert np.all((tf1 != port).sum(1) == 2) and np.array_equal(tf1.sum(1), port.sum(1))
+    kernel = np.ones((buckets, 2), np.float32)
+    runs = [
+        run(name, [series("output", "buckets", [tf1, out]), series("weight", "dense/kernel:0", [kernel] * 2, order=1)])
+        for name, out in (("tf1", tf1), ("tf2", port))
+    ]
+    first = Comparison(*runs).report().first_divergence
+    assert (first.step, first.kind, first.tensor) == (1, "output", "buckets"), first
+    assert f"in each of its {rows} row(s) that differ" in first.note and "another column" in first.note, first.note

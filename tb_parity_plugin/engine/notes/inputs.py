@@ -1250,11 +1250,16 @@ class InputNotes(NoteContext):
         if not ((b[out] == 0) != (c[out] == 0)).all():
             return None
         rows = out // shape[1]
-        for row in np.unique(rows):
-            at = out[rows == row]
-            gone, came = np.sort(b[at][b[at] != 0]), np.sort(c[at][c[at] != 0])
-            if not len(gone) or len(gone) != len(came) or not np.allclose(gone, came, rtol=1e-6, atol=0):
-                return None
+        # each row's non-zero values of one run against the other's, sorted by (row, value) at once: a loop
+        # over the rows took 5 s for a one-hot of 100k rows. Equal row lists also give every row as many of
+        # the one as of the other, so none holds only the other's (a value that appeared, none that moved)
+        gone, came = b[out] != 0, c[out] != 0
+        if gone.sum() != came.sum():
+            return None
+        sides = [(rows[m], v[out][m]) for m, v in ((gone, b), (came, c))]
+        (rg, vg), (rc, vc) = ((r[np.lexsort((v, r))], v[np.lexsort((v, r))]) for r, v in sides)
+        if not np.array_equal(rg, rc) or not np.allclose(vg, vc, rtol=1e-6, atol=0):
+            return None
         n = len(np.unique(rows))
         return (
             f"in each of its {n} row(s) that differ, the values one run holds at the elements out of tolerance "
