@@ -189,3 +189,49 @@ def test_a_huber_port_with_another_delta_is_told_of_the_losss_parameter(tmp_path
     assert "Huber's delta" in (d.note or ""), d.note
     # the deltas clip the residuals apart, and so the bias gradients: no broadcast of the labels
     assert "broadcast" not in (d.note or ""), d.note
+
+
+def _train_tf1_l2(run_dir: str, lam: float) -> None:
+    """The original with ``kernel_regularizer=l2(lam)`` on its [N, 1] output layer, minimising the mean squared
+    error plus get_regularization_loss()."""
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4])
+        y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+        init, reg = tf.constant_initializer(W), tf.keras.regularizers.l2(lam)
+        pred = rec.activation(
+            "out", tf.compat.v1.layers.dense(x, 1, kernel_initializer=init, kernel_regularizer=reg, name="out")
+        )
+        loss = rec.loss(tf.compat.v1.losses.mean_squared_error(y, pred) + tf.compat.v1.losses.get_regularization_loss())
+        rec.lr(tf.constant(LR))
+        train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(LR), loss, global_step=gs)
+        rec.variables()
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for sl in _batches():
+                rec.write(sess.run([train_op, rec.fetches], {x: X[sl], y: Y[sl]})[1])
+        rec.close()
+
+
+def test_a_port_without_tf1s_kernel_regularizer_is_not_told_of_a_label_broadcast(tmp_path) -> None:
+    """A kernel L2 term left out of the port changes the loss and the kernel's gradient (by 2 lam w) but
+    not the one-element bias's gradient: the loss's note on the [N, 1] output named labels broadcast to
+    [N, N] and gave the bias's agreeing gradient as its evidence, while the kernel's gradient was rightly
+    told of a weight decay. A gradient apart by a factor of its weight is an L2 term, no broadcast."""
+    lam = 0.05
+    _train_tf1_l2(str(tmp_path / "tf1"), lam)
+    train_fit(str(tmp_path / "tf2"), "mse", None)
+    x, y, w = (a.astype(np.float64) for a in (X[:BATCH], Y[:BATCH], W))
+    residual = 2.0 * (x @ w - y) / BATCH  # numpy: the mean squared error's gradient in each prediction
+    tf1, port = ({t: v[2] for t, v in tensors_by_step(str(tmp_path / run))[0].items()} for run in ("tf1", "tf2"))
+    np.testing.assert_allclose(port[("grad", "out/kernel:0")].reshape(4, 1), x.T @ residual, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        tf1[("grad", "out/kernel:0")].reshape(4, 1), x.T @ residual + 2 * lam * w, rtol=1e-5, atol=1e-6
+    )
+    np.testing.assert_allclose(tf1[("grad", "out/bias:0")], port[("grad", "out/bias:0")], rtol=1e-6)
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    at_0 = {(d.kind, d.tensor): d.note or "" for d in report.divergences_at_first_step}
+    assert report.first_divergence.step == 0, report.first_divergence
+    assert "regularization terms" in at_0[("loss", "loss")] and "broadcast" not in at_0[("loss", "loss")], at_0
+    assert "weight decay" in at_0[("grad", "out/kernel:0")], at_0

@@ -18,6 +18,7 @@ import numpy as np
 from tb_parity_plugin.engine import align, allclose, replicas
 from tb_parity_plugin.engine.pair import Pair
 from tb_parity_plugin.engine.tolerance import (
+    GRAD_NOISE_OF_MAX,
     MARGINAL_RATIO,
     TolerancePolicy,
 )
@@ -68,6 +69,25 @@ def _looser(held: float) -> float:
 def _scalar_at(series: Any, rows: np.ndarray, j: int) -> float:
     """A scalar series' value (an lr) at compared step ``j``, which its ``rows`` must hold."""
     return float(np.ravel(series.values[int(rows[j])])[0])
+
+
+def _decay_factor(b: np.ndarray, c: np.ndarray, w: np.ndarray) -> Optional[float]:
+    """The one factor, not 0, by which gradient ``c`` minus gradient ``b`` is weight ``w`` at every element
+    up to rounding (an L2 term on one side only, or of another size), else None; a weight of one value
+    (a bias at 0.1, a gamma of ones) gives None, an offset explaining it as well."""
+    b, c, w = (np.asarray(a, np.float64) for a in (b, c, w))
+    if not (np.isfinite(b).all() and np.isfinite(c).all() and np.isfinite(w).all()):
+        return None
+    d, used = c - b, np.abs(w) > 0
+    if used.sum() < 2 or not np.any(d):
+        return None
+    if np.ptp(w[used]) <= 1e-3 * float(np.abs(w).max()):
+        return None
+    factor = float(d @ w / (w @ w))
+    rounding = GRAD_NOISE_OF_MAX * max(float(np.abs(b).max()), float(np.abs(c).max()))
+    if factor == 0 or not np.all(np.abs(d - factor * w) <= rounding + 1e-3 * np.abs(factor * w)):
+        return None
+    return factor
 
 
 class NoteContext:

@@ -16,6 +16,7 @@ from tb_parity_plugin.engine.notes.context import (
     _BATCH_NORM,
     _OUTPUTS,
     NoteContext,
+    _decay_factor,
     _layer_of,
 )
 from tb_parity_plugin.engine.notes.state import _MOVING_STATS
@@ -551,6 +552,10 @@ class InputNotes(NoteContext):
         if any(g.reason[k] != OK for g in bias):
             # a port's from_logits=False on a [n, 1] output (its bias gradient apart) was sent to the labels' shape
             return ""
+        if self._gradient_decayed(k):
+            # an L2 term on one side only leaves the bias's gradient too, and moves a kernel's by a factor of
+            # itself: a TF1 kernel_regularizer the port left out was sent to the labels' shape
+            return ""
         kept = (
             f", and grad/{bias[0].base.name}, its one-element bias's gradient, agrees, as such a broadcast leaves it "
             "for a squared error or a cross-entropy on logits"
@@ -563,6 +568,20 @@ class InputNotes(NoteContext):
             "(tf.reduce_mean(tf.square(y - pred)) then averages every label against every prediction; Keras's "
             f"losses expand such labels first){kept}, so check the labels' shape on both sides"
         )
+
+    def _gradient_decayed(self, k: int) -> bool:
+        """Whether some gradient both runs recorded at compared step ``k`` differs by a factor of its weight
+        there at every element (:func:`_decay_factor`: an L2 term on one side only, or of another size)."""
+        for i, j in self._weight_grads.items():
+            w, g = self._pairs[i], self._pairs[j]
+            if min(w.ib[k], w.ic[k], g.ib[k], g.ic[k]) < 0:
+                continue
+            grads, weights = g.step_values(k), w.step_values(k)
+            if grads is None or weights is None or len(weights[0]) != len(grads[0]):
+                continue
+            if _decay_factor(grads[0], grads[1], weights[0]) is not None:
+                return True
+        return False
 
     def _batch_sizes(self, k: int) -> Optional[tuple[int, int]]:
         """(this step's batch, the largest batch of the steps up to it) from a recorded output's

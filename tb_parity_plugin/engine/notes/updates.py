@@ -14,6 +14,7 @@ from tb_parity_plugin.engine.matrix import ABSENT, OK, VALUE
 from tb_parity_plugin.engine.notes.context import (
     _MOMENTUM,
     NoteContext,
+    _decay_factor,
     _looser,
     _one_value,
     _scalar_at,
@@ -1309,18 +1310,8 @@ class UpdateNotes(NoteContext):
         weight.ensure(k + 1, self.policy.equal_nan)
         if weight.reason[k] != OK:
             return None
-        b, c = (np.asarray(a, np.float64) for a in grads)
-        w = np.asarray(weights[0], np.float64)
-        if not (np.isfinite(b).all() and np.isfinite(c).all() and np.isfinite(w).all()):
-            return None
-        d, used = c - b, np.abs(w) > 0
-        if used.sum() < 2 or not np.any(d):
-            return None
-        if np.ptp(w[used]) <= 1e-3 * float(np.abs(w).max()):
-            return None  # a weight of one value (a bias at 0.1, a gamma of ones): an offset explains it as well
-        factor = float(d @ w / (w @ w))
-        rounding = GRAD_NOISE_OF_MAX * max(float(np.abs(b).max()), float(np.abs(c).max()))
-        if factor == 0 or not np.all(np.abs(d - factor * w) <= rounding + 1e-3 * np.abs(factor * w)):
+        factor = _decay_factor(grads[0], grads[1], weights[0])
+        if factor is None:
             return None
         return (
             f"the difference is {factor:.4g} times the weight {weight.base.name} at every element: a weight decay "
