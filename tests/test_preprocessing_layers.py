@@ -228,3 +228,32 @@ def test_a_string_lookup_port_holding_the_table_with_its_oov_row_first_is_told_s
     first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
     assert first is not None and (first.step, first.kind) == (0, "weight"), first
     assert "rolled by 1 row(s)" in first.note and "OOV index first" in first.note, first.note
+
+
+class _RunningMean(tf.keras.layers.Layer):
+    """A user's own layer whose running mean trains with the model (as a batch norm's moving mean does)."""
+
+    def build(self, input_shape: tf.TensorShape) -> None:
+        self.mean = self.add_weight(name="running_mean", shape=(input_shape[-1],), initializer="zeros", trainable=False)
+
+    def call(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
+        if training:
+            self.mean.assign(0.9 * self.mean + 0.1 * tf.reduce_mean(x, 0))
+        return x - self.mean
+
+
+def test_a_users_layer_in_a_package_named_preprocessing_keeps_its_state() -> None:
+    """Only Keras's own preprocessing layers hold adapted constants: a user's layer from a package named
+    ``myproject.layers.preprocessing`` whose running mean trains with the model was left out of the state
+    (a port that updates it otherwise would agree), while an adapted Normalization stays out."""
+    from tb_parity_plugin.shim.variables import model_variables
+
+    user = type("Scaler", (_RunningMean,), {"__module__": "myproject.layers.preprocessing.scaler"})(name="scaler")
+    norm = tf.keras.layers.Normalization(name="norm")
+    norm.adapt(A)
+    model = tf.keras.Sequential([tf.keras.Input((A.shape[1],)), user, norm, tf.keras.layers.Dense(1, name="out")])
+    model(A, training=True)
+    np.testing.assert_allclose(user.mean.numpy(), 0.1 * A.astype(np.float64).mean(0), rtol=1e-5)  # numpy
+    recorded = {id(v) for v in model_variables(model)}
+    assert id(user.mean) in recorded
+    assert not any(id(v) in recorded for v in norm.non_trainable_variables)

@@ -45,7 +45,14 @@ def _preprocessing_layers(obj: Any) -> list[Any]:
     subs = getattr(obj, "submodules", None)
     if subs is None and hasattr(obj, "_flatten_layers"):
         subs = obj._flatten_layers(include_self=False)
-    return [sub for sub in subs or () if any(".layers.preprocessing." in c.__module__ for c in type(sub).__mro__)]
+    return [sub for sub in subs or () if any(_keras_preprocessing(c.__module__) for c in type(sub).__mro__)]
+
+
+def _keras_preprocessing(module: str) -> bool:
+    """Whether ``module`` is one of Keras's own preprocessing modules (``tf_keras.src.layers.preprocessing.*``,
+    ``keras.src.layers.preprocessing.*``), not a user's package that happens to be named so: a user's layer in
+    ``myproject.layers.preprocessing.scaler`` whose running statistics train with the model is state."""
+    return module.partition(".")[0] in ("keras", "tf_keras", "tensorflow") and ".layers.preprocessing." in module
 
 
 def model_variables(obj: Any) -> list[Any]:
