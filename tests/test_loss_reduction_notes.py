@@ -235,3 +235,34 @@ def test_a_port_without_tf1s_kernel_regularizer_is_not_told_of_a_label_broadcast
     assert report.first_divergence.step == 0, report.first_divergence
     assert "regularization terms" in at_0[("loss", "loss")] and "broadcast" not in at_0[("loss", "loss")], at_0
     assert "weight decay" in at_0[("grad", "out/kernel:0")], at_0
+
+
+def test_a_factor_at_a_large_batch_is_not_read_as_a_count_of_non_zero_weights() -> None:
+    """At a batch of 10000 any factor lies within 1e-4 of some m/10000: a review's loss 0.3137 times the
+    baseline's was told 3137 non-zero weights of 10000. The count is named only where a chance match is
+    rare (built from numpy series: the loss and one gradient scaled alike)."""
+    from engine_helpers import run, series
+
+    from tb_parity_plugin.engine import Comparison
+
+    rng = np.random.default_rng(3)
+    out = rng.standard_normal((10000, 2)).astype(np.float32)
+    grad = rng.standard_normal((3, 2)).astype(np.float32)
+    kernel = rng.standard_normal((3, 2)).astype(np.float32)
+    factor = np.float32(0.3137)
+
+    def side(name: str, scale: np.float32) -> object:
+        return run(
+            name,
+            [
+                series("weight", "dense/kernel:0", [kernel, kernel], order=0),
+                series("output", "dense", [out, out], order=1),
+                series("loss", "loss", [np.float32(1.5), np.float32(1.25) * scale], order=2),
+                series("grad", "dense/kernel:0", [grad, grad * scale], order=3),
+            ],
+        )
+
+    first = Comparison(side("tf1", np.float32(1)), side("tf2", factor)).report().first_divergence
+    assert first is not None and (first.step, first.kind) == (1, "loss"), first
+    assert "non-zero weights (3137)" not in (first.note or ""), first.note
+    assert "the loss as a whole is scaled" in (first.note or ""), first.note

@@ -95,6 +95,9 @@ def test_a_plateau_cut_one_epoch_early_names_a_value_set_per_epoch() -> None:
     found = _first(base, cand)
     assert found.step == 12 and "the baseline's 3 step(s) later" in (found.note or ""), found.note
     assert "if an epoch is 3 steps" in found.note and "one epoch early" in found.note, found.note
+    # one cut each is no evidence of epochs: a shifted run's changes always share the other's residue
+    one = _first(_plateau([15]), _plateau([12]))
+    assert one.step == 12 and "if an epoch is" not in (one.note or ""), one.note
     # a warm-up changing at every step two steps behind is no value set per epoch
     behind = _first(_warmup_then_decay(STEPS), _warmup_then_decay(STEPS - 2))
     assert "if an epoch is" not in (behind.note or ""), behind.note

@@ -315,15 +315,18 @@ def _shifted_phase_note(steps: np.ndarray, b: np.ndarray, c: np.ndarray, at: int
 
 def _per_epoch_clause(steps: np.ndarray, b: np.ndarray, c: np.ndarray, shift: int, close: float) -> str:
     """For a schedule shifted by ``shift`` steps (2 or 3: :data:`SHIFTS`), when every change of each run's
-    value falls on one residue of ``shift`` (at least one change): a value set per epoch, one epoch
+    value falls on one residue of ``shift`` (two or more changes in each run): a value set per epoch, one epoch
     early or late, if an epoch is that many steps, said as a clause; "" otherwise. A trial's plateau rule
     with epochs of 3 steps, one epoch early in the port (ReduceLROnPlateau's patience counted otherwise),
     was told only of a step count read after its increment or a warm-up counted from 1."""
     n = abs(shift)
     if n < 2:
         return ""
-    changes = np.concatenate([steps[1:][np.abs(np.diff(x)) > close] for x in (b, c)])
-    if not len(changes) or len(np.unique(changes % n)) != 1:
+    each = [steps[1:][np.abs(np.diff(x)) > close] for x in (b, c)]
+    changes = np.concatenate(each)
+    # a shifted run's changes are the other's moved by the shift, so one change each always shares a residue:
+    # two or more in each run that all do are the evidence of epochs
+    if min(len(e) for e in each) < 2 or len(np.unique(changes % n)) != 1:
         return ""
     return (
         f"; or, if an epoch is {n} steps (each run changes its value only at steps {int(changes[0] % n)} modulo "
