@@ -56,3 +56,15 @@ def dense_regression_port(
                 seen[r].append(v.numpy())
     rec.close()
     return seen
+
+
+def fit_recorded(run_dir: str, model: Any, layers: list[str], xs: Any, ys: Any, batch: int, opt: Any) -> None:
+    """``model`` compiled with ``opt`` on the mean squared error, its ``layers`` instrumented onto a
+    recorder at ``run_dir``, and fit for one epoch over ``xs``/``ys`` in order (``batch`` rows a step)."""
+    from tb_parity_plugin import summary_v2
+
+    model.compile(opt, tf.keras.losses.MeanSquaredError())
+    rec = summary_v2.Recorder(run_dir)
+    summary_v2.instrument(model, rec, layers=layers)
+    model.fit(xs, ys, batch_size=batch, epochs=1, shuffle=False, verbose=0)
+    rec.close()

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
+from keras_recipes import fit_recorded
 from shim_readback import tensors_by_step
 from tf1_session import train
 
-from tb_parity_plugin import compare, summary_v1, summary_v2
+from tb_parity_plugin import compare, summary_v1
 
 STEPS, BATCH, D, H, OUT = 3, 8, 4, 8, 2
 LR, MOMENTUM, CAP = 0.1, 0.9, 0.5
@@ -81,11 +82,7 @@ def _fit(run_dir: str, max_norm: bool = True, non_neg: bool = True) -> None:
     model = tf.keras.Sequential([tf.keras.Input((D,)), dense, out])
     dense.kernel.assign(W1)
     out.kernel.assign(W2)
-    model.compile(tf.keras.optimizers.SGD(LR, momentum=MOMENTUM), tf.keras.losses.MeanSquaredError())
-    rec = summary_v2.Recorder(run_dir)
-    summary_v2.instrument(model, rec, layers=["dense", "out"])
-    model.fit(X, Y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
-    rec.close()
+    fit_recorded(run_dir, model, ["dense", "out"], X, Y, BATCH, tf.keras.optimizers.SGD(LR, momentum=MOMENTUM))
 
 
 def test_tf1_applies_the_constraints_after_each_update_and_a_faithful_port_agrees(tmp_path) -> None:

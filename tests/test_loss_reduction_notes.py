@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import tensorflow as tf
 from shim_readback import tensors_by_step
+from tf1_session import train
 
 from tb_parity_plugin import compare, summary_v1, summary_v2
 
@@ -55,12 +56,8 @@ def train_tf1(run_dir: str, loss_name: str) -> None:
         rec.lr(tf.constant(LR))
         train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(LR), loss, global_step=gs)
         rec.variables()
-        fetches = rec.fetches
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for sl in _batches():
-                rec.write(sess.run([train_op, fetches], {x: X[sl], y: Y[sl], w: WEIGHTS[sl, None]})[1])
-        rec.close()
+        fed = [np.concatenate([a[sl] for sl in _batches()]) for a in (X, Y, WEIGHTS[:, None])]
+        train(rec, train_op, [x, y, w], fed, STEPS, BATCH)
 
 
 def _model() -> Any:

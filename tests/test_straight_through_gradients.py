@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
+from keras_recipes import fit_recorded
 from shim_readback import tensors_by_step
 from tf1_session import train
 
-from tb_parity_plugin import compare, summary_v1, summary_v2
+from tb_parity_plugin import compare, summary_v1
 
 STEPS, BATCH, D, H, OUT, LR, LEVELS = 3, 8, 4, 8, 2, 0.1, 4.0
 RNG = np.random.default_rng(62)
@@ -72,11 +73,7 @@ def _fit(run_dir: str, gradient: str = "identity") -> None:
     model = tf.keras.Sequential([tf.keras.Input((D,)), dense, _Round(gradient, name="round"), out])
     dense.kernel.assign(W1)
     out.kernel.assign(W2)
-    model.compile(tf.keras.optimizers.SGD(LR), tf.keras.losses.MeanSquaredError())
-    rec = summary_v2.Recorder(run_dir)
-    summary_v2.instrument(model, rec, layers=["dense", "out"])
-    model.fit(X, Y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
-    rec.close()
+    fit_recorded(run_dir, model, ["dense", "out"], X, Y, BATCH, tf.keras.optimizers.SGD(LR))
 
 
 def test_a_straight_through_port_agrees(tmp_path) -> None:

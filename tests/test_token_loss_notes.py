@@ -19,6 +19,7 @@ import math
 import numpy as np
 import tensorflow as tf
 from shim_readback import tensors_by_step
+from tf1_session import train
 
 from tb_parity_plugin import compare, summary_v1, summary_v2
 
@@ -111,12 +112,7 @@ def train_tf1(run_dir: str) -> None:
         rec.lr(tf.constant(LR))
         train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(LR), loss, global_step=gs)
         rec.variables()
-        fetches = rec.fetches
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for _ in range(STEPS):
-                rec.write(sess.run([train_op, fetches], {ids: IDS, labels: LABELS})[1])
-        rec.close()
+        train(rec, train_op, [], [], STEPS, 0, fixed={ids: IDS, labels: LABELS})
 
 
 def _model(strict: bool = False) -> tf.keras.Model:
