@@ -269,3 +269,42 @@ def test_pretrained_weights_loaded_into_the_wrong_layers_of_one_shape_are_named_
     assert first is not None and (first.step, first.kind, first.tensor) == (0, "weight", "l1/kernel:0"), first
     assert "the candidate's values are the baseline's weight/l2/kernel:0 at this step" in first.note, first.note
     assert "the two are swapped" in first.note, first.note
+
+
+def test_a_gradient_one_run_computed_without_applying_it_is_told_so() -> None:
+    """A two-phase schedule recorded on one recorder a side: TF1 fetched the base's gradient in the
+    head-only phase, Keras computed none, and the step-0 divergence said only "logged by the baseline
+    only at this step". Where neither run moved the weight, the note says the gradient was not
+    applied and how to record such a schedule; where the baseline did move it, it says nothing of it.
+    Numpy series: the base weight held still for 6 steps in both runs, then moved alike."""
+    from engine_helpers import run, series
+
+    from tb_parity_plugin.engine import Comparison
+
+    rng = np.random.default_rng(0)
+    w, h = rng.standard_normal((3, 2)).astype(np.float32), rng.standard_normal((2, 1)).astype(np.float32)
+    gw = [rng.standard_normal((3, 2)).astype(np.float32) for _ in range(12)]
+    gh = [rng.standard_normal((2, 1)).astype(np.float32) for _ in range(12)]
+    heads = [h - np.float32(0.01 * s) for s in range(12)]
+
+    def side(name: str, grad_steps: list[int], bases: list[np.ndarray]) -> object:
+        return run(
+            name,
+            [
+                series("weight", "base/kernel:0", bases, order=0),
+                series("weight", "head/kernel:0", heads, order=1),
+                series("grad", "base/kernel:0", [gw[s] for s in grad_steps], steps=grad_steps, order=2),
+                series("grad", "head/kernel:0", gh, order=3),
+            ],
+        )
+
+    still = [w] * 7 + [w - np.float32(0.01 * (s + 1)) for s in range(5)]
+    assert np.array_equal(still[0], still[1]) and not np.array_equal(still[6], still[7])
+    first = Comparison(side("tf1", list(range(12)), still), side("tf2", list(range(6, 12)), still)).report()
+    found = first.first_divergence
+    assert found is not None and (found.step, found.kind, found.reason) == (0, "grad", "missing"), found
+    assert "neither run moved weight/base/kernel:0 from step 0 to step 1" in (found.note or ""), found.note
+    assert "recorder of its own" in found.note
+    moved = [w - np.float32(0.01 * s) for s in range(12)]  # the baseline trains it: another matter
+    other = Comparison(side("tf1", list(range(12)), moved), side("tf2", list(range(6, 12)), still)).report()
+    assert other.first_divergence is not None and "neither run moved" not in (other.first_divergence.note or "")

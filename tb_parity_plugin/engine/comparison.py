@@ -21,7 +21,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from tb_parity_plugin.engine import align, batch, kinks, refresh, replicas, structure
-from tb_parity_plugin.engine.matrix import NONFINITE, REASONS, SHAPE, VALUE, ParityMatrix
+from tb_parity_plugin.engine.matrix import MISSING, NONFINITE, REASONS, SHAPE, VALUE, ParityMatrix
 from tb_parity_plugin.engine.nonfinite import FirstNonfinite
 from tb_parity_plugin.engine.notes import Notes
 from tb_parity_plugin.engine.notes.context import holds_one_value
@@ -357,6 +357,8 @@ class Comparison(Notes):
             found["note"] = "; ".join(n for n in (found.get("note"), self._input_width_upstream(pair, k)) if n) or None
         elif pair.reason[k] == SHAPE and b.kind in ("input", "activation", "output"):
             found["note"] = "; ".join(n for n in (found.get("note"), self._batch_axis_note(pair, k)) if n) or None
+        elif pair.reason[k] == MISSING and b.kind in ("grad", "slot"):
+            found["note"] = "; ".join(n for n in (found.get("note"), self._not_applied(pair, k)) if n) or None
         elif pair.reason[k] == NONFINITE and b.kind == "grad":
             skipped = self._skipped_update(pair, k)
             found["note"] = "; ".join(n for n in (found.get("note"), skipped) if n) or None

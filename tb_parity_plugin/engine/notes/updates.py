@@ -278,6 +278,31 @@ class UpdateNotes(NoteContext):
                 )
         return None
 
+    def _not_applied(self, pair: Pair, k: int) -> Optional[str]:
+        """For a gradient (or a slot fed by one) logged by one run only at compared step ``k``, whose
+        weight both runs logged and held exactly still from ``k`` to the next compared step: no update
+        of it was applied in either run there, so the one run computed it without applying it (None
+        otherwise). A trial's two-phase fine-tuning, recorded on one recorder a side, diverged at step 0
+        on the base's gradients, which TF1 fetched in the head-only phase and Keras did not compute."""
+        g = pair if pair.base.kind == "grad" else pair.feeder
+        if g is None or k + 1 >= len(self.steps):
+            return None
+        weights = [self._pairs[i] for i, j in self._weight_grads.items() if self._pairs[j] is g]
+        if len(weights) != 1:
+            return None
+        w = weights[0]
+        now, nxt = w.step_values(k), w.step_values(k + 1)
+        if now is None or nxt is None or not all(np.array_equal(a, b) for a, b in zip(now, nxt)):
+            return None
+        run = self.base.name if pair.ib[k] >= 0 else self.cand.name
+        return (
+            f"neither run moved {w.base.kind}/{w.base.name} from step {int(self.steps[k])} to step "
+            f"{int(self.steps[k + 1])}: '{run}' recorded a {pair.base.kind} of a variable no update changed there "
+            "(a phase that trains other variables: a TF1 recorder fetched with both phases' train ops records "
+            "every gradient and both optimizers' slots at every step, Keras only what it trains; record each "
+            "phase on a recorder of its own, README: a schedule that trains other variables in each phase)"
+        )
+
     def _constrained(self, pair: Pair, k: int) -> Optional[str]:
         """When one run's weight at step ``k`` is the other's projected onto a constraint at each
         element out of tolerance (None otherwise): exactly 0 where the other's is negative, no element
