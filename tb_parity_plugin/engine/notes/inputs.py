@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from typing import Callable, Optional
 
 import numpy as np
@@ -115,6 +116,9 @@ class InputNotes(NoteContext):
         if dropout is not None:
             on, out, scale = dropout
             off = self.cand.name if on == self.base.name else self.base.name
+            both_on = self._dropout_in_both(first, k, on, out, scale)
+            if both_on:
+                return f"{agree} at this step, and {both_on}" + self._positions_note(first, k)
             return (
                 f"{agree} at this step, and in '{on}' each of its {out} elements out of tolerance is 0 or "
                 f"{scale:.6g} times its value in '{off}': dropout of rate {1 - 1 / scale:.3g} is on in '{on}' only (inverted "
@@ -129,6 +133,9 @@ class InputNotes(NoteContext):
             return f"{agree} at this step, and {moved}" + self._positions_note(first, k)
         masked = self._zero_in_one_run(first, k)
         if masked:
+            axes = self._mask_axes(first, k)
+            if axes:
+                return f"{agree} at this step, and {axes}" + self._positions_note(first, k)
             return (
                 f"{agree} at this step, and each of its {masked} elements out of tolerance is exactly 0 in one run "
                 "only: a different random mask (dropout: its seed, or another random op drawn before it; README: "
@@ -1195,6 +1202,136 @@ class InputNotes(NoteContext):
                     continue
             return name, len(out), scale
         return None
+
+    def _dropout_in_both(self, pair: Pair, k: int, on: str, out: int, scale: float) -> Optional[str]:
+        """When :meth:`_dropout_in_one_run` found ``on`` holding 0 or ``scale`` times the other run's
+        value, but the other run computes this output from a random op too: what that run's own
+        recorded input says (the latest output recorded before it, of its size, that its nonzero
+        elements are one factor of): its dropout off (factor 1: None, the one-run note stands) or on
+        at another rate, else both readings. From a trial: TF1's ``nn.dropout(h, keep_prob=0.8)``
+        ported as ``Dropout(0.8)``, both under DeterministicRandomTestTool, was told "dropout of
+        rate 0.75 is on in the port only"."""
+        off_side, off_index = (pair.cand, 1) if on == self.base.name else (pair.base, 0)
+        if not off_side.random:
+            return None
+        off = self.cand.name if off_index else self.base.name
+        both = pair.step_values(k)
+        if both is None:
+            return None
+        found = self._scaled_input(pair, k, off_index)
+        keep = None if found is None else 1.0 / found[1]
+        listed = "; ".join(
+            f"'{name}': {', '.join(types)}"
+            for name, types in ((self.base.name, pair.base.random), (self.cand.name, pair.cand.random))
+            if types
+        )
+        said = (
+            f"in '{on}' each of its {out} elements out of tolerance is 0 or {scale:.6g} times its value in '{off}', "
+            f"and both runs compute it from a random op ({listed})"
+        )
+        if keep is not None and abs(keep - 1.0) <= 1e-5:
+            return None
+        if keep is None:
+            return (
+                f"{said}: either dropout is off in '{off}' (a training flag False or a keep_prob of 1 keeps its op "
+                f"and draws nothing that counts) and of rate {1 - 1 / scale:.3g} in '{on}', or both run dropout on the "
+                f"same draws and '{off}' keeps {scale:.6g} times the fraction '{on}' keeps (inverted dropout keeps "
+                "x / (1 - rate)): a keep_prob taken for the rate (Keras Dropout(0.8) for TF1's keep_prob=0.8 keeps "
+                "4 times fewer); record the dropout's input to tell which"
+            )
+        rate_off, rate_on = 1.0 - keep, 1.0 - keep / scale
+        swapped = (
+            f": the rate and the keep probability swapped (a rate of {rate_on:.3g} where the other keeps "
+            f"{keep:.3g}: Keras Dropout(rate) for TF1's keep_prob)"
+            if abs(rate_on - keep) <= 1e-3
+            else ""
+        )
+        return (
+            f"{said}: both run dropout, and against its input recorded before it '{off}' keeps x / {keep:.3g} "
+            f"(rate {rate_off:.3g}), '{on}' x / {keep / scale:.3g} (rate {rate_on:.3g}){swapped}"
+        )
+
+    def _scaled_input(self, pair: Pair, k: int, index: int) -> Optional[tuple[np.ndarray, float]]:
+        """(the input, the factor) when, in run ``index`` (0 the baseline) at step ``k``, the latest
+        output recorded before ``pair`` (element-wise, of its size) is what each nonzero element of
+        ``pair`` is, times one factor of at least 1: a dropout's recorded input and 1 / (1 - rate)
+        (1 when nothing was dropped that counts). None when no recorded output is so."""
+        both = pair.step_values(k)
+        if both is None:
+            return None
+        mine = both[index].astype(np.float64)
+        live = mine != 0
+        if not live.any():
+            return None
+        earlier = sorted(
+            (
+                p
+                for p in self._pairs
+                if p.base.kind in _RECORDED_BEFORE and p.base.order < pair.base.order and p.by_values_at(k)
+            ),
+            key=lambda p: -p.base.order,
+        )
+        for p in earlier:
+            values = p.step_values(k)
+            if values is None or len(values[index]) != len(mine):
+                continue
+            x = values[index].astype(np.float64)
+            if (x[live] == 0).any():
+                continue
+            ratio = mine[live] / x[live]
+            factor = float(np.median(ratio))
+            if factor >= 1 - 1e-5 and bool(np.all(np.abs(ratio - factor) <= 1e-5 * factor)):
+                return x, factor
+        return None
+
+    def _mask_axes(self, pair: Pair, k: int) -> Optional[str]:
+        """When each run's dropout mask, read against its input recorded before it, is shared along
+        other axes (a ``noise_shape`` of 1 there: TF1's ``nn.dropout(h, rate, noise_shape=[batch, 1,
+        channels])``, Keras ``SpatialDropout1D/2D``, against an element-wise ``Dropout``): which, else
+        None. From a trial: a port that lost the ``noise_shape``, both runs under
+        DeterministicRandomTestTool, was told of a mask drawn with another seed."""
+        shape = pair.known_shape("base", int(pair.ib[k]))
+        both = pair.step_values(k)
+        if shape is None or len(shape) < 2 or both is None or math.prod(shape) != len(both[0]):
+            return None
+        shared = []
+        for index in (0, 1):
+            found = self._scaled_input(pair, k, index)
+            if found is None or found[1] <= 1 + 1e-5:
+                return None
+            x = found[0].reshape(shape)
+            kept = np.where(x != 0, (both[index].reshape(shape) != 0).astype(np.float64), np.nan)
+            axes = []
+            for axis in range(1, len(shape)):
+                if shape[axis] < 2:
+                    continue
+                with np.errstate(all="ignore"), warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    low, high = np.nanmin(kept, axis=axis), np.nanmax(kept, axis=axis)
+                    count = np.sum(~np.isnan(kept), axis=axis)
+                # lines of 2 or more elements with a drop in them: enough that sharing is no chance
+                lines = (count >= 2) & (low == 0)
+                if int(lines.sum()) < 4:
+                    return None
+                if bool((low[lines] == high[lines]).all()):
+                    axes.append(axis)
+            shared.append(tuple(axes))
+        if shared[0] == shared[1]:
+            return None
+
+        def told(axes: tuple) -> str:
+            if not axes:
+                return "draws each element on its own (noise_shape None: Keras Dropout)"
+            noise = [1 if axis in axes else ("batch" if axis == 0 else str(shape[axis])) for axis in range(len(shape))]
+            return (
+                f"draws one value for all elements along axis {', '.join(map(str, axes))} (noise_shape "
+                f"[{', '.join(map(str, noise))}]: per channel, Keras SpatialDropout1D/2D)"
+            )
+
+        return (
+            f"its dropout masks, read against the input recorded before it, have other shapes: '{self.base.name}' "
+            f"{told(shared[0])}, '{self.cand.name}' {told(shared[1])}: a noise_shape lost or added in the port"
+        )
 
     def _zero_samples(self, pair: Pair, k: int) -> Optional[str]:
         """When every element out of tolerance at step ``k`` lies in a sample (an entry of the first
