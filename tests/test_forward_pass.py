@@ -41,3 +41,21 @@ def test_dropout_left_on_diverges_in_inference_mode_on_it(tmp_path) -> None:
     report = compare(str(tmp_path), baseline="tf1", candidate="tf2", allow_unmatched=["*/training/*"])
     first = report.first_divergence
     assert (first.kind, first.tensor) == ("activation", "inference/dropout")
+
+
+def test_dropout_left_on_in_inference_mode_is_named_with_its_rate(tmp_path) -> None:
+    """From a trial: the forward pass records no weight, and the dropout on in the port's inference pass
+    got no note. Numpy: the original's inference dropout output is its input, relu(bn); each element of
+    the port's is 0 or twice it (rate 0.5)."""
+    forward_tf1(str(tmp_path / "tf1"), dropout=True)
+    forward_tf2(str(tmp_path / "tf2"), dropout_training=True, modes=("inference",))
+    tf1, tf2 = tensors_by_step(str(tmp_path / "tf1"))[0], tensors_by_step(str(tmp_path / "tf2"))[0]
+    h = np.maximum(np.asarray(tf1[("activation", "inference/bn")][2], np.float64), 0).reshape(-1)
+    off = np.asarray(tf1[("activation", "inference/dropout")][2]).reshape(-1)
+    on = np.asarray(tf2[("activation", "inference/dropout")][2]).reshape(-1)
+    np.testing.assert_allclose(off, h, rtol=1e-6)
+    assert ((on == 0) | np.isclose(on, 2 * h, rtol=1e-6)).all() and ((on == 0) & (h != 0)).any()
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2", allow_unmatched=["*/training/*"])
+    note = report.first_divergence.note
+    assert "dropout of rate 0.5 is on in 'tf2' only" in note, note
+    assert "this is the inference-mode pass, where dropout is off" in note

@@ -58,7 +58,7 @@ class InputNotes(NoteContext):
         logged = [p for p in self._pairs if p.base.kind == "weight" and p.ib[k] >= 0 and p.ic[k] >= 0]
         weights = [p for p in logged if p.by_values_at(k) or _layer_of(p.base.name) not in later]
         if not weights:
-            return None
+            return None if logged else self._dropout_in_forward_pass(first, k)
         for p in weights:
             if p.by_values_at(k):
                 p.ensure(k + 1, self.policy.equal_nan)
@@ -112,19 +112,9 @@ class InputNotes(NoteContext):
         padded = self._repeats_last_step(first, k)
         if padded:
             return f"{agree} at this step; {padded}"
-        dropout = self._dropout_in_one_run(first, k)
-        if dropout is not None:
-            on, out, scale = dropout
-            off = self.cand.name if on == self.base.name else self.base.name
-            both_on = self._dropout_in_both(first, k, on, out, scale)
-            if both_on:
-                return f"{agree} at this step, and {both_on}" + self._positions_note(first, k)
-            return (
-                f"{agree} at this step, and in '{on}' each of its {out} elements out of tolerance is 0 or "
-                f"{scale:.6g} times its value in '{off}': dropout of rate {1 - 1 / scale:.3g} is on in '{on}' only (inverted "
-                "dropout keeps x / (1 - rate)). tf.compat.v1.layers.dropout and a Keras layer called without "
-                "training=True leave it off, and so does a keep_prob of 1 or a rate of 0 fed at this step"
-            ) + self._positions_note(first, k)
+        dropout = self._dropout_note(agree, first, k)
+        if dropout:
+            return dropout
         samples = self._zero_samples(first, k)
         if samples:
             return f"{agree} at this step, and {samples}"
@@ -1202,6 +1192,50 @@ class InputNotes(NoteContext):
                     continue
             return name, len(out), scale
         return None
+
+    def _dropout_note(self, agree: str, first: Pair, k: int) -> Optional[str]:
+        """The note, after ``agree``, on a dropout on in one run only or at other rates in the two
+        (:meth:`_dropout_in_one_run`, :meth:`_dropout_in_both`), else None."""
+        dropout = self._dropout_in_one_run(first, k)
+        if dropout is None:
+            return None
+        on, out, scale = dropout
+        off = self.cand.name if on == self.base.name else self.base.name
+        both_on = self._dropout_in_both(first, k, on, out, scale)
+        if both_on:
+            return f"{agree} at this step, and {both_on}" + self._positions_note(first, k)
+        return (
+            f"{agree} at this step, and in '{on}' each of its {out} elements out of tolerance is 0 or "
+            f"{scale:.6g} times its value in '{off}': dropout of rate {1 - 1 / scale:.3g} is on in '{on}' only (inverted "
+            "dropout keeps x / (1 - rate)). tf.compat.v1.layers.dropout and a Keras layer called without "
+            "training=True leave it off, and so does a keep_prob of 1 or a rate of 0 fed at this step"
+            + (
+                f"; this is the inference-mode pass, where dropout is off: '{on}' runs it there (called with "
+                "training=True, or a layer that ignores training)"
+                if first.base.name.startswith("inference/")
+                else ""
+            )
+        ) + self._positions_note(first, k)
+
+    def _dropout_in_forward_pass(self, first: Pair, k: int) -> Optional[str]:
+        """:meth:`_dropout_note` where neither run records a weight (a forward pass, the migration
+        guides' first check) and the outputs recorded before it agree: a dropout holds no weight, so
+        its input agreeing is enough. From a trial: a port's dropout left on in inference mode
+        diverged there with no note."""
+        earlier = [
+            p
+            for p in self._pairs
+            if p.base.kind in _RECORDED_BEFORE and p.base.order < first.base.order and p.ib[k] >= 0 and p.ic[k] >= 0
+        ]
+        if not earlier or not all(p.by_values_at(k) for p in earlier):
+            return None
+        for p in earlier:
+            p.ensure(k + 1, self.policy.equal_nan)
+        if any(p.reason[k] != OK for p in earlier):
+            return None
+        return self._dropout_note(
+            "no weight is recorded (a forward pass), and the outputs recorded before it agree", first, k
+        )
 
     def _dropout_in_both(self, pair: Pair, k: int, on: str, out: int, scale: float) -> Optional[str]:
         """When :meth:`_dropout_in_one_run` found ``on`` holding 0 or ``scale`` times the other run's
