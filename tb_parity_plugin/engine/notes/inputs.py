@@ -1353,7 +1353,7 @@ class InputNotes(NoteContext):
         if shared[0] == shared[1]:
             return None
 
-        def told(axes: tuple) -> str:
+        def told(axes: tuple[int, ...]) -> str:
             if not axes:
                 return "draws each element on its own (noise_shape None: Keras Dropout)"
             noise = [1 if axis in axes else ("batch" if axis == 0 else str(shape[axis])) for axis in range(len(shape))]
