@@ -73,8 +73,9 @@ def numpy_forward(strict: bool = False) -> tuple[np.ndarray, np.ndarray]:
     return a, lse - np.take_along_axis(logits, LABELS[..., None], -1)[..., 0]
 
 
-def train_tf1(run_dir: str) -> None:
-    """The original: dense q/k/v, a causal and key-padding mask, ``sparse_softmax_cross_entropy(weights=mask)``."""
+def train_tf1(run_dir: str, l2: float = 0.0) -> None:
+    """The original: dense q/k/v, a causal and key-padding mask, ``sparse_softmax_cross_entropy(weights=mask)``;
+    ``l2``: it trains on that loss plus ``l2 * sum(w ** 2)`` of the logits' kernel, recording the loss alone."""
     with tf.Graph().as_default():
         rec = summary_v1.Recorder(run_dir)
         gs = tf.compat.v1.train.get_or_create_global_step()
@@ -110,6 +111,9 @@ def train_tf1(run_dir: str) -> None:
         mask = tf.cast(tf.not_equal(labels, 0), tf.float32)
         loss = rec.loss(tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits, weights=mask))
         rec.lr(tf.constant(LR))
+        if l2:
+            kernel = tf.compat.v1.trainable_variables("logits/kernel")[0]
+            loss = loss + l2 * tf.reduce_sum(tf.square(kernel))
         train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(LR), loss, global_step=gs)
         rec.variables()
         train(rec, train_op, [], [], STEPS, 0, fixed={ids: IDS, labels: LABELS})
@@ -144,9 +148,10 @@ def _model(strict: bool = False) -> tf.keras.Model:
     return model
 
 
-def train_loop(run_dir: str, mean: bool, strict: bool = False) -> None:
+def train_loop(run_dir: str, mean: bool, strict: bool = False, l2: float = 0.0) -> None:
     """A custom loop whose loss is ``reduce_mean(ce * mask)`` (``mean``: every position, padding included)
-    or ``reduce_sum(ce * mask) / reduce_sum(mask)`` (the real tokens, TF1's)."""
+    or ``reduce_sum(ce * mask) / reduce_sum(mask)`` (the real tokens, TF1's); ``l2``: plus ``l2 * sum(w ** 2)``
+    of the logits' kernel, recorded with it."""
     model, opt = _model(strict), tf.keras.optimizers.SGD(LR)
     ce_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
     rec = summary_v2.Recorder(run_dir)
@@ -163,7 +168,8 @@ def train_loop(run_dir: str, mean: bool, strict: bool = False) -> None:
                 logits = rec.activation("logits", out(x + a), mask=real)
                 mask = tf.cast(tf.not_equal(labels, 0), tf.float32)
                 masked = ce_fn(labels, logits) * mask
-                loss = rec.loss(tf.reduce_mean(masked) if mean else tf.reduce_sum(masked) / tf.reduce_sum(mask))
+                loss = tf.reduce_mean(masked) if mean else tf.reduce_sum(masked) / tf.reduce_sum(mask)
+                loss = rec.loss(loss + l2 * tf.reduce_sum(tf.square(out.kernel)) if l2 else loss)
             rec.minimize(opt, loss, model.trainable_variables, tape)
 
     for _ in range(STEPS):
@@ -232,3 +238,27 @@ def test_an_attention_apart_at_its_real_positions_is_not_told_masking_cannot_exp
     note = d.note or ""
     assert "its real positions differ" in note and "masking does not explain it" not in note, note
     assert "causal mask shifted by one" in note, note
+
+
+def test_a_loss_recorded_without_its_l2_term_is_told_so_beside_a_rounding_noise_gradient(tmp_path) -> None:
+    """TF1 trains on its token loss plus an L2 term of the logits' kernel but records the loss alone; the port
+    records the total it trains on. Both train on one objective (every gradient agrees, numpy: the same
+    function), and only the recorded loss differs, by the L2 term. The attention's key bias, whose gradient is
+    0 in exact arithmetic, holds rounding noise in both runs, which no two runs share: it kept every gradient
+    from "agreeing to float32 rounding", and the note said "the loss is computed differently" (the README's
+    case of a TF1 loss recorded without get_regularization_loss()), where the key bias says nothing."""
+    l2 = 0.01
+    train_tf1(str(tmp_path / "tf1"), l2=l2)
+    train_loop(str(tmp_path / "total"), mean=False, l2=l2)
+    ce, real = numpy_forward()[1], LABELS != 0
+    term = l2 * float((W["logits/kernel"].astype(np.float64) ** 2).sum())
+    tf1, total = (tensors_by_step(str(tmp_path / run))[0] for run in ("tf1", "total"))
+    np.testing.assert_allclose(float(tf1[("loss", "loss")][2]), (ce * real).sum() / 10, rtol=1e-5)
+    np.testing.assert_allclose(float(total[("loss", "loss")][2]), (ce * real).sum() / 10 + term, rtol=1e-5)
+    # the key bias's gradient is rounding noise in both runs (0 in exact arithmetic), others are of order 0.1
+    key_bias = [v[2] for (kind, name), v in {**tf1, **total}.items() if kind == "grad" and "key/bias" in name]
+    assert len(key_bias) == 2 and all(np.abs(g).max() < 1e-6 for g in key_bias), key_bias
+    d = compare(str(tmp_path), baseline="tf1", candidate="total", mapping=MAP).first_divergence
+    assert d is not None and (d.step, d.kind) == (0, "loss"), d
+    note = d.note or ""
+    assert "runs likely record different losses" in note, note

@@ -305,8 +305,14 @@ class InputNotes(NoteContext):
         """How many gradients both runs recorded at compared step ``k``, when there are some and every
         one of them is as close as float32 rounding leaves it there, element-wise (32 ulps of its largest
         element); else 0. Within tolerance is not enough: a port's L2 of 1e-5 twice TF1's moved every
-        gradient by 1e-5 * w, under atol, and the loss by far more (a statistic proves nothing either)."""
+        gradient by 1e-5 * w, under atol, and the loss by far more (a statistic proves nothing either).
+        A gradient that is 0 in exact arithmetic holds rounding noise in both runs, which 32 ulps of its own
+        largest element cannot hold: below :data:`GRAD_NOISE_OF_MAX` of the step's largest gradient element in
+        both runs, it says nothing (as in :meth:`_gradients_scaled`), and at least one gradient must say something.
+        An attention's key bias (1e-9 against gradients of 1e-1) kept a TF1 original recording its loss without
+        its L2 term from this note, and it was told "the loss is computed differently"."""
         grads = [p for p in self._pairs if p.base.kind == "grad" and p.ib[k] >= 0 and p.ic[k] >= 0]
+        values = []
         for p in grads:
             both = p.step_values(k) if p.by_values_at(k) else None
             if both is None:
@@ -314,10 +320,17 @@ class InputNotes(NoteContext):
             b, c = (np.asarray(v, dtype=np.float64) for v in both)
             if b.shape != c.shape or not (np.isfinite(b).all() and np.isfinite(c).all()):
                 return 0
+            values.append((b, c))
+        top = max((float(np.abs(v).max(initial=0.0)) for pair in values for v in pair), default=0.0)
+        telling = 0
+        for b, c in values:
             scale = max(float(np.abs(b).max(initial=0.0)), float(np.abs(c).max(initial=0.0)))
+            if 0.0 < scale <= GRAD_NOISE_OF_MAX * top:
+                continue
             if float(np.abs(c - b).max(initial=0.0)) > OUTPUT_ATOL_OF_MAX * scale:
                 return 0
-        return len(grads)
+            telling += 1
+        return len(grads) if telling else 0
 
     def _loss_scale(self, first: Pair, k: int, grads: int = 0) -> Optional[str]:
         """For a scalar loss that is the baseline's times the replica count of one run (or its
