@@ -128,6 +128,9 @@ class UpdateNotes(NoteContext):
         if self._grad_of is None:
             self._grad_of = {id(self._pairs[i]): self._pairs[j] for i, j in self._weight_grads.items()}
         g = self._grad_of.get(id(pair))
+        grads = None if g is None else g.step_values(k - 1)
+        if grads is not None and not any(np.any(v) for v in grads):
+            return None  # no gradient in either run: what moved it is no training (the update's note: a decay)
         for q in self._pairs if g is not None else ():
             if q.base.kind != "slot" or q.feeder is not g:
                 continue
