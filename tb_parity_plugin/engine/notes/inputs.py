@@ -311,26 +311,19 @@ class InputNotes(NoteContext):
         both runs, it says nothing (as in :meth:`_gradients_scaled`), and at least one gradient must say something.
         An attention's key bias (1e-9 against gradients of 1e-1) kept a TF1 original recording its loss without
         its L2 term from this note, and it was told "the loss is computed differently"."""
-        grads = [p for p in self._pairs if p.base.kind == "grad" and p.ib[k] >= 0 and p.ic[k] >= 0]
-        values = []
-        for p in grads:
-            both = p.step_values(k) if p.by_values_at(k) else None
-            if both is None:
-                return 0
-            b, c = (np.asarray(v, dtype=np.float64) for v in both)
-            if b.shape != c.shape or not (np.isfinite(b).all() and np.isfinite(c).all()):
-                return 0
-            values.append((b, c))
-        top = max((float(np.abs(v).max(initial=0.0)) for pair in values for v in pair), default=0.0)
+        values = self._gradient_values(k)
+        if values is None:
+            return 0
+        floor = _noise_floor(values)
         telling = 0
         for b, c in values:
             scale = max(float(np.abs(b).max(initial=0.0)), float(np.abs(c).max(initial=0.0)))
-            if 0.0 < scale <= GRAD_NOISE_OF_MAX * top:
+            if 0.0 < scale <= floor:
                 continue
             if float(np.abs(c - b).max(initial=0.0)) > OUTPUT_ATOL_OF_MAX * scale:
                 return 0
             telling += 1
-        return len(grads) if telling else 0
+        return len(values) if telling else 0
 
     def _loss_scale(self, first: Pair, k: int, grads: int = 0) -> Optional[str]:
         """For a scalar loss that is the baseline's times the replica count of one run (or its
@@ -455,26 +448,35 @@ class InputNotes(NoteContext):
             "count"
         )
 
+    def _gradient_values(self, k: int) -> Optional[list[tuple[np.ndarray, np.ndarray]]]:
+        """Each gradient both runs recorded at compared step ``k``, as (baseline, candidate) float64
+        values; None when one of them is not compared by values there, or has another shape in each run,
+        or holds a NaN/Inf (then no element-wise claim about the gradients can be made)."""
+        values = []
+        for p in self._pairs:
+            if p.base.kind != "grad" or p.ib[k] < 0 or p.ic[k] < 0:
+                continue
+            both = p.step_values(k) if p.by_values_at(k) else None
+            if both is None:
+                return None
+            b, c = (np.asarray(v, dtype=np.float64) for v in both)
+            if b.shape != c.shape or not (np.isfinite(b).all() and np.isfinite(c).all()):
+                return None
+            values.append((b, c))
+        return values
+
     def _gradients_scaled(self, k: int, scale: float) -> int:
         """How many gradients both runs recorded at compared step ``k``, when there are some and every
         one of them is the baseline's times ``scale`` there, element-wise up to each side's rounding
         (:data:`GRAD_NOISE_OF_MAX` of its largest element); else 0. A one-element gradient counts too."""
-        grads = [p for p in self._pairs if p.base.kind == "grad" and p.ib[k] >= 0 and p.ic[k] >= 0]
-        values = []
-        for p in grads:
-            both = p.step_values(k) if p.by_values_at(k) else None
-            if both is None:
-                return 0
-            b, c = (np.asarray(v, dtype=np.float64) for v in both)
-            if b.shape != c.shape or not (np.isfinite(b).all() and np.isfinite(c).all()):
-                return 0
-            values.append((b, c))
+        values = self._gradient_values(k)
+        if values is None:
+            return 0
         # a gradient that is 0 in exact arithmetic holds rounding noise in both runs, which no factor relates:
         # an attention's key bias (softmax is blind to a shift shared by every key) kept a port dividing its
         # token loss by every position from the note (1e-10 against gradients of 1e-1). Noise of the step's
         # largest gradient element says nothing of the scale; at least one gradient must say something.
-        top = max((float(np.abs(v).max(initial=0.0)) for pair in values for v in pair), default=0.0)
-        floor = GRAD_NOISE_OF_MAX * top
+        floor = _noise_floor(values)
         telling = 0
         for b, c in values:
             if float(np.abs(b).max(initial=0.0)) <= floor and float(np.abs(c).max(initial=0.0)) <= floor:
@@ -483,7 +485,7 @@ class InputNotes(NoteContext):
             if (np.abs(c - scale * b) > 1e-4 * np.abs(scale * b) + scale * rb + rc).any():
                 return 0
             telling += 1
-        return len(grads) if telling else 0
+        return len(values) if telling else 0
 
     def _token_count(self, k: int, near: Callable[[float], bool]) -> str:
         """For a loss scaled as a whole by ``m / (n * t)`` (or its inverse), where the first sequence output
@@ -1648,3 +1650,9 @@ def _positions_shifted(b: np.ndarray, c: np.ndarray, atol: float, rtol: float) -
         if not any((np.abs(np.roll(row_b, -int(r), axis=0) - row_c) <= bound).all() for r in starts):
             return False
     return True
+
+
+def _noise_floor(values: list[tuple[np.ndarray, np.ndarray]]) -> float:
+    """The rounding noise of a step's gradients (:data:`GRAD_NOISE_OF_MAX` of their largest element): a
+    gradient that is 0 in exact arithmetic (an attention's key bias) holds no more than this in either run."""
+    return GRAD_NOISE_OF_MAX * max((float(np.abs(v).max(initial=0.0)) for pair in values for v in pair), default=0.0)
