@@ -80,10 +80,10 @@ def test_one_boundary_of_a_piecewise_schedule_shifted_names_the_steps_apart() ->
     assert "2 step(s) earlier" in late.note and "from step 12 on the two agree" in late.note, late.note
 
 
-def _plateau(cuts: list[int], steps: np.ndarray = np.arange(36), lr: float = 0.1) -> np.ndarray:
-    """A plateau rule's lr, written out: halved at each step of ``cuts`` (epochs of 3 steps: a cut
-    takes effect at an epoch's first step)."""
-    return lr * 0.5 ** np.searchsorted(np.asarray(cuts), steps, side="right")
+def _plateau(cuts: list[int], lr: float = 0.1) -> np.ndarray:
+    """A plateau rule's lr over 36 steps, written out: halved at each step of ``cuts`` (epochs of 3
+    steps: a cut takes effect at an epoch's first step)."""
+    return lr * 0.5 ** np.searchsorted(np.asarray(cuts), np.arange(36), side="right")
 
 
 def test_a_plateau_cut_one_epoch_early_names_a_value_set_per_epoch() -> None:
