@@ -211,6 +211,12 @@ class UpdateNotes(NoteContext):
                 "clipping between the recorded gradient and the update (clipnorm clips each variable by its own norm, "
                 "clip_by_global_norm / global_clipnorm all by one), or a weight decay added to the gradient"
             )
+        decay = self._decoupled_decay(pair, g, k)
+        if decay is not None:  # its slots agree: the update's own term in the weight differs
+            return f"{note}; {decay}"
+        corrected = None if momentum_only else self._bias_correction(pair, g, k)
+        if corrected is not None:  # its slots agree: the step's size is Adam's bias correction
+            return f"{note}; {corrected}"
         ftrl = self._ftrl_constants(g, k)
         if ftrl is not None:  # its slots agree: only the rule's constants are left
             return f"{note}: {ftrl}"
@@ -805,6 +811,9 @@ class UpdateNotes(NoteContext):
         units = self._velocity_units(pair, k, b, c, rounding)
         if units:
             return note + units
+        coupled = self._coupled_decay(pair, g, k, b, c)
+        if coupled:
+            return note + coupled
         scale = _uniform_scale(b, c, pair.tol.atol, rounding)
         if scale is None:
             return note
@@ -843,6 +852,37 @@ class UpdateNotes(NoteContext):
                 f"{scale:.4g} (clipping: one side's clip factor over the other's), or one side scales it (dampening)"
             )
         return note
+
+    def _coupled_decay(self, pair: Pair, g: Pair, k: int, b: np.ndarray, c: np.ndarray) -> str:
+        """For Adam's first moment at step ``k``, 0 in both runs at the step before: when the two
+        differ by one factor times the weight there at every element, one run added a weight decay
+        to the gradient (L2, coupled: ``g + λw``) that the other applies decoupled or not at all. A
+        trial's port of BERT's ``AdamWeightDecayOptimizer`` that coupled it was told of clipping,
+        the betas or a decay, with no factor. "" otherwise."""
+        power, averaging = align.slot_rule(pair.base.name, pair.cand.name)
+        if power != 1 or not averaging or int(self.steps[k - 1]) != int(self.steps[k]) - 1:
+            return ""
+        before = pair.step_values(k - 1)
+        if before is None or np.any(before[0]) or np.any(before[1]):
+            return ""
+        weight = next((self._pairs[i] for i, j in self._weight_grads.items() if self._pairs[j] is g), None)
+        if weight is None or not weight.use_values:
+            return ""
+        w = weight.step_values(k - 1)
+        if w is None or len(w[0]) != len(b):
+            return ""
+        factor = _decay_factor(b, c, w[0])
+        if factor is None:
+            return ""
+        beta, default, _ = align.decay_name(pair.base.name, pair.cand.name, power)
+        who = self.cand.name if factor > 0 else self.base.name
+        return (
+            f"; the candidate's minus the baseline's is {factor:.4g} times the weight {weight.base.name} at step "
+            f"{int(self.steps[k - 1])} at every element: on its first update a moving average holds (1 - {beta}) x "
+            f"what reaches it, so '{who}' adds a weight decay to the gradient (L2, coupled: g + λ·w; λ = "
+            f"{abs(factor) / (1.0 - default):.4g} if {beta} is {default}) where the other run decays the weight "
+            "decoupled (w -= lr·λ·w: BERT's AdamWeightDecayOptimizer, AdamW) or not at all"
+        )
 
     def _velocity_units(self, pair: Pair, k: int, b: np.ndarray, c: np.ndarray, rounding: tuple[float, float]) -> str:
         """For a momentum slot whose values at step ``k`` (``b``, ``c``) are one another's times
@@ -1367,6 +1407,121 @@ class UpdateNotes(NoteContext):
             f"; or, under the strategy's {n} replicas, a regularization loss not divided by the replica count "
             f"(tf.nn.scale_regularization_loss): each replica adds it whole and the all-reduce sums {n} of them"
         )
+
+    def _decoupled_decay(self, pair: Pair, g: Pair, k: int) -> Optional[str]:
+        """When the candidate's update of a weight from the step before ``k`` to ``k`` minus the
+        baseline's is one factor times the weight at every element (None otherwise): a decoupled
+        weight decay (``w -= lr * λ * w``) in one run only, or of another size. BERT's
+        ``AdamWeightDecayOptimizer`` leaves out LayerNorm and bias variables; a trial's port that
+        decayed them too was told to compare epsilon, betas and clipping on LayerNorm's gamma."""
+        if k == 0 or int(self.steps[k - 1]) != int(self.steps[k]) - 1:
+            return None
+        now, before = pair.step_values(k), pair.step_values(k - 1)
+        if now is None or before is None or len(now[0]) != len(before[0]) or len(now[1]) != len(now[0]):
+            return None
+        (nb, nc), (bb, bc) = ((np.asarray(x, np.float64).ravel() for x in both) for both in (now, before))
+        if not all(np.isfinite(a).all() for a in (nb, nc, bb, bc)):
+            return None
+        d, used = (nc - bc) - (nb - bb), np.abs(bb) > pair.tol.atol
+        if used.sum() < 2 or not np.any(d):
+            return None
+        factor = float(d[used] @ bb[used] / (bb[used] @ bb[used]))
+        # each difference of two float32 weights carries their rounding, and the updates' own (Adam's
+        # steps near the lr, rounded at the weight's scale)
+        rounding = 2.0**-22 * (np.abs(nb) + np.abs(bb) + np.abs(nc) + np.abs(bc))
+        if factor == 0 or not np.all(np.abs(d - factor * bb) <= rounding + 1e-3 * np.abs(factor * bb)):
+            return None
+        if np.any(np.abs(d - factor * bb) > 0.1 * np.abs(factor * bb) + rounding):  # below atol too
+            return None
+        rates = [
+            _scalar_at(series, rows, k - 1)
+            for lr in self._pairs
+            if lr.base.kind == "lr" and lr.use_values
+            for series, rows in ((lr.base, lr.ib), (lr.cand, lr.ic))
+            if int(rows[k - 1]) >= 0
+        ]
+        who = self.cand.name if factor < 0 else self.base.name
+        # Adam's decoupled decays are named only under Adam (a momentum's weight decay is no AdamW's)
+        adam = any(
+            power == 2 for power, _ in (align.slot_rule(p.base.name, p.cand.name) for p in self._slots_fed_by(g))
+        )
+        rate = (
+            f" ({-factor / rates[0]:.4g} times the lr {rates[0]:.4g} of step {int(self.steps[k - 1])})"
+            if rates and rates[0] > 0 and len(set(rates)) == 1
+            else ""
+        )
+        one = (
+            " (the weight holds one value there, so an offset of the update would look the same)"
+            if np.ptp(bb[used]) <= 1e-3 * float(np.abs(bb).max())
+            else ""
+        )
+        return (
+            f"the update of '{self.cand.name}' minus that of '{self.base.name}' is {factor:.4g} times the weight at "
+            f"every element{rate}{one}: a decoupled weight decay (w -= lr·λ·w) that '{who}' applies to this variable "
+            "and the other does not, or of another size: the variables left out of the decay differ"
+            + (
+                " (BERT's AdamWeightDecayOptimizer leaves out names matching LayerNorm, layer_norm and bias; Keras "
+                "AdamW decays every variable unless exclude_from_weight_decay(var_names=[...]) is called before it "
+                "is built, and its weight_decay defaults to 0.004)"
+                if adam
+                else ", or one run's optimizer decays its weights and the other's does not"
+            )
+        )
+
+    def _bias_correction(self, pair: Pair, g: Pair, k: int) -> Optional[str]:
+        """When the candidate's update of an Adam-trained weight from the step before ``k`` to ``k``
+        is the baseline's times Adam's bias correction at that update, ``sqrt(1 - 0.999^t) /
+        (1 - 0.9^t)`` with ``t = steps[k]`` (or the baseline's the candidate's times it), at every
+        element, up to a term proportional to the weight (a decoupled decay both apply outside the
+        correction): one run corrects its moments and the other does not (None otherwise). BERT's
+        ``AdamWeightDecayOptimizer`` has no bias correction and Keras's ``AdamW`` always applies it:
+        a trial's ``AdamW`` port was told of epsilon and clipping on its kernels, and of four causes
+        on its biases."""
+        if k == 0 or int(self.steps[k - 1]) != int(self.steps[k]) - 1 or int(self.steps[k]) < 1:
+            return None
+        if not any(
+            power == 2 for power, _ in (align.slot_rule(p.base.name, p.cand.name) for p in self._slots_fed_by(g))
+        ):
+            return None
+        now, before = pair.step_values(k), pair.step_values(k - 1)
+        if now is None or before is None or len(now[0]) != len(before[0]) or len(now[1]) != len(now[0]):
+            return None
+        (nb, nc), (bb, bc) = ((np.asarray(x, np.float64).ravel() for x in both) for both in (now, before))
+        if not all(np.isfinite(a).all() for a in (nb, nc, bb, bc)):
+            return None
+        t = int(self.steps[k])
+        correction = math.sqrt(1.0 - 0.999**t) / (1.0 - 0.9**t)
+        if abs(correction - 1.0) <= 1e-3:
+            return None
+        rounding = 2.0**-22 * (np.abs(nb) + np.abs(bb) + np.abs(nc) + np.abs(bc))
+        ub, uc = nb - bb, nc - bc
+        moved = np.abs(ub) > pair.tol.atol
+        if moved.sum() < 2:
+            return None
+        for factor, who, other in (
+            (correction, self.cand.name, self.base.name),
+            (1.0 / correction, self.base.name, self.cand.name),
+        ):
+            rest = uc - factor * ub
+            decay = float(rest @ bb / (bb @ bb)) if np.any(bb) else 0.0
+            if not np.all(np.abs(rest - decay * bb) <= 1e-3 * np.abs(factor * ub) + rounding):
+                continue
+            if abs(decay) * float(np.abs(bb).max()) <= 1e-3 * float(np.abs(factor * ub).max()):
+                decay = 0.0
+            plus = (
+                f" plus {decay:.4g} times the weight (a decoupled weight decay's term, which the correction does "
+                "not scale: the same decay in both runs, or a decay in one run only)"
+                if decay
+                else ""
+            )
+            return (
+                f"the update of '{self.cand.name}' is the baseline's times {factor:.4g} at every element{plus}: "
+                f"{correction:.4g} is sqrt(1 - 0.999^{t}) / (1 - 0.9^{t}), Adam's bias correction at update {t} "
+                f"(betas 0.9, 0.999): '{who}' corrects Adam's moments and '{other}' does not (BERT's "
+                "AdamWeightDecayOptimizer has no bias correction; Keras Adam and AdamW always apply it, so neither "
+                "ports it faithfully: subclass the optimizer with BERT's update instead)"
+            )
+        return None
 
     def _update_scale(self, pair: Pair, k: int) -> Optional[float]:
         """The one factor, not 1, by which the candidate's update of a weight from the step before
