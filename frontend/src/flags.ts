@@ -1,8 +1,18 @@
 // The comparison flags of `tb-parity diff` that the routes take besides the tolerance fields:
-// `--map`, `--allow-unmatched`, `--override` and `--equal-nan`, typed (or pasted from a note or
-// the CLI) as the shell would split them, so the tab can show the verdict the CLI gave with them.
+// `--map`, `--allow-unmatched`, `--override`, `--equal-nan`, `--accept-fewer-steps` and
+// `--accept-read-problems`, typed (or pasted from a note or the CLI) as the shell would split them,
+// so the tab can show the verdict the CLI gave with them. An INCOMPLETE verdict names its accept
+// flag ("Accept it with --accept-fewer-steps"): the field refused it, and the tab could not give
+// the CLI's verdict with it.
 
 import type { Params } from "./api";
+
+/** Flags without a value, and the route parameter each sets. */
+const SWITCHES: Record<string, "equal_nan" | "accept_fewer_steps" | "accept_read_problems"> = {
+  "--equal-nan": "equal_nan",
+  "--accept-fewer-steps": "accept_fewer_steps",
+  "--accept-read-problems": "accept_read_problems",
+};
 
 const LISTS: Record<string, "mapping" | "allow_unmatched" | "override"> = {
   "--map": "mapping",
@@ -62,14 +72,14 @@ export function parseFlags(text: string): Params {
     const word = given[i];
     const eq = word.indexOf("=");
     const flag = word.startsWith("--") && eq > 0 ? word.slice(0, eq) : word;
-    if (flag === "--equal-nan") {
-      out.equal_nan = "1";
+    if (word in SWITCHES) {
+      out[SWITCHES[word]] = "1";
     } else if (flag in LISTS) {
       const value = eq > 0 && word.startsWith("--") ? word.slice(eq + 1) : given[++i];
       if (value === undefined) throw new Error(`${flag} needs a value`);
       lists[LISTS[flag]].push(value);
     } else {
-      throw new Error(`unknown flag ${JSON.stringify(word)}: the tab takes --map, --allow-unmatched, --override and --equal-nan`);
+      throw new Error(`unknown flag ${JSON.stringify(word)}: the tab takes --map, --allow-unmatched, --override, --equal-nan, --accept-fewer-steps and --accept-read-problems`);
     }
   }
   for (const [key, values] of Object.entries(lists)) if (values.length) out[key] = values;

@@ -11,7 +11,7 @@ export interface ViewState {
   atol?: string;
   rtol?: string;
   warmup?: string;
-  /** `tb-parity diff`'s --map, --allow-unmatched, --override and --equal-nan, as typed (flags.ts). */
+  /** `tb-parity diff`'s --map, --allow-unmatched, --override, --equal-nan and the --accept-* flags, as typed (flags.ts). */
   flags?: string;
 }
 const KEYS: (keyof ViewState)[] = ["baseline", "candidate", "tensor", "step", "atol", "rtol", "warmup", "flags"];

@@ -336,3 +336,33 @@ def test_a_suggested_map_is_applied_from_the_structure_panel(page, server: str, 
         shown = panel.locator(f"[data-testid=unmatched][data-run='{run}'] [data-testid=only-in]")
         expect(shown).to_have_count(len(entries), timeout=TIMEOUT)
     assert "flags=" in frame.locator("body").evaluate("() => window.location.hash")
+
+
+@one_server
+@pytest.mark.parametrize(
+    ("pair", "flags"),
+    [
+        ("short", {"--accept-fewer-steps": "accept_fewer_steps"}),
+        # its corrupt last record also ends the port a step early: both flags
+        ("stats", {"--accept-read-problems": "accept_read_problems", "--accept-fewer-steps": "accept_fewer_steps"}),
+    ],
+)
+def test_the_flags_an_incomplete_verdict_names_are_taken_by_the_flags_field(
+    page, server: str, demo_logdir: str, pair: str, flags: dict
+) -> None:
+    """An INCOMPLETE card ends "Accept it with --accept-fewer-steps" (or --accept-read-problems), as
+    the CLI's line does; typed into the tab's flags field, that flag was refused ("unknown flag ...:
+    the tab takes --map, --allow-unmatched, --override and --equal-nan"), and the tab could not show
+    the verdict the CLI gives with it, though its routes take the parameter."""
+    plain = engine(demo_logdir, pair)
+    accepted = api.compare(demo_logdir, f"{pair}/tf1", f"{pair}/tf2", **{key: True for key in flags.values()})
+    assert plain.verdict == "incomplete" and any(flag in plain.verdict_text for flag in flags)
+    assert accepted.verdict != "incomplete" and accepted.first_divergence is None
+    frame = open_tab(page, server, pair)
+    field = frame.locator("[data-testid=flags]")
+    field.fill(" ".join(flags))
+    card = frame.locator("[data-testid=card]")
+    expect(card).to_have_attribute("data-verdict", accepted.verdict, timeout=TIMEOUT)
+    expect(card.locator("[data-testid=verdict-text]")).to_contain_text(accepted.verdict_text, timeout=TIMEOUT)
+    expect(frame.locator("[data-testid=error]")).not_to_contain_text("unknown flag")
+    assert "flags=" in frame.locator("body").evaluate("() => window.location.hash")
