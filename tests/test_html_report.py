@@ -260,3 +260,34 @@ def test_a_structure_verdict_names_a_tensor_only_the_candidate_records(tmp_path)
     )
     assert "First divergence at step" not in doc
     assert f"the first divergence is at step {later.step}: <code>weight/kernel</code> (value)" in doc
+
+
+def test_a_plain_agreement_says_what_allow_unmatched_left_out(tmp_path, browser) -> None:
+    """A GRU port compared with ``--allow-unmatched '*gru_cell*'`` (TF1's gates/candidate kernels
+    against Keras's fused kernel: no pairing by name): `diff` and the tab said "AGREE ...; not
+    compared: 14 tensor(s) recorded by one run only and declared expected ...: compare what they
+    compute another way", while the page headed "Runs agree within tolerance across 4 steps and
+    11 tensors." and said nothing of the recurrent layer it never compared (the engine words that
+    clause once for every front end since the LSTM users it misled). numpy: the shared tensors are
+    equal, the cell's kernels have other shapes in each run."""
+    from engine_helpers import write_run
+
+    w = np.linspace(-1, 1, 8, dtype=np.float32)
+    gates, fused = np.ones((7, 6), np.float32), np.ones((4, 9), np.float32)
+    assert np.array_equal(w, w.copy()) and gates.shape != fused.shape
+    write_run(
+        str(tmp_path), "tf1", range(3), lambda s: [("weight", "w", w), ("weight", "gru_cell/gates", gates)], side="tf1"
+    )
+    write_run(
+        str(tmp_path), "tf2", range(3), lambda s: [("weight", "w", w), ("weight", "gru_cell/kernel", fused)], side="tf2"
+    )
+    report = api.compare(str(tmp_path), allow_unmatched=["*gru_cell*"])
+    assert report.verdict == "agree" and report.first_divergence is None
+    assert "not compared: 2 tensor(s)" in report.verdict_text  # what `diff` prints and the tab shows
+    out = tmp_path / "gru.html"
+    assert report_cli(str(tmp_path), "--allow-unmatched", "*gru_cell*", "-o", str(out)) == 0
+    page, _ = open_report(browser, out, "html_report_allow_unmatched.png")
+    headline = page.locator(".verdict.agree").inner_text()
+    assert headline.startswith(f"Runs agree within tolerance across 3 steps and {report.tensors_compared} tensors.")
+    assert report.verdict_text in headline
+    page.close()

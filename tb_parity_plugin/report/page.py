@@ -99,6 +99,14 @@ def _verdict_box(summary: Mapping[str, Any]) -> str:
                 f'<div class="verdict agree stats">{_e(text)} {_e(summary.get("verdict_text", ""))}'
                 f'<div class="meta" data-testid="statistics-only">{_e(line)}</div></div>'
             )
+        # tensors allow_unmatched declared expected were never compared: the engine's one line says
+        # so ("; not compared: N ..."), as `diff` and the tab show it; the page headed a bare agree
+        only_in = (summary.get("structure") or {}).get("only_in") or {}
+        if any(e.get("expected") for entries in only_in.values() for e in entries):
+            line = _e(summary.get("verdict_text", ""))
+            return (
+                f'<div class="verdict agree">{_e(text)}<div class="meta" data-testid="verdict-text">{line}</div></div>'
+            )
         return f'<div class="verdict agree">{_e(text)}</div>'
     if not first:  # disagreement without a divergence: e.g. nothing comparable
         return '<div class="verdict diverge">Runs do not agree (no comparable divergence found).</div>'
