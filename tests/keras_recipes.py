@@ -68,3 +68,54 @@ def fit_recorded(run_dir: str, model: Any, layers: list[str], xs: Any, ys: Any, 
     summary_v2.instrument(model, rec, layers=layers)
     model.fit(xs, ys, batch_size=batch, epochs=1, shuffle=False, verbose=0)
     rec.close()
+
+
+class BertAdam(tf.keras.optimizers.Optimizer):
+    """BERT's ``AdamWeightDecayOptimizer`` as a Keras optimizer (slots ``m`` and ``v``; no bias
+    correction; decoupled weight decay on variables whose name matches none of ``exclude``), the
+    faithful port of the rule; ``coupled=True`` adds the decay to the gradient (L2) instead."""
+
+    def __init__(
+        self,
+        learning_rate: float,
+        weight_decay: float,
+        exclude: Any,
+        beta_1: float = 0.9,
+        beta_2: float = 0.999,
+        epsilon: float = 1e-6,
+        coupled: bool = False,
+        name: str = "BertAdam",
+    ) -> None:
+        super().__init__(name=name)
+        self._learning_rate = self._build_learning_rate(learning_rate)
+        self.decay_rate, self.exclude, self.coupled = (
+            weight_decay,
+            list(exclude),
+            coupled,
+        )  # not weight_decay: the base class would decay too
+        self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
+
+    def build(self, var_list: list[Any]) -> None:
+        super().build(var_list)
+        if getattr(self, "_built", False):
+            return
+        self._built = True
+        self._m = [self.add_variable_from_reference(v, "m") for v in var_list]
+        self._v = [self.add_variable_from_reference(v, "v") for v in var_list]
+
+    def update_step(self, gradient: tf.Tensor, variable: tf.Variable) -> None:
+        import re
+
+        i = self._index_dict[self._var_key(variable)]
+        m, v = self._m[i], self._v[i]
+        decay = not any(re.search(r, variable.name) for r in self.exclude)
+        if self.coupled and decay:
+            gradient = gradient + self.decay_rate * variable
+        next_m = self.beta_1 * m + (1.0 - self.beta_1) * gradient
+        next_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(gradient)
+        update = next_m / (tf.sqrt(next_v) + self.epsilon)
+        if decay and not self.coupled:
+            update += self.decay_rate * variable
+        variable.assign_sub(tf.cast(self.learning_rate, variable.dtype) * update)
+        m.assign(next_m)
+        v.assign(next_v)

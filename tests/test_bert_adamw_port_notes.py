@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf1_session
+from keras_recipes import BertAdam
 from shim_readback import tensors_by_step
 
 from tb_parity_plugin import compare, summary_v1, summary_v2
@@ -95,39 +96,6 @@ def train_tf1(run_dir: str) -> None:
         tf1_session.train(rec, train, (x, y), (X, Y), STEPS, BATCH)
 
 
-class AdamWeightDecay(tf.keras.optimizers.Optimizer):
-    """The port of BERT's rule; ``exclude=[]`` decays LayerNorm and biases too, ``coupled=True``
-    adds the decay to the gradient (L2) instead."""
-
-    def __init__(self, exclude: list, coupled: bool = False) -> None:
-        super().__init__(name="AdamWeightDecay")
-        self._learning_rate = self._build_learning_rate(LR)
-        self.exclude, self.coupled = exclude, coupled
-
-    def build(self, var_list: list) -> None:
-        super().build(var_list)
-        if getattr(self, "_built", False):
-            return
-        self._built = True
-        self._m = [self.add_variable_from_reference(v, "m") for v in var_list]
-        self._v = [self.add_variable_from_reference(v, "v") for v in var_list]
-
-    def update_step(self, gradient: tf.Tensor, variable: tf.Variable) -> None:
-        i = self._index_dict[self._var_key(variable)]
-        m, v = self._m[i], self._v[i]
-        decay = not any(re.search(r, variable.name) for r in self.exclude)
-        if self.coupled and decay:
-            gradient = gradient + WD * variable
-        next_m = B1 * m + (1.0 - B1) * gradient
-        next_v = B2 * v + (1.0 - B2) * tf.square(gradient)
-        update = next_m / (tf.sqrt(next_v) + EPS)
-        if decay and not self.coupled:
-            update += WD * variable
-        variable.assign_sub(tf.cast(self.learning_rate, variable.dtype) * update)
-        m.assign(next_m)
-        v.assign(next_v)
-
-
 def train_port(run_dir: str, port: str) -> None:
     """The Keras port trained with ``fit``: ``faithful``, ``decay_all``, ``coupled`` (the subclass)
     or ``adamw`` (Keras's ``AdamW`` with BERT's settings and exclusions)."""
@@ -145,7 +113,9 @@ def train_port(run_dir: str, port: str) -> None:
         opt = tf.keras.optimizers.AdamW(LR, weight_decay=WD, beta_1=B1, beta_2=B2, epsilon=EPS)
         opt.exclude_from_weight_decay(var_names=EXCLUDE)
     else:
-        opt = AdamWeightDecay([] if port == "decay_all" else EXCLUDE, coupled=port == "coupled")
+        opt = BertAdam(
+            LR, WD, [] if port == "decay_all" else EXCLUDE, B1, B2, EPS, port == "coupled", "AdamWeightDecay"
+        )
     model.compile(opt, loss="mse")
     rec = summary_v2.Recorder(run_dir)
     summary_v2.instrument(model, rec, layers=["dense", "LayerNorm", "dense_1"])

@@ -20,6 +20,7 @@ from typing import Any, Optional
 import numpy as np
 import pytest
 import tensorflow as tf
+from keras_recipes import BertAdam
 from shim_readback import tensors_by_step
 
 from tb_parity_plugin import compare, summary_v1, summary_v2
@@ -131,41 +132,12 @@ def train_tf1(run_dir: str, record: str = "variables") -> list[dict[str, np.ndar
     return seen
 
 
-class BertAdam(tf.keras.optimizers.Optimizer):
-    """The port: BERT's rule as a Keras optimizer (slots ``m`` and ``v``; no bias correction)."""
-
-    def __init__(self, learning_rate: float, beta_1: float = B1, beta_2: float = B2, **kwargs: Any) -> None:
-        super().__init__(name="BertAdam", **kwargs)
-        self._learning_rate = self._build_learning_rate(learning_rate)
-        self.beta_1, self.beta_2 = beta_1, beta_2
-
-    def build(self, var_list: list) -> None:
-        super().build(var_list)
-        if getattr(self, "_built", False):
-            return
-        self._built = True
-        self._m = [self.add_variable_from_reference(v, "m") for v in var_list]
-        self._v = [self.add_variable_from_reference(v, "v") for v in var_list]
-
-    def update_step(self, gradient: tf.Tensor, variable: tf.Variable) -> None:
-        i = self._index_dict[self._var_key(variable)]
-        m, v = self._m[i], self._v[i]
-        next_m = self.beta_1 * m + (1.0 - self.beta_1) * gradient
-        next_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(gradient)
-        update = next_m / (tf.sqrt(next_v) + EPS)
-        if not any(re.search(r, variable.name) for r in EXCLUDE):
-            update += WD * variable
-        variable.assign_sub(tf.cast(self.learning_rate, variable.dtype) * update)
-        m.assign(next_m)
-        v.assign(next_v)
-
-
 def train_port(run_dir: str, beta_1: float = B1, beta_2: float = B2, slots: bool = True) -> None:
     """The Keras port in a ``tf.function`` loop; ``slots=False`` records no optimizer slot."""
     model = tf.keras.Sequential(
         [tf.keras.Input((4,)), tf.keras.layers.Dense(2, kernel_initializer=tf.constant_initializer(K0), name="dense")]
     )
-    opt = BertAdam(LR, beta_1=beta_1, beta_2=beta_2)
+    opt = BertAdam(LR, WD, EXCLUDE, beta_1=beta_1, beta_2=beta_2, epsilon=EPS)
     opt.build(model.trainable_variables)
     rec = summary_v2.Recorder(run_dir)
 
