@@ -627,13 +627,7 @@ def _sex_tf1(run_dir: str) -> None:
         p = tf.compat.v1.layers.dense(h, 1, kernel_initializer=tf.constant_initializer(SEX_K), name="dense")
         loss = rec.loss(tf.compat.v1.losses.mean_squared_error(y, p))
         train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(0.1), loss, global_step=gs)
-        fetches = rec.fetches
-        with tf.compat.v1.Session() as sess:
-            sess.run([tf.compat.v1.global_variables_initializer(), tf.compat.v1.tables_initializer()])
-            for s in range(2):
-                rows = slice(s * 8, (s + 1) * 8)
-                rec.write(sess.run([train_op, fetches], {sex: SEX[rows], y: SEX_Y[rows]})[1])
-        rec.close()
+        tf1_session.train(rec, train_op, [sex, y], [SEX, SEX_Y], 2, 8)
 
 
 def _sex_port(run_dir: str) -> None:

@@ -205,11 +205,7 @@ def test_a_string_lookup_port_holding_the_table_with_its_oov_row_first_is_told_s
         step = tf.compat.v1.train.get_or_create_global_step()
         train_op = rec.minimize(tf.compat.v1.train.GradientDescentOptimizer(LR), loss, global_step=step)
         rec.variables()
-        fetches = rec.fetches
-        with tf.compat.v1.Session() as sess:  # the vocabulary is a table: tables_initializer too
-            sess.run([tf.compat.v1.global_variables_initializer(), tf.compat.v1.tables_initializer()])
-            rec.write(sess.run([train_op, fetches], {tags: TAGS, labels: y})[1])
-        rec.close()
+        train(rec, train_op, [tags, labels], [TAGS, y], 1, len(TAGS))  # the vocabulary is a table
     layers = tf.keras.layers
     inp = tf.keras.Input((1,), dtype=tf.string, name="tags")
     embedded = layers.Embedding(4, 2, name="tags_embedding")(layers.StringLookup(vocabulary=VOCAB)(inp))

@@ -17,12 +17,13 @@ def train(
     batch: int,
     fixed: Optional[Mapping[Any, Any]] = None,
 ) -> None:
-    """Initialise, run ``train_op`` with ``rec.fetches`` on batch ``s`` of each array at step ``s``
+    """Initialise (variables and lookup tables), run ``train_op`` with ``rec.fetches`` on batch ``s`` of each array at step ``s``
     (and ``fixed``'s values, fed at every step: a ``keep_prob`` of 1.0), write each step's records,
     close the recorder (call it inside the graph, after recording)."""
     fetches = rec.fetches
     with tf.compat.v1.Session() as sess:
-        sess.run(tf.compat.v1.global_variables_initializer())
+        # and the lookup tables, as MonitoredTrainingSession's scaffold does (a no-op without any)
+        sess.run([tf.compat.v1.global_variables_initializer(), tf.compat.v1.tables_initializer()])
         for s in range(steps):
             rows = slice(s * batch, (s + 1) * batch)
             feed = {p: a[rows] for p, a in zip(placeholders, arrays)} | dict(fixed or {})
