@@ -104,6 +104,17 @@ class NoteContext:
     _weight_grads: dict[int, int]
     _replicas: dict[str, replicas.Replicas]
 
+    def _gradient_of(self, weight: Pair) -> Optional[Pair]:
+        """The pair of ``weight``'s gradient (``Comparison._weight_grads``), or None; the map is built
+        once per set of pairs, when first asked."""
+        if self._grad_of is None:
+            self._grad_of = {id(self._pairs[i]): self._pairs[j] for i, j in self._weight_grads.items()}
+        return self._grad_of.get(id(weight))
+
+    def _weights_of(self, grad: Optional[Pair]) -> list[Pair]:
+        """The pairs of the weights whose gradient is ``grad`` (one, where names pair them)."""
+        return [self._pairs[i] for i, j in self._weight_grads.items() if self._pairs[j] is grad]
+
     def _apart_under_override(self, pairs: list[Pair], k: int) -> list[tuple[str, float]]:
         """(tag, largest |c - b|) at compared step ``k`` of the ``pairs`` (compared by values) that an
         ``--override`` matches and whose values differ there: they agree by the user's word, not by

@@ -125,9 +125,7 @@ class UpdateNotes(NoteContext):
         earlier = pair.step_values(0)
         if earlier is None or len(earlier[side]) != len(now[side]) or not np.array_equal(earlier[side], now[side]):
             return None
-        if self._grad_of is None:
-            self._grad_of = {id(self._pairs[i]): self._pairs[j] for i, j in self._weight_grads.items()}
-        g = self._grad_of.get(id(pair))
+        g = self._gradient_of(pair)
         grads = None if g is None else g.step_values(k - 1)
         if grads is not None and not any(np.any(v) for v in grads):
             return None  # no gradient in either run: what moved it is no training (the update's note: a decay)
@@ -162,9 +160,7 @@ class UpdateNotes(NoteContext):
         ``global_clipnorm`` (clipping between the recorded gradient and the update) was told
         "likely rounding noise" beside Adam slots 40-140% apart, and under Momentum (every
         update a per-variable factor of TF1's) "the learning rate or Adam's bias correction"."""
-        if self._grad_of is None:  # once per set of pairs, when a weight first diverges
-            self._grad_of = {id(self._pairs[i]): self._pairs[j] for i, j in self._weight_grads.items()}
-        g = self._grad_of.get(id(pair))
+        g = self._gradient_of(pair)
         if g is None or k == 0:
             return None
         if not g.use_values:  # statistics that prove nothing are no evidence that it agreed
@@ -296,7 +292,7 @@ class UpdateNotes(NoteContext):
         g = pair if pair.base.kind == "grad" else pair.feeder
         if g is None or k + 1 >= len(self.steps):
             return None
-        weights = [self._pairs[i] for i, j in self._weight_grads.items() if self._pairs[j] is g]
+        weights = self._weights_of(g)
         if len(weights) != 1:
             return None
         w = weights[0]
@@ -865,7 +861,7 @@ class UpdateNotes(NoteContext):
         before = pair.step_values(k - 1)
         if before is None or np.any(before[0]) or np.any(before[1]):
             return ""
-        weight = next((self._pairs[i] for i, j in self._weight_grads.items() if self._pairs[j] is g), None)
+        weight = next(iter(self._weights_of(g)), None)
         if weight is None or not weight.use_values:
             return ""
         w = weight.step_values(k - 1)
@@ -907,7 +903,7 @@ class UpdateNotes(NoteContext):
         # lr x accumulator moves the weight as TF1's accumulator does: its weight agrees at this step. A
         # first momentum of (1 - momentum) x the gradient (m = b*m + (1-b)*g) is the same factor when the
         # lr equals 1 - momentum (0.1 and 0.9), and its weight has moved otherwise already
-        weight = next((self._pairs[i] for i, j in self._weight_grads.items() if self._pairs[j] is pair.feeder), None)
+        weight = next(iter(self._weights_of(pair.feeder)), None)
         signs = [-1.0]
         if weight is not None and weight.use_values and pair.feeder is not None:
             weight.ensure(k + 1, self.policy.equal_nan)
@@ -1375,7 +1371,7 @@ class UpdateNotes(NoteContext):
         every element (the weight compared by values, agreeing): an L2 term on one side only, or of
         another size. A helper's port used Keras ``l2(λ)`` (gradient 2λw) for TF1's
         ``λ * tf.nn.l2_loss(w)`` (gradient λw): every gradient moved by exactly λw, with no note."""
-        weight = next((self._pairs[i] for i, j in self._weight_grads.items() if self._pairs[j] is pair), None)
+        weight = next(iter(self._weights_of(pair)), None)
         if weight is None or not weight.use_values:
             return None
         grads, weights = pair.step_values(k), weight.step_values(k)
@@ -1408,12 +1404,14 @@ class UpdateNotes(NoteContext):
             f"(tf.nn.scale_regularization_loss): each replica adds it whole and the all-reduce sums {n} of them"
         )
 
-    def _decoupled_decay(self, pair: Pair, g: Pair, k: int) -> Optional[str]:
-        """When the candidate's update of a weight from the step before ``k`` to ``k`` minus the
-        baseline's is one factor times the weight at every element (None otherwise): a decoupled
-        weight decay (``w -= lr * λ * w``) in one run only, or of another size. BERT's
-        ``AdamWeightDecayOptimizer`` leaves out LayerNorm and bias variables; a trial's port that
-        decayed them too was told to compare epsilon, betas and clipping on LayerNorm's gamma."""
+    def _last_update(
+        self, pair: Pair, k: int
+    ) -> Optional[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """A weight's values at compared step ``k`` and at the step just before (consecutive steps, both
+        logged by values, finite), as float64 (now base, now cand, before base, before cand), and the
+        rounding each element of an update difference carries: each difference of two float32 weights
+        carries theirs, and the updates' own (Adam's steps near the lr, rounded at the weight's scale).
+        None otherwise."""
         if k == 0 or int(self.steps[k - 1]) != int(self.steps[k]) - 1:
             return None
         now, before = pair.step_values(k), pair.step_values(k - 1)
@@ -1422,13 +1420,29 @@ class UpdateNotes(NoteContext):
         (nb, nc), (bb, bc) = ((np.asarray(x, np.float64).ravel() for x in both) for both in (now, before))
         if not all(np.isfinite(a).all() for a in (nb, nc, bb, bc)):
             return None
+        rounding = 2.0**-22 * (np.abs(nb) + np.abs(bb) + np.abs(nc) + np.abs(bc))
+        return nb, nc, bb, bc, rounding
+
+    def _under_adam(self, g: Pair) -> bool:
+        """Whether a slot fed by gradient ``g`` averages its squares (Adam's, RMSprop's second moment)."""
+        return any(
+            power == 2 for power, _ in (align.slot_rule(p.base.name, p.cand.name) for p in self._slots_fed_by(g))
+        )
+
+    def _decoupled_decay(self, pair: Pair, g: Pair, k: int) -> Optional[str]:
+        """When the candidate's update of a weight from the step before ``k`` to ``k`` minus the
+        baseline's is one factor times the weight at every element (None otherwise): a decoupled
+        weight decay (``w -= lr * λ * w``) in one run only, or of another size. BERT's
+        ``AdamWeightDecayOptimizer`` leaves out LayerNorm and bias variables; a trial's port that
+        decayed them too was told to compare epsilon, betas and clipping on LayerNorm's gamma."""
+        found = self._last_update(pair, k)
+        if found is None:
+            return None
+        nb, nc, bb, bc, rounding = found
         d, used = (nc - bc) - (nb - bb), np.abs(bb) > pair.tol.atol
         if used.sum() < 2 or not np.any(d):
             return None
         factor = float(d[used] @ bb[used] / (bb[used] @ bb[used]))
-        # each difference of two float32 weights carries their rounding, and the updates' own (Adam's
-        # steps near the lr, rounded at the weight's scale)
-        rounding = 2.0**-22 * (np.abs(nb) + np.abs(bb) + np.abs(nc) + np.abs(bc))
         if factor == 0 or not np.all(np.abs(d - factor * bb) <= rounding + 1e-3 * np.abs(factor * bb)):
             return None
         if np.any(np.abs(d - factor * bb) > 0.1 * np.abs(factor * bb) + rounding):  # below atol too
@@ -1442,9 +1456,7 @@ class UpdateNotes(NoteContext):
         ]
         who = self.cand.name if factor < 0 else self.base.name
         # Adam's decoupled decays are named only under Adam (a momentum's weight decay is no AdamW's)
-        adam = any(
-            power == 2 for power, _ in (align.slot_rule(p.base.name, p.cand.name) for p in self._slots_fed_by(g))
-        )
+        adam = self._under_adam(g)
         rate = (
             f" ({-factor / rates[0]:.4g} times the lr {rates[0]:.4g} of step {int(self.steps[k - 1])})"
             if rates and rates[0] > 0 and len(set(rates)) == 1
@@ -1477,23 +1489,16 @@ class UpdateNotes(NoteContext):
         ``AdamWeightDecayOptimizer`` has no bias correction and Keras's ``AdamW`` always applies it:
         a trial's ``AdamW`` port was told of epsilon and clipping on its kernels, and of four causes
         on its biases."""
-        if k == 0 or int(self.steps[k - 1]) != int(self.steps[k]) - 1 or int(self.steps[k]) < 1:
+        if int(self.steps[k]) < 1 or not self._under_adam(g):
             return None
-        if not any(
-            power == 2 for power, _ in (align.slot_rule(p.base.name, p.cand.name) for p in self._slots_fed_by(g))
-        ):
+        found = self._last_update(pair, k)
+        if found is None:
             return None
-        now, before = pair.step_values(k), pair.step_values(k - 1)
-        if now is None or before is None or len(now[0]) != len(before[0]) or len(now[1]) != len(now[0]):
-            return None
-        (nb, nc), (bb, bc) = ((np.asarray(x, np.float64).ravel() for x in both) for both in (now, before))
-        if not all(np.isfinite(a).all() for a in (nb, nc, bb, bc)):
-            return None
+        nb, nc, bb, bc, rounding = found
         t = int(self.steps[k])
         correction = math.sqrt(1.0 - 0.999**t) / (1.0 - 0.9**t)
         if abs(correction - 1.0) <= 1e-3:
             return None
-        rounding = 2.0**-22 * (np.abs(nb) + np.abs(bb) + np.abs(nc) + np.abs(bc))
         ub, uc = nb - bb, nc - bc
         moved = np.abs(ub) > pair.tol.atol
         if moved.sum() < 2:
