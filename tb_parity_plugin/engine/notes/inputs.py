@@ -388,11 +388,13 @@ class InputNotes(NoteContext):
                 )
         return None if grads else self._whole_loss_scaled(k, scale, near)
 
-    def _whole_loss_scaled(self, k: int, scale: float, near: Callable[[float], bool]) -> Optional[str]:
+    def _whole_loss_scaled(
+        self, k: int, scale: float, near: Callable[[float], bool], subject: str = "its value"
+    ) -> Optional[str]:
         """For a loss ``scale`` times the baseline's at ``k`` whose every recorded gradient is the baseline's
         times that factor too, element-wise up to rounding: the loss as a whole divided by another count
         (the batch: a sum against a mean; the non-zero weights: TF1's SUM_BY_NONZERO_WEIGHTS against Keras's
-        sample_weight) or multiplied by a constant, said with the figures (None otherwise). A helper's fit
+        sample_weight) or multiplied by a constant, said with the figures, of ``subject`` (None otherwise). A helper's fit
         port of a TF1 ``mean_squared_error(weights=...)`` whose second batch held 3 zero weights of 8 (loss
         and gradients 0.625 = 5/8 of TF1's), and a port summing where TF1 averaged (8 times), were told only
         "the loss is computed differently (reduction, from_logits, ...)", and their gradients "a scale
@@ -401,7 +403,7 @@ class InputNotes(NoteContext):
         if not grads:
             return None
         head = (
-            f"its value is the baseline's times {scale:.4g}, and so is every gradient both runs recorded ({grads}), "
+            f"{subject} is the baseline's times {scale:.4g}, and so is every gradient both runs recorded ({grads}), "
             "element-wise: the loss as a whole is scaled, "
         )
         big, small = (self.cand.name, self.base.name) if scale > 1 else (self.base.name, self.cand.name)
@@ -1121,8 +1123,8 @@ class InputNotes(NoteContext):
         scale = c / b
         if abs(scale - 1.0) <= 1e-3:
             return ""
-        text = self._whole_loss_scaled(k, scale, lambda target: abs(scale - target) <= 1e-4 * target)
-        return f"{loss.base.kind}/{loss.base.name}{text[len('its value') :]}" if text else ""
+        tag = f"{loss.base.kind}/{loss.base.name}"
+        return self._whole_loss_scaled(k, scale, lambda target: abs(scale - target) <= 1e-4 * target, tag) or ""
 
     def _loss_apart(self, k: int) -> bool:
         """Whether a loss both runs logged at step ``k`` is out of tolerance there."""
