@@ -11,12 +11,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
 from tb_parity_plugin.engine import align, allclose, replicas
-from tb_parity_plugin.engine.pair import Pair
+from tb_parity_plugin.engine.matrix import ABSENT, OK
+from tb_parity_plugin.engine.pair import Pair, take_rows
 from tb_parity_plugin.engine.tolerance import (
     GRAD_NOISE_OF_MAX,
     MARGINAL_RATIO,
@@ -175,3 +176,37 @@ class NoteContext:
         close = allclose.isclose(c, b, pair.rtol_at(k), pair.atol_at(k), self.policy.equal_nan)
         found: np.ndarray = np.flatnonzero(~close)
         return found
+
+    def _all_agree_at(self, pairs: Sequence[Pair], k: int) -> bool:
+        """Whether each of ``pairs`` was logged by both runs at compared step ``k`` and agrees there."""
+        for p in pairs:
+            p.ensure(k + 1, self.policy.equal_nan)
+            if p.ib[k] < 0 or p.ic[k] < 0 or p.reason[k] != OK:
+                return False
+        return True
+
+    def _slots_fed_by(self, g: Pair) -> list[Pair]:
+        """The slot pairs gradient pair ``g`` feeds (``Pair.feeder``)."""
+        return [p for p in self._pairs if p.base.kind == "slot" and p.feeder is g]
+
+    def _earlier_gradients(
+        self, pair: Pair, g: Pair, k: int
+    ) -> Optional[tuple[list[np.ndarray], Optional[np.ndarray]]]:
+        """The values of ``pair``'s gradient ``g`` (compared by values) at the compared steps before
+        ``k`` both runs logged, ``[baseline, candidate]`` in float64, only at ``pair``'s elements out
+        of tolerance at ``k`` when they are known (returned with them, else None); None unless the
+        gradient agreed at every one of those steps (its verdicts settled here). What a weight's
+        update note and a slot's noise note both read."""
+        g.ensure(k, self.policy.equal_nan)
+        seen = (g.ib[:k] >= 0) & (g.ic[:k] >= 0)
+        if not seen.any() or ((g.reason[:k] != OK) & (g.reason[:k] != ABSENT)).any():
+            return None
+        out = self._elements_out(pair, k)
+        width = min(g.base.values.shape[1], g.cand.values.shape[1])
+        known = out if out is not None and len(out) and out.max() < width else None
+        cols = slice(None) if known is None else known
+        grads = [
+            take_rows(side.values, r)[:, cols].astype(np.float64)
+            for side, r in ((g.base, g.ib[:k][seen]), (g.cand, g.ic[:k][seen]))
+        ]
+        return grads, known
