@@ -31,6 +31,10 @@ _BATCH_NORM = re.compile(r"batch_?norm|(^|/)bn\d*(/|$)", re.IGNORECASE)
 #: Kinds of a layer's output, named after the layer (``rec.activation(layer.name, ...)``, instrument).
 _OUTPUTS = ("activation", "output")
 
+#: Kinds that, recorded before an output, are its input or what led to it (an agreeing one rules
+#: out another batch).
+_RECORDED_BEFORE = frozenset({"input", "activation", "output"})
+
 
 def _layer_of(variable: str) -> str:
     """The layer a variable belongs to: its scope's last part (``dense_1`` of ``model/dense_1/kernel:0``)."""
