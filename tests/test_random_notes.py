@@ -67,9 +67,11 @@ def _tf1(run_dir: str, fed: bool, in_cond: bool = False) -> None:
         tf1_session.train(rec, train_op, (x, eps_in), (X, EPS), STEPS, BATCH)
 
 
-def _tf2(run_dir: str, fed: bool, std_of_logvar: str = "exp(0.5 * logvar)") -> None:
+def _tf2(run_dir: str, fed: bool, std_of_logvar: str = "exp(0.5 * logvar)", stateless: bool = False) -> None:
     """The port, a ``tf.function`` loop: ``eps`` drawn with ``tf.random.normal`` (seed 7) or passed in;
-    ``std_of_logvar="exp(logvar)"`` is the log-variance taken for the log-std."""
+    ``std_of_logvar="exp(logvar)"`` is the log-variance taken for the log-std; ``stateless``: drawn
+    with ``tf.random.stateless_normal`` seeded by the step, the op types Keras 3's
+    ``keras.random.normal(..., seed=SeedGenerator(...))`` draws with."""
     tf.random.set_seed(7)
     layers = {
         name: tf.keras.layers.Dense(w.shape[1], "relu" if name == "enc" else None, name=name) for name, w in W.items()
@@ -88,7 +90,11 @@ def _tf2(run_dir: str, fed: bool, std_of_logvar: str = "exp(0.5 * logvar)") -> N
             with tf.GradientTape() as tape:
                 h = rec.activation("enc", layers["enc"](x))
                 mu, logvar = rec.activation("mu", layers["mu"](h)), rec.activation("logvar", layers["logvar"](h))
-                eps = eps_in if fed else tf.random.normal(tf.shape(mu))
+                if stateless:
+                    seed = tf.stack([tf.constant(7, tf.int64), opt.iterations])
+                    eps = tf.random.stateless_normal(tf.shape(mu), seed=seed)
+                else:
+                    eps = eps_in if fed else tf.random.normal(tf.shape(mu))
                 std = tf.exp(logvar) if std_of_logvar == "exp(logvar)" else tf.exp(0.5 * logvar)
                 z = rec.activation("z", mu + std * eps)
                 out = rec.activation("dec", layers["dec"](z))
@@ -123,6 +129,30 @@ def test_noise_drawn_on_each_side_is_named_at_the_reparameterized_output(tmp_pat
     assert "both runs compute it from a random op" in first.note, first.note
     assert "'tf1': RandomStandardNormal; 'tf2': RandomStandardNormal" in first.note
     assert "at this step: this layer computes another function" not in first.note  # told as the cause
+
+
+def test_noise_drawn_with_explicit_seeds_is_not_sent_to_the_deterministic_tool(tmp_path) -> None:
+    """A helper's Keras 3 VAE port (the Keras example's ``keras.random.normal(..., seed=self.seed_generator)``)
+    was told to run both sides under DeterministicRandomTestTool to make the draws equal: the tool seeds
+    stateful ops only (Keras 3 has no such tool at all), and a stateless op takes its seed as an input,
+    so under the tool its draws still differ and only feeding the same noise makes them equal."""
+    tool = tf.compat.v1.keras.utils.DeterministicRandomTestTool
+    with tool(mode="constant").scope():
+        _tf1(str(tmp_path / "tf1"), fed=False)
+    with tool(mode="constant").scope():
+        _tf2(str(tmp_path / "tf2"), fed=False)
+    with tool(mode="constant").scope():
+        _tf2(str(tmp_path / "stateless"), fed=False, stateless=True)
+    a, b, c = (_step0(str(tmp_path / run)) for run in ("tf1", "tf2", "stateless"))
+    eps_a, eps_b, eps_c = ((r["z"] - r["mu"]) / np.exp(0.5 * r["logvar"]) for r in (a, b, c))
+    np.testing.assert_allclose(eps_a, eps_b, rtol=1e-5, atol=1e-5)  # numpy: the tool equalizes tf.random.normal ...
+    assert np.abs(eps_a - eps_c).max() > 0.1  # ... and not tf.random.stateless_normal
+    assert compare(str(tmp_path), baseline="tf1", candidate="tf2").agree
+    first = compare(str(tmp_path), baseline="tf1", candidate="stateless").first_divergence
+    assert (first.step, first.kind, first.tensor) == (0, "activation", "z"), first
+    assert "'stateless': StatelessRandomGetKeyCounter, StatelessRandomNormalV2" in first.note, first.note
+    assert "DeterministicRandomTestTool seeds stateful ops only" in first.note
+    assert "or both run under DeterministicRandomTestTool" not in first.note
 
 
 def test_the_same_noise_fed_agrees_and_a_log_std_bug_gets_no_random_note(tmp_path) -> None:

@@ -608,10 +608,24 @@ class InputNotes(LossScaleNotes, DropoutNotes):
                 "layer computes another function of its input (activation, padding, epsilon), or reads an input "
                 "not recorded"
             )
+        # the tool seeds stateful ops only: a stateless op (tf.random.stateless_*, Keras 3's keras.random with its
+        # SeedGenerator) takes its seed as an input, and a helper's Keras 3 VAE port sent to the tool drew other noise
+        seeded = [name for name, types in ops.items() if any(t.startswith("Stateless") for t in types)]
+        if seeded:
+            how = (
+                "the same noise fed to both: DeterministicRandomTestTool seeds stateful ops only, and "
+                + " and ".join(f"'{name}'" for name in seeded)
+                + " draws with a stateless op, seeded explicitly (tf.random.stateless_*, Keras 3's keras.random "
+                "with its SeedGenerator), which no such tool reaches"
+            )
+        else:
+            how = (
+                "the same noise fed to both, or both run under DeterministicRandomTestTool in its default "
+                "'constant' mode: README Porting a real model, step 1"
+            )
         return (
             f"both runs compute it from a random op that no recorded output feeds ({listed}): unless both draw "
-            "the same numbers (the same noise fed to both, or both run under DeterministicRandomTestTool in its "
-            "default 'constant' mode: README Porting a real model, step 1) the draws differ, and so does this "
+            f"the same numbers ({how}) the draws differ, and so does this "
             "output in a faithful port; make them equal to tell a bug here from the draws. When they are equal or "
             "switched off in both (a dropout whose training flag is False or whose keep_prob is fed 1.0 keeps its "
             "op and draws nothing that counts), this layer computes another function of its input (activation, "
