@@ -67,11 +67,13 @@ def _tf1(run_dir: str, fed: bool, in_cond: bool = False) -> None:
         tf1_session.train(rec, train_op, (x, eps_in), (X, EPS), STEPS, BATCH)
 
 
-def _tf2(run_dir: str, fed: bool, std_of_logvar: str = "exp(0.5 * logvar)", stateless: bool = False) -> None:
+def _tf2(
+    run_dir: str, fed: bool, std_of_logvar: str = "exp(0.5 * logvar)", stateless: bool = False, eager: bool = False
+) -> None:
     """The port, a ``tf.function`` loop: ``eps`` drawn with ``tf.random.normal`` (seed 7) or passed in;
     ``std_of_logvar="exp(logvar)"`` is the log-variance taken for the log-std; ``stateless``: drawn
     with ``tf.random.stateless_normal`` seeded by the step, the op types Keras 3's
-    ``keras.random.normal(..., seed=SeedGenerator(...))`` draws with."""
+    ``keras.random.normal(..., seed=SeedGenerator(...))`` draws with; ``eager``: the step not a ``tf.function``."""
     tf.random.set_seed(7)
     layers = {
         name: tf.keras.layers.Dense(w.shape[1], "relu" if name == "enc" else None, name=name) for name, w in W.items()
@@ -83,7 +85,6 @@ def _tf2(run_dir: str, fed: bool, std_of_logvar: str = "exp(0.5 * logvar)", stat
     opt = tf.keras.optimizers.SGD(0.01)
     rec = summary_v2.Recorder(run_dir)
 
-    @tf.function
     def step(x, eps_in):
         with rec.step(opt.iterations):
             rec.lr(tf.constant(0.01))
@@ -101,6 +102,7 @@ def _tf2(run_dir: str, fed: bool, std_of_logvar: str = "exp(0.5 * logvar)", stat
                 loss = rec.loss(_loss(x, mu, logvar, out))
             rec.minimize(opt, loss, variables, tape)
 
+    step = step if eager else tf.function(step)
     for s in range(STEPS):
         rows = slice(s * BATCH, (s + 1) * BATCH)
         step(tf.constant(X[rows]), tf.constant(EPS[rows]))
@@ -153,6 +155,23 @@ def test_noise_drawn_with_explicit_seeds_is_not_sent_to_the_deterministic_tool(t
     assert "'stateless': StatelessRandomGetKeyCounter, StatelessRandomNormalV2" in first.note, first.note
     assert "DeterministicRandomTestTool seeds stateful ops only" in first.note
     assert "or both run under DeterministicRandomTestTool" not in first.note
+
+
+def test_noise_drawn_in_an_eager_port_is_not_said_to_be_drawn_in_the_original_only(tmp_path) -> None:
+    """An eager step has no graph, so the shim sees no random op there: a helper's faithful eager port
+    drawing its noise with ``tf.random.normal`` was told that only 'tf1' draws here, or that the layer
+    computes another function of its input, when the draws alone differ."""
+    _tf1(str(tmp_path / "tf1"), fed=False)
+    _tf2(str(tmp_path / "tf2"), fed=False, eager=True)
+    a, b = _step0(str(tmp_path / "tf1")), _step0(str(tmp_path / "tf2"))
+    for name in ("mu", "logvar"):  # numpy: the inputs of z agree, the noise each run drew does not
+        np.testing.assert_allclose(a[name], b[name], rtol=1e-6, atol=1e-6)
+    eps_a, eps_b = ((r["z"] - r["mu"]) / np.exp(0.5 * r["logvar"]) for r in (a, b))
+    assert np.abs(eps_a - eps_b).max() > 0.1
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert (first.step, first.kind, first.tensor) == (0, "activation", "z"), first
+    assert "'tf2' was recorded eagerly, where the shim sees no random op, so it may draw here too" in first.note
+    assert "'tf2' does not" not in first.note, first.note
 
 
 def test_the_same_noise_fed_agrees_and_a_log_std_bug_gets_no_random_note(tmp_path) -> None:

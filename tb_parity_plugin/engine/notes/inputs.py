@@ -596,7 +596,20 @@ class InputNotes(LossScaleNotes, DropoutNotes):
         listed = "; ".join(f"'{name}': {', '.join(types)}" for name, types in ops.items())
         if len(ops) == 1:
             (name,) = ops
-            other = self.cand.name if name == self.base.name else self.base.name
+            other_run = self.cand if name == self.base.name else self.base
+            other = other_run.name
+            if other_run.info.get("mode") == "eager":
+                # an eager tensor has no graph to walk: a helper's eager port drawing its VAE noise with
+                # tf.random.normal was told it draws none here, or that the layer computes another function
+                return (
+                    f"in '{name}' it is computed from a random op that no recorded output feeds ({listed}), and "
+                    f"'{other}' was recorded eagerly, where the shim sees no random op, so it may draw here too: "
+                    "unless both draw the same numbers (the same noise fed to both) the draws differ, and so does "
+                    "this output in a faithful port; make them equal to tell a bug here from the draws. When they are "
+                    "equal, or the op draws nothing that counts (a dropout whose training flag is False or whose "
+                    "keep_prob is fed 1.0), this layer computes another function of its input (activation, padding, "
+                    "epsilon), or reads an input not recorded"
+                )
             # an op in the graph is not a draw that counts: a new user's TF1 dropout switched off for the
             # check (training flag False, keep_prob fed 1.0) still held its op, and the port's real bug after
             # it (ELU for ReLU) was told only "'tf1' draws random numbers here", sent looking for a dropout
