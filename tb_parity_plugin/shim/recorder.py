@@ -70,6 +70,28 @@ def _static_shape(t: tf.Tensor) -> tuple:
 UNSAMPLED_KINDS = frozenset({"slot"})
 
 
+_COMPOSITE = (tf.RaggedTensor, tf.SparseTensor)
+
+
+def densified(value: Any) -> Any:
+    """``value`` as the dense tensor a padded batch records: a ``tf.RaggedTensor`` (an ``Embedding``'s
+    output on ragged ids) padded with 0 to its longest row, a ``tf.SparseTensor`` with 0 where it holds
+    nothing; padded positions are 0 as ``activation(..., mask=)`` and ``instrument(zero_masked=True)``
+    record them, so a ragged port pairs with a padded original or port element by element. Anything
+    else as it is. (``tf.convert_to_tensor`` refuses both: a ragged ``fit`` port's instrumented
+    ``Embedding`` failed its first step with "Failed to convert elements of tf.RaggedTensor".)"""
+    if isinstance(value, tf.RaggedTensor):
+        return value.to_tensor()
+    if isinstance(value, tf.SparseTensor):
+        return tf.sparse.to_dense(value)
+    return value
+
+
+def _components(value: Any) -> tf.Tensor:
+    """The dense tensor of a ragged or sparse ``value`` that the ops after it read."""
+    return value.flat_values if isinstance(value, tf.RaggedTensor) else value.values
+
+
 def with_samples(entries: Sequence[Entry], full_values_limit: int) -> Sequence[Entry]:
     """``entries`` with, after each tensor that may be too large for full values (more than
     ``full_values_limit`` elements, or a size the graph does not know), a fixed sample of its
@@ -225,10 +247,12 @@ class BaseRecorder:
 
     # -- the vocabulary -----------------------------------------------------------
     def tensor(self, kind: str, name: str, value: Any) -> tf.Tensor:
-        """Record ``value`` under ``<kind>/<name>``; returns the logged tensor."""
+        """Record ``value`` under ``<kind>/<name>``; returns the logged tensor (a ``tf.RaggedTensor`` or
+        ``tf.SparseTensor`` itself: it is recorded dense, :func:`densified`, and the model goes on with it)."""
         if is_variable(value):
             return self._variable(kind, value, name)
-        return self._record(kind, name, value)
+        logged = self._record(kind, name, value)
+        return value if isinstance(value, _COMPOSITE) else logged
 
     def recorded(self, kind: str, name: str) -> bool:
         """Whether ``<kind>/<name>`` is already recorded in this step (under the current mode)."""
@@ -244,12 +268,14 @@ class BaseRecorder:
         if (kind, name) in self._keys:
             raise ValueError(f"tensor {kind}/{name!r} is logged twice in one step; give each a distinct name")
         with self._own_ops():
-            t = tf.convert_to_tensor(value)
+            t = tf.convert_to_tensor(densified(value))
         health_tf.check_dtype(t.dtype, f"{kind}/{name!r}")
         random: tuple[str, ...] = ()
         if kind in randomness.FORWARD_KINDS:
             random = randomness.random_ops(t, self._walk_stops)
         self._walk_stops.add(t.ref())
+        if isinstance(value, _COMPOSITE):  # what the model reads on from it
+            self._walk_stops.add(_components(value).ref())
         self._keys.add((kind, name))
         self._entries.append(Entry(kind, name, t, random))
         return t
@@ -307,12 +333,15 @@ class BaseRecorder:
         if mask is None:
             return self.tensor("activation", name, value)
         with self._own_ops():
-            t = tf.convert_to_tensor(value)
+            t = tf.convert_to_tensor(densified(value))
             recorded = zero_masked(t, mask)
         self.tensor("activation", name, recorded)
         # the model reads ``t``, not what is recorded: walked past, its random ops (a dropout before it)
         # were listed for every later output too, and a real bug after it was told the draws differ
         self._walk_stops.add(t.ref())
+        if isinstance(value, _COMPOSITE):
+            self._walk_stops.add(_components(value).ref())
+            return value
         return t
 
     def output(self, name: str, value: Any) -> tf.Tensor:

@@ -1,0 +1,140 @@
+"""A port whose ids are a RaggedTensor: its Embedding's output is recorded, padded with 0.
+
+From a helper's trial: a TF1 text model (padded ids through a ``[None, None]`` placeholder,
+``embedding_lookup``, the lookup recorded with ``mask=`` and a masked mean, Adagrad) against a Keras
+``fit`` port fed ``tf.RaggedTensor`` ids (``Input(ragged=True)``, ``Embedding`` on them, a ragged
+mean), the ``Embedding`` instrumented as the README says. ``fit`` failed at its first step with
+"Failed to convert elements of tf.RaggedTensor ... to Tensor": the recorder converted what it
+records with ``tf.convert_to_tensor``, which refuses a ragged tensor. It is now recorded dense, its
+missing positions 0, as padded positions recorded with ``mask=`` are, so the faithful port agrees
+element-wise and a port that shifts its ids by one (a reserved OOV index) is found on the lookup.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+import tf1_session
+from shim_readback import tensors_by_step
+
+from tb_parity_plugin import compare, summary_v2
+
+V, D, B, L, C, STEPS, LR = 300, 8, 8, 6, 3, 3, 0.3
+RNG = np.random.default_rng(71)
+IDS = np.minimum(RNG.zipf(1.3, size=(STEPS * B, L)), V - 2).astype(np.int32)  # 0 is padding
+IDS[np.arange(L)[None, :] >= RNG.integers(1, L + 1, size=(STEPS * B, 1))] = 0
+IDS[:, 0] = np.maximum(IDS[:, 0], 1)
+IDS[B - 1] = np.arange(1, L + 1)  # one row of every batch at full length: the padded width is L
+IDS[2 * B - 1], IDS[3 * B - 1] = IDS[B - 1], IDS[B - 1]
+LABELS = RNG.integers(0, C, size=STEPS * B).astype(np.int32)
+E0 = RNG.normal(size=(V, D)).astype(np.float32) * 0.3
+W0 = RNG.normal(size=(D, C)).astype(np.float32) * 0.3
+
+
+def _tf1(run_dir: str) -> None:
+    from tb_parity_plugin import summary_v1
+
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(run_dir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        ids = tf.compat.v1.placeholder(tf.int32, [None, None])
+        labels = tf.compat.v1.placeholder(tf.int32, [None])
+        with tf.compat.v1.variable_scope("embedding"):
+            table = tf.compat.v1.get_variable("embeddings", initializer=E0)
+        real = tf.cast(ids > 0, tf.float32)
+        looked_up = rec.activation("embedding", tf.nn.embedding_lookup(table, ids), mask=real)
+        pooled = tf.reduce_sum(looked_up * real[..., None], 1) / tf.reduce_sum(real, 1, keepdims=True)
+        logits = tf.compat.v1.layers.dense(
+            rec.activation("pooled", pooled), C, kernel_initializer=tf.constant_initializer(W0), name="logits"
+        )
+        loss = rec.loss(tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, rec.activation("logits", logits)))
+        rec.lr(tf.constant(LR))
+        opt = tf.compat.v1.train.AdagradOptimizer(LR)
+        train_op = rec.minimize(opt, loss, global_step=gs)
+        rec.variables(optimizer=opt)
+        tf1_session.train(rec, train_op, (ids, labels), (IDS, LABELS), STEPS, B)
+
+
+def _ragged_fit(run_dir: str, shifted: bool = False) -> None:
+    inputs = tf.keras.Input((None,), dtype=tf.int32, ragged=True)
+    ids = inputs
+    if shifted:  # a vocabulary with an OOV index before the TF1 ids, the TF1 table copied as it is
+        ids = tf.keras.layers.Lambda(lambda t: tf.ragged.map_flat_values(lambda v: v + 1, t), name="shift")(ids)
+    looked_up = tf.keras.layers.Embedding(V, D, embeddings_initializer=tf.constant_initializer(E0), name="embedding")(
+        ids
+    )
+    pooled = tf.keras.layers.Lambda(lambda e: tf.reduce_mean(e, axis=1), name="pooled")(looked_up)
+    logits = tf.keras.layers.Dense(C, kernel_initializer=tf.constant_initializer(W0), name="logits")(pooled)
+    model = tf.keras.Model(inputs, logits)
+    model.compile(tf.keras.optimizers.Adagrad(LR), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    rec = summary_v2.Recorder(run_dir)
+    summary_v2.instrument(model, rec, layers=["embedding", "pooled", "logits"])
+    batches = [(IDS[s * B : (s + 1) * B], LABELS[s * B : (s + 1) * B]) for s in range(STEPS)]
+    data = tf.data.Dataset.from_generator(
+        lambda: ((tf.RaggedTensor.from_tensor(x, padding=0), y) for x, y in batches),
+        output_signature=(tf.RaggedTensorSpec([None, None], tf.int32, 1), tf.TensorSpec([None], tf.int32)),
+    )
+    model.fit(data, epochs=1, verbose=0)
+    rec.close()
+
+
+def _lookups(shift: int = 0) -> list:
+    """numpy, float64: each step's lookup as a padded batch records it (padding 0), and the pooled
+    mean, for a port whose ids are shifted by ``shift``; Adagrad as both runs apply it (accumulator
+    0.1; TF1 without epsilon, Keras with 1e-7 inside the root, 3e-7 of it here)."""
+    table, w, b = E0.astype(np.float64), W0.astype(np.float64), np.zeros(C)
+    acc = [np.full(table.shape, 0.1), np.full(w.shape, 0.1), np.full(C, 0.1)]
+    out = []
+    for s in range(STEPS):
+        ids, y = IDS[s * B : (s + 1) * B], LABELS[s * B : (s + 1) * B]
+        real = (ids > 0)[..., None]
+        rows = np.where(real[..., 0], ids + shift, 0)
+        e = table[rows] * real
+        n = real.sum(1)
+        pooled = e.sum(1) / n
+        logits = pooled @ w + b
+        p = np.exp(logits - logits.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        dl = p.copy()
+        dl[np.arange(B), y] -= 1
+        dl /= B
+        gt = np.zeros_like(table)
+        np.add.at(gt, rows[real[..., 0]], np.broadcast_to((dl @ w.T / n)[:, None, :], e.shape)[real[..., 0]])
+        out.append((e, pooled))
+        for v, g, a in zip((table, w, b), (gt, pooled.T @ dl, dl.sum(0)), acc):
+            a += g * g
+            v -= LR * g / np.sqrt(a)
+    return out
+
+
+def test_a_ragged_embedding_output_is_recorded_padded_and_a_faithful_port_agrees(tmp_path) -> None:
+    _tf1(str(tmp_path / "tf1"))
+    _ragged_fit(str(tmp_path / "tf2"))  # failed at its first step: the ragged output could not be recorded
+    recorded = tensors_by_step(str(tmp_path / "tf2"))
+    for s, (e, pooled) in enumerate(_lookups()):  # numpy: the lookup padded with 0 to the batch's longest row
+        assert np.allclose(recorded[s][("activation", "embedding")][2], e, atol=1e-6), s
+        assert np.allclose(recorded[s][("activation", "pooled")][2], pooled, atol=1e-6), s
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert report.first_divergence is None, report.first_divergence
+    assert report.tensors_compared >= 3 and "activation/embedding" not in report.statistics_only
+
+
+def test_a_ragged_port_with_its_ids_shifted_diverges_on_the_lookup_at_step_0(tmp_path) -> None:
+    faithful, shifted = _lookups(), _lookups(shift=1)
+    assert np.abs(faithful[0][0] - shifted[0][0]).max() > 0.1  # numpy: the rows looked up differ at step 0
+    _tf1(str(tmp_path / "tf1"))
+    _ragged_fit(str(tmp_path / "tf2"), shifted=True)
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert first is not None and (first.step, first.kind, first.tensor) == (0, "activation", "embedding"), first
+
+
+def test_recording_a_ragged_tensor_returns_it_for_the_model_to_go_on_with(tmp_path) -> None:
+    rec = summary_v2.Recorder(str(tmp_path / "run"))
+    ragged = tf.ragged.constant([[1.0, 2.0], [3.0]])
+    with rec.step(0):
+        assert rec.activation("x", ragged) is ragged
+        assert rec.activation("y", ragged, mask=tf.constant([[True, False], [True, False]])) is ragged
+    rec.close()
+    values = tensors_by_step(str(tmp_path / "run"))[0]
+    assert values[("activation", "x")][2].tolist() == [[1.0, 2.0], [3.0, 0.0]]
+    assert values[("activation", "y")][2].tolist() == [[1.0, 0.0], [3.0, 0.0]]
