@@ -28,6 +28,12 @@ from tb_parity_plugin.engine.pair import Pair
 #: output against every row: a batch of 1000 rows of 1000 would be 1e9), and how many it holds at once.
 _REORDER_BUDGET = 50_000_000
 _REORDER_BLOCK = 4_000_000
+#: :meth:`InputNotes._positions_note`'s clause for positions apart at each sample's start or end
+_MASKING = (
+    ", in each sample a run at its start or end, every element at the others agreeing: when those "
+    "are padded positions, the runs mask them differently (Keras Embedding(mask_zero=True) or Masking "
+    "on one side only, an attention or padding mask, a sequence_length)"
+)
 
 
 class InputNotes(LossScaleNotes, DropoutNotes):
@@ -72,7 +78,9 @@ class InputNotes(LossScaleNotes, DropoutNotes):
             # a batch norm whose replicas' moving statistics parted normalized each replica's share
             # whatever its weights (a ResNet's synchronized=False port, its 3x3x16x32 kernels kept as
             # statistics, got no note)
-            return self._per_replica_batch_norm_note(first, k, self._earlier_by_statistics(first, k) + loose)
+            return self._per_replica_batch_norm_note(
+                first, k, self._earlier_by_statistics(first, k) + loose
+            ) or self._padding_masked_in_one_run(first, k)
         loosened = self._apart_under_override(weights, k)
         if (
             loosened
@@ -765,11 +773,7 @@ class InputNotes(LossScaleNotes, DropoutNotes):
                 "token attending to itself in one run only; an attention mask of the other convention, True = "
                 "padding in one run where Keras's attention_mask means True = attend)"
             )
-        masking = (
-            ", in each sample a run at its start or end, every element at the others agreeing: when those "
-            "are padded positions, the runs mask them differently (Keras Embedding(mask_zero=True) or Masking "
-            "on one side only, an attention or padding mask, a sequence_length)"
-        )
+        masking = _MASKING
         # a port that reads its padding (Embedding without mask_zero=True) records the same values here as
         # a faithful port recorded whole: only what follows tells them apart. A new user's such port was
         # told to record the real positions alone, which it did already (instrument(zero_masked=True) has
@@ -810,6 +814,23 @@ class InputNotes(LossScaleNotes, DropoutNotes):
                 "positions)"
             )
         )
+
+    def _padding_masked_in_one_run(self, first: Pair, k: int) -> Optional[str]:
+        """:meth:`_positions_note` alone, for an output diverging first while a weight before it is
+        compared by statistics only (which proves nothing of it, so no other input note is given),
+        when what it says is read off this output alone: its elements out of tolerance lie at each
+        sample's start or end, every element at the others agreeing, and all of them are exactly 0
+        in one run, which recorded those positions as padding. A new user's port of a 100000-row
+        embedding whose Embedding lost mask_zero=True (its pooling averaged the padding) got no note
+        and was sent to record the table with full values; with a small table the same port was told
+        it may read its padding. None otherwise (positions apart that both runs hold nonzero may come
+        from a weight that statistics cannot show apart)."""
+        out = self._elements_out(first, k)
+        both = first.step_values(k)
+        if out is None or not len(out) or both is None or not any((v[out] == 0).all() for v in both):
+            return None
+        positions = self._positions_note(first, k)
+        return positions.removeprefix("; ") if _MASKING in positions else None
 
     def _frozen_moving_stats(self, first: Pair, k: int) -> Optional[str]:
         """Whether one run left a batch normalization's moving statistic unchanged from compared step
