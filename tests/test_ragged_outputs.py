@@ -31,7 +31,8 @@ E0 = RNG.normal(size=(V, D)).astype(np.float32) * 0.3
 W0 = RNG.normal(size=(D, C)).astype(np.float32) * 0.3
 
 
-def _tf1(run_dir: str) -> None:
+def _tf1(run_dir: str, width: int = L) -> None:
+    """Fed ids padded to ``width`` (every batch has a row of ``L``)."""
     from tb_parity_plugin import summary_v1
 
     with tf.Graph().as_default():
@@ -52,7 +53,8 @@ def _tf1(run_dir: str) -> None:
         opt = tf.compat.v1.train.AdagradOptimizer(LR)
         train_op = rec.minimize(opt, loss, global_step=gs)
         rec.variables(optimizer=opt)
-        tf1_session.train(rec, train_op, (ids, labels), (IDS, LABELS), STEPS, B)
+        padded = np.pad(IDS, ((0, 0), (0, width - L)))
+        tf1_session.train(rec, train_op, (ids, labels), (padded, LABELS), STEPS, B)
 
 
 def _ragged_fit(run_dir: str, shifted: bool = False) -> None:
@@ -138,3 +140,22 @@ def test_recording_a_ragged_tensor_returns_it_for_the_model_to_go_on_with(tmp_pa
     values = tensors_by_step(str(tmp_path / "run"))[0]
     assert values[("activation", "x")][2].tolist() == [[1.0, 2.0], [3.0, 0.0]]
     assert values[("activation", "y")][2].tolist() == [[1.0, 0.0], [3.0, 0.0]]
+
+
+def test_a_fixed_width_original_against_a_ragged_port_is_told_the_widths_differ(tmp_path) -> None:
+    """The original padded to a fixed width of L + 2 records its lookup as [B, L + 2, D] where the ragged
+    port records [B, L, D] (each batch's longest row): a shape divergence, whose note said only the two
+    shapes. numpy: the extra positions are padding (0 as recorded with mask=) and the first L are the
+    same lookup; a port with its ids shifted differs there too, and is not told of padding widths."""
+    padded = [np.pad(e, ((0, 0), (0, 2), (0, 0))) for e, _ in _lookups()]
+    assert all(np.array_equal(p[:, :L], e) and not p[:, L:].any() for p, (e, _) in zip(padded, _lookups()))
+    widths = "the runs pad their sequences to other widths"
+    for shifted, told in ((False, True), (True, False)):
+        logdir = tmp_path / str(shifted)
+        _tf1(str(logdir / "tf1"), width=L + 2)
+        _ragged_fit(str(logdir / "tf2"), shifted=shifted)
+        first = compare(str(logdir), baseline="tf1", candidate="tf2").first_divergence
+        assert first is not None and (first.step, first.tensor, first.reason) == (0, "embedding", "shape"), first
+        assert (widths in (first.note or "")) == told, first.note
+        if told:
+            assert f"'tf1' holds 0 at every position past {L}" in first.note, first.note

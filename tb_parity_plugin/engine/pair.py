@@ -263,12 +263,12 @@ class Pair:
         size: a run rewritten with a resized tensor has rows no element-wise measure applies to (the
         heat map's ratio raised a broadcast error there; its verdict is the shape's)."""
         for j in self._both_valued(rb, rc).tolist():
-            b, c = self._row_values("base", int(rb[j])), self._row_values("cand", int(rc[j]))
+            b, c = self.row_values("base", int(rb[j])), self.row_values("cand", int(rc[j]))
             assert b is not None and c is not None
             if len(b) == len(c):
                 yield j, b, c
 
-    def _row_values(self, side: str, row: int) -> Optional[np.ndarray]:
+    def row_values(self, side: str, row: int) -> Optional[np.ndarray]:
         """One series row's full values, padding cut (None where that step has none)."""
         series = self.base if side == "base" else self.cand
         valued = self._valued[side]
@@ -407,7 +407,7 @@ class Pair:
         """One step's full values in the shape that step ran with (padding of a resized tensor cut)."""
         series = self.base if side == "base" else self.cand
         if series.values is None:
-            flat = self._row_values(side, row)
+            flat = self.row_values(side, row)
             if flat is None:
                 return None
         else:
@@ -757,7 +757,7 @@ class Pair:
             out = allclose.figures(self.cand.values[rc][:n], self.base.values[rb][:n], rtol, atol, equal_nan)
             return {**out, "evidence": "values"}
         if self.partial:
-            b, c = self._row_values("base", rb), self._row_values("cand", rc)
+            b, c = self.row_values("base", rb), self.row_values("cand", rc)
             if b is not None and c is not None and b.shape == c.shape:
                 return {**allclose.figures(c, b, rtol, atol, equal_nan), "evidence": "values"}
         if self.static_reason == DTYPE and self.base.values is not None and self.cand.values is not None:

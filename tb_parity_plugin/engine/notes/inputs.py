@@ -279,6 +279,43 @@ class InputNotes(LossScaleNotes, DropoutNotes):
             "run across epochs; another batch size)"
         )
 
+    def _padded_width_note(self, pair: Pair, k: int) -> Optional[str]:
+        """For an output whose shapes at ``k`` differ in the second axis alone (``[batch, time, ...]``)
+        when the wider run's positions past the other's width are all exactly 0 (padding recorded as 0)
+        and its first positions agree with the other run's element-wise: the runs pad their sequences to
+        other widths. A trial's faithful port fed ragged ids (its lookup recorded padded to each batch's
+        longest row) against a TF1 original padded to a fixed width was told only "shape [8, 8, 8] in
+        baseline vs [8, 6, 8] in candidate". None otherwise."""
+        rb, rc = int(pair.ib[k]), int(pair.ic[k])
+        if rb < 0 or rc < 0:
+            return None
+        sb, sc = pair.known_shape("base", rb), pair.known_shape("cand", rc)
+        if sb is None or sc is None or len(sb) < 3 or len(sb) != len(sc):
+            return None
+        if sb[1] == sc[1] or sb[0] != sc[0] or sb[2:] != sc[2:]:
+            return None
+        both = []
+        for side, row, shape in (("base", rb, sb), ("cand", rc, sc)):
+            flat = pair.row_values(side, row)  # full values at every step or at this one
+            if flat is None or len(flat) != math.prod(shape):
+                return None
+            both.append(np.asarray(flat, np.float64).reshape(shape))
+        wide = 0 if sb[1] > sc[1] else 1
+        width = min(sb[1], sc[1])
+        if both[wide][:, width:].any():
+            return None
+        b, c = both[0][:, :width], both[1][:, :width]
+        if not (np.abs(c - b) <= pair.atol_at(k) + pair.rtol_at(k) * np.abs(c)).all():
+            return None
+        runs = (self.base.name, self.cand.name)
+        return (
+            f"only the second axis differs ({sb[1]} positions in '{runs[0]}' against {sc[1]} in '{runs[1]}'), "
+            f"'{runs[wide]}' holds 0 at every position past {width} and the first {width} agree element-wise: "
+            "the runs pad their sequences to other widths (a fixed length against each batch's longest row, as a "
+            "RaggedTensor or padded_batch gives); record both cut to the batch's longest row to compare them "
+            "(README: tf.RaggedTensor)"
+        )
+
     def _affine_of(self, first: Pair, k: int, b: np.ndarray, c: np.ndarray, channels: int) -> Optional[str]:
         """When every element of the candidate is ``a * baseline + o`` within the tolerance, ``a`` and
         ``o`` fitted per channel of the last axis (not the identity): the same data scaled or shifted
