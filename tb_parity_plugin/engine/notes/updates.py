@@ -178,16 +178,23 @@ class UpdateNotes(SlotNotes, GradientScaleNotes):
         if constrained is not None:  # a projection after the update: no optimizer setting explains it
             return f"{note}; {constrained}"
         momentum_only = self._momentum_only(g)
+        adagrad = not momentum_only and self._adagrad_only(g)
         settings = (
             "compare the optimizers' settings ("
             + (
                 "momentum, nesterov"
                 if momentum_only
+                # a helper's Adagrad port (initial_accumulator_value=1e-5 on both sides) was told of Adam's
+                # epsilon and betas, RMSProp's start: TF1's Adagrad has no epsilon, Keras's has one
+                else "epsilon: TF1's AdagradOptimizer has none, Keras's Adagrad adds 1e-7 (epsilon=) to the "
+                "accumulator inside the square root, which moves the elements whose accumulator is small; "
+                "initial_accumulator_value"
+                if adagrad
                 else "epsilon: TF1 Adam 1e-8, Keras 1e-7; betas, momentum, nesterov"
             )
             + ", weight decay"
             # a new user's RMSprop port with Keras's defaults, slots not recorded, was told of Adam alone
-            + ("" if momentum_only else "; a slot's start: TF1 RMSProp's mean square 1, Keras's 0")
+            + ("" if momentum_only or adagrad else "; a slot's start: TF1 RMSProp's mean square 1, Keras's 0")
             + ") and clipping between the recorded gradient and the update (clipnorm clips each "
             "variable by its own norm, clip_by_global_norm / global_clipnorm all by one)"
         )
@@ -396,6 +403,12 @@ class UpdateNotes(SlotNotes, GradientScaleNotes):
         moment: not Adam, whose bias correction gives a factor of the same size)."""
         rules = [align.slot_rule(p.base.name, p.cand.name) for p in self._slots_fed_by(g)]
         return any(rule == (1, False) for rule in rules) and not any(power == 2 for power, _ in rules)
+
+    def _adagrad_only(self, g: Pair) -> bool:
+        """Whether the one slot ``g`` feeds is an accumulator of squared gradients alone: Adagrad's
+        (TF1 ``<variable>/Adagrad``, Keras ``accumulator``; Ftrl's has a linear term beside it)."""
+        fed = self._slots_fed_by(g)
+        return len(fed) == 1 and align.variable_and_role("slot", fed[0].base.name)[2] == "accumulator"
 
     def _first_momentum_update(self, g: Pair, k: int) -> bool:
         """Whether the update into compared step ``k`` was the first with momentum: the slots ``g``
