@@ -574,7 +574,7 @@ class UpdateNotes(SlotNotes, GradientScaleNotes):
             if not local:
                 return None
             nearest = min(local, key=lambda t: t[0])
-        weights = 0
+        weights, rounded = 0, []
         for p in self._pairs:
             # a recorded output apart at this step is a forward pass that differs, which a unit at its
             # kink (its output moved by rounding) does not make: a helper's port that looked up another
@@ -585,6 +585,9 @@ class UpdateNotes(SlotNotes, GradientScaleNotes):
             if p.reason[k] != OK:
                 return None
             weights += p.base.kind == "weight"
+            both = p.step_values(k) if p.base.kind == "weight" else None
+            if both is not None and np.any(both[0] != both[1]):
+                rounded.append((_ulps_of_max(*both), p.base.name))
         if not weights:
             return None
         moved = (
@@ -599,6 +602,30 @@ class UpdateNotes(SlotNotes, GradientScaleNotes):
             "which also jumped: a unit at its kink moves a few elements of the gradient nearest it, and the "
             "backward pass carries that to every element of the gradients before it"
         )
+        both = pair.step_values(k)
+        if (
+            rounded
+            and max(rounded)[0] <= ROUNDED_WEIGHT_ULPS
+            and both is not None
+            and math.isfinite(_ulps_of_max(*both))
+        ):
+            # weights apart by rounding alone: a model whose gradients are large carries that rounding into
+            # them (a faithful keras.applications MobileNetV2 port, one depthwise weight 1 ulp apart at step
+            # 1 after its ZeroPadding2D + 'valid' convolution's own rounding, had the first conv's gradient
+            # of 22 apart by 10 ulps of it), which a rerun or op determinism reproduces
+            ulps, name = max(rounded)
+            return (
+                f"every weight, state and slot both runs recorded agrees at this step, and the loss, while this "
+                f"gradient's error ratio jumps to {now:.3g} from at most {before:.3g} at the steps before; but the "
+                f"weights are not bit-equal: {len(rounded)} recorded with full values "
+                f"{'differs' if len(rounded) == 1 else 'differ'} by float32 rounding alone (at most {ulps:.2g} ulps "
+                f"of its largest |element|, {name}), and this gradient's largest "
+                f"difference is {_ulps_of_max(*both):.3g} float32 ulps of its largest |element| "
+                f"({float(np.abs(both[0]).max()):.3g}): float32 rounding carried through the step into a gradient "
+                "this large (its sums reordered, or a ReLU-like unit at its kink). A rerun or "
+                "tf.config.experimental.enable_op_determinism() reproduces it, the weights being apart already; "
+                f"to tell it from the port, compare both runs from the same weights at this step. {moved}."
+            )
         return (
             f"every weight, state and slot both runs recorded agrees at this step, and the loss, while this gradient's "
             f"error ratio jumps to {now:.3g} from at most {before:.3g} at the steps before: a difference "
@@ -731,6 +758,19 @@ class UpdateNotes(SlotNotes, GradientScaleNotes):
         # near 0.1 are 6e-4 apart in ratio from rounding alone
         rounding = (2.0**-23 * (np.abs(nb) + np.abs(bb)), 2.0**-23 * (np.abs(nc) + np.abs(bc)))
         return _uniform_scale(nb - bb, nc - bc, pair.tol.atol, rounding)
+
+
+#: Weights apart by at most this many float32 ulps of their largest |element| at a step differ by
+#: rounding alone (an update's order of operations), not by the port's math
+#: (``_jump_from_agreeing_inputs``).
+ROUNDED_WEIGHT_ULPS = 4.0
+
+
+def _ulps_of_max(b: np.ndarray, c: np.ndarray) -> float:
+    """``max |c - b|`` in float32 ulps (2**-23) of ``b``'s largest |element|."""
+    scale = float(np.abs(np.asarray(b, np.float64)).max(initial=0.0))
+    diff = float(np.abs(np.asarray(c, np.float64) - np.asarray(b, np.float64)).max(initial=0.0))
+    return diff / (scale * 2.0**-23) if scale else math.inf
 
 
 #: A gradient this many times past its tolerance with the whole forward pass agreeing is a backward
