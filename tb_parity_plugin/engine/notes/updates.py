@@ -201,6 +201,17 @@ class UpdateNotes(SlotNotes, GradientScaleNotes):
         far = [(p, gap) for p, gap in slot_gaps if p.feeder is g and gap > g.tol.atol]
         if far:  # read first: the update's input differs, whatever the update's size
             slot, gap = far[0]
+            if self._sums_rmsprop_steps(slot):
+                # a helper's MobileNetV2 port kept Keras RMSprop's epsilon 1e-7 for TF1's 1.0 and was told of
+                # the slot's rule, clipping or a decay, "not the step size", which is what this slot sums
+                return (
+                    f"{note}; yet its optimizer slot {slot.base.kind}/{slot.base.name} differs by {gap:.3g} at this "
+                    "step, past atol and past what its gradient's differences allow: that slot is RMSProp's "
+                    "momentum, which sums the steps themselves (lr g / sqrt(mean square + epsilon)), so what sets "
+                    "a step's size feeds it: epsilon (TF1's RMSPropOptimizer 1e-10, Keras RMSprop 1e-7; MobileNet's "
+                    "recipe 1.0), the learning rate, rho, momentum, the mean square's start (TF1 1, Keras 0), "
+                    "clipping between the recorded gradient and the update, or a weight decay added to the gradient"
+                )
             return (
                 f"{note}; yet its optimizer slot {slot.base.kind}/{slot.base.name} differs by {gap:.3g} at this step, past atol and past what "
                 "its gradient's differences allow: the update's input differs beyond rounding (what feeds the slot, "
@@ -397,6 +408,23 @@ class UpdateNotes(SlotNotes, GradientScaleNotes):
         with np.errstate(invalid="ignore"):
             gap = np.where(np.isfinite(b) & np.isfinite(c), np.abs(c - b), 0.0).max(initial=0.0)
         return float(gap), len(rows)
+
+    def _sums_rmsprop_steps(self, slot: Pair) -> bool:
+        """Whether ``slot`` is RMSProp's momentum in either run, which sums each step (lr g / sqrt(ms +
+        epsilon)) rather than the gradient: TF1's ``RMSProp_1`` (``RMSProp_2`` when centered), tf_keras's
+        ``momentum/<variable>``, the legacy RMSprop's ``<variable>/momentum`` beside its ``rms``."""
+        for run, name in ((self.base, slot.base.name), (self.cand, slot.cand.name)):
+            bare = name.removesuffix(":0")
+            if bare.startswith("momentum/") or bare.endswith("/RMSProp_2"):
+                return True
+            slots = [n for kind, n in run.tensors if kind == "slot"]
+            if bare.endswith("/RMSProp_1"):
+                return bare[: -len("/RMSProp_1")] not in align.centered_rmsprop(slots)
+            if bare.endswith("/momentum") and any(
+                n.removesuffix(":0") == bare[: -len("momentum")] + "rms" for n in slots
+            ):
+                return True
+        return False
 
     def _momentum_only(self, g: Pair) -> bool:
         """Whether the slots ``g`` feeds are momentum's alone (a summing first moment, no second
