@@ -113,6 +113,21 @@ class StateNotes(NoteContext):
                 f"run again beside the train op), or one update of a momentum whose 1 - momentum is {1 + m:.4g} "
                 f"times the other's ({m * m:.4g} against {m:.4g})"
             )
+        factor = _moved_by_one_factor(before, now) if bn and not by_statistics else None
+        if factor is not None:
+            # a helper's keras.applications MobileNetV2 port (momentum 0.999) of TF1's 0.997 was told of
+            # the default 0.99, which neither run had: the first update's ratio gives the ratio of 1 - momentum
+            fits = [
+                f"{mb:g} against {mc:g}"
+                for mb, mc in _COMMON_MOMENTA_PAIRS
+                if abs((1 - mc) / (1 - mb) / factor - 1) < 1e-3
+            ]
+            rule = (
+                f" (batch normalization's momentum: from the same values '{self.cand.name}' moved it {factor:.4g} times "
+                f"as far as '{self.base.name}' at every element, so its 1 - momentum is {factor:.4g} times the other's"
+                + (f": {' or '.join(fits)}" if fits else "")
+                + "; Keras and tf.compat.v1.layers default 0.99, keras.applications' models 0.999)"
+            )
         if len(seen) == 1:
             return (
                 f"it agreed at step {s_j}{' (by statistics)' if by_statistics else ''}, the only step compared before: "
@@ -195,6 +210,39 @@ def _one_signed(values: Optional[tuple[np.ndarray, np.ndarray]]) -> bool:
         return False
     d = np.asarray(values[1], np.float64) - np.asarray(values[0], np.float64)
     return bool((d > 0).all() or (d < 0).all())
+
+
+#: Batch normalization momenta that code sets (Keras and TF1 layers 0.99, slim 0.997 and 0.999, keras.applications
+#: 0.999), as (baseline, candidate) pairs: a ratio of 1 - momentum is named by those it fits.
+_COMMON_MOMENTA = (0.9, 0.95, 0.97, 0.99, 0.995, 0.997, 0.999, 0.9997)
+_COMMON_MOMENTA_PAIRS = tuple((a, b) for a in _COMMON_MOMENTA for b in _COMMON_MOMENTA if a != b)
+
+
+def _moved_by_one_factor(
+    before: Optional[tuple[np.ndarray, np.ndarray]], now: Optional[tuple[np.ndarray, np.ndarray]]
+) -> Optional[float]:
+    """How many times as far the candidate moved a moving statistic as the baseline, when that is one
+    factor at every element moved well past rounding, from step values that agreed before: another
+    momentum moves ``s`` by ``(1 - m')(x - s)`` where the other moves it by ``(1 - m)(x - s)``, so the
+    factor is ``(1 - m') / (1 - m)``; None otherwise, or when it is 1."""
+    if before is None or now is None or len(before[0]) != len(now[0]):
+        return None
+    b_j, c_j = (np.asarray(x, np.float64) for x in before)
+    b_k, c_k = (np.asarray(x, np.float64) for x in now)
+    scale = max(float(np.nanmax(np.abs(b_j), initial=0.0)), float(np.nanmax(np.abs(b_k), initial=0.0)))
+    if not (np.isfinite(b_k).all() and np.isfinite(c_k).all()) or not np.allclose(
+        b_j, c_j, rtol=1e-6, atol=1e-6 * scale
+    ):
+        return None
+    moved_b, moved_c = b_k - b_j, c_k - c_j
+    big = (np.abs(moved_b) > 1e-4 * scale) & (np.abs(moved_c) > 1e-4 * scale)
+    if big.sum() < max(2, len(b_j) // 2):
+        return None
+    ratio = moved_c[big] / moved_b[big]
+    r = float(np.median(ratio))
+    if r <= 0 or abs(r - 1.0) < 1e-3 or not np.allclose(ratio, r, rtol=1e-3, atol=0.0):
+        return None
+    return r
 
 
 def _updated_twice(
