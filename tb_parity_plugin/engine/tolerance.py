@@ -189,6 +189,10 @@ HPARAM_ATOL_OF_PEAK = 2.0**-23
 #: this is "just past tolerance": its note says what amplifies float32 noise that far on faithful
 #: ports (new users' CNN with batch norm and 64-unit LSTM: ratios 1.05-1.24 at steps 3-6).
 MARGINAL_RATIO = 2.0
+#: Weights apart by at most this many float32 ulps of their largest |element| at a step differ by
+#: rounding alone (an update's order of operations), not by the port's math: a gradient that jumps
+#: from such weights is told float32 rounding carried into it (``notes.updates``).
+ROUNDED_WEIGHT_ULPS = 4.0
 
 
 #: Optimizer slots are compared relatively from the first step: Adam's second moment lives

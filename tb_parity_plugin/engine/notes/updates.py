@@ -18,6 +18,7 @@ from tb_parity_plugin.engine.notes.context import (
 from tb_parity_plugin.engine.notes.gradient_scale import GradientScaleNotes, _uniform_scale
 from tb_parity_plugin.engine.notes.slots import SlotNotes
 from tb_parity_plugin.engine.pair import NONFINITE_COLS, Pair, take_rows
+from tb_parity_plugin.engine.tolerance import ROUNDED_WEIGHT_ULPS
 from tb_parity_plugin.records import metadata
 
 
@@ -786,12 +787,6 @@ class UpdateNotes(SlotNotes, GradientScaleNotes):
         # near 0.1 are 6e-4 apart in ratio from rounding alone
         rounding = (2.0**-23 * (np.abs(nb) + np.abs(bb)), 2.0**-23 * (np.abs(nc) + np.abs(bc)))
         return _uniform_scale(nb - bb, nc - bc, pair.tol.atol, rounding)
-
-
-#: Weights apart by at most this many float32 ulps of their largest |element| at a step differ by
-#: rounding alone (an update's order of operations), not by the port's math
-#: (``_jump_from_agreeing_inputs``).
-ROUNDED_WEIGHT_ULPS = 4.0
 
 
 def _ulps_of_max(b: np.ndarray, c: np.ndarray) -> float:
