@@ -128,6 +128,8 @@ def test_a_ragged_port_with_its_ids_shifted_diverges_on_the_lookup_at_step_0(tmp
     _ragged_fit(str(tmp_path / "tf2"), shifted=True)
     first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
     assert first is not None and (first.step, first.kind, first.tensor) == (0, "activation", "embedding"), first
+    # a lookup holds no attention: its real positions apart were put down to attention masks alone (a trial's)
+    assert "ids shifted by one" in (first.note or ""), first.note
 
 
 def test_recording_a_ragged_tensor_returns_it_for_the_model_to_go_on_with(tmp_path) -> None:

@@ -806,9 +806,11 @@ class InputNotes(LossScaleNotes, DropoutNotes):
             return share + (
                 ", every element at the others agreeing, and those others 0 in both runs in each sample apart "
                 "(padding both runs recorded as 0): its real positions differ, so padding masked differently does "
-                "not explain it; a mask over the real positions can (an attention's causal mask shifted by one, a "
-                "token attending to itself in one run only; an attention mask of the other convention, True = "
-                "padding in one run where Keras's attention_mask means True = attend)"
+                "not explain it; what the layer reads there can (another input at those positions: ids shifted by "
+                "one, as a vocabulary that reserves index 0 or 1 for padding or out-of-vocabulary gives, or taken "
+                "from another vocabulary), or, after an attention, a mask over the real positions (its causal mask "
+                "shifted by one, a token attending to itself in one run only; an attention mask of the other "
+                "convention, True = padding in one run where Keras's attention_mask means True = attend)"
             )
         masking = _MASKING
         # a port that reads its padding (Embedding without mask_zero=True) records the same values here as
