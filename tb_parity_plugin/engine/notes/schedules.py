@@ -83,7 +83,7 @@ class ScheduleNotes(NoteContext):
         epochs = _epoch_length_note(steps, b, c, close)
         if epochs is not None:
             return epochs
-        phase = _shifted_phase_note(steps, b, c, at, close)
+        phase = _first_step_only_note(steps, b, c, at, close) or _shifted_phase_note(steps, b, c, at, close)
         if phase is not None:
             return phase
         stairs = _staircase_note(steps, b, c, close) or _time_scale_note(steps, b, c, at, close)
@@ -273,6 +273,33 @@ class ScheduleNotes(NoteContext):
 
 #: Step offsets a schedule note tries, nearest first (:meth:`Comparison._schedule_note`).
 SHIFTS = (1, -1, 2, -2, 3, -3)
+
+
+def _first_step_only_note(steps: np.ndarray, b: np.ndarray, c: np.ndarray, at: int, close: float) -> Optional[str]:
+    """When the runs differ at step 0 alone (agreeing at every later step, at least 2) and one run's value
+    there is the value both have at step 1: that run evaluates its schedule at step 1 for step 0, a step
+    clamped to at least 1 (``tf.maximum(step, 1)``, a guard against ``step ** -0.5`` at 0), where the other
+    evaluates it at 0. A trial's Transformer port of TF1's noam schedule, ``d ** -0.5 * min(step ** -0.5,
+    step * warmup ** -1.5)`` from ``global_step`` (0 at step 0), guarded so, was told one phase of its
+    schedule ran a step ahead, as a warm-up counted from 1 before a decay: its warm-up reads the step
+    itself at every later step."""
+    if at != 0 or int(steps[0]) != 0 or len(steps) < 3 or int(steps[1]) != 1:
+        return None
+    if abs(c[0] - b[0]) <= close or np.any(np.abs(c[1:] - b[1:]) > close):
+        return None
+    held = [name for name, x in (("baseline", b), ("candidate", c)) if abs(x[0] - x[1]) <= close]
+    if len(held) != 1:
+        return None
+    run, other = held[0], "candidate" if held[0] == "baseline" else "baseline"
+    value_at = {"baseline": b[0], "candidate": c[0]}
+    return (
+        f"the runs differ at step 0 alone and agree from step 1 on: the {run}'s value at step 0 is the one both "
+        f"have at step 1 ({value_at[run]:.6g}), the {other}'s is {value_at[other]:.6g}: the {run} evaluates its "
+        "schedule at step 1 for step 0, as a step clamped to at least 1 does (tf.maximum(step, 1), a guard against "
+        f"step ** -0.5 or 1 / step at 0), where the {other} evaluates it at step 0 itself (a noam warm-up, "
+        "d ** -0.5 * min(step ** -0.5, step * warmup ** -1.5), is 0 there), or a boundary at step 1 moved to 0; "
+        "not a whole warm-up shifted, which would differ at its later steps too"
+    )
 
 
 def _shifted_phase_note(steps: np.ndarray, b: np.ndarray, c: np.ndarray, at: int, close: float) -> Optional[str]:
