@@ -137,7 +137,7 @@ class LossScaleNotes(NoteContext):
                 f"'{small}' averages them (reduction='sum' or tf.reduce_sum against a mean: Keras's default "
                 "SUM_OVER_BATCH_SIZE, TF1's losses' SUM_BY_NONZERO_WEIGHTS, tf.reduce_mean)"
             )
-        tokens = self._token_count(k, near)
+        tokens = self._token_count(k, near, scale)
         if tokens:
             return head + tokens
         # some m/n lies within near's window (2e-4 of the scale wide) by chance about 2e-4 n max(s, 1/s) of the
@@ -212,7 +212,7 @@ class LossScaleNotes(NoteContext):
             telling += 1
         return len(values) if telling else 0
 
-    def _token_count(self, k: int, near: Callable[[float], bool]) -> str:
+    def _token_count(self, k: int, near: Callable[[float], bool], scale: float) -> str:
         """For a loss scaled as a whole by ``m / (n * t)`` (or its inverse), where the first sequence output
         recorded before it (``[n, t, ...]`` in both runs at compared step ``k``) holds exactly ``m`` positions
         nonzero in one run (its real tokens, padding recorded as 0): a token-level loss divided by its real
@@ -236,6 +236,8 @@ class LossScaleNotes(NoteContext):
                 if len(v) == n * t * shape[2]
             ]
             total = n * t
+            if real and all(r == total for r in real):  # no padding recorded as 0: only the shape says anything
+                return _token_count_by_shape(p, n, t, near, scale, self.base.name, self.cand.name)
             m = next((r for r in sorted(set(real)) if 0 < r < total and (near(r / total) or near(total / r))), None)
             if m is None:
                 return ""
@@ -381,3 +383,50 @@ def _noise_floor(values: list[tuple[np.ndarray, np.ndarray]]) -> float:
     """The rounding noise of a step's gradients (:data:`GRAD_NOISE_OF_MAX` of their largest element): a
     gradient that is 0 in exact arithmetic (an attention's key bias) holds no more than this in either run."""
     return GRAD_NOISE_OF_MAX * max((float(np.abs(v).max(initial=0.0)) for pair in values for v in pair), default=0.0)
+
+
+def _token_count_by_shape(
+    p: Pair, n: int, t: int, near: Callable[[float], bool], scale: float, base: str, cand: str
+) -> str:
+    """:meth:`LossScaleNotes._token_count` for a sequence output ``[n, t, ...]`` whose padding is recorded whole
+    (no Keras mask to record by, or no ``mask=``), so the real tokens cannot be counted: a factor ``m / (n t)``
+    (or its inverse) reads as one run dividing the token losses by every position and the other by ``m``
+    of them, and ``m / n`` (or its inverse, ``n < m <= n t``) as one dividing by the batch's ``n`` sequences
+    and the other by ``m`` tokens, said as a clause with the count unchecked; "" when neither fits, both do,
+    an example count ``m' / n`` fits too, or a chance match is not rare. A trial's Transformer LM ports (TF1's
+    ``softmax_cross_entropy(weights=mask)``; a ``fit`` with ``sample_weight=mask``, 18 of 28 positions real,
+    and a loop dividing by the batch's 4 sequences) were told only "a constant or a count"."""
+    total = n * t
+    # near's window is 2e-4 of the scale wide: some m of up to total lies in it by chance about 2e-4 total x
+    # max(s, 1/s) of the time (as for the example count)
+    if t < 2 or 2e-4 * total * max(scale, 1.0 / scale) >= 0.05:
+        return ""
+    if any(near(m / n) or near(n / m) for m in range(1, n)):  # as well some examples of zero weight
+        return ""
+    every = [m for m in range(1, total) if near(m / total) or near(total / m)]
+    per_sequence = [m for m in range(n + 1, total + 1) if near(m / n) or near(n / m)]
+    if len(every) + len(per_sequence) != 1:
+        return ""
+    unchecked = (
+        f"{p.base.kind}/{p.base.name} ({n} x {t}) is recorded with its padding, so the real tokens are not counted "
+        "here (record it with rec.activation(..., mask=real) in TF1 and zero_masked=True or mask= in TF2 to check)"
+    )
+    if every:
+        m = every[0]
+        fewer, all_of = (cand, base) if near(total / m) else (base, cand)
+        return (
+            f"by {m}/{total}: '{all_of}' likely divides the token losses' sum by every (batch, time) position, padding "
+            f"included ({n} x {t} = {total}), and '{fewer}' by {m} of them, its real tokens if {m} are real; {unchecked}. "
+            "TF1's tf.compat.v1.losses given weights=mask (SUM_BY_NONZERO_WEIGHTS) and tf.reduce_sum(ce * mask) / "
+            "tf.reduce_sum(mask) divide by the real tokens; Keras's sample_weight=mask (fit, or a loss called with "
+            "sample_weight=) and a mean over every token by all of them"
+        )
+    m = per_sequence[0]
+    fewer, tokens = (cand, base) if near(m / n) else (base, cand)
+    return (
+        f"by {m}/{n}: '{fewer}' likely divides the token losses' sum by this step's {n} sequences (the batch) and "
+        f"'{tokens}' by {m} tokens of its {n} x {t} = {total} positions, its real tokens if {m} are real; {unchecked}. "
+        "TF1's tf.compat.v1.losses given weights=mask (SUM_BY_NONZERO_WEIGHTS) and tf.reduce_sum(ce * mask) / "
+        "tf.reduce_sum(mask) divide by the real tokens; a sum over the tokens divided by the batch size (tf.reduce_sum "
+        "over time, then a mean over the batch, or compute_average_loss) by the sequences"
+    )
