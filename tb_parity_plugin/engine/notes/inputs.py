@@ -164,6 +164,9 @@ class InputNotes(LossScaleNotes, DropoutNotes):
         frozen = None if loss else self._frozen_moving_stats(first, k)
         if frozen:
             return f"{agree} at this step, and {frozen}" + self._positions_note(first, k)
+        rescaled = None if loss else self._input_scaled_otherwise(first, k)
+        if rescaled:
+            return f"{agree} at this step, and {rescaled}" + self._positions_note(first, k)
         grads = self._gradients_agree(k) if loss else 0
         scaled = self._loss_scale(first, k, grads) if loss else None
         if scaled:
@@ -483,6 +486,67 @@ class InputNotes(LossScaleNotes, DropoutNotes):
                     "layer call given the other tensor), or a layer between the two skipped in one run"
                 )
         return None
+
+    def _input_scaled_otherwise(self, first: Pair, k: int) -> Optional[str]:
+        """When ``first``'s candidate minus its baseline at ``k`` is one factor ``a`` times the output recorded
+        just before it (of its shape, agreeing there), element-wise within ``first``'s tolerance: the layer
+        scales that input by factors ``a`` apart in the two runs, the rest of it alike (a term added, as
+        positions are, cancels). A trial's Transformer port that lost the embedding's ``sqrt(d_model)``
+        (``x * sqrt(d) + positions`` in TF1, ``x + positions`` in the port) was told the layer "computes
+        another function of its input (activation, padding, epsilon, a training flag)". None otherwise."""
+        both = first.step_values(k)
+        shape = first.known_shape("base", int(first.ib[k]))
+        if both is None or not shape or math.prod(shape) != len(both[0]) or len(both[0]) < 2:
+            return None
+        before = [
+            p
+            for p in self._pairs
+            if p.base.kind in _OUTPUTS and p.base.order < first.base.order and p.ib[k] >= 0 and p.ic[k] >= 0
+        ]
+        if not before:
+            return None
+        prev = max(before, key=lambda p: p.base.order)
+        if not prev.by_values_at(k) or prev.known_shape("base", int(prev.ib[k])) != shape:
+            return None
+        inputs = prev.step_values(k)
+        if inputs is None or len(inputs[0]) != len(both[0]):
+            return None
+        b, c, x = (np.asarray(v, dtype=np.float64) for v in (both[0], both[1], inputs[0]))
+        if not (np.isfinite(b).all() and np.isfinite(c).all() and np.isfinite(x).all()):
+            return None
+        xx = float(x @ x)
+        if xx == 0.0:
+            return None
+        d = c - b
+        a = float(d @ x) / xx
+        bound = first.atol_at(k) + first.rtol_at(k) * np.abs(b)
+        # the factor must explain what the tolerance cannot: elements apart by more than it, and none left apart
+        if not (np.abs(d) > bound).any() or (np.abs(d - a * x) > 0.5 * bound).any():
+            return None
+        # the output itself times one factor has its own note (its input being its own value, less what it adds)
+        if np.allclose(x, b, rtol=1e-6, atol=0.0):
+            return None
+        name = f"{prev.base.kind}/{prev.base.name}"
+        root = math.sqrt(shape[-1])
+        which = ""
+        if abs((1.0 - a) - root) <= 1e-3 * root:
+            which = (
+                f": {1 - a:.4g} = sqrt({shape[-1]}), sqrt(d_model) of its last axis, so '{self.base.name}' likely "
+                f"scales its input by sqrt(d_model) (an embedding's, before positions are added) and "
+                f"'{self.cand.name}' does not"
+            )
+        elif abs((1.0 + a) - root) <= 1e-3 * root:
+            which = (
+                f": {1 + a:.4g} = sqrt({shape[-1]}), sqrt(d_model) of its last axis, so '{self.cand.name}' likely "
+                f"scales its input by sqrt(d_model) (an embedding's, before positions are added) and "
+                f"'{self.base.name}' does not"
+            )
+        return (
+            f"its candidate minus its baseline is {a:.4g} times {name}, the output recorded just before it, at every "
+            f"element (within this tensor's tolerance): the two runs scale that input by factors {abs(a):.4g} apart "
+            f"and the rest of the layer alike (what it adds, such as positions, cancels){which}; or a scale or "
+            "multiplier of that input set otherwise on one side"
+        )
 
     def _squashed(self, first: Pair, k: int) -> Optional[str]:
         """When one run's output at ``k`` is, within its tolerance, the softmax (over its last axis) or the
