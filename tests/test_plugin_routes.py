@@ -314,3 +314,25 @@ def test_the_same_run_as_baseline_and_candidate_is_400(client: werkzeug_test.Cli
     extra = "&tensor=lr%2Flearning_rate" if route == "tensor" else ""
     body = get_json(client, f"{route}?baseline=lr%2Ftf1&candidate=lr%2Ftf1{extra}", code=400)
     assert "same run" in body["error"]
+
+
+def test_matrix_first_names_the_step_of_its_outlined_cell_after_a_structure_divergence(tmp_path) -> None:
+    """A port with a state of its own diverges in structure first (at no step); the heat map
+    outlines the first divergence among the steps, and a click on it opens ``first.step``. That
+    step was the structure divergence's (0), where the outlined cell agrees: a helper's VAE port
+    (its KL weight kept as a variable, its loss apart from step 1) opened the loss at step 0."""
+    import state_port  # TensorFlow: imported by this test only
+
+    lrs = state_port.write(str(tmp_path / "port"))
+    apart = int(np.flatnonzero(lrs[0] != lrs[1])[0])  # numpy: the schedules part at step 2
+    assert apart == 2
+    client = make_client(str(tmp_path))
+    pair = "baseline=port%2Ftf1&candidate=port%2Ftf2"
+    summary = get_json(client, "summary?" + pair)
+    assert summary["first_divergence"]["reason"] == "structure"
+    for width in ("", "&width=2"):
+        body = get_json(client, "matrix?" + pair + width)
+        first = body["first"]
+        assert body["tensors"][first["tensor"]]["tag"] == "lr/lr"
+        assert body["step_start"][first["bucket"]] <= first["step"] <= body["step_end"][first["bucket"]]
+        assert first["step"] == apart, first

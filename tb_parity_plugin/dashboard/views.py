@@ -66,9 +66,15 @@ def matrix_payload(m: ParityMatrix, report: ParityReport) -> dict[str, Any]:
     max, reason from the earliest divergent step), so it cannot be averaged away.
     """
     first = None
-    if m.first_divergence is not None and report.first_divergence is not None:
+    # the matrix outlines the first divergence among the steps: after a structure divergence (a
+    # tensor of one run only, at no step) that is the report's first step divergence, whose step a
+    # click on the outline opens (it opened the structure divergence's step 0, where the cell agrees)
+    at_step = report.first_divergence
+    if at_step is not None and at_step.reason == "structure":
+        at_step = report.first_step_divergence
+    if m.first_divergence is not None and at_step is not None:
         row, col = m.first_divergence
-        first = {"bucket": int(row), "tensor": int(col), "step": int(report.first_divergence.step)}
+        first = {"bucket": int(row), "tensor": int(col), "step": int(at_step.step)}
     codes = max(k for k in REASONS if k != ABSENT) + 1
     return {
         "tensors": [
