@@ -200,13 +200,19 @@ def assert_parity(
     first = report.first_divergence
     if first is not None:
         others = report.divergences_at_first_step[1:]
+        # a structure divergence is at no step: said so, as the CLI, the report and the tab say it,
+        # with the first divergence among the steps they all name after it
+        where = "in structure" if first.reason == "structure" else f"at step {first.step}"
         lines = [
-            f"{report.candidate!r} diverges from {report.baseline!r} at step {first.step}: {describe(first)}",
+            f"{report.candidate!r} diverges from {report.baseline!r} {where}: {describe(first)}",
             f"{report.tolerance_text or 'tolerance'}; policy: {report.policy.to_dict()}",
         ]
-        lines += [f"  also at step {first.step}: {describe(d)}" for d in others[:10]]
+        lines += [f"  also {where}: {describe(d)}" for d in others[:10]]
         if len(others) > 10:
             lines.append(f"  ... and {len(others) - 10} more")
+        step_line = first_step_line(report)
+        if step_line:
+            lines.append(step_line)
         if report.unproven_text:
             lines.append(report.unproven_text)
         if report.hparam_text:
@@ -228,6 +234,18 @@ def _step_range(run: Any) -> str:
     """``steps A-B`` of a run (how a run numbers its steps, for an error)."""
     steps = run.steps
     return f"steps {int(steps[0])}-{int(steps[-1])}" if len(steps) else "no step"
+
+
+def first_step_line(report: ParityReport) -> Optional[str]:
+    """After a structure divergence (at no step), the first divergence among the compared steps
+    (CLI text and assert_parity); None otherwise."""
+    first, fs = report.first_divergence, report.first_step_divergence
+    if first is None or fs is None or first.reason != "structure":
+        return None
+    return (
+        f"first divergence among the steps: step {fs.step}, {fs.kind}/{fs.tensor} ({fs.reason}), "
+        "among the paired tensors only: one recorded by one run (above) may differ earlier"
+    )
 
 
 def suggested_maps_line(maps: list[str]) -> str:

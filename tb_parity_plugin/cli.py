@@ -172,13 +172,9 @@ def structure_lines(report: ParityReport) -> list[str]:
     """The structure report: what one run recorded without the other, counts, shapes, repeats."""
     st = report.structure
     lines = []
-    first = report.first_divergence
-    if first is not None and report.first_step_divergence is not None and first.reason == "structure":
-        fs = report.first_step_divergence
-        lines.append(
-            f"first divergence among the steps: step {fs.step}, {fs.kind}/{fs.tensor} ({fs.reason}), "
-            "among the paired tensors only: one recorded by one run (above) may differ earlier"
-        )
+    step_line = api.first_step_line(report)
+    if step_line:
+        lines.append(step_line)
     variables = st.get("variables", {})
     if variables:
         lines.append(

@@ -1437,3 +1437,22 @@ def test_an_unpaired_slot_lists_candidates_of_its_own_role() -> None:
     keras = run("tf2", [series("slot", f"{n}/bias/{r}:0", v, order=i) for i, (r, n) in enumerate(port)])
     only = {e["tag"]: e["candidates"] for e in compare_runs(base, keras).structure["only_in"]["tf1"]}
     assert only["slot/a/bias/Adam_1:0"] == ["slot/y/bias/v:0", "slot/z/bias/v:0"]
+
+
+def test_assert_parity_on_a_structure_divergence_names_the_first_step_divergence_too(tmp_path) -> None:
+    """A port with a state of its own diverges in structure, at no step, and its schedule parts from
+    TF1's at step 2 (numpy). ``assert_parity`` said "diverges ... at step 0" and no more, where the CLI,
+    the HTML report and the tab also name the first divergence among the steps: a VAE port keeping its
+    KL weight as a variable got the same message whether its loss was right or summed the KL term."""
+    import state_port  # TensorFlow: imported by this test only
+
+    from tb_parity_plugin import api
+
+    lrs = state_port.write(str(tmp_path / "port"))
+    apart = int(np.flatnonzero(lrs[0] != lrs[1])[0])
+    assert apart == 2
+    with pytest.raises(AssertionError) as raised:
+        api.assert_parity(str(tmp_path / "port"))
+    lines = str(raised.value).splitlines()
+    assert lines[0].startswith("'tf2' diverges from 'tf1' in structure: state/kl_beta: structure"), lines[0]
+    assert f"first divergence among the steps: step {apart}, lr/lr (value)" in str(raised.value)
