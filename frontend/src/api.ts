@@ -179,6 +179,11 @@ export class ApiError extends Error {
   }
 }
 
+/** A figure the JSON may leave absent (null): kept absent, so it reads "–", never "NaN". */
+export function optNum(x: Num | undefined): number | null {
+  return x === null || x === undefined ? null : num(x);
+}
+
 export function num(x: Num | undefined): number {
   if (x === null || x === undefined) return NaN;
   if (typeof x === "number") return x;

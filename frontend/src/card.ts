@@ -2,7 +2,7 @@
 // panel points at the first non-finite tensor), the runs' read problems and the engine's
 // warnings. The verdict's three strengths (diverge, agree, agree within statistics) and
 // its one-line wording come from the engine; this only lays them out.
-import { Divergence, num, Summary } from "./api";
+import { Divergence, num, optNum, Summary } from "./api";
 import { el, fmt, replaceChildren } from "./dom";
 
 export interface CardActions {
@@ -38,9 +38,11 @@ function figures(d: Divergence): HTMLElement | null {
   return el(
     "div",
     { cls: "tbp-figures" },
-    figure("max |Δ|", fmt(num(d.max_abs_diff))),
-    figure("max rel", fmt(num(d.max_rel_diff))),
-    figure("error / tolerance", fmt(num(d.error_ratio)) + "×"),
+    // a shape or dtype divergence has no element-wise figures (null): "–" as the report and the CLI's
+    // "n/a" say, not "NaN", which reads as the tensor holding NaNs
+    figure("max |Δ|", fmt(optNum(d.max_abs_diff))),
+    figure("max rel", fmt(optNum(d.max_rel_diff))),
+    figure("error / tolerance", fmt(optNum(d.error_ratio)) + (d.error_ratio === null ? "" : "×")),
     d.cosine !== null ? figure("cosine", fmt(num(d.cosine))) : null,
     d.mismatch_fraction !== null ? figure("elements out of tolerance", fmt(num(d.mismatch_fraction) * 100) + "%") : null,
   );

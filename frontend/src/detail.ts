@@ -1,6 +1,6 @@
 // Tensor detail: both runs' statistics per step side by side, the per-step verdict,
 // FULL_HEALTH counts with NaN/Inf highlighted, and full values at the chosen step.
-import { num, Num, RunTensor, TensorResponse } from "./api";
+import { num, Num, optNum, RunTensor, TensorResponse } from "./api";
 import { Palette, SeriesChart, onto } from "./charts";
 import { el, fmt, replaceChildren, shapeText } from "./dom";
 
@@ -238,18 +238,19 @@ export class TensorDetail {
     const n = Math.max(v.baseline?.length ?? 0, v.candidate?.length ?? 0);
     const rows: HTMLElement[] = [];
     for (let i = 0; i < Math.min(n, MAX_ROWS); i++) {
-      const b = v.baseline ? num(v.baseline[i]) : NaN;
-      const c = v.candidate ? num(v.candidate[i]) : NaN;
-      const d = v.abs_diff ? num(v.abs_diff[i]) : NaN;
-      const tol = v.tolerance ? num(v.tolerance[i]) : NaN;
-      const bad = !(d <= tol) && v.abs_diff !== null;
+      // absent (another shape: no difference per element; a shorter side): "–", not "NaN"
+      const b = optNum(v.baseline?.[i]);
+      const c = optNum(v.candidate?.[i]);
+      const d = optNum(v.abs_diff?.[i]);
+      const tol = optNum(v.tolerance?.[i]);
+      const bad = d !== null && !(tol !== null && d <= tol);
       rows.push(
         el(
           "tr",
           {},
           el("td", { text: String(i) }),
-          el("td", { cls: "grp-b" + (Number.isFinite(b) ? "" : " nonfinite"), text: fmt(b) }),
-          el("td", { cls: "grp-c" + (Number.isFinite(c) ? "" : " nonfinite"), text: fmt(c) }),
+          el("td", { cls: "grp-b" + (b === null || Number.isFinite(b) ? "" : " nonfinite"), text: fmt(b) }),
+          el("td", { cls: "grp-c" + (c === null || Number.isFinite(c) ? "" : " nonfinite"), text: fmt(c) }),
           el("td", { cls: bad ? "out" : "", text: fmt(d) }),
           el("td", { text: fmt(tol) }),
         ),

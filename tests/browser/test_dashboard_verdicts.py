@@ -366,3 +366,34 @@ def test_the_flags_an_incomplete_verdict_names_are_taken_by_the_flags_field(
     expect(card.locator("[data-testid=verdict-text]")).to_contain_text(accepted.verdict_text, timeout=TIMEOUT)
     expect(frame.locator("[data-testid=error]")).not_to_contain_text("unknown flag")
     assert "flags=" in frame.locator("body").evaluate("() => window.location.hash")
+
+
+def test_a_shape_divergence_shows_no_nan_for_figures_it_has_none_of(page, tmp_path) -> None:
+    """A TF1 original fed ids padded to a fixed width 2 wider than any row, against a ragged Keras
+    ``fit`` port (recorded padded to each batch's longest row): the lookup differs in shape, and has
+    no element-wise figures (null in the summary; the CLI says n/a, the report "–"). The card said
+    "max |Δ| NaN, max rel NaN, error / tolerance NaN×" and the values table "NaN" in every |Δ| cell,
+    which reads as NaNs in the runs, where numpy has every element finite."""
+    import test_ragged_outputs as ragged  # TensorFlow: imported by this test only
+    from tensorboard_process import tensorboard
+
+    root = tmp_path / "logs"
+    ragged._tf1(str(root / "pad" / "tf1"), width=ragged.L + 2)
+    ragged._ragged_fit(str(root / "pad" / "tf2"))
+    batch = ragged.IDS[: ragged.B]
+    assert ragged.L + 2 > int((batch > 0).sum(1).max())  # numpy: the widths differ: a shape divergence
+    assert np.isfinite(ragged.E0).all()  # and no element of either lookup is NaN
+    first = api.compare(str(root / "pad")).first_divergence
+    assert first is not None and first.reason == "shape" and first.max_abs_diff is None
+    with tensorboard(str(root), reload_interval=2) as server:
+        frame = open_tab(page, server, "pad")
+        card = frame.locator("[data-testid=card]")
+        assert (
+            verdict(frame) == "diverge" and card.locator("[data-testid=divergence-tensor]").inner_text() == "embedding"
+        )
+        figures = card.locator(".tbp-figures").inner_text()
+        assert "NaN" not in figures and "max |Δ| –" in figures, figures
+        frame.locator("[data-testid=verdict]").click()
+        values = frame.locator("[data-testid=values]")
+        expect(values.locator("tbody tr").first).to_be_visible(timeout=TIMEOUT)
+        assert "NaN" not in values.inner_text()
