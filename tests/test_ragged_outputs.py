@@ -161,3 +161,29 @@ def test_a_fixed_width_original_against_a_ragged_port_is_told_the_widths_differ(
         assert (widths in (first.note or "")) == told, first.note
         if told:
             assert f"'tf1' holds 0 at every position past {L}" in first.note, first.note
+
+
+def test_a_shape_step_has_no_error_ratio_in_the_heat_map_or_the_detail(tmp_path) -> None:
+    """At a step whose shapes differ the elements do not correspond, so no error ratio means anything:
+    the summary said n/a while the heat map's cell and the detail's figures carried one computed from the
+    statistics (2037, "proves an element out of tolerance": a helper's check of the front ends). numpy:
+    the two lookups have other shapes at every step ([B, L + 2, D] against [B, L, D])."""
+    from tb_parity_plugin.engine import Comparison
+    from tb_parity_plugin.engine.matrix import SHAPE
+    from tb_parity_plugin.logdir.reader import LogdirReader
+
+    assert all(np.pad(e, ((0, 0), (0, 2), (0, 0))).shape != e.shape for e, _ in _lookups())
+    _tf1(str(tmp_path / "tf1"), width=L + 2)
+    _ragged_fit(str(tmp_path / "tf2"))
+    with LogdirReader(str(tmp_path)) as reader:
+        comparison = Comparison(reader.run("tf1"), reader.run("tf2"))
+        first = comparison.report().first_divergence
+        assert first is not None and first.reason == "shape" and first.error_ratio is None, first
+        matrix = comparison.matrix()
+        col = matrix.tensors.index("activation/embedding")
+        shape_rows = matrix.reason[:, col] == SHAPE
+        assert shape_rows.all(), matrix.reason[:, col]
+        assert np.isnan(matrix.error_ratio[shape_rows, col]).all(), matrix.error_ratio[:, col]
+        detail = comparison.detail("activation/embedding", step=0)
+        assert np.isnan(detail.error_ratio).all(), detail.error_ratio
+        assert detail.figures is not None and detail.figures["error_ratio"] is None, detail.figures

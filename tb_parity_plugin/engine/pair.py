@@ -655,6 +655,10 @@ class Pair:
                 for j, b, c in self._valued_rows(rb, rc):
                     ratio[j] = allclose.rows_error_ratio(c[None], b[None], rtol[j : j + 1], _row(atol, j))[0]
             out[both] = ratio
+        # elements of other shapes do not correspond: no ratio means anything there (a shape step's cell
+        # carried one from the statistics, 2037, where the summary said n/a)
+        known = ks < self.done
+        out[both[known][self.reason[ks[known]] == SHAPE]] = np.nan
         return out
 
     def grow(self, base: Any, cand: Any, ib: np.ndarray, ic: np.ndarray) -> None:
@@ -750,6 +754,8 @@ class Pair:
         rb, rc = int(self.ib[k]), int(self.ic[k])
         if rb < 0 or rc < 0:
             return dict.fromkeys(FIGURES)
+        if k < self.done and self.reason[k] == SHAPE:  # elements of other shapes do not correspond
+            return {**dict.fromkeys(FIGURES), "evidence": "shape"}
         rtol = self.rtol_at(k)
         atol = self.atol_at(k)
         if self.use_values:
