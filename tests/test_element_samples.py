@@ -207,3 +207,26 @@ def test_a_sample_of_a_tensor_of_another_shape_gives_no_figure(tmp_path) -> None
     (sample,) = [d for d in report.divergences_at_first_step if d.tensor == "conv1d#sample"]
     assert sample.max_abs_diff is None and sample.mismatch_fraction is None and sample.cosine is None, sample
     assert "sampled positions hold unrelated elements" in (sample.note or ""), sample.note
+
+
+def test_the_heat_map_counts_tensors_and_element_samples_apart(tmp_path) -> None:
+    """A sample is a column of the heat map of its own: the map was headed "5 tensors" under a
+    headline counting fewer tensors compared (a helper's MobileNet pair: 832 against 776). numpy: the
+    two kernels (128 x 128, 128 x 512), their gradients and the [16, 512] logits exceed 4096 elements
+    and carry a sample each."""
+    from tb_parity_plugin.dashboard.views import matrix_payload
+    from tb_parity_plugin.report import page
+
+    assert [n for n in (128 * 128, 128 * 512, 16 * 512, 16 * 128) if n > 4096] == [16384, 65536, 8192]
+    _train_tf1(str(tmp_path / "tf1"))
+    _train_tf2(str(tmp_path / "tf2"), W1)
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    matrix = report.matrix()
+    samples = [t for t in matrix.tensors if t.endswith("#sample")]
+    assert len(samples) == 5, matrix.tensors
+    tensors = len(matrix.tensors) - 5
+    assert report.to_dict()["tensors_compared"] == tensors
+    text = f"{tensors} tensors and 5 element samples"
+    assert matrix.columns_text() == text
+    assert f"Divergence map: {text} (execution order)" in page.report_document(report)
+    assert matrix_payload(matrix, report)["columns_text"] == text

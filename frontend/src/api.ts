@@ -116,6 +116,8 @@ export type Evidence = "values" | "partial" | "statistics";
 export interface MatrixTensor { tag: string; kind: string; name: string; candidate_tag: string | null; evidence: Evidence }
 export interface MatrixResponse {
   tensors: MatrixTensor[];
+  /** The columns counted as the headline counts tensors: "776 tensors and 56 element samples". */
+  columns_text: string;
   step_start: number[];
   step_end: number[];
   n_steps: number;

@@ -98,7 +98,7 @@ export class HeatMap {
       this.labels,
       ...(this.rowH >= 10
         ? m.tensors.map((t) => el("div", { text: t.tag, title: t.tag, attrs: { style: `height:${this.rowH}px;line-height:${this.rowH}px;font-size:${Math.min(11, this.rowH - 1)}px` } }))
-        : [el("div", { text: `${nt} tensors, execution order top to bottom` })]),
+        : [el("div", { text: `${m.columns_text}, execution order top to bottom` })]),
     );
     const nb = m.step_start.length;
     replaceChildren(

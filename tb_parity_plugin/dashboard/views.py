@@ -87,6 +87,7 @@ def matrix_payload(m: ParityMatrix, report: ParityReport) -> dict[str, Any]:
             }
             for tag, kind, cand, evidence in zip(m.tensors, m.kinds, m.candidate_tensors, m.evidence)
         ],
+        "columns_text": m.columns_text(),
         "step_start": m.step_start.tolist(),
         "step_end": m.step_end.tolist(),
         "n_steps": int(report.steps_compared),

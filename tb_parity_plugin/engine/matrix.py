@@ -12,6 +12,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from tb_parity_plugin.records import metadata
+
 OK, VALUE, NONFINITE, DTYPE, SHAPE, MISSING = range(6)
 ABSENT = 255
 REASONS = {
@@ -66,6 +68,15 @@ class ParityMatrix:
     def steps(self) -> np.ndarray:
         """Row steps (the first step of each bucket)."""
         return self.step_start
+
+    def columns_text(self) -> str:
+        """What the columns are, counted as the verdict counts tensors: ``776 tensors and 56 element
+        samples`` (a sample of a tensor too large for full values is a column of its own: a heat map
+        headed "832 tensors" under a headline of 776 tensors compared, a helper's check of the front ends)."""
+        samples = sum(metadata.is_sample(t) for t in self.tensors)
+        n = len(self.tensors) - samples
+        text = f"{n} tensor{'' if n == 1 else 's'}"
+        return text + (f" and {samples} element sample{'' if samples == 1 else 's'}" if samples else "")
 
     def bucketed(self, max_rows: int) -> ParityMatrix:
         """At most ``max_rows`` rows: consecutive steps merged, ratio by max.

@@ -266,7 +266,7 @@ def _heat_map(matrix: Optional[matrix_mod.ParityMatrix]) -> str:
         f" Each column is a bucket of about {-(-n_steps // n_cols)} steps (its worst cell)." if n_cols < n_steps else ""
     )
     return (
-        f"<h3>Divergence map: {n_tensors} tensors (execution order) × {n_steps} steps</h3>"
+        f"<h3>Divergence map: {_e(matrix.columns_text())} (execution order) × {n_steps} steps</h3>"
         f'<p class="meta">Colour = error relative to tolerance.{_e(note)}</p>{"".join(parts)}'
         f'<p class="meta">{legend}</p>'
     )
