@@ -622,3 +622,43 @@ def test_outputs_of_layers_nothing_told_apart_keep_the_partner_of_their_shape() 
     report = Comparison(base, cand).report()
     assert report.agree, report.first_divergence
     assert any("cannot be told apart" in w for w in report.warnings)
+
+
+def test_layers_re_paired_by_values_with_no_output_recorded_are_said_maybe_loaded_crosswise() -> None:
+    """A helper's MobileNetV2 converter sorted its names and loaded two blocks' same-shaped kernels
+    crosswise; none of their outputs was recorded, so the tool re-paired them by their values, they
+    agreed, and the warning blamed Keras's numbering alone while the divergence showed downstream.
+    numpy: the port's network (v2 then v1) computes another logit than the original's (v1 then v2)."""
+    from engine_helpers import run, series
+
+    from tb_parity_plugin.engine import Comparison
+
+    rng = np.random.default_rng(6)
+    v1, v2 = (rng.standard_normal((4, 4)).astype(np.float32) for _ in range(2))
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    assert not np.allclose(x @ v1 @ v2, x @ v2 @ v1, atol=1e-3)
+    base = run(
+        "tf1",
+        [
+            series("weight", "dense_1/kernel:0", [v1], order=0),
+            series("weight", "dense_2/kernel:0", [v2], order=1),
+            series("activation", "logits", [x @ v1 @ v2], order=2),
+        ],
+    )
+    cand = run(
+        "tf2",
+        [
+            series("weight", "dense_1/kernel:0", [v2], order=0),
+            series("weight", "dense_2/kernel:0", [v1], order=1),
+            series("activation", "logits", [x @ v2 @ v1], order=2),
+        ],
+    )
+    report = Comparison(base, cand).report()
+    first = report.first_divergence
+    assert first is not None and (first.step, first.tensor) == (0, "logits"), first
+    repaired = [w for w in report.warnings if "paired dense_1/* with dense_2/* by their first-step values" in w]
+    assert repaired and "loaded their weights into other layers" in repaired[0], report.warnings
+    # with their outputs recorded in the order they ran (created in another order, faithful): no such clause
+    base, cand = _two_layer_runs(port_outputs_in_name_order=False)
+    report = Comparison(base, cand).report()
+    assert report.agree and not any("loaded their weights into other layers" in w for w in report.warnings)

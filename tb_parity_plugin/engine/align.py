@@ -836,6 +836,11 @@ class _Pairing:
             moves = self._repair_scopes(chosen, c_of, b_of, current)
             if moves is None:
                 continue
+            # with no output of theirs recorded, the order they ran in cannot tell a port that created them in
+            # another order from one that loaded their weights crosswise (a helper's MobileNetV2 converter
+            # sorted its names: the expand kernels re-paired and agreed, the divergence found downstream, and
+            # this warning blamed Keras's numbering alone)
+            unseen = _output_orders(self.base, chosen) is None or _output_orders(self.cand, chosen.values()) is None
             for b, new_c in moves:
                 how = (
                     "by their first-step values"
@@ -845,6 +850,14 @@ class _Pairing:
                 warnings.append(
                     f"paired {_scope_text(b, own)} with {_scope_text(new_c, own)} {how}, not by name or creation order: "
                     "Keras numbers layers of one type by creation order, and these have the same shapes"
+                    + (
+                        "; or the port loaded their weights into other layers than their counterparts (a converter's "
+                        "name mapping crossed), a bug this pairing hides until a tensor downstream differs: no output "
+                        "of theirs is recorded, whose order would tell the two apart; record them, or pair them by "
+                        "name with --map"
+                        if unseen
+                        else ""
+                    )
                 )
         return warnings
 
