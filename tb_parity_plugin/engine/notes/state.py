@@ -128,6 +128,9 @@ class StateNotes(NoteContext):
                 + (f": {' or '.join(fits)}" if fits else "")
                 + "; Keras and tf.compat.v1.layers default 0.99, keras.applications' models 0.999)"
             )
+        shares = self._batch_shares(first, j, k) if bn and not by_statistics and s_k == s_j + 1 else None
+        if shares is not None:
+            return shares
         if len(seen) == 1:
             return (
                 f"it agreed at step {s_j}{' (by statistics)' if by_statistics else ''}, the only step compared before: "
@@ -160,6 +163,54 @@ class StateNotes(NoteContext):
                 else "once more, outside the training step"
             )
             + ", or from an input no recorded tensor shows"
+        )
+
+    def _batch_shares(self, mean: Pair, j: int, k: int) -> Optional[str]:
+        """For a batch normalization's moving mean that agreed at step ``j`` and parts at ``k`` (the
+        next step): which rows of its layer's input, as recorded at ``j``, each run averaged it from,
+        when both fit one momentum and one share of the rows and the shares differ. A TF1 multi-tower
+        original (``cifar10_multi_gpu_train``'s pattern) that runs only the first tower's
+        ``UPDATE_OPS`` updates it from that tower's share of the batch, and its ``MirroredStrategy``
+        port's moving mean (the replicas' copies, read as their mean) from the whole batch: a trial's
+        port, which trained as the original did at every step, was told of batch normalization's
+        momentum, the same 0.99 in both runs, or of "inputs no recorded tensor shows" though its
+        input was recorded. None otherwise."""
+        if "moving_mean" not in f"{mean.base.name} {mean.cand.name}":
+            return None
+        before, now = mean.step_values(j), mean.step_values(k)
+        if before is None or now is None or len(before[0]) != len(now[0]):
+            return None
+        width = len(before[0])
+        own = {
+            p.base.order for p in self._pairs if p.base.kind in _OUTPUTS and p.base.name == _layer_of(mean.base.name)
+        }
+        fits = []
+        for p in self._pairs:  # the layer's input: an output recorded before the layer's own, of its width
+            if p.base.kind not in _OUTPUTS or (own and p.base.order >= min(own)) or p.step_values(j) is None:
+                continue
+            shape = p.known_shape("base", int(p.ib[j]))
+            if not shape or shape[-1] != width or len(shape) < 2:
+                continue
+            found = [_share_of(x, shape[0], width, b_j, b_k) for x, b_j, b_k in zip(p.step_values(j), before, now)]
+            if None not in found and found[0][1:] != found[1][1:]:
+                fits.append((p.base.name, shape[0], found))
+        if len(fits) != 1:
+            return None
+        name, rows, found = fits[0]
+        said = []
+        for run, (m, count, at) in zip((self.base.name, self.cand.name), found):
+            where = (
+                f"all {rows} rows"
+                if count == 1
+                else f"rows {at * rows // count}-{(at + 1) * rows // count - 1} alone (share {at + 1} of {count})"
+            )
+            said.append(f"'{run}' (momentum {m:g}) from the mean of {where}")
+        return (
+            f"it agreed at step {int(self.steps[j])}; to step {int(self.steps[k])} {said[0]} of {name} as recorded "
+            f"at step {int(self.steps[j])}, and {said[1]} of it: the runs update it from other rows of the batch, "
+            "not by another rule. TF1 multi-tower code that runs only the first tower's UPDATE_OPS (the "
+            "cifar10_multi_gpu_train pattern) updates it from that tower's share of the batch; a strategy's "
+            "per-replica moving statistics, read as their mean, from the whole batch (README: Distributed training)"
         )
 
     def _weights_before(self, state: Pair, k: int) -> list[Pair]:
@@ -216,6 +267,35 @@ def _one_signed(values: Optional[tuple[np.ndarray, np.ndarray]]) -> bool:
 #: 0.999), as (baseline, candidate) pairs: a ratio of 1 - momentum is named by those it fits.
 _COMMON_MOMENTA = (0.9, 0.95, 0.97, 0.99, 0.995, 0.997, 0.999, 0.9997)
 _COMMON_MOMENTA_PAIRS = tuple((a, b) for a in _COMMON_MOMENTA for b in _COMMON_MOMENTA if a != b)
+
+
+def _share_of(
+    inputs: np.ndarray, examples: int, width: int, at_j: np.ndarray, at_k: np.ndarray
+) -> Optional[tuple[float, int, int]]:
+    """``(momentum, shares, which)``: the one common momentum and the one share of ``examples``
+    split into equal contiguous shares (the whole batch first) whose rows' mean, averaged into
+    ``at_j``, gives ``at_k`` at every channel well within what separates the shares; None when
+    none or more than one fits. ``inputs`` flat, ``[examples, ..., width]``."""
+    x = np.asarray(inputs, np.float64).reshape(examples, -1, width)
+    s_j, s_k = np.asarray(at_j, np.float64), np.asarray(at_k, np.float64)
+    scale = float(np.abs(x).max(initial=0.0))
+    if not (np.isfinite(x).all() and np.isfinite(s_k).all() and scale > 0):
+        return None
+    hits = []
+    for m in _COMMON_MOMENTA:
+        for count in (c for c in range(1, min(examples, 8) + 1) if examples % c == 0):
+            size = examples // count
+            for at in range(count):
+                mean = x[at * size : (at + 1) * size].reshape(-1, width).mean(0)
+                if np.allclose(m * s_j + (1 - m) * mean, s_k, rtol=0.0, atol=1e-4 * (1 - m) * scale):
+                    hits.append((m, count, at))
+    # the whole batch's mean is also every share's when the shares' means are alike: take the
+    # coarsest share that fits, and only if no other momentum fits too
+    if not hits or len({h[0] for h in hits}) > 1:
+        return None
+    coarsest = min(h[1] for h in hits)
+    ats = [h for h in hits if h[1] == coarsest]
+    return ats[0] if len(ats) == 1 else None
 
 
 def _moved_by_one_factor(

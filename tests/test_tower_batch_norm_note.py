@@ -1,0 +1,74 @@
+"""A TF1 multi-tower original that runs its first tower's ``UPDATE_OPS`` alone, against its
+``MirroredStrategy`` port with a plain ``BatchNormalization``: both normalize each half of the batch
+alone and train alike, but TF1's moving mean averages the first tower's half and the port's (its
+replicas' copies, read as their mean) the whole batch. A trial's port was told at step 1 of
+"batch normalization's momentum" (0.99 in both runs) or of "inputs no recorded tensor shows",
+though the layer's input was recorded. Real TensorFlow (tests/tower_runs.py), numpy first.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import tower_runs as tr
+
+from tb_parity_plugin import compare
+from tb_parity_plugin.logdir.reader import LogdirReader
+
+
+@pytest.fixture(scope="module")
+def logdir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """``tf1`` and ``tf2``, each written by its own process (logical devices)."""
+    root = tmp_path_factory.mktemp("towers")
+    script = os.path.join(os.path.dirname(__file__), "tower_runs.py")
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, script, str(root / which), which],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        for which in ("tf1", "tf2")
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err.decode()[-3000:]
+    return str(root)
+
+
+def _values(logdir: str, run: str, kind: str, name: str) -> np.ndarray:
+    with LogdirReader(logdir) as reader:
+        s = reader.run(run).tensors[(kind, name)]
+    return s.values.reshape(len(s.steps), -1).astype(np.float64)  # flat per step: the batch is None
+
+
+def test_the_towers_and_the_replicas_train_alike_and_average_other_rows(logdir: str) -> None:
+    ref = tr.reference()
+    for run in ("tf1", "tf2"):
+        np.testing.assert_allclose(_values(logdir, run, "activation", "hidden")[0], ref["hidden"].ravel(), atol=1e-5)
+        np.testing.assert_allclose(_values(logdir, run, "activation", "bn")[0], ref["bn"].ravel(), atol=1e-4)
+    for name in ("hidden/kernel:0", "bn/gamma:0", "bn/beta:0", "logits/kernel:0", "logits/bias:0"):
+        np.testing.assert_allclose(
+            _values(logdir, "tf1", "weight", name), _values(logdir, "tf2", "weight", name), rtol=1e-5, atol=1e-6
+        )
+    mean = "bn/moving_mean:0"
+    np.testing.assert_allclose(_values(logdir, "tf1", "state", mean)[1], ref["mean_first_tower"], rtol=1e-5, atol=1e-8)
+    np.testing.assert_allclose(_values(logdir, "tf2", "state", mean)[1], ref["mean_whole"], rtol=1e-5, atol=1e-8)
+    assert np.abs(ref["mean_first_tower"] - ref["mean_whole"]).max() > 1e-3
+
+
+def test_a_moving_mean_of_the_first_towers_rows_alone_is_named_so(logdir: str) -> None:
+    first = compare(logdir, baseline="tf1", candidate="tf2").first_divergence
+    assert first is not None and (first.step, first.kind, first.tensor) == (1, "state", "bn/moving_mean:0"), first
+    note = first.note or ""
+    assert "'tf1' (momentum 0.99) from the mean of rows 0-3 alone (share 1 of 2) of hidden" in note, note
+    assert "'tf2' (momentum 0.99) from the mean of all 8 rows of it" in note, note
+    assert "first tower's UPDATE_OPS" in note, note
+    assert "its update rule differs" not in note and "no recorded tensor shows" not in note, note
