@@ -3,7 +3,10 @@
 alone and train alike, but TF1's moving mean averages the first tower's half and the port's (its
 replicas' copies, read as their mean) the whole batch. A trial's port was told at step 1 of
 "batch normalization's momentum" (0.99 in both runs) or of "inputs no recorded tensor shows",
-though the layer's input was recorded. Real TensorFlow (tests/tower_runs.py), numpy first.
+though the layer's input was recorded. Its port with ``BatchNormalization(synchronized=True)``
+normalizes the whole batch where the towers normalize each half: it diverges at step 0 on the batch
+norm's output, and was told of an activation, padding, epsilon or a training flag. Real TensorFlow
+(tests/tower_runs.py), numpy first.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from tb_parity_plugin.logdir.reader import LogdirReader
 
 @pytest.fixture(scope="module")
 def logdir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """``tf1`` and ``tf2``, each written by its own process (logical devices)."""
+    """``tf1``, ``tf2`` and ``tf2_synced``, each written by its own process (logical devices)."""
     root = tmp_path_factory.mktemp("towers")
     script = os.path.join(os.path.dirname(__file__), "tower_runs.py")
     env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2")
@@ -35,7 +38,7 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> str:
             stderr=subprocess.PIPE,
             env=env,
         )
-        for which in ("tf1", "tf2")
+        for which in ("tf1", "tf2", "tf2_synced")
     ]
     for proc in procs:
         _, err = proc.communicate(timeout=600)
@@ -72,3 +75,19 @@ def test_a_moving_mean_of_the_first_towers_rows_alone_is_named_so(logdir: str) -
     assert "'tf2' (momentum 0.99) from the mean of all 8 rows of it" in note, note
     assert "first tower's UPDATE_OPS" in note, note
     assert "its update rule differs" not in note and "no recorded tensor shows" not in note, note
+
+
+def test_a_synchronized_port_of_towers_normalizing_each_half_is_told_which_rows_each_normalizes(logdir: str) -> None:
+    ref = tr.reference()
+    assert np.abs(ref["bn"] - ref["bn_whole"]).max() > 0.1  # numpy: the halves' statistics move the output
+    np.testing.assert_allclose(
+        _values(logdir, "tf2_synced", "activation", "hidden")[0], ref["hidden"].ravel(), atol=1e-5
+    )
+    np.testing.assert_allclose(_values(logdir, "tf2_synced", "activation", "bn")[0], ref["bn_whole"].ravel(), atol=1e-4)
+    first = compare(logdir, baseline="tf1", candidate="tf2_synced").first_divergence
+    assert first is not None and (first.step, first.kind, first.tensor) == (0, "activation", "bn"), first
+    note = first.note or ""
+    assert "'tf1' normalizes each of 2 shares of 4 rows alone" in note, note
+    assert "'tf2_synced' normalizes the whole batch of 8 rows at once" in note, note
+    assert "affine function of hidden" in note and "TF1 multi-tower code" in note, note
+    assert "padding" not in note, note

@@ -2,7 +2,8 @@
 ``tf.device``, variables shared with ``variable_scope(reuse=...)``, the batch split with ``tf.split``,
 the towers' gradients averaged by hand, the first tower's ``UPDATE_OPS`` alone run) and its port
 under ``MirroredStrategy`` (a custom loop, a plain Keras ``BatchNormalization``), on two CPUs. Run
-as a script (``python tests/tower_runs.py RUN_DIR WHICH``, WHICH ``tf1`` or ``tf2``): the logical
+as a script (``python tests/tower_runs.py RUN_DIR WHICH``, WHICH ``tf1``, ``tf2`` or ``tf2_synced``, the
+port's batch norm ``synchronized=True``, which normalizes the whole batch): the logical
 devices must be configured before TensorFlow touches a device, so each run gets a fresh process.
 
 Both normalize each tower's (replica's) half of the batch with its own statistics, so they train
@@ -34,13 +35,21 @@ def data() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
 
 def reference() -> dict[str, np.ndarray]:
-    """float64, step 0: the batch norm's input, each half normalized alone, and the step-1 moving
+    """float64, step 0: the batch norm's input, each half normalized alone, the whole batch
+    normalized at once, and the step-1 moving
     mean from the first half (TF1's first tower) and from the whole batch (momentum 0.99)."""
     x, _, hidden, _ = data()
     h = x[:BATCH].astype(np.float64) @ hidden.astype(np.float64)
     halves = [h[: BATCH // 2], h[BATCH // 2 :]]
     norm = np.concatenate([(a - a.mean(0)) / np.sqrt(a.var(0) + EPSILON) for a in halves])
-    return {"hidden": h, "bn": norm, "mean_first_tower": 0.01 * halves[0].mean(0), "mean_whole": 0.01 * h.mean(0)}
+    whole = (h - h.mean(0)) / np.sqrt(h.var(0) + EPSILON)
+    return {
+        "hidden": h,
+        "bn": norm,
+        "bn_whole": whole,
+        "mean_first_tower": 0.01 * halves[0].mean(0),
+        "mean_whole": 0.01 * h.mean(0),
+    }
 
 
 def tf1(run_dir: str) -> None:
@@ -92,7 +101,7 @@ def tf1(run_dir: str) -> None:
         rec.close()
 
 
-def tf2(run_dir: str) -> None:
+def tf2(run_dir: str, synchronized: bool = False) -> None:
     import tensorflow as tf
 
     (cpu,) = tf.config.list_physical_devices("CPU")
@@ -104,7 +113,7 @@ def tf2(run_dir: str) -> None:
     with strategy.scope():
         inp = tf.keras.Input((FEATURES,))
         h = tf.keras.layers.Dense(UNITS, use_bias=False, name="hidden")(inp)
-        bn = tf.keras.layers.BatchNormalization(name="bn")(h)
+        bn = tf.keras.layers.BatchNormalization(name="bn", synchronized=synchronized)(h)
         out = tf.keras.layers.Dense(CLASSES, name="logits")(tf.keras.layers.ReLU()(bn))
         model = tf.keras.Model(inp, [h, bn, out])
         model.get_layer("hidden").kernel.assign(hidden)
@@ -139,4 +148,7 @@ def tf2(run_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    (tf1 if sys.argv[2] == "tf1" else tf2)(sys.argv[1])
+    if sys.argv[2] == "tf1":
+        tf1(sys.argv[1])
+    else:
+        tf2(sys.argv[1], synchronized=sys.argv[2] == "tf2_synced")

@@ -149,6 +149,9 @@ class InputNotes(LossScaleNotes, DropoutNotes):
             # a new user's port under MirroredStrategy normalized each replica's half of the batch
             # (numpy: 1.8e-7 from per-half batch norm) and was told of activations and padding
             return f"{agree} at this step, and the runs ran {counts[0]} and {counts[1]} replicas: {_PER_REPLICA_BN}"
+        shares = self._normalized_shares(first, k)
+        if shares:
+            return f"{agree} at this step, and {shares}"
         reordered = self._rows_in_another_order(first, k)
         if reordered:
             return f"{agree} at this step, and {reordered}" + self._positions_note(first, k)
@@ -935,6 +938,59 @@ class InputNotes(LossScaleNotes, DropoutNotes):
         positions = self._positions_note(first, k)
         return positions.removeprefix("; ") if _MASKING in positions else None
 
+    def _normalized_shares(self, first: Pair, k: int) -> Optional[str]:
+        """For a batch normalization's output at step ``k``: when, per channel, each run's output is
+        an affine function of the output recorded just before it (its input, the same shape) within
+        each of some equal contiguous shares of the batch, the coarsest such count differing between
+        the runs: each normalized its own shares of the rows. A TF1 multi-tower original normalizes
+        each tower's half of the batch; its port's ``BatchNormalization(synchronized=True)`` under
+        ``MirroredStrategy`` the whole batch: a trial's port was told of an activation, padding,
+        epsilon or a training flag, though its replica count (1 against 2) alone says nothing of the
+        original's towers. None otherwise."""
+        if (
+            first.ib[k] < 0
+            or first.ic[k] < 0
+            or not any(_BATCH_NORM.search(n) for n in (first.base.name, first.cand.name))
+        ):
+            return None
+        out = first.step_values(k)
+        shape = first.known_shape("base", int(first.ib[k]))
+        if out is None or shape is None or len(shape) < 2 or math.prod(shape) != len(out[0]):
+            return None
+        inputs = [
+            p
+            for p in self._pairs
+            if p.base.kind in _OUTPUTS
+            and p.base.order < first.base.order
+            and p.ib[k] >= 0
+            and p.ic[k] >= 0
+            and p.known_shape("base", int(p.ib[k])) == shape
+            and p.step_values(k) is not None
+        ]
+        if not inputs:
+            return None
+        source = max(inputs, key=lambda p: p.base.order)
+        counts = [_normalized_over(x, y, shape) for x, y in zip(source.step_values(k), out)]
+        if None in counts or counts[0] == counts[1]:
+            return None
+        rows = shape[0]
+        said = [
+            f"'{run}' normalizes "
+            + (
+                f"the whole batch of {rows} rows at once"
+                if count == 1
+                else f"each of {count} shares of {rows // count} rows alone"
+            )
+            for run, count in zip((self.base.name, self.cand.name), counts)
+        ]
+        return (
+            f"{said[0]} and {said[1]} (per channel its output is an affine function of {source.base.name} within each "
+            "such share, not across them): the runs take the batch statistics over other rows. TF1 multi-tower code "
+            "normalizes each tower's share of the batch; a batch normalization under a strategy each replica's share "
+            "unless it is synchronized (Keras SyncBatchNormalization, or BatchNormalization(synchronized=True), "
+            "normalizes the global batch)"
+        )
+
     def _frozen_moving_stats(self, first: Pair, k: int) -> Optional[str]:
         """Whether one run left a batch normalization's moving statistic unchanged from compared step
         ``k`` to the next while the other moved it: that run's layer normalized in inference mode, with
@@ -1215,6 +1271,35 @@ _GRU = re.compile(r"gru", re.IGNORECASE)
 
 #: A TF1 ``LSTMCell(use_peepholes=True)``'s peephole weights.
 _PEEPHOLE = re.compile(r"(^|/)w_[ifo]_diag(:\d+)?$")
+
+
+def _normalized_over(inputs: np.ndarray, outputs: np.ndarray, shape: tuple[int, ...]) -> Optional[int]:
+    """The fewest equal contiguous shares of the batch (``shape[0]`` rows, channels last) within each
+    of which every channel of ``outputs`` is an affine function of ``inputs`` (to 1e-4 of the
+    outputs' scale), shares of at least 3 rows (any 2 points fit a line); None when none."""
+    rows, width = shape[0], shape[-1]
+    x = np.asarray(inputs, np.float64).reshape(rows, -1, width)
+    y = np.asarray(outputs, np.float64).reshape(rows, -1, width)
+    scale = float(np.abs(y).max(initial=0.0))
+    if not (np.isfinite(x).all() and np.isfinite(y).all() and scale > 0):
+        return None
+    for count in range(1, rows // 3 + 1):
+        if rows % count:
+            continue
+        size = rows // count
+        fits = True
+        for at in range(count):
+            xs = x[at * size : (at + 1) * size].reshape(-1, width)
+            ys = y[at * size : (at + 1) * size].reshape(-1, width)
+            xc, yc = xs - xs.mean(0), ys - ys.mean(0)
+            norm = (xc * xc).sum(0)
+            slope = np.divide((xc * yc).sum(0), norm, out=np.zeros(width), where=norm > 0)
+            if np.abs(yc - slope * xc).max() > 1e-4 * scale:
+                fits = False
+                break
+        if fits:
+            return count
+    return None
 
 
 #: Why a batch normalization's output differs across replica counts, said by every note that names it.
