@@ -6,7 +6,9 @@ replicas' copies, read as their mean) the whole batch. A trial's port was told a
 though the layer's input was recorded. Its port with ``BatchNormalization(synchronized=True)``
 normalizes the whole batch where the towers normalize each half: it diverges at step 0 on the batch
 norm's output, and was told of an activation, padding, epsilon or a training flag. Real TensorFlow
-(tests/tower_runs.py), numpy first.
+(tests/tower_runs.py), numpy first. An original that runs every tower's ``UPDATE_OPS`` updates the
+moving mean once per tower in no set order (itself not deterministic): it was told of momenta 0.99
+against 0.995 when both updates read the same value.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from tb_parity_plugin.logdir.reader import LogdirReader
 
 @pytest.fixture(scope="module")
 def logdir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """``tf1``, ``tf2`` and ``tf2_synced``, each written by its own process (logical devices)."""
+    """``tf1``, ``tf1_all_updates``, ``tf2`` and ``tf2_synced``, each written by its own process (logical devices)."""
     root = tmp_path_factory.mktemp("towers")
     script = os.path.join(os.path.dirname(__file__), "tower_runs.py")
     env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2")
@@ -38,7 +40,7 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> str:
             stderr=subprocess.PIPE,
             env=env,
         )
-        for which in ("tf1", "tf2", "tf2_synced")
+        for which in ("tf1", "tf1_all_updates", "tf2", "tf2_synced")
     ]
     for proc in procs:
         _, err = proc.communicate(timeout=600)
@@ -91,3 +93,18 @@ def test_a_synchronized_port_of_towers_normalizing_each_half_is_told_which_rows_
     assert "'tf2_synced' normalizes the whole batch of 8 rows at once" in note, note
     assert "affine function of hidden" in note and "TF1 multi-tower code" in note, note
     assert "padding" not in note, note
+
+
+def test_a_moving_mean_updated_once_per_tower_is_named_so(logdir: str) -> None:
+    ref = tr.reference()
+    got = _values(logdir, "tf1_all_updates", "state", "bn/moving_mean:0")[1]
+    # numpy: one of the three orders TF1 may run the towers' updates in, each apart from the port's
+    assert min(np.abs(got - want).max() for want in ref["mean_all_towers"]) < 1e-7, got
+    assert min(np.abs(ref["mean_whole"] - want).max() for want in ref["mean_all_towers"]) > 1e-3
+    first = compare(logdir, baseline="tf1_all_updates", candidate="tf2").first_divergence
+    assert first is not None and (first.step, first.kind, first.tensor) == (1, "state", "bn/moving_mean:0"), first
+    note = first.note or ""
+    assert "'tf1_all_updates' (momentum 0.99) 2 times, once from the mean of each 4 rows of hidden" in note, note
+    assert "'tf2' (momentum 0.99) from the mean of all 8 rows of it" in note, note
+    assert "every tower's UPDATE_OPS once per tower, in no set order" in note, note
+    assert "0.995" not in note and "its update rule differs" not in note, note

@@ -2,8 +2,9 @@
 ``tf.device``, variables shared with ``variable_scope(reuse=...)``, the batch split with ``tf.split``,
 the towers' gradients averaged by hand, the first tower's ``UPDATE_OPS`` alone run) and its port
 under ``MirroredStrategy`` (a custom loop, a plain Keras ``BatchNormalization``), on two CPUs. Run
-as a script (``python tests/tower_runs.py RUN_DIR WHICH``, WHICH ``tf1``, ``tf2`` or ``tf2_synced``, the
-port's batch norm ``synchronized=True``, which normalizes the whole batch): the logical
+as a script (``python tests/tower_runs.py RUN_DIR WHICH``, WHICH ``tf1``, ``tf1_all_updates``
+(every tower's ``UPDATE_OPS`` run), ``tf2`` or ``tf2_synced`` (the port's batch norm
+``synchronized=True``, which normalizes the whole batch)): the logical
 devices must be configured before TensorFlow touches a device, so each run gets a fresh process.
 
 Both normalize each tower's (replica's) half of the batch with its own statistics, so they train
@@ -49,10 +50,18 @@ def reference() -> dict[str, np.ndarray]:
         "bn_whole": whole,
         "mean_first_tower": 0.01 * halves[0].mean(0),
         "mean_whole": 0.01 * h.mean(0),
+        # every tower's update (from 0): one after the other, either way, or both from the same read
+        "mean_all_towers": np.stack(
+            [
+                0.99 * 0.01 * halves[0].mean(0) + 0.01 * halves[1].mean(0),
+                0.99 * 0.01 * halves[1].mean(0) + 0.01 * halves[0].mean(0),
+                0.01 * (halves[0].mean(0) + halves[1].mean(0)),
+            ]
+        ),
     }
 
 
-def tf1(run_dir: str) -> None:
+def tf1(run_dir: str, all_updates: bool = False) -> None:
     import tensorflow as tf
 
     from tb_parity_plugin import summary_v1
@@ -83,6 +92,8 @@ def tf1(run_dir: str) -> None:
                     update_ops = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS, scope)
                 tower_grads.append(opt.compute_gradients(losses[-1]))
                 hs.append(h), bns.append(bn), outs.append(out)
+        if all_updates:  # every tower's: each updates the moving statistics from its own half, unordered
+            update_ops = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)
         rec.lr(tf.constant(LR))
         rec.activation("hidden", tf.concat(hs, 0))
         rec.activation("bn", tf.concat(bns, 0))
@@ -148,7 +159,7 @@ def tf2(run_dir: str, synchronized: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[2] == "tf1":
-        tf1(sys.argv[1])
+    if sys.argv[2].startswith("tf1"):
+        tf1(sys.argv[1], all_updates=sys.argv[2] == "tf1_all_updates")
     else:
         tf2(sys.argv[1], synchronized=sys.argv[2] == "tf2_synced")

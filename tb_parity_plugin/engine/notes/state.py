@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Optional
 
@@ -168,7 +169,7 @@ class StateNotes(NoteContext):
     def _batch_shares(self, mean: Pair, j: int, k: int) -> Optional[str]:
         """For a batch normalization's moving mean that agreed at step ``j`` and parts at ``k`` (the
         next step): which rows of its layer's input, as recorded at ``j``, each run averaged it from,
-        when both fit one momentum and one share of the rows and the shares differ. A TF1 multi-tower
+        when both fit one momentum and one share of the rows (or one update per share) and they differ. A TF1 multi-tower
         original (``cifar10_multi_gpu_train``'s pattern) that runs only the first tower's
         ``UPDATE_OPS`` updates it from that tower's share of the batch, and its ``MirroredStrategy``
         port's moving mean (the replicas' copies, read as their mean) from the whole batch: a trial's
@@ -199,6 +200,9 @@ class StateNotes(NoteContext):
         name, rows, found = fits[0]
         said = []
         for run, (m, count, at) in zip((self.base.name, self.cand.name), found):
+            if at < 0:
+                said.append(f"'{run}' (momentum {m:g}) {count} times, once from the mean of each {rows // count} rows")
+                continue
             where = (
                 f"all {rows} rows"
                 if count == 1
@@ -209,8 +213,10 @@ class StateNotes(NoteContext):
             f"it agreed at step {int(self.steps[j])}; to step {int(self.steps[k])} {said[0]} of {name} as recorded "
             f"at step {int(self.steps[j])}, and {said[1]} of it: the runs update it from other rows of the batch, "
             "not by another rule. TF1 multi-tower code that runs only the first tower's UPDATE_OPS (the "
-            "cifar10_multi_gpu_train pattern) updates it from that tower's share of the batch; a strategy's "
-            "per-replica moving statistics, read as their mean, from the whole batch (README: Distributed training)"
+            "cifar10_multi_gpu_train pattern) updates it from that tower's share of the batch, and code that runs "
+            "every tower's UPDATE_OPS once per tower, in no set order (one after the other either way, or each from "
+            "the same read: such an original is itself not deterministic); a strategy's per-replica moving "
+            "statistics, read as their mean, from the whole batch (README: Distributed training)"
         )
 
     def _weights_before(self, state: Pair, k: int) -> list[Pair]:
@@ -274,8 +280,9 @@ def _share_of(
 ) -> Optional[tuple[float, int, int]]:
     """``(momentum, shares, which)``: the one common momentum and the one share of ``examples``
     split into equal contiguous shares (the whole batch first) whose rows' mean, averaged into
-    ``at_j``, gives ``at_k`` at every channel well within what separates the shares; None when
-    none or more than one fits. ``inputs`` flat, ``[examples, ..., width]``."""
+    ``at_j``, gives ``at_k`` at every channel well within what separates the shares; else ``which``
+    -1 when one update per share gives it (in any order, or each from ``at_j``); None when none or
+    more than one fits. ``inputs`` flat, ``[examples, ..., width]``."""
     x = np.asarray(inputs, np.float64).reshape(examples, -1, width)
     s_j, s_k = np.asarray(at_j, np.float64), np.asarray(at_k, np.float64)
     scale = float(np.abs(x).max(initial=0.0))
@@ -289,6 +296,24 @@ def _share_of(
                 mean = x[at * size : (at + 1) * size].reshape(-1, width).mean(0)
                 if np.allclose(m * s_j + (1 - m) * mean, s_k, rtol=0.0, atol=1e-4 * (1 - m) * scale):
                     hits.append((m, count, at))
+    if not hits:
+        # one update per share in the step (TF1 towers that each run their UPDATE_OPS, which TF1 leaves
+        # unordered): one after the other in some order, or each from the same read of ``at_j``
+        for m in _COMMON_MOMENTA:
+            for count in (c for c in range(2, min(examples, 4) + 1) if examples % c == 0):
+                size = examples // count
+                means = [x[i * size : (i + 1) * size].reshape(-1, width).mean(0) for i in range(count)]
+                ends = [s_j + (1 - m) * sum(mu - s_j for mu in means)]
+                for order in itertools.permutations(means):
+                    end = s_j
+                    for mu in order:
+                        end = m * end + (1 - m) * mu
+                    ends.append(end)
+                if any(np.allclose(end, s_k, rtol=0.0, atol=1e-4 * (1 - m) * scale) for end in ends):
+                    hits.append((m, count, -1))
+        # from a first update of 0, n updates of momentum m each from one read match 2n of m' with
+        # 1 - m' = (1 - m) / 2: the fewest shares (towers) that fit
+        hits = [h for h in hits if h[1] == min(h[1] for h in hits)]
     # the whole batch's mean is also every share's when the shares' means are alike: take the
     # coarsest share that fits, and only if no other momentum fits too
     if not hits or len({h[0] for h in hits}) > 1:
