@@ -970,8 +970,11 @@ class InputNotes(LossScaleNotes, DropoutNotes):
         if not inputs:
             return None
         source = max(inputs, key=lambda p: p.base.order)
-        counts = [_normalized_over(x, y, shape) for x, y in zip(source.step_values(k), out)]
-        if None in counts or counts[0] == counts[1]:
+        values = source.step_values(k)
+        assert values is not None  # filtered above
+        found = [_normalized_over(x, y, shape) for x, y in zip(values, out)]
+        counts = [c for c in found if c is not None]
+        if len(counts) != 2 or counts[0] == counts[1]:
             return None
         rows = shape[0]
         said = [
@@ -1273,6 +1276,10 @@ _GRU = re.compile(r"gru", re.IGNORECASE)
 _PEEPHOLE = re.compile(r"(^|/)w_[ifo]_diag(:\d+)?$")
 
 
+#: The most towers or replicas :func:`_normalized_over` tries (a pass over the batch each).
+_MOST_SHARES = 16
+
+
 def _normalized_over(inputs: np.ndarray, outputs: np.ndarray, shape: tuple[int, ...]) -> Optional[int]:
     """The fewest equal contiguous shares of the batch (``shape[0]`` rows, channels last) within each
     of which every channel of ``outputs`` is an affine function of ``inputs`` (to 1e-4 of the
@@ -1283,7 +1290,7 @@ def _normalized_over(inputs: np.ndarray, outputs: np.ndarray, shape: tuple[int, 
     scale = float(np.abs(y).max(initial=0.0))
     if not (np.isfinite(x).all() and np.isfinite(y).all() and scale > 0):
         return None
-    for count in range(1, rows // 3 + 1):
+    for count in range(1, min(rows // 3, _MOST_SHARES) + 1):  # a pass over the batch per count: bounded
         if rows % count:
             continue
         size = rows // count

@@ -187,14 +187,16 @@ class StateNotes(NoteContext):
         }
         fits = []
         for p in self._pairs:  # the layer's input: an output recorded before the layer's own, of its width
-            if p.base.kind not in _OUTPUTS or (own and p.base.order >= min(own)) or p.step_values(j) is None:
+            if p.base.kind not in _OUTPUTS or (own and p.base.order >= min(own)):
                 continue
-            shape = p.known_shape("base", int(p.ib[j]))
-            if not shape or shape[-1] != width or len(shape) < 2:
+            values = p.step_values(j)
+            shape = p.known_shape("base", int(p.ib[j])) if values is not None else None
+            if values is None or not shape or shape[-1] != width or len(shape) < 2:
                 continue
-            found = [_share_of(x, shape[0], width, b_j, b_k) for x, b_j, b_k in zip(p.step_values(j), before, now)]
-            if None not in found and found[0][1:] != found[1][1:]:
-                fits.append((p.base.name, shape[0], found))
+            fb = _share_of(values[0], shape[0], width, before[0], now[0])
+            fc = _share_of(values[1], shape[0], width, before[1], now[1])
+            if fb is not None and fc is not None and fb[1:] != fc[1:]:
+                fits.append((p.base.name, shape[0], (fb, fc)))
         if len(fits) != 1:
             return None
         name, rows, found = fits[0]
@@ -288,21 +290,24 @@ def _share_of(
     scale = float(np.abs(x).max(initial=0.0))
     if not (np.isfinite(x).all() and np.isfinite(s_k).all() and scale > 0):
         return None
+    # each share's mean, once: [count][at] (read by every momentum below; a pass over the input each)
+    counts = [c for c in range(1, min(examples, 8) + 1) if examples % c == 0]
+    share_means = {
+        c: [x[at * (examples // c) : (at + 1) * (examples // c)].reshape(-1, width).mean(0) for at in range(c)]
+        for c in counts
+    }
     hits = []
     for m in _COMMON_MOMENTA:
-        for count in (c for c in range(1, min(examples, 8) + 1) if examples % c == 0):
-            size = examples // count
-            for at in range(count):
-                mean = x[at * size : (at + 1) * size].reshape(-1, width).mean(0)
+        for count in counts:
+            for at, mean in enumerate(share_means[count]):
                 if np.allclose(m * s_j + (1 - m) * mean, s_k, rtol=0.0, atol=1e-4 * (1 - m) * scale):
                     hits.append((m, count, at))
     if not hits:
         # one update per share in the step (TF1 towers that each run their UPDATE_OPS, which TF1 leaves
         # unordered): one after the other in some order, or each from the same read of ``at_j``
         for m in _COMMON_MOMENTA:
-            for count in (c for c in range(2, min(examples, 4) + 1) if examples % c == 0):
-                size = examples // count
-                means = [x[i * size : (i + 1) * size].reshape(-1, width).mean(0) for i in range(count)]
+            for count in (c for c in counts if 2 <= c <= 4):
+                means = share_means[count]
                 ends = [s_j + (1 - m) * sum(mu - s_j for mu in means)]
                 for order in itertools.permutations(means):
                     end = s_j
