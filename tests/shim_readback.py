@@ -70,6 +70,13 @@ def tensors_by_step(run_dir: str) -> dict:
     return out
 
 
+def logged_value(logged: dict, step: int, kind: str, needle: str) -> np.ndarray:
+    """The one tensor of ``kind`` whose name holds ``needle`` (its element sample left out) at ``step`` of
+    :func:`tensors_by_step`'s result, float64."""
+    (found,) = [v[2] for (k, name), v in logged[step].items() if k == kind and needle in name and "#" not in name]
+    return np.asarray(found, dtype=np.float64)
+
+
 def check_with_reader(logdir: str, run: str, expected: dict) -> None:
     """Our LogdirReader sees the same stats and values as the TensorBoard loader."""
     from tb_parity_plugin.logdir.reader import LogdirReader

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 import tf1_session
-from shim_readback import tensors_by_step
+from shim_readback import logged_value, tensors_by_step
 
 from tb_parity_plugin import compare, summary_v1, summary_v2
 
@@ -68,11 +68,6 @@ def _keras(run_dir: str) -> None:
     rec.close()
 
 
-def _logged(logged: dict, step: int, kind: str, needle: str) -> np.ndarray:
-    (found,) = [v[2] for (k, name), v in logged[step].items() if k == kind and needle in name and "#" not in name]
-    return np.asarray(found, dtype=np.float64)
-
-
 def test_another_batch_norm_momentum_is_told_by_the_factor_its_statistics_moved(tmp_path) -> None:
     _tf1(str(tmp_path / "tf1"))
     _keras(str(tmp_path / "tf2"))
@@ -80,7 +75,7 @@ def test_another_batch_norm_momentum_is_told_by_the_factor_its_statistics_moved(
     batch_mean = np.mean(np.asarray(tf.nn.conv2d(X[:BATCH], KERNEL, 1, "SAME")), axis=(0, 1, 2))
     for logged, momentum in ((tf1, 0.997), (tf2, 0.999)):  # numpy: (1 - momentum) x the batch mean
         np.testing.assert_allclose(
-            _logged(logged, 1, "state", "moving_mean"), (1 - momentum) * batch_mean, rtol=1e-4, atol=1e-8
+            logged_value(logged, 1, "state", "moving_mean"), (1 - momentum) * batch_mean, rtol=1e-4, atol=1e-8
         )
 
     first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence

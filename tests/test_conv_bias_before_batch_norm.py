@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 import tf1_session
-from shim_readback import tensors_by_step
+from shim_readback import logged_value, tensors_by_step
 
 from tb_parity_plugin import compare, summary_v1, summary_v2
 from tb_parity_plugin.engine import tolerance
@@ -81,11 +81,6 @@ def _keras(run_dir: str, momentum: float = 0.9) -> None:
     rec.close()
 
 
-def _logged(logged: dict, step: int, kind: str, needle: str) -> np.ndarray:
-    (found,) = [v[2] for (k, name), v in logged[step].items() if k == kind and needle in name and "#" not in name]
-    return np.asarray(found, dtype=np.float64)
-
-
 def test_a_faithful_port_with_a_conv_bias_before_batch_norm_agrees(tmp_path) -> None:
     _tf1(str(tmp_path / "tf1"))
     _keras(str(tmp_path / "tf2"))
@@ -94,13 +89,13 @@ def test_a_faithful_port_with_a_conv_bias_before_batch_norm_agrees(tmp_path) -> 
         for kind in ("weight", "grad"):
             for needle in ("conv2d/kernel", "conv2d/bias", "dense/kernel"):
                 np.testing.assert_allclose(
-                    _logged(tf2, s, kind, needle), _logged(tf1, s, kind, needle), rtol=1e-6, atol=1e-5
+                    logged_value(tf2, s, kind, needle), logged_value(tf1, s, kind, needle), rtol=1e-6, atol=1e-5
                 )
-    g_b, g_c = _logged(tf1, 0, "grad", "conv2d/bias"), _logged(tf2, 0, "grad", "conv2d/bias")
-    scale = max(np.abs(_logged(tf1, 0, "grad", n)).max() for n in ("conv2d/kernel", "conv2d/bias"))  # its layer's
+    g_b, g_c = logged_value(tf1, 0, "grad", "conv2d/bias"), logged_value(tf2, 0, "grad", "conv2d/bias")
+    scale = max(np.abs(logged_value(tf1, 0, "grad", n)).max() for n in ("conv2d/kernel", "conv2d/bias"))  # its layer's
     assert np.abs(g_b).max() < 1e-6 * scale  # the bias gradient is rounding noise
     # numpy: the step-1 slot is that gradient on each side, apart by the gradient's difference...
-    m_b, m_c = _logged(tf1, 1, "slot", "conv2d/bias"), _logged(tf2, 1, "slot", "conv2d/bias")
+    m_b, m_c = logged_value(tf1, 1, "slot", "conv2d/bias"), logged_value(tf2, 1, "slot", "conv2d/bias")
     np.testing.assert_allclose(m_b, g_b, rtol=1e-6)
     np.testing.assert_allclose(m_c - m_b, g_c - g_b, atol=1e-12)
     # ...which is within 4 ulps of the largest gradient element of its layer at the step
@@ -116,7 +111,7 @@ def test_another_momentum_in_the_port_is_still_found_where_the_weights_part(tmp_
     _keras(str(tmp_path / "tf2"), momentum=0.95)
     tf1, tf2 = tensors_by_step(str(tmp_path / "tf1")), tensors_by_step(str(tmp_path / "tf2"))
     kernel = [
-        np.abs(_logged(tf2, s, "weight", "conv2d/kernel") - _logged(tf1, s, "weight", "conv2d/kernel"))
+        np.abs(logged_value(tf2, s, "weight", "conv2d/kernel") - logged_value(tf1, s, "weight", "conv2d/kernel"))
         for s in range(3)
     ]
     assert kernel[1].max() < 1e-5 < kernel[2].max()  # numpy: apart past atol first at step 2

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 import tf1_session
-from shim_readback import tensors_by_step
+from shim_readback import logged_value, tensors_by_step
 
 from tb_parity_plugin import compare, summary_v1, summary_v2
 
@@ -54,21 +54,16 @@ def _keras(run_dir: str) -> None:
     rec.close()
 
 
-def _logged(logged: dict, step: int, kind: str, needle: str) -> np.ndarray:
-    (found,) = [v[2] for (k, name), v in logged[step].items() if k == kind and needle in name and "#" not in name]
-    return np.asarray(found, dtype=np.float64)
-
-
 def test_another_epsilon_under_rmsprop_momentum_is_named_where_its_momentum_parts(tmp_path) -> None:
     _tf1(str(tmp_path / "tf1"))
     _keras(str(tmp_path / "tf2"))
     tf1, tf2 = tensors_by_step(str(tmp_path / "tf1")), tensors_by_step(str(tmp_path / "tf2"))
-    w0, g0 = _logged(tf1, 0, "weight", "dense/kernel"), _logged(tf1, 0, "grad", "dense/kernel")
-    np.testing.assert_allclose(_logged(tf2, 0, "grad", "dense/kernel"), g0, rtol=1e-6, atol=1e-7)
+    w0, g0 = logged_value(tf1, 0, "weight", "dense/kernel"), logged_value(tf1, 0, "grad", "dense/kernel")
+    np.testing.assert_allclose(logged_value(tf2, 0, "grad", "dense/kernel"), g0, rtol=1e-6, atol=1e-7)
     ms = 0.9 * 1.0 + 0.1 * g0**2  # numpy: the first update of each rule from the same gradient
     for logged, eps in ((tf1, 1.0), (tf2, 1e-7)):
         np.testing.assert_allclose(
-            _logged(logged, 1, "weight", "dense/kernel"), w0 - LR * g0 / np.sqrt(ms + eps), atol=1e-6
+            logged_value(logged, 1, "weight", "dense/kernel"), w0 - LR * g0 / np.sqrt(ms + eps), atol=1e-6
         )
     apart = np.abs(LR * g0 / np.sqrt(ms + 1e-7) - LR * g0 / np.sqrt(ms + 1.0)).max()
     assert apart > 1e-4  # past atol 1e-5: the weight and the momentum part at step 1

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
-from shim_readback import tensors_by_step
+from shim_readback import logged_value, tensors_by_step
 
 from tb_parity_plugin import compare, summary_v1, summary_v2
 from tb_parity_plugin.engine import tolerance
@@ -123,11 +123,6 @@ def _keras(run_dir: str, init: dict[str, np.ndarray]) -> None:
     rec.close()
 
 
-def _logged(logged: dict, step: int, kind: str, needle: str) -> np.ndarray:
-    (found,) = [v[2] for (k, name), v in logged[step].items() if k == kind and needle in name and "#" not in name]
-    return np.asarray(found, dtype=np.float64)
-
-
 def test_a_faithful_unet_port_with_a_conv_bias_before_batch_norm_agrees_over_30_steps(tmp_path) -> None:
     """numpy holds the weights and gradients to the migration guide's tolerance: atol 1e-5 with numpy's
     rtol (1e-7) for the first 10 steps, rtol 0.05 after them. Held to rtol 1e-6 at every step, a run
@@ -143,12 +138,14 @@ def test_a_faithful_unet_port_with_a_conv_bias_before_batch_norm_agrees_over_30_
         for kind in ("weight", "grad"):  # numpy: the port agrees within the migration guide's tolerance
             for needle in ("enc1/kernel", "enc1/bias", "mid/kernel", "logits/kernel"):
                 rtol = 1e-7 if s < 10 else 0.05
-                if not np.allclose(_logged(tf2, s, kind, needle), _logged(tf1, s, kind, needle), rtol=rtol, atol=1e-5):
+                if not np.allclose(
+                    logged_value(tf2, s, kind, needle), logged_value(tf1, s, kind, needle), rtol=rtol, atol=1e-5
+                ):
                     apart = s if apart is None else apart
         if apart is not None:
             break
-        kernel = _logged(tf1, s, "grad", "enc1/kernel")
-        bias_b, bias_c = _logged(tf1, s, "grad", "enc1/bias"), _logged(tf2, s, "grad", "enc1/bias")
+        kernel = logged_value(tf1, s, "grad", "enc1/kernel")
+        bias_b, bias_c = logged_value(tf1, s, "grad", "enc1/bias"), logged_value(tf2, s, "grad", "enc1/bias")
         ulp = max(np.abs(kernel).max(), np.abs(bias_b).max()) * 2.0**-23  # of the layer's gradient scale
         assert np.abs(bias_b).max() < 1e-4 * ulp * 2**23  # the bias's gradient is rounding noise
         ulps.append(np.abs(bias_c - bias_b).max() / ulp)

@@ -385,6 +385,13 @@ def _noise_floor(values: list[tuple[np.ndarray, np.ndarray]]) -> float:
     return GRAD_NOISE_OF_MAX * max((float(np.abs(v).max(initial=0.0)) for pair in values for v in pair), default=0.0)
 
 
+#: What divides a token loss by the real tokens, said by :func:`_token_count_by_shape`'s readings.
+_REAL_TOKENS = (
+    "TF1's tf.compat.v1.losses given weights=mask (SUM_BY_NONZERO_WEIGHTS) and tf.reduce_sum(ce * mask) / "
+    "tf.reduce_sum(mask) divide by the real tokens"
+)
+
+
 def _token_count_by_shape(
     p: Pair, n: int, t: int, near: Callable[[float], bool], scale: float, base: str, cand: str
 ) -> str:
@@ -417,16 +424,16 @@ def _token_count_by_shape(
         return (
             f"by {m}/{total}: '{all_of}' likely divides the token losses' sum by every (batch, time) position, padding "
             f"included ({n} x {t} = {total}), and '{fewer}' by {m} of them, its real tokens if {m} are real; {unchecked}. "
-            "TF1's tf.compat.v1.losses given weights=mask (SUM_BY_NONZERO_WEIGHTS) and tf.reduce_sum(ce * mask) / "
-            "tf.reduce_sum(mask) divide by the real tokens; Keras's sample_weight=mask (fit, or a loss called with "
-            "sample_weight=) and a mean over every token by all of them"
+            + _REAL_TOKENS
+            + "; Keras's sample_weight=mask (fit, or a loss called with sample_weight=) and a mean over every token by "
+            "all of them"
         )
     m = per_sequence[0]
     fewer, tokens = (cand, base) if near(m / n) else (base, cand)
     return (
         f"by {m}/{n}: '{fewer}' likely divides the token losses' sum by this step's {n} sequences (the batch) and "
         f"'{tokens}' by {m} tokens of its {n} x {t} = {total} positions, its real tokens if {m} are real; {unchecked}. "
-        "TF1's tf.compat.v1.losses given weights=mask (SUM_BY_NONZERO_WEIGHTS) and tf.reduce_sum(ce * mask) / "
-        "tf.reduce_sum(mask) divide by the real tokens; a sum over the tokens divided by the batch size (tf.reduce_sum "
-        "over time, then a mean over the batch, or compute_average_loss) by the sequences"
+        + _REAL_TOKENS
+        + "; a sum over the tokens divided by the batch size (tf.reduce_sum over time, then a mean over the batch, or "
+        "compute_average_loss) by the sequences"
     )

@@ -328,13 +328,12 @@ def _share_of(
     return ats[0] if len(ats) == 1 else None
 
 
-def _moved_by_one_factor(
+def _moved_apart(
     before: Optional[tuple[np.ndarray, np.ndarray]], now: Optional[tuple[np.ndarray, np.ndarray]]
-) -> Optional[float]:
-    """How many times as far the candidate moved a moving statistic as the baseline, when that is one
-    factor at every element moved well past rounding, from step values that agreed before: another
-    momentum moves ``s`` by ``(1 - m')(x - s)`` where the other moves it by ``(1 - m)(x - s)``, so the
-    factor is ``(1 - m') / (1 - m)``; None otherwise, or when it is 1."""
+) -> Optional[tuple[np.ndarray, np.ndarray]]:
+    """How far each run moved a moving statistic from step values that agreed before (``before``) to
+    ``now``, ``(baseline's, candidate's)`` at the elements both moved well past float32 rounding, when
+    most did; None otherwise (what :func:`_moved_by_one_factor` and :func:`_updated_twice` read)."""
     if before is None or now is None or len(before[0]) != len(now[0]):
         return None
     b_j, c_j = (np.asarray(x, np.float64) for x in before)
@@ -348,7 +347,20 @@ def _moved_by_one_factor(
     big = (np.abs(moved_b) > 1e-4 * scale) & (np.abs(moved_c) > 1e-4 * scale)
     if big.sum() < max(2, len(b_j) // 2):
         return None
-    ratio = moved_c[big] / moved_b[big]
+    return moved_b[big], moved_c[big]
+
+
+def _moved_by_one_factor(
+    before: Optional[tuple[np.ndarray, np.ndarray]], now: Optional[tuple[np.ndarray, np.ndarray]]
+) -> Optional[float]:
+    """How many times as far the candidate moved a moving statistic as the baseline, when that is one
+    factor at every element moved well past rounding, from step values that agreed before: another
+    momentum moves ``s`` by ``(1 - m')(x - s)`` where the other moves it by ``(1 - m)(x - s)``, so the
+    factor is ``(1 - m') / (1 - m)``; None otherwise, or when it is 1."""
+    moved = _moved_apart(before, now)
+    if moved is None:
+        return None
+    ratio = moved[1] / moved[0]
     r = float(np.median(ratio))
     if r <= 0 or abs(r - 1.0) < 1e-3 or not np.allclose(ratio, r, rtol=1e-3, atol=0.0):
         return None
@@ -364,22 +376,12 @@ def _updated_twice(
     every element ``1 + m`` times as far. Returns ``("cand" | "base", m)`` when every element's
     ratio is the one ``1 + m`` with ``0.9 <= m < 1`` (batch normalization's momenta: another
     momentum moves it ``(1 - m') / (1 - m)`` times as far, 10 for 0.9 against 0.99), else None."""
-    if before is None or now is None or len(before[0]) != len(now[0]):
+    moved = _moved_apart(before, now)
+    if moved is None:
         return None
-    b_j, c_j = (np.asarray(x, np.float64) for x in before)
-    b_k, c_k = (np.asarray(x, np.float64) for x in now)
-    scale = max(float(np.nanmax(np.abs(b_j), initial=0.0)), float(np.nanmax(np.abs(b_k), initial=0.0)))
-    if not (np.isfinite(b_k).all() and np.isfinite(c_k).all()) or not np.allclose(
-        b_j, c_j, rtol=1e-6, atol=1e-6 * scale
-    ):
-        return None
-    moved_b, moved_c = b_k - b_j, c_k - c_j
-    # elements that moved well past float32 rounding on both sides; most of them must
-    big = (np.abs(moved_b) > 1e-4 * scale) & (np.abs(moved_c) > 1e-4 * scale)
-    if big.sum() < max(2, len(b_j) // 2):
-        return None
+    moved_b, moved_c = moved
     for who, num, den in (("cand", moved_c, moved_b), ("base", moved_b, moved_c)):
-        ratio = num[big] / den[big]
+        ratio = num / den
         r = float(np.median(ratio))
         if 1.9 <= r < 1.9999 and np.allclose(ratio, r, rtol=1e-3, atol=0.0):
             return who, r - 1.0
