@@ -330,6 +330,15 @@ class Recorder(BaseRecorder):
             gs = tf.compat.v1.train.get_global_step()
             set_ids = {id(r.var) for r in self._reads.values() if r.tag.startswith(_SET_KINDS)}
             variables = [v for v in tf.compat.v1.global_variables() if v is not gs and id(v) not in set_ids]
+        for opt in optimizer if isinstance(optimizer, (list, tuple)) else [optimizer]:
+            if _slots_not_built(opt):
+                # TF1 builds an optimizer's slots in minimize/apply_gradients: asked before, none was recorded,
+                # silently, and the comparison told a new user who had passed optimizer=opt to pass it
+                raise ValueError(
+                    f"tb_parity: {type(opt).__name__} has no slots yet (TF1 builds them in minimize or "
+                    "apply_gradients): call rec.variables(optimizer=opt) after rec.minimize(...) (or your own "
+                    "opt.minimize / apply_gradients), before reading rec.fetches"
+                )
         return super().variables(variables, optimizer)
 
     @property
@@ -477,3 +486,14 @@ class ParityHook(tf.compat.v1.train.SessionRunHook):
 
     def end(self, session: tf.compat.v1.Session) -> None:
         self._recorder.flush()
+
+
+def _slots_not_built(optimizer: Any) -> bool:
+    """Whether ``optimizer`` is a TF1 optimizer that keeps slots (its class creates some: Momentum,
+    Adam, RMSProp, ...; not plain gradient descent) but has built none yet, its update not built."""
+    base = tf.compat.v1.train.Optimizer
+    return (
+        isinstance(optimizer, base)
+        and type(optimizer)._create_slots is not base._create_slots
+        and not optimizer.get_slot_names()
+    )

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 import tensorflow as tf
-from shim_readback import check_with_reader, load_with_tensorboard, tensors_by_step
+from shim_readback import check_with_reader, load_with_tensorboard, logged_value, tensors_by_step
 
 from tb_parity_plugin import summary_v1
 from tb_parity_plugin.records import health, metadata
@@ -511,6 +511,45 @@ def test_the_reads_minimize_builds_under_update_ops_wait_for_none_of_them(tmp_pa
         np.testing.assert_array_equal(alone[name], value, err_msg=name)
         np.testing.assert_array_equal(untouched[name], value, err_msg=name)
     assert not np.allclose(after["bn1/moving_mean:0"], before["bn1/moving_mean:0"])  # the train op updates it
+
+
+@pytest.mark.parametrize("order", ["before_minimize", "after_minimize"])
+def test_variables_with_an_optimizer_whose_slots_are_not_built_yet_raise_instead_of_recording_none(
+    tmp_path, order: str
+) -> None:
+    """TF1 builds Adam's slots in ``minimize``: ``rec.variables(optimizer=opt)`` called before it
+    recorded the weights and no slot, silently, and ``tb-parity diff`` then told a new user (whose
+    script had passed ``optimizer=opt``) that the run "was not asked to" record slots: pass
+    ``rec.variables(optimizer=opt)``. It now raises saying to call it after the update is built;
+    called there, the slots are recorded, Adam's moments after one step as numpy computes them."""
+    logdir = str(tmp_path / order)
+    with tf.Graph().as_default():
+        rec = summary_v1.Recorder(logdir)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+        w = tf.compat.v1.get_variable("w", initializer=W0)
+        loss = rec.loss(tf.compat.v1.losses.softmax_cross_entropy(Y, tf.matmul(x, w)))
+        opt = tf.compat.v1.train.AdamOptimizer(0.1)
+        if order == "before_minimize":
+            with pytest.raises(ValueError, match=r"AdamOptimizer has no slots yet .* after rec\.minimize"):
+                rec.variables(optimizer=opt)
+            rec.variables(optimizer=tf.compat.v1.train.GradientDescentOptimizer(LR))  # keeps no slot: no error
+            return
+        train_op = rec.minimize(opt, loss, global_step=gs)
+        rec.variables(optimizer=opt)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for _ in range(2):
+                _, parity = sess.run([train_op, rec.fetches], {x: X})
+                rec.write(parity)
+        rec.close()
+    logits = X.astype(np.float64) @ W0
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    g = X.T.astype(np.float64) @ (p - Y) / len(X)
+    got = tensors_by_step(logdir)
+    np.testing.assert_allclose(logged_value(got, 1, "slot", "w/Adam:0"), 0.1 * g, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(logged_value(got, 1, "slot", "w/Adam_1:0"), 0.001 * g**2, rtol=1e-5, atol=1e-9)
 
 
 def test_before_update_context_and_errors(tmp_path) -> None:
