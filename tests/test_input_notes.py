@@ -176,6 +176,30 @@ def test_a_partial_batch_traced_again_is_one_warning_per_run() -> None:
     assert warnings[0] == "tf2: activation/c changed layout mid-run: float32 [3]; float64 [3]"
 
 
+def test_zeros_of_a_relu_in_one_run_only_are_not_sent_to_a_dropout_seed_when_no_random_op_computes_them(
+    tmp_path,
+) -> None:
+    """A new user's port put a ReLU where TF1 had none (there: before its batch norm, where TF1 applies
+    it after): the first output it changes is 0 in the port wherever TF1's is negative, and the note
+    began with "a different random mask (dropout: its seed ...)" though neither graph holds a random
+    op. Both runs record the random ops an output is computed from (none here), so the note now says
+    no random op computes those zeros, and names the ReLU. Numpy: the port's logits are TF1's
+    clipped at 0."""
+    _tf1(str(tmp_path / "tf1"))
+    _fit(str(tmp_path / "tf2"), shuffle=False, second="relu")
+    logits = np.asarray(tensors_by_step(str(tmp_path / "tf1"))[0][("activation", "dense_1")][2]).reshape(BATCH, C)
+    port = np.asarray(tensors_by_step(str(tmp_path / "tf2"))[0][("activation", "dense_1")][2]).reshape(BATCH, C)
+    np.testing.assert_allclose(port, np.maximum(logits, 0), rtol=1e-5, atol=1e-6)
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert (first.step, first.kind, first.tensor) == (0, "activation", "dense_1"), first
+    assert (
+        f"each of its {int((logits < -1e-5).sum())} elements out of tolerance is exactly 0 in one run only"
+        in first.note
+    )
+    assert "no random op computes" in first.note and "a ReLU switched off in one run" in first.note, first.note
+    assert "random mask (dropout" not in first.note, first.note
+
+
 RATE = 0.3
 
 

@@ -135,6 +135,15 @@ class InputNotes(LossScaleNotes, DropoutNotes):
             axes = self._mask_axes(first, k)
             if axes:
                 return f"{agree} at this step, and {axes}" + self._positions_note(first, k)
+            if self._drawn_from_no_random_op(first):
+                # a port's ReLU before its batch norm (TF1's after it) was sent to a dropout seed first, where
+                # neither graph has a random op
+                return (
+                    f"{agree} at this step, and each of its {masked} elements out of tolerance is exactly 0 in one "
+                    "run only, which no random op computes in either run (no dropout mask): units a ReLU switched "
+                    "off in one run (an activation applied in one run only, or before this output in one run and "
+                    "after it in the other), or padding one run masks"
+                ) + self._positions_note(first, k)
             return (
                 f"{agree} at this step, and each of its {masked} elements out of tolerance is exactly 0 in one run "
                 "only: a different random mask (dropout: its seed, or another random op drawn before it; README: "
@@ -696,6 +705,13 @@ class InputNotes(LossScaleNotes, DropoutNotes):
             "that layer reaches this one (Keras Conv2D's default padding='valid' where TF1 had 'SAME', a pooling's "
             "strides, which Keras defaults to the pool size, a layer dropped or added)"
         )
+
+    def _drawn_from_no_random_op(self, first: Pair) -> bool:
+        """Whether both runs were recorded in a graph (TF1, ``tf.function``, ``fit``: the shims record the
+        random ops a forward tensor is computed from there, not eagerly) and ``first`` is computed from
+        none in either."""
+        graphs = all(r.info.get("mode") in ("graph", "function") for r in (self.base, self.cand))
+        return graphs and not first.base.random and not first.cand.random
 
     def _random_draws(self, first: Pair) -> Optional[str]:
         """What the random ops ``first`` is computed from say (the shims record their types for a
