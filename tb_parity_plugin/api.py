@@ -47,8 +47,7 @@ def load_runs(
         try:
             base_name, cand_name = run_pairs.choose_pair(sides, baseline, candidate, where=logdir)
         except run_pairs.RunPairError as exc:
-            unlisted = "".join(f"; {e}" for e in reader.listing_errors)
-            raise ParityInputError(f"{exc}{unlisted}") from None
+            raise ParityInputError(f"{exc}{_unlisted(reader)}") from None
         runs = reader.run(base_name), reader.run(cand_name)
     finally:
         reader.close()
@@ -70,8 +69,20 @@ def _refuse_from_listing(reader: LogdirReader, baseline: Optional[str], candidat
     try:
         run_pairs.choose_pair(dict.fromkeys(names, ""), baseline, candidate, where=logdir)
     except run_pairs.RunPairError as exc:
-        unlisted = "".join(f"; {e}" for e in reader.listing_errors)
-        raise ParityInputError(f"{exc}{unlisted}") from None
+        raise ParityInputError(f"{exc}{_unlisted(reader)}") from None
+
+
+def _unlisted(reader: LogdirReader) -> str:
+    """The listing's errors for a pair error, with what to do about a link out of the logdir: the
+    error said to pass --baseline and --candidate, and a new user who did was told "no run 'tf1'"."""
+    errors = reader.listing_errors
+    text = "".join(f"; {e}" for e in errors)
+    if any(e.endswith("a link out of the logdir, not followed") for e in errors):
+        text += (
+            " (the reader never leaves the logdir: point it at a common parent of both runs and name them, "
+            "--baseline and --candidate, or copy the run into it)"
+        )
+    return text
 
 
 def make_policy(

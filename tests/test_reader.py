@@ -326,6 +326,14 @@ def test_a_run_linked_from_outside_the_logdir_is_named_in_the_pair_error(tmp_pat
     assert f"tf1 -> {os.path.realpath(tmp_path / 'faithful' / 'tf1')}: a link out of the logdir, not followed" in str(
         err.value
     )
+    # and what to do: the message's own advice, --baseline and --candidate, then failed with "no run 'tf1'"
+    assert "point it at a common parent of both runs and name them" in str(err.value), str(err.value)
+    with pytest.raises(api.ParityInputError) as err:
+        api.compare(str(tmp_path / "eps7"), baseline="tf1", candidate="tf2")
+    assert "no run 'tf1'" in str(err.value) and "point it at a common parent" in str(err.value), str(err.value)
+    # the remedy works (the run linked inside the common parent is read once, under the first name listed)
+    report = api.compare(str(tmp_path), baseline="eps7/tf1", candidate="eps7/tf2")
+    assert report.steps_compared == 2
     # a link to a run folder moved away is named too (a review: os.walk lists it as a file)
     os.rename(tmp_path / "faithful", tmp_path / "moved")
     with pytest.raises(api.ParityInputError) as err:
