@@ -29,7 +29,8 @@ from tb_parity_plugin.logdir.reader import LogdirReader
 
 @pytest.fixture(scope="module")
 def logdir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """``tf1``, ``tf1_all_updates``, ``tf2`` and ``tf2_synced``, each written by its own process (logical devices)."""
+    """``tf1``, ``tf1_all_updates``, ``tf2``, ``tf2_synced`` and ``tf2_inference``, each written by its own
+    process (logical devices)."""
     root = tmp_path_factory.mktemp("towers")
     script = os.path.join(os.path.dirname(__file__), "tower_runs.py")
     env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2")
@@ -40,7 +41,7 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> str:
             stderr=subprocess.PIPE,
             env=env,
         )
-        for which in ("tf1", "tf1_all_updates", "tf2", "tf2_synced")
+        for which in ("tf1", "tf1_all_updates", "tf2", "tf2_synced", "tf2_inference")
     ]
     for proc in procs:
         _, err = proc.communicate(timeout=600)
@@ -108,3 +109,22 @@ def test_a_moving_mean_updated_once_per_tower_is_named_so(logdir: str) -> None:
     assert "'tf2' (momentum 0.99) from the mean of all 8 rows of it" in note, note
     assert "every tower's UPDATE_OPS once per tower, in no set order" in note, note
     assert "0.995" not in note and "its update rule differs" not in note, note
+
+
+def test_a_port_in_inference_mode_against_towers_is_told_its_moving_statistics_stayed_put(logdir: str) -> None:
+    """The port's loop calls the model without training=True: its batch norm normalizes with the moving
+    statistics (0 and 1 at step 0), an affine function of its input over the whole batch, as a whole batch
+    normalized at once is, but averaging elsewhere than beta. It was told it "normalizes the whole batch of 8
+    rows at once" and "the runs take the batch statistics over other rows", and not that its moving mean
+    stayed put. numpy: its output is hidden / sqrt(1 + epsilon), whose channel means are not 0 (beta)."""
+    ref = tr.reference()
+    inference = ref["hidden"] / np.sqrt(1.0 + tr.EPSILON)
+    assert np.abs(inference.mean(0)).max() > 0.1 and np.abs(inference - ref["bn_whole"]).max() > 0.1
+    np.testing.assert_allclose(_values(logdir, "tf2_inference", "activation", "bn")[0], inference.ravel(), atol=1e-5)
+    mean = _values(logdir, "tf2_inference", "state", "bn/moving_mean:0")
+    assert not np.abs(mean[1] - mean[0]).any(), mean
+    first = compare(logdir, baseline="tf1", candidate="tf2_inference").first_divergence
+    assert first is not None and (first.step, first.kind, first.tensor) == (0, "activation", "bn"), first
+    note = first.note or ""
+    assert "normalizes the whole batch" not in note and "batch statistics over other rows" not in note, note
+    assert "'tf2_inference' left bn/moving_mean:0 unchanged" in note and "inference mode" in note, note

@@ -3,8 +3,9 @@
 the towers' gradients averaged by hand, the first tower's ``UPDATE_OPS`` alone run) and its port
 under ``MirroredStrategy`` (a custom loop, a plain Keras ``BatchNormalization``), on two CPUs. Run
 as a script (``python tests/tower_runs.py RUN_DIR WHICH``, WHICH ``tf1``, ``tf1_all_updates``
-(every tower's ``UPDATE_OPS`` run), ``tf2`` or ``tf2_synced`` (the port's batch norm
-``synchronized=True``, which normalizes the whole batch)): the logical
+(every tower's ``UPDATE_OPS`` run), ``tf2``, ``tf2_synced`` (the port's batch norm
+``synchronized=True``, which normalizes the whole batch) or ``tf2_inference`` (the port's loop calls
+the model without ``training=True``: its batch norm runs in inference mode)): the logical
 devices must be configured before TensorFlow touches a device, so each run gets a fresh process.
 
 Both normalize each tower's (replica's) half of the batch with its own statistics, so they train
@@ -112,7 +113,7 @@ def tf1(run_dir: str, all_updates: bool = False) -> None:
         rec.close()
 
 
-def tf2(run_dir: str, synchronized: bool = False) -> None:
+def tf2(run_dir: str, synchronized: bool = False, training: bool = True) -> None:
     import tensorflow as tf
 
     (cpu,) = tf.config.list_physical_devices("CPU")
@@ -136,7 +137,7 @@ def tf2(run_dir: str, synchronized: bool = False) -> None:
 
     def step_fn(xb: tf.Tensor, yb: tf.Tensor) -> tuple:
         with tf.GradientTape() as tape:
-            hb, bnb, outb = model(xb, training=True)
+            hb, bnb, outb = model(xb, training=True) if training else model(xb)
             loss = tf.nn.compute_average_loss(loss_fn(yb, outb), global_batch_size=BATCH)
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
@@ -162,4 +163,4 @@ if __name__ == "__main__":
     if sys.argv[2].startswith("tf1"):
         tf1(sys.argv[1], all_updates=sys.argv[2] == "tf1_all_updates")
     else:
-        tf2(sys.argv[1], synchronized=sys.argv[2] == "tf2_synced")
+        tf2(sys.argv[1], synchronized=sys.argv[2] == "tf2_synced", training=sys.argv[2] != "tf2_inference")

@@ -992,6 +992,14 @@ class InputNotes(LossScaleNotes, DropoutNotes):
         counts = [c for c in found if c is not None]
         if len(counts) != 2 or counts[0] == counts[1]:
             return None
+        # a share normalized by its own statistics averages to beta at every channel, whatever its count, and
+        # beta agrees here: a layer in inference mode is affine over the whole batch too but averages elsewhere
+        # (a port of a two-tower original, its loop calling the model without training=True, was told it
+        # normalizes the whole batch at once, and not that its moving statistics stayed put)
+        centres = np.concatenate([_share_means(y, shape, c) for y, c in zip(out, counts)])
+        scale = max(float(np.abs(np.asarray(y, np.float64)).max(initial=0.0)) for y in out)
+        if np.abs(centres - centres[0]).max() > 1e-4 * scale:
+            return None
         rows = shape[0]
         said = [
             f"'{run}' normalizes "
@@ -1323,6 +1331,14 @@ def _normalized_over(inputs: np.ndarray, outputs: np.ndarray, shape: tuple[int, 
         if fits:
             return count
     return None
+
+
+def _share_means(outputs: np.ndarray, shape: tuple[int, ...], count: int) -> np.ndarray:
+    """Each of ``count`` equal contiguous shares' per-channel mean of ``outputs`` (``shape[0]`` rows, channels
+    last): ``[count, channels]``."""
+    y = np.asarray(outputs, np.float64).reshape(count, -1, shape[-1])
+    means: np.ndarray = y.mean(axis=1)
+    return means
 
 
 #: Why a batch normalization's output differs across replica counts, said by every note that names it.
