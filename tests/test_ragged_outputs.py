@@ -57,7 +57,8 @@ def _tf1(run_dir: str, width: int = L) -> None:
         tf1_session.train(rec, train_op, (ids, labels), (padded, LABELS), STEPS, B)
 
 
-def _ragged_fit(run_dir: str, shifted: bool = False) -> None:
+def _ragged_fit(run_dir: str, shifted: bool = False, summed: bool = False) -> None:
+    """``summed``: the port pools its lookup with a sum where the original averages it (a bug)."""
     inputs = tf.keras.Input((None,), dtype=tf.int32, ragged=True)
     ids = inputs
     if shifted:  # a vocabulary with an OOV index before the TF1 ids, the TF1 table copied as it is
@@ -65,7 +66,8 @@ def _ragged_fit(run_dir: str, shifted: bool = False) -> None:
     looked_up = tf.keras.layers.Embedding(V, D, embeddings_initializer=tf.constant_initializer(E0), name="embedding")(
         ids
     )
-    pooled = tf.keras.layers.Lambda(lambda e: tf.reduce_mean(e, axis=1), name="pooled")(looked_up)
+    pool = tf.reduce_sum if summed else tf.reduce_mean
+    pooled = tf.keras.layers.Lambda(lambda e: pool(e, axis=1), name="pooled")(looked_up)
     logits = tf.keras.layers.Dense(C, kernel_initializer=tf.constant_initializer(W0), name="logits")(pooled)
     model = tf.keras.Model(inputs, logits)
     model.compile(tf.keras.optimizers.Adagrad(LR), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -161,6 +163,31 @@ def test_a_fixed_width_original_against_a_ragged_port_is_told_the_widths_differ(
         assert (widths in (first.note or "")) == told, first.note
         if told:
             assert f"'tf1' holds 0 at every position past {L}" in first.note, first.note
+            assert "all 3 outputs and losses recorded after it agree at this step" in first.note, first.note
+
+
+def test_a_fixed_width_original_against_a_ragged_port_that_sums_its_lookup_is_told_what_differs_after_it(
+    tmp_path,
+) -> None:
+    """The same widths, and a port that sums its lookup where the original averages it: the lookup is told
+    the runs pad to other widths, as a faithful port's is, and was told no more, though the pooled output,
+    the logits and the loss differ at step 0 (numpy: a sum of up to L rows against their mean)."""
+    lengths = (IDS[:B] > 0).sum(1)
+    pooled = _lookups()[0][1]
+    assert lengths.max() > 1 and np.abs(pooled * lengths[:, None] - pooled).max() > 0.1
+    _tf1(str(tmp_path / "tf1"), width=L + 2)
+    _ragged_fit(str(tmp_path / "tf2"), summed=True)
+    np.testing.assert_allclose(
+        tensors_by_step(str(tmp_path / "tf2"))[0][("activation", "pooled")][2], pooled * lengths[:, None], atol=1e-5
+    )
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert first is not None and (first.step, first.tensor, first.reason) == (0, "embedding", "shape"), first
+    note = first.note or ""
+    assert "the runs pad their sequences to other widths" in note, note
+    assert (
+        "but 3 of the 3 outputs and losses recorded after it differ in value at this step, activation/pooled first"
+        in note
+    ), note
 
 
 def test_a_shape_step_has_no_error_ratio_in_the_heat_map_or_the_detail(tmp_path) -> None:

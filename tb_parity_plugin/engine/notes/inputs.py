@@ -328,7 +328,28 @@ class InputNotes(LossScaleNotes, DropoutNotes):
             f"'{runs[wide]}' holds 0 at every position past {width} and the first {width} agree element-wise: "
             "the runs pad their sequences to other widths (a fixed length against each batch's longest row, as a "
             "RaggedTensor or padded_batch gives); record both cut to the batch's longest row to compare them "
-            "(README: tf.RaggedTensor)"
+            "(README: tf.RaggedTensor)" + self._apart_after(pair, k)
+        )
+
+    def _apart_after(self, pair: Pair, k: int) -> str:
+        """For :meth:`_padded_width_note`: the outputs and losses recorded after ``pair`` that differ in value at
+        step ``k``, which padding widths do not make (a ragged port that sums its lookup where the fixed-width
+        original averages it was told of widths alone, in the words a faithful port is told), or that none do."""
+        later = [
+            p
+            for p in self._pairs
+            if p.base.kind in (*_OUTPUTS, "loss") and p.base.order > pair.base.order and p.ib[k] >= 0 and p.ic[k] >= 0
+        ]
+        for p in later:
+            p.ensure(k + 1, self.policy.equal_nan)
+        apart = [p for p in later if p.reason[k] not in (OK, SHAPE)]
+        if not apart:
+            return f"; all {len(later)} outputs and losses recorded after it agree at this step" if later else ""
+        first = min(apart, key=lambda p: p.base.order)
+        return (
+            f"; but {len(apart)} of the {len(later)} outputs and losses recorded after it differ in value at this "
+            f"step, {first.base.kind}/{first.base.name} first, which padding to other widths does not explain: "
+            "compare from there"
         )
 
     def _affine_of(self, first: Pair, k: int, b: np.ndarray, c: np.ndarray, channels: int) -> Optional[str]:
