@@ -29,8 +29,8 @@ from tb_parity_plugin.logdir.reader import LogdirReader
 
 @pytest.fixture(scope="module")
 def logdir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """``tf1``, ``tf1_all_updates``, ``tf2``, ``tf2_synced`` and ``tf2_inference``, each written by its own
-    process (logical devices)."""
+    """``tf1``, ``tf1_all_updates``, ``tf2``, ``tf2_synced``, ``tf2_inference`` and ``tf2_momentum``, each
+    written by its own process (logical devices)."""
     root = tmp_path_factory.mktemp("towers")
     script = os.path.join(os.path.dirname(__file__), "tower_runs.py")
     env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2")
@@ -41,7 +41,7 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> str:
             stderr=subprocess.PIPE,
             env=env,
         )
-        for which in ("tf1", "tf1_all_updates", "tf2", "tf2_synced", "tf2_inference")
+        for which in ("tf1", "tf1_all_updates", "tf2", "tf2_synced", "tf2_inference", "tf2_momentum")
     ]
     for proc in procs:
         _, err = proc.communicate(timeout=600)
@@ -128,3 +128,17 @@ def test_a_port_in_inference_mode_against_towers_is_told_its_moving_statistics_s
     note = first.note or ""
     assert "normalizes the whole batch" not in note and "batch statistics over other rows" not in note, note
     assert "'tf2_inference' left bn/moving_mean:0 unchanged" in note and "inference mode" in note, note
+
+
+def test_a_moving_mean_of_other_rows_and_another_momentum_is_not_said_to_share_the_rule(logdir: str) -> None:
+    """The port's batch norm keeps keras.applications' momentum 0.999 where TF1's is 0.99, and averages
+    the whole batch where TF1's first tower averages its half: the note named both momenta and said the
+    runs update it "not by another rule". numpy: 0.001 x the whole batch's mean."""
+    ref = tr.reference()
+    got = _values(logdir, "tf2_momentum", "state", "bn/moving_mean:0")[1]
+    np.testing.assert_allclose(got, 0.1 * ref["mean_whole"], rtol=1e-5, atol=1e-8)
+    first = compare(logdir, baseline="tf1", candidate="tf2_momentum").first_divergence
+    assert first is not None and (first.step, first.kind, first.tensor) == (1, "state", "bn/moving_mean:0"), first
+    note = first.note or ""
+    assert "'tf2_momentum' (momentum 0.999) from the mean of all 8 rows" in note, note
+    assert "not by another rule" not in note and "other momenta (0.99 against 0.999" in note, note

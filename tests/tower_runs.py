@@ -4,8 +4,9 @@ the towers' gradients averaged by hand, the first tower's ``UPDATE_OPS`` alone r
 under ``MirroredStrategy`` (a custom loop, a plain Keras ``BatchNormalization``), on two CPUs. Run
 as a script (``python tests/tower_runs.py RUN_DIR WHICH``, WHICH ``tf1``, ``tf1_all_updates``
 (every tower's ``UPDATE_OPS`` run), ``tf2``, ``tf2_synced`` (the port's batch norm
-``synchronized=True``, which normalizes the whole batch) or ``tf2_inference`` (the port's loop calls
-the model without ``training=True``: its batch norm runs in inference mode)): the logical
+``synchronized=True``, which normalizes the whole batch) ``tf2_inference`` (the port's loop calls
+the model without ``training=True``: its batch norm runs in inference mode) or ``tf2_momentum`` (the
+port's batch norm with keras.applications' momentum 0.999)): the logical
 devices must be configured before TensorFlow touches a device, so each run gets a fresh process.
 
 Both normalize each tower's (replica's) half of the batch with its own statistics, so they train
@@ -113,7 +114,7 @@ def tf1(run_dir: str, all_updates: bool = False) -> None:
         rec.close()
 
 
-def tf2(run_dir: str, synchronized: bool = False, training: bool = True) -> None:
+def tf2(run_dir: str, synchronized: bool = False, training: bool = True, momentum: float = 0.99) -> None:
     import tensorflow as tf
 
     (cpu,) = tf.config.list_physical_devices("CPU")
@@ -125,7 +126,7 @@ def tf2(run_dir: str, synchronized: bool = False, training: bool = True) -> None
     with strategy.scope():
         inp = tf.keras.Input((FEATURES,))
         h = tf.keras.layers.Dense(UNITS, use_bias=False, name="hidden")(inp)
-        bn = tf.keras.layers.BatchNormalization(name="bn", synchronized=synchronized)(h)
+        bn = tf.keras.layers.BatchNormalization(name="bn", synchronized=synchronized, momentum=momentum)(h)
         out = tf.keras.layers.Dense(CLASSES, name="logits")(tf.keras.layers.ReLU()(bn))
         model = tf.keras.Model(inp, [h, bn, out])
         model.get_layer("hidden").kernel.assign(hidden)
@@ -163,4 +164,9 @@ if __name__ == "__main__":
     if sys.argv[2].startswith("tf1"):
         tf1(sys.argv[1], all_updates=sys.argv[2] == "tf1_all_updates")
     else:
-        tf2(sys.argv[1], synchronized=sys.argv[2] == "tf2_synced", training=sys.argv[2] != "tf2_inference")
+        tf2(
+            sys.argv[1],
+            synchronized=sys.argv[2] == "tf2_synced",
+            training=sys.argv[2] != "tf2_inference",
+            momentum=0.999 if sys.argv[2] == "tf2_momentum" else 0.99,
+        )

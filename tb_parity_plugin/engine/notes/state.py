@@ -211,10 +211,19 @@ class StateNotes(NoteContext):
                 else f"rows {at * rows // count}-{(at + 1) * rows // count - 1} alone (share {at + 1} of {count})"
             )
             said.append(f"'{run}' (momentum {m:g}) from the mean of {where}")
+        # a slim-style two-tower original (0.997) against a keras.applications port (0.999) fits other shares and
+        # other momenta: it was told "not by another rule"
+        (mb, *_), (mc, *_) = found
+        rule = (
+            "not by another rule"
+            if mb == mc
+            else f"and with other momenta ({mb:g} against {mc:g}: Keras and tf.compat.v1.layers default 0.99, "
+            "slim's MobileNet 0.997, keras.applications' models 0.999)"
+        )
         return (
             f"it agreed at step {int(self.steps[j])}; to step {int(self.steps[k])} {said[0]} of {name} as recorded "
             f"at step {int(self.steps[j])}, and {said[1]} of it: the runs update it from other rows of the batch, "
-            "not by another rule. TF1 multi-tower code that runs only the first tower's UPDATE_OPS (the "
+            f"{rule}. TF1 multi-tower code that runs only the first tower's UPDATE_OPS (the "
             "cifar10_multi_gpu_train pattern) updates it from that tower's share of the batch, and code that runs "
             "every tower's UPDATE_OPS once per tower, in no set order (one after the other either way, or each from "
             "the same read: such an original is itself not deterministic); a strategy's per-replica moving "
