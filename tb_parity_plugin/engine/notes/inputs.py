@@ -23,6 +23,7 @@ from tb_parity_plugin.engine.notes.dropout import DropoutNotes
 from tb_parity_plugin.engine.notes.loss_scale import LossScaleNotes
 from tb_parity_plugin.engine.notes.state import _MOVING_STATS
 from tb_parity_plugin.engine.pair import Pair
+from tb_parity_plugin.records import metadata
 
 #: The most element comparisons :meth:`InputNotes._rows_in_another_order` makes (every row of an
 #: output against every row: a batch of 1000 rows of 1000 would be 1e9), and how many it holds at once.
@@ -338,7 +339,11 @@ class InputNotes(LossScaleNotes, DropoutNotes):
         later = [
             p
             for p in self._pairs
-            if p.base.kind in (*_OUTPUTS, "loss") and p.base.order > pair.base.order and p.ib[k] >= 0 and p.ic[k] >= 0
+            if p.base.kind in (*_OUTPUTS, "loss")
+            and p.base.order > pair.base.order
+            and p.ib[k] >= 0
+            and p.ic[k] >= 0
+            and not metadata.is_sample(p.base.name)  # a sample of a tensor is not one more tensor apart
         ]
         for p in later:
             p.ensure(k + 1, self.policy.equal_nan)
