@@ -214,3 +214,30 @@ def test_a_shape_step_has_no_error_ratio_in_the_heat_map_or_the_detail(tmp_path)
         detail = comparison.detail("activation/embedding", step=0)
         assert np.isnan(detail.error_ratio).all(), detail.error_ratio
         assert detail.figures is not None and detail.figures["error_ratio"] is None, detail.figures
+
+
+def test_a_sparse_adjacency_built_from_an_unsorted_edge_list_is_recorded_summed_and_the_step_runs(tmp_path) -> None:
+    """A graph convolution's adjacency built from its edge list as it comes (not in row-major order, an
+    edge given twice): ``sparse_dense_matmul`` reads it as it is, summing the duplicate, and the step
+    failed where it was recorded ("indices[1] = [0,2] is out of order": ``tf.sparse.to_dense`` refuses
+    it). numpy: the dense adjacency with the duplicate edge summed, and the product it gives."""
+    edges = np.array([[2, 0], [0, 2], [1, 1], [0, 1], [0, 2]], np.int64)  # out of order, [0, 2] twice
+    weights = np.array([0.5, 1.0, 2.0, 3.0, 0.25], np.float32)
+    dense = np.zeros((3, 3))
+    np.add.at(dense, (edges[:, 0], edges[:, 1]), weights)
+    feats = RNG.normal(size=(3, 2)).astype(np.float32)
+    rec = summary_v2.Recorder(str(tmp_path / "run"))
+    adjacency = tf.SparseTensor(edges, weights, [3, 3])
+
+    @tf.function
+    def step() -> tf.Tensor:
+        with rec.step(0):
+            recorded = rec.activation("adjacency", adjacency)
+            return rec.activation("aggregated", tf.sparse.sparse_dense_matmul(recorded, feats))
+
+    out = step().numpy()
+    rec.close()
+    np.testing.assert_allclose(out, dense @ feats, rtol=1e-6)
+    values = tensors_by_step(str(tmp_path / "run"))[0]
+    np.testing.assert_allclose(values[("activation", "adjacency")][2], dense, rtol=1e-6)
+    np.testing.assert_allclose(values[("activation", "aggregated")][2], dense @ feats, rtol=1e-6)

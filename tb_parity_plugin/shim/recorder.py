@@ -76,14 +76,18 @@ _COMPOSITE = (tf.RaggedTensor, tf.SparseTensor)
 def densified(value: Any) -> Any:
     """``value`` as the dense tensor a padded batch records: a ``tf.RaggedTensor`` (an ``Embedding``'s
     output on ragged ids) padded with 0 to its longest row, a ``tf.SparseTensor`` with 0 where it holds
-    nothing; padded positions are 0 as ``activation(..., mask=)`` and ``instrument(zero_masked=True)``
-    record them, so a ragged port pairs with a padded original or port element by element. Anything
+    nothing (its duplicate indices summed); padded positions are 0 as ``activation(..., mask=)`` and
+    ``instrument(zero_masked=True)`` record them, so a ragged port pairs with a padded original or port
+    element by element. Anything
     else as it is. (``tf.convert_to_tensor`` refuses both: a ragged ``fit`` port's instrumented
     ``Embedding`` failed its first step with "Failed to convert elements of tf.RaggedTensor".)"""
     if isinstance(value, tf.RaggedTensor):
         return value.to_tensor()
     if isinstance(value, tf.SparseTensor):
-        return tf.sparse.to_dense(value)
+        # scattered, not tf.sparse.to_dense: that refuses indices out of order (a graph's adjacency built
+        # from its edge list, which sparse_dense_matmul reads as it is, failed the step it was recorded in)
+        # and duplicates, which the ops reading it sum, as the scatter does
+        return tf.scatter_nd(value.indices, value.values, value.dense_shape)
     return value
 
 
