@@ -64,6 +64,7 @@ from tb_parity_plugin.shim.recorder import (
     Entry,
     StepLayouts,
     build_blocks,
+    densified,
 )
 from tb_parity_plugin.shim.variables import variable_name
 
@@ -266,8 +267,18 @@ class Recorder(BaseRecorder):
             if lr is not None:
                 parts, single = [slots.in_lr_units(p, lr) for p in parts], slots.in_lr_units(single, lr)
         else:
-            parts = [tf.convert_to_tensor(v) for v in components]
-            single = combine_replicas(parts, reduction or REPLICA_REDUCTIONS.get(kind), f"{kind}/{name!r}")
+            # each replica's ragged or sparse part recorded dense, as on one device; concatenated before that,
+            # so the batch's rows are padded to its longest row, as one device pads them (a ragged fit port's
+            # instrumented Embedding under MirroredStrategy failed its first step with "Failed to convert
+            # elements of tf.RaggedTensor", and each replica pads to its own longest row)
+            parts = [tf.convert_to_tensor(densified(v)) for v in components]
+            how = reduction or REPLICA_REDUCTIONS.get(kind)
+            if how == "concat" and isinstance(components[0], tf.RaggedTensor):
+                single = densified(tf.concat(list(components), axis=0))
+            elif how == "concat" and isinstance(components[0], tf.SparseTensor):
+                single = densified(tf.sparse.concat(0, list(components), expand_nonconcat_dims=True))
+            else:
+                single = combine_replicas(parts, how, f"{kind}/{name!r}")
         self._replicas = max(self._replicas, len(parts))
         logged = super().tensor(kind, name, single)
         for k, part in enumerate(parts):

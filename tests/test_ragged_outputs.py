@@ -12,6 +12,12 @@ element-wise and a port that shifts its ids by one (a reserved OOV index) is fou
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
+import sys
+from typing import Optional
+
 import numpy as np
 import tensorflow as tf
 import tf1_session
@@ -57,20 +63,24 @@ def _tf1(run_dir: str, width: int = L) -> None:
         tf1_session.train(rec, train_op, (ids, labels), (padded, LABELS), STEPS, B)
 
 
-def _ragged_fit(run_dir: str, shifted: bool = False, summed: bool = False) -> None:
-    """``summed``: the port pools its lookup with a sum where the original averages it (a bug)."""
-    inputs = tf.keras.Input((None,), dtype=tf.int32, ragged=True)
-    ids = inputs
-    if shifted:  # a vocabulary with an OOV index before the TF1 ids, the TF1 table copied as it is
-        ids = tf.keras.layers.Lambda(lambda t: tf.ragged.map_flat_values(lambda v: v + 1, t), name="shift")(ids)
-    looked_up = tf.keras.layers.Embedding(V, D, embeddings_initializer=tf.constant_initializer(E0), name="embedding")(
-        ids
-    )
-    pool = tf.reduce_sum if summed else tf.reduce_mean
-    pooled = tf.keras.layers.Lambda(lambda e: pool(e, axis=1), name="pooled")(looked_up)
-    logits = tf.keras.layers.Dense(C, kernel_initializer=tf.constant_initializer(W0), name="logits")(pooled)
-    model = tf.keras.Model(inputs, logits)
-    model.compile(tf.keras.optimizers.Adagrad(LR), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+def _ragged_fit(
+    run_dir: str, shifted: bool = False, summed: bool = False, strategy: Optional[tf.distribute.Strategy] = None
+) -> None:
+    """``summed``: the port pools its lookup with a sum where the original averages it (a bug); ``strategy``:
+    the model built and fitted under it."""
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        inputs = tf.keras.Input((None,), dtype=tf.int32, ragged=True)
+        ids = inputs
+        if shifted:  # a vocabulary with an OOV index before the TF1 ids, the TF1 table copied as it is
+            ids = tf.keras.layers.Lambda(lambda t: tf.ragged.map_flat_values(lambda v: v + 1, t), name="shift")(ids)
+        looked_up = tf.keras.layers.Embedding(
+            V, D, embeddings_initializer=tf.constant_initializer(E0), name="embedding"
+        )(ids)
+        pool = tf.reduce_sum if summed else tf.reduce_mean
+        pooled = tf.keras.layers.Lambda(lambda e: pool(e, axis=1), name="pooled")(looked_up)
+        logits = tf.keras.layers.Dense(C, kernel_initializer=tf.constant_initializer(W0), name="logits")(pooled)
+        model = tf.keras.Model(inputs, logits)
+        model.compile(tf.keras.optimizers.Adagrad(LR), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     rec = summary_v2.Recorder(run_dir)
     summary_v2.instrument(model, rec, layers=["embedding", "pooled", "logits"])
     batches = [(IDS[s * B : (s + 1) * B], LABELS[s * B : (s + 1) * B]) for s in range(STEPS)]
@@ -241,3 +251,32 @@ def test_a_sparse_adjacency_built_from_an_unsorted_edge_list_is_recorded_summed_
     values = tensors_by_step(str(tmp_path / "run"))[0]
     np.testing.assert_allclose(values[("activation", "adjacency")][2], dense, rtol=1e-6)
     np.testing.assert_allclose(values[("activation", "aggregated")][2], dense @ feats, rtol=1e-6)
+
+
+def test_a_ragged_fit_port_under_mirrored_strategy_records_its_lookup_padded_to_the_batchs_longest_row(
+    tmp_path,
+) -> None:
+    """The same fit port under MirroredStrategy on two CPUs, its Embedding instrumented: each replica's
+    lookup is a RaggedTensor, and fit failed at its first step with "Failed to convert elements of
+    tf.RaggedTensor" (the per-replica path converted each part as the one-device path no longer does);
+    each replica's longest row is its own, so the parts are joined before they are padded. numpy: the
+    lookup padded with 0 to the batch's longest row, as on one device; the port agrees with the original."""
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run(
+        [sys.executable, __file__, str(tmp_path / "tf2")], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recorded = tensors_by_step(str(tmp_path / "tf2"))
+    assert IDS[: B // 2].astype(bool).sum(1).max() < L  # numpy: the first replica's rows are all shorter than L
+    for s, (e, pooled) in enumerate(_lookups()):
+        assert np.allclose(recorded[s][("activation", "embedding")][2], e, atol=1e-6), s
+        assert np.allclose(recorded[s][("activation", "pooled")][2], pooled, atol=1e-6), s
+    _tf1(str(tmp_path / "tf1"))
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert report.first_divergence is None, report.first_divergence
+
+
+if __name__ == "__main__":  # the fit port under MirroredStrategy on two CPUs: logical devices need a fresh process
+    (cpu,) = tf.config.list_physical_devices("CPU")
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    _ragged_fit(sys.argv[1], strategy=tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))
