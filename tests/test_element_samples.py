@@ -224,9 +224,9 @@ def test_the_heat_map_counts_tensors_and_element_samples_apart(tmp_path) -> None
     matrix = report.matrix()
     samples = [t for t in matrix.tensors if t.endswith("#sample")]
     assert len(samples) == 5, matrix.tensors
-    tensors = len(matrix.tensors) - 5
-    assert report.to_dict()["tensors_compared"] == tensors
-    text = f"{tensors} tensors and 5 element samples"
+    # what the two runs record: lr, loss, two kernels, their gradients, hidden and logits
+    assert report.to_dict()["tensors_compared"] == len(matrix.tensors) - 5 == 8, matrix.tensors
+    text = "8 tensors and 5 element samples"
     assert matrix.columns_text() == text
     assert f"Divergence map: {text} (execution order)" in page.report_document(report)
     assert matrix_payload(matrix, report)["columns_text"] == text

@@ -98,3 +98,34 @@ def test_an_embedding_scale_lost_in_the_port_is_named_as_sqrt_d_model(tmp_path) 
     assert "its candidate minus its baseline is -1.828 times activation/embedding" in note, note
     assert "2.828 = sqrt(8)" in note and "'tf1' likely scales its input by sqrt(d_model)" in note, note
     assert "computes another function of its input" not in note, note
+
+
+def test_an_input_added_in_one_run_only_is_not_read_as_sqrt_d_model_at_a_width_of_4() -> None:
+    """A residual dropped in the port: the original's output is ``x + p``, the port's ``p``, so the
+    difference is -1 times the input, and at a last axis of 4 that is 1 - sqrt(4): it was told of an
+    embedding's sqrt(d_model) (a review's counter-example). numpy builds both outputs."""
+    from engine_helpers import run, series
+
+    from tb_parity_plugin.engine import Comparison
+
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((4, 4)).astype(np.float32)
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    p = np.broadcast_to(rng.standard_normal((3, 4)).astype(np.float32), x.shape).copy()
+    assert np.allclose((p - (x + p)) / x, -1.0) and math.sqrt(4) == 1 - (-1)
+    runs = [
+        run(
+            name,
+            [
+                series("weight", "dense/kernel:0", [w], order=0),
+                series("activation", "embedding", [x], order=1),
+                series("activation", "positional", [out], order=2),
+            ],
+            side=name,
+        )
+        for name, out in (("tf1", x + p), ("tf2", p))
+    ]
+    first = Comparison(*runs).report().first_divergence
+    assert first is not None and (first.step, first.tensor) == (0, "positional"), first
+    assert "sqrt(d_model)" not in (first.note or ""), first.note
+    assert "the input itself added in 'tf1' only" in (first.note or ""), first.note

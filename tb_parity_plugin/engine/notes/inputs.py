@@ -567,7 +567,12 @@ class InputNotes(LossScaleNotes, DropoutNotes):
         name = f"{prev.base.kind}/{prev.base.name}"
         root = math.sqrt(shape[-1])
         which = ""
-        if abs((1.0 - a) - root) <= 1e-3 * root:
+        if abs(abs(a) - 1.0) <= 1e-3:
+            # a factor of 1 is the input itself added in one run only, whatever the width: a dropped residual
+            # of a last axis of 4 (1 - a = 2 = sqrt(4)) was told of an embedding's sqrt(d_model) (a review's)
+            more = self.base.name if a < 0 else self.cand.name
+            which = f": a factor of {a:.4g}, the input itself added in '{more}' only (a residual or skip connection)"
+        elif abs((1.0 - a) - root) <= 1e-3 * root:
             which = (
                 f": {1 - a:.4g} = sqrt({shape[-1]}), sqrt(d_model) of its last axis, so '{self.base.name}' likely "
                 f"scales its input by sqrt(d_model) (an embedding's, before positions are added) and "
