@@ -58,14 +58,20 @@ def dense_regression_port(
     return seen
 
 
-def fit_recorded(run_dir: str, model: Any, layers: list[str], xs: Any, ys: Any, batch: int, opt: Any) -> None:
-    """``model`` compiled with ``opt`` on the mean squared error, its ``layers`` instrumented onto a
-    recorder at ``run_dir``, and fit for one epoch over ``xs``/``ys`` in order (``batch`` rows a step)."""
+def fit_recorded(
+    run_dir: str, model: Any, layers: Optional[list[str]], xs: Any, ys: Any, batch: int, opt: Any, loss: Any = None
+) -> None:
+    """``model`` compiled with ``opt`` on ``loss`` (the mean squared error by default), instrumented onto a
+    recorder at ``run_dir`` (its ``layers``' outputs; None: instrument's default), and fit for one epoch
+    over ``xs``/``ys`` in order (``batch`` rows a step)."""
     from tb_parity_plugin import summary_v2
 
-    model.compile(opt, tf.keras.losses.MeanSquaredError())
+    model.compile(opt, tf.keras.losses.MeanSquaredError() if loss is None else loss)
     rec = summary_v2.Recorder(run_dir)
-    summary_v2.instrument(model, rec, layers=layers)
+    if layers is None:
+        summary_v2.instrument(model, rec)
+    else:
+        summary_v2.instrument(model, rec, layers=layers)
     model.fit(xs, ys, batch_size=batch, epochs=1, shuffle=False, verbose=0)
     rec.close()
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 import tf1_session
+from keras_recipes import fit_recorded
 from shim_readback import logged_value, tensors_by_step
 
-from tb_parity_plugin import compare, summary_v1, summary_v2
+from tb_parity_plugin import compare, summary_v1
 
 STEPS, BATCH, FILTERS, CLASSES, LR = 3, 16, 8, 4, 0.05
 RNG = np.random.default_rng(5)
@@ -59,13 +60,16 @@ def _keras(run_dir: str) -> None:
     )
     model.layers[0].kernel.assign(KERNEL)
     model.layers[-1].kernel.assign(HEAD)
-    model.compile(
-        tf.keras.optimizers.SGD(LR, momentum=0.9), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    fit_recorded(
+        run_dir,
+        model,
+        None,
+        X,
+        Y,
+        BATCH,
+        tf.keras.optimizers.SGD(LR, momentum=0.9),
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     )
-    rec = summary_v2.Recorder(run_dir)
-    summary_v2.instrument(model, rec)
-    model.fit(X, Y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
-    rec.close()
 
 
 def test_another_batch_norm_momentum_is_told_by_the_factor_its_statistics_moved(tmp_path) -> None:

@@ -16,9 +16,10 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 import tf1_session
+from keras_recipes import fit_recorded
 from shim_readback import logged_value, tensors_by_step
 
-from tb_parity_plugin import compare, summary_v1, summary_v2
+from tb_parity_plugin import compare, summary_v1
 from tb_parity_plugin.engine import tolerance
 
 STEPS, BATCH, FILTERS, CLASSES, LR = 4, 16, 8, 4, 0.1
@@ -71,14 +72,16 @@ def _keras(run_dir: str, momentum: float = 0.9) -> None:
     )
     model.get_layer("conv2d").set_weights([KERNEL, BIAS])
     model.get_layer("dense").kernel.assign(HEAD)
-    model.compile(
+    fit_recorded(
+        run_dir,
+        model,
+        None,
+        X,
+        Y,
+        BATCH,
         tf.keras.optimizers.SGD(LR, momentum=momentum),
-        tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     )
-    rec = summary_v2.Recorder(run_dir)
-    summary_v2.instrument(model, rec)
-    model.fit(X, Y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
-    rec.close()
 
 
 def test_a_faithful_port_with_a_conv_bias_before_batch_norm_agrees(tmp_path) -> None:

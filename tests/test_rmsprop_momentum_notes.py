@@ -13,9 +13,10 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 import tf1_session
+from keras_recipes import fit_recorded
 from shim_readback import logged_value, tensors_by_step
 
-from tb_parity_plugin import compare, summary_v1, summary_v2
+from tb_parity_plugin import compare, summary_v1
 
 STEPS, BATCH, LR, CLASSES = 3, 8, 0.01, 3
 RNG = np.random.default_rng(7)
@@ -47,11 +48,9 @@ def _keras(run_dir: str) -> None:
     for v in opt.variables():
         if "velocity" in v.name:
             v.assign(tf.ones_like(v))  # TF1 starts its mean square at 1
-    model.compile(opt, tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    rec = summary_v2.Recorder(run_dir)
-    summary_v2.instrument(model, rec)
-    model.fit(X, Y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
-    rec.close()
+    fit_recorded(
+        run_dir, model, None, X, Y, BATCH, opt, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
 
 
 def test_another_epsilon_under_rmsprop_momentum_is_named_where_its_momentum_parts(tmp_path) -> None:

@@ -20,9 +20,10 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
+from keras_recipes import fit_recorded
 from shim_readback import tensors_by_step
 
-from tb_parity_plugin import compare, summary_v1, summary_v2
+from tb_parity_plugin import compare, summary_v1
 
 STEPS, BATCH, LR, ALPHA = 2, 32, 2.0**-10, 0.35
 BLOCKS = [(1, 16, 1), (6, 24, 2), (6, 24, 1), (6, 32, 2), (6, 32, 1), (6, 32, 1), (6, 64, 2), (6, 64, 1)]
@@ -122,11 +123,16 @@ def _keras(run_dir: str, init: dict) -> None:
     assert len(by_keras) == len(model.variables) == 262
     for v in model.variables:
         v.assign(by_keras[v.name])
-    model.compile(tf.keras.optimizers.SGD(LR, momentum=0.9), loss="sparse_categorical_crossentropy")
-    rec = summary_v2.Recorder(run_dir)
-    summary_v2.instrument(model, rec)
-    model.fit(X, Y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
-    rec.close()
+    fit_recorded(
+        run_dir,
+        model,
+        None,
+        X,
+        Y,
+        BATCH,
+        tf.keras.optimizers.SGD(LR, momentum=0.9),
+        loss="sparse_categorical_crossentropy",
+    )
 
 
 def test_a_gradient_apart_by_rounding_carried_from_weights_one_ulp_apart_is_told_so(tmp_path) -> None:
