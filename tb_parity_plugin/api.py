@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 from tb_parity_plugin.engine import Comparison, Divergence, ParityReport
 from tb_parity_plugin.engine.tolerance import TolerancePolicy
 from tb_parity_plugin.engine.verdicts import mismatch_text, statistics_only_text
-from tb_parity_plugin.logdir import run_pairs
+from tb_parity_plugin.logdir import run_pairs, storage
 from tb_parity_plugin.records import metadata
 
 if TYPE_CHECKING:  # imported when used: the reader is not needed to compare runs already read
@@ -77,7 +77,7 @@ def _unlisted(reader: LogdirReader) -> str:
     error said to pass --baseline and --candidate, and a new user who did was told "no run 'tf1'"."""
     errors = reader.listing_errors
     text = "".join(f"; {e}" for e in errors)
-    if any(e.endswith("a link out of the logdir, not followed") for e in errors):
+    if any(e.endswith(storage.LINK_OUT) for e in errors):
         text += (
             " (the reader never leaves the logdir: point it at a common parent of both runs and name them, "
             "--baseline and --candidate, or copy the run into it)"

@@ -84,6 +84,11 @@ def _target(link: str) -> str:
         return "?"
 
 
+#: How a listing names a symlink that leaves the logdir (``unfollowed``): callers that say what to do
+#: about one recognise it by this.
+LINK_OUT = "a link out of the logdir, not followed"
+
+
 class LocalStorage:
     """A directory on this machine; symlinks leaving it are not followed."""
 
@@ -120,7 +125,7 @@ class LocalStorage:
             real = os.path.realpath(dirpath)
             if real in seen or not self._inside(dirpath):
                 if not self._inside(dirpath):
-                    self.unfollowed.append(f"{self.rel(dirpath)} -> {real}: a link out of the logdir, not followed")
+                    self.unfollowed.append(f"{self.rel(dirpath)} -> {real}: {LINK_OUT}")
                 dirnames[:] = []
                 continue
             seen.add(real)
@@ -130,9 +135,7 @@ class LocalStorage:
             self.unfollowed += [f"{self.rel(p)} -> {_target(p)}: a link to nothing" for p in paths if _broken(p)]
             marked = [p for p in paths if EVENT_MARK in os.path.basename(p) and not _broken(p)]
             self.unfollowed += [
-                f"{self.rel(f)} -> {os.path.realpath(f)}: a link out of the logdir, not followed"
-                for f in marked
-                if not self._inside(f)
+                f"{self.rel(f)} -> {os.path.realpath(f)}: {LINK_OUT}" for f in marked if not self._inside(f)
             ]
             files = sorted(f for f in marked if self._inside(f) and os.path.isfile(f))
             if files:
