@@ -710,9 +710,7 @@ class Pair:
         if reason == MISSING:
             out["evidence"] = "presence"
             out["note"] = f"logged by the {'baseline' if rb >= 0 else 'candidate'} only at this step"
-        elif reason in (SHAPE, DTYPE):
-            if reason == SHAPE:  # elements of different shapes do not correspond: no figure means anything
-                out.update(dict.fromkeys(FIGURES))
+        elif reason in (SHAPE, DTYPE):  # a shape step's figures are none already (:meth:`figures`)
             by_values = out.get("evidence") == "values"  # the figures' own evidence, before it is the reason's
             out["evidence"] = "shape" if reason == SHAPE else "dtype"
             b, c = self.base, self.cand
