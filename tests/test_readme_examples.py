@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import re
 import shlex
@@ -48,3 +50,45 @@ def test_every_flag_the_readme_shows_with_its_value_parses_as_the_cli_takes_it()
         assert not rest, f"README's `{span}`: the CLI leaves {rest} unparsed"
         checked += 1
     assert checked >= 20  # the README's flag examples were found
+
+
+def _json_table() -> dict[str, str]:
+    """Field -> description of the README's ``--json`` table (a row may name several fields)."""
+    with open(README, encoding="utf-8") as f:
+        text = f.read()
+    found = re.search(r"`--json` prints one object with these fields.*?\n\n(\|.*?)\n\n", text, re.S)
+    assert found, "the README's --json field table"
+    rows = {}
+    for line in found.group(1).splitlines()[2:]:
+        names, what = line.strip("|").split("|", 1)
+        for name in re.findall(r"`([a-z_]+)`", names):
+            rows[name] = what
+    return rows
+
+
+def _braced(text: str) -> set[str]:
+    """The field names of the first ``{a, b, ...}`` in a table cell."""
+    found = re.search(r"`\{([a-z_, ]+)\}`", text)
+    assert found, text
+    return {name.strip() for name in found.group(1).split(",")}
+
+
+def test_the_json_table_names_every_field_of_a_real_report_and_no_other(demo_logs: str) -> None:
+    """The README listed 20 of the report's 30 fields (``verdict`` without ``incomplete``, and no
+    ``ended_early``, ``replicas``, ``tolerance_text``, ...): a CI script written from it could not
+    tell an incomplete run from an agreeing one. Checked on a real diverging report, so the
+    divergence's own fields are there too."""
+    out = io.StringIO()
+    code = cli.main(["diff", os.path.join(demo_logs, "lr_offbyone"), "--json"], stdout=out, stderr=io.StringIO())
+    assert code == 1
+    report = json.loads(out.getvalue())
+    table = _json_table()
+    assert set(table) == set(report), (
+        f"README lacks {sorted(set(report) - set(table))}, names {sorted(set(table) - set(report))}"
+    )
+    assert _braced(table["first_divergence"]) == set(report["first_divergence"])
+    assert _braced(table["structure"]) == set(report["structure"])
+    assert _braced(table["evidence"]) == set(report["evidence"])
+    assert set(re.findall(r"`([a-z_]+)`", table["policy"])) == set(report["policy"])
+    verdicts = set(re.findall(r"`([a-z ]+)`", table["verdict"]))
+    assert verdicts == {"diverge", "incomplete", "agree", "agree within statistics"}
