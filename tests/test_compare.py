@@ -77,6 +77,18 @@ def test_align_user_mappings_exact_tag_and_regex() -> None:
         align.align(base, cand, ["no-equals-sign"])
 
 
+def test_one_name_mapped_to_two_tensors_is_an_error_and_a_repeated_mapping_is_not() -> None:
+    """``--map a=z --map a=y``: the first won and the second "paired no tensors", so the tensor compared
+    depended on the flags' order; the same mapping twice was told it paired nothing."""
+    base = [series("weight", "a", steady(1)), series("weight", "b", steady(2), order=1)]
+    cand = [series("weight", "z", steady(2)), series("weight", "y", steady(1), order=1)]
+    with pytest.raises(ValueError, match="'a=z' and 'a=y' pair a with two tensors"):
+        align.align(base, cand, ["a=z", "a=y"])
+    result = align.align(base, cand, ["a=y", "a=y", "b=z"])
+    assert names(result) == [("a", "y", "map"), ("b", "z", "map")]
+    assert result.warnings == []
+
+
 def test_a_mapping_may_abbreviate_names_as_a_user_writes_them() -> None:
     """A new user's ``--map dense/kernel=dense_3/kernel`` paired nothing: the names were
     ``dense/kernel:0`` and ``sequential/dense_3/kernel:0``. A name without ``:0`` or its outer scopes
@@ -229,6 +241,8 @@ def test_a_kind_one_run_recorded_none_of_says_how_to_record_or_leave_it_out() ->
 def test_override_parse_errors() -> None:
     with pytest.raises(ValueError):
         ToleranceOverride.parse("grad/*:speed=3")
+    with pytest.raises(ValueError, match="sets atol twice"):  # the last silently won
+        ToleranceOverride.parse("grad/*:atol=1e-3,atol=1e-9")
     with pytest.raises(ValueError):
         TolerancePolicy(atol=-1.0)
 

@@ -144,10 +144,10 @@ def parse_pair(args: Args) -> PairQuery:
     for item in mapping:
         if len(item) > MAX_TEXT:
             raise errors.InvalidArgumentError(f"mapping {item[:80]!r}... is longer than {MAX_TEXT} characters")
-        try:
-            align.parse_mapping(item)
-        except ValueError as exc:
-            raise errors.InvalidArgumentError(str(exc)) from None
+    try:
+        align.parse_mappings(mapping)
+    except ValueError as exc:
+        raise errors.InvalidArgumentError(str(exc)) from None
     try:
         policy = TolerancePolicy.build(
             atol=_float(args, "atol"),

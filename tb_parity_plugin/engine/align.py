@@ -477,6 +477,23 @@ def parse_mapping(item: str) -> tuple[Optional[Any], str, str]:
     return None, old, new
 
 
+def parse_mappings(items: Sequence[str]) -> list[tuple[Optional[Any], str, str]]:
+    """:func:`parse_mapping` of each, and ``ValueError`` when two exact mappings give one name two
+    targets: the first silently won and the second "paired no tensors", so which tensor the verdict
+    compared depended on the flags' order (a repeated identical mapping is harmless)."""
+    parsed = [parse_mapping(item) for item in items]
+    targets: dict[str, tuple[str, str]] = {}
+    for item, (regex, old, new) in zip(items, parsed):
+        if regex is not None:
+            continue
+        earlier = targets.setdefault(old, (new, item))
+        if earlier[0] != new:
+            raise ValueError(
+                f"mappings {earlier[1]!r} and {item!r} pair {old} with two tensors: give one mapping for it"
+            )
+    return parsed
+
+
 class _Pairing:
     """Mutable state of one alignment: what is still free on each side."""
 
@@ -598,8 +615,8 @@ class _Pairing:
         kinds_of: dict[str, list[str]] = {}
         for kind, name in sorted(cand_names):
             kinds_of.setdefault(name, []).append(kind)
-        for item in items:
-            regex, old, new = parse_mapping(item)
+        unique = list(dict.fromkeys(items))  # a mapping given twice: once, not "paired no tensors" the second time
+        for item, (regex, old, new) in zip(unique, parse_mappings(unique)):
             used = False
             elsewhere: list[str] = []  # targets the candidate records under another kind
             ambiguous: list[str] = []  # a short name that fits several tensors of one kind

@@ -73,6 +73,8 @@ class ToleranceOverride:
             key = key.strip().replace("-", "_")
             if not eq or key not in ("atol", "rtol", "warmup_steps"):
                 raise ValueError(f"override {text!r}: unknown setting {item!r} (atol, rtol, warmup_steps)")
+            if key in fields:  # the last one silently won: "atol=1e-3,atol=1e-9" read as 1e-9
+                raise ValueError(f"override {text!r} sets {key} twice: give it once")
             try:
                 fields[key] = int(value) if key == "warmup_steps" else float(value)
             except ValueError:
