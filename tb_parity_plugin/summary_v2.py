@@ -66,7 +66,6 @@ from tb_parity_plugin.shim.recorder import (
     build_blocks,
     densified,
 )
-from tb_parity_plugin.shim.variables import variable_name
 
 #: How each kind's per-replica values combine into the one-device value; kinds missing here
 #: (loss, metric) must say it with ``reduction=``.
@@ -223,12 +222,12 @@ class Recorder(BaseRecorder):
             # a Keras SGD momentum slot is mirrored too: it is recorded in lr units like any other (a
             # new user's faithful MirroredStrategy port had its raw -lr x accumulator compared with
             # TF1's accumulator: a false DIVERGE at step 1, cosine -1)
-            return self._distributed(kind, name or variable_name(var), var, None, lr)
+            return self._distributed(kind, name or self._name_of(var), var, None, lr)
         inner = getattr(var, "value", None)  # a Keras 3 variable holds its tf.Variable as `value`
         if isinstance(inner, tf.distribute.DistributedValues) and not isinstance(var, tf.Variable):
             # recorded as the replica 0 copy alone, a Keras 3 BatchNormalization's moving statistics kept
             # per replica (synchronized=False) were said to be "every variable's copies agree"
-            return self._distributed(kind, name or variable_name(var), inner, None, lr)
+            return self._distributed(kind, name or self._name_of(var), inner, None, lr)
         return super()._variable(kind, var, name, lr)
 
     def tensor(self, kind: str, name: str, value: Any, reduction: Optional[str] = None) -> tf.Tensor:

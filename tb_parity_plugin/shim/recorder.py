@@ -223,6 +223,10 @@ class BaseRecorder:
         #: recorded name -> (the partitioned variable's part it is, its variable): ``_whole_parts``
         self._parts: dict[str, tuple[partitions.Part, Any]] = {}
         self._prefix = ""
+        #: id(variable) -> (variable, recorded name) and recorded name -> variable, for the recorder's life:
+        #: :meth:`_name_of`
+        self._names: dict[int, tuple[Any, str]] = {}
+        self._named: dict[str, Any] = {}
 
     # -- hooks for the subclasses -------------------------------------------------
     def _check_open(self) -> None:
@@ -301,7 +305,7 @@ class BaseRecorder:
                 )
             return known.logged
         self._check_open()
-        name = name or variable_name(var)
+        name = name or self._name_of(var)
         read = self._snapshot(var, f"{kind}/{name}")
         with self._own_ops():
             value = slots.in_lr_units(read, lr) if lr is not None else read
@@ -310,6 +314,28 @@ class BaseRecorder:
         self._reads[id(var)] = entry = VariableRead(var, read, logged, f"{kind}/{self._prefix}{name}")
         self._after_read(entry)
         return logged
+
+    def _name_of(self, var: Any) -> str:
+        """The name ``var`` (its weight, gradient and slots) is recorded under: :func:`variable_name`, or,
+        when another variable already holds that name, the name TF1's graph would give a second variable
+        of it (``hidden/kernel_1:0``, ``_2`` ...). tf_keras names a variable after its layer alone, so two
+        sub-models whose layers share a name (a siamese tower ported as two towers built by one function,
+        a two-tower model) hold two ``hidden/kernel:0``: ``fit`` failed at its first step with
+        "weight/'hidden/kernel:0' is logged twice in one step", which the user could not rename."""
+        known = self._names.get(id(var))
+        if known is not None and known[0] is var:
+            return known[1]
+        base = variable_name(var)
+        stem, colon, port = base.rpartition(":")
+        if not (colon and port.isdigit()):
+            stem, colon, port = base, "", ""
+        name, k = base, 0
+        while name in self._named and self._named[name] is not var:
+            k += 1
+            name = f"{stem}_{k}{colon}{port}"
+        self._names[id(var)] = (var, name)
+        self._named[name] = var
+        return name
 
     def lr(self, value: Any, name: str = "lr") -> tf.Tensor:
         """The learning rate used by this step's update."""
@@ -407,6 +433,9 @@ class BaseRecorder:
                 if slot.lr_units and lr is None:
                     lr = slots.current_lr(optimizer, slot.variable.dtype)
                 name = slot.name
+                own, renamed = variable_name(var).removesuffix(":0"), self._name_of(var).removesuffix(":0")
+                if renamed != own and own in name:  # its variable's own name is another's (_name_of)
+                    name = renamed.join(name.rsplit(own, 1))
                 if ("slot", self._prefix + name) in self._keys:  # a second optimizer of the class on this variable:
                     name = variable_name(slot.variable)  # its own name (the class's spelling is the first's)
                 out.append(self._variable("slot", slot.variable, name, lr if slot.lr_units else None))
@@ -546,9 +575,9 @@ class BaseRecorder:
 
     def _variable_grad(self, grad: Any, var: Any) -> Optional[tf.Tensor]:
         """:meth:`grad` named after ``var``, which may be a part of a partitioned variable (TF1)."""
-        logged = self.grad(variable_name(var), grad)
+        logged = self.grad(self._name_of(var), grad)
         if logged is not None:
-            self._note_part(self._prefix + variable_name(var), var)
+            self._note_part(self._prefix + self._name_of(var), var)
         return logged
 
     def _note_part(self, name: str, var: Any) -> None:

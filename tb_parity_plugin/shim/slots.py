@@ -19,7 +19,7 @@ from typing import Any, Optional, Sequence
 import tensorflow as tf
 
 from tb_parity_plugin.shim import partitions
-from tb_parity_plugin.shim.variables import variable_name
+from tb_parity_plugin.shim.variables import is_variable, variable_name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,7 +169,28 @@ def _keras_variables_of(optimizer: Any, var: Any) -> list[tuple[str, Slot]]:
         elif flat and own.startswith(f"{optimizer.name}/{flat}_"):
             role = own[len(f"{optimizer.name}/{flat}_") :]
             out.append((role, Slot(f"{path}/{role}", slot, lr_units=sgd and role == "momentum")))
+    roles = [role for role, _ in out]
+    if len(set(roles)) < len(roles):
+        # several variables of this one's name (tf_keras names a variable after its layer alone: two
+        # sub-models with a layer "hidden" each), each with its slots of that name: each variable was
+        # given both copies' slots, and the second was recorded twice
+        own = _indexed_slots(optimizer, var)
+        if own is not None:
+            out = [(role, slot) for role, slot in out if id(slot.variable) in own]
     return out
+
+
+def _indexed_slots(optimizer: Any, var: Any) -> Optional[set[int]]:
+    """Ids of the variables a tf_keras ``Optimizer`` keeps for ``var`` by its index: each slot list it builds
+    (SGD's ``momentums``, Adam's ``_momentums`` and ``_velocities`` ...) holds one per variable, in the order of
+    ``_index_dict``; None when the optimizer keeps no such index, or not of ``var``."""
+    index = getattr(optimizer, "_index_dict", None)
+    key = getattr(optimizer, "_var_key", None)
+    if not isinstance(index, dict) or not callable(key) or key(var) not in index:
+        return None
+    i = index[key(var)]
+    lists = [v for v in vars(optimizer).values() if isinstance(v, list) and len(v) == len(index)]
+    return {id(lst[i]) for lst in lists if is_variable(lst[i])}
 
 
 def _unsharded(variables: Any) -> list[Any]:
