@@ -63,6 +63,17 @@ class GradientScaleNotes(NoteContext):
                 "by the non-zero weights against the batch size, a global batch size under a strategy; a constant "
                 "factor), nothing between it and this gradient; the loss's note says more"
             )
+        uses = self._calls_of_scale(k, scale)
+        if uses:
+            # a trial's triplet port averaged its tower's per-use gradients by hand (TF1 sums them): every
+            # gradient 1/3 of TF1's, and it was told of the loss's reduction, micro-batches or a loss scale
+            return (
+                f"every element is the baseline's times {scale:.4g} (the same direction, another size), and "
+                f"{uses}: a weight used that many times whose gradient one run averages over its uses where the "
+                "other sums them (a hand-written loop dividing the shared weights' gradients by the number of "
+                "calls; the sum is what TF1 and Keras give), or a scale between the loss and this gradient (the "
+                "loss's reduction, accumulated gradients not divided by their micro-batches, a loss scale not undone)"
+            )
         return (
             f"every element is the baseline's times {scale:.4g} (the same direction, another size): a scale between "
             "the loss and this gradient (the loss's reduction: a sum against a mean, a global batch size under a "
@@ -70,6 +81,32 @@ class GradientScaleNotes(NoteContext):
             "gradients recorded after clipping by one run and before it by the other (every gradient then has one "
             "factor, the global norm over the clip norm, and the weights agree)"
         )
+
+    def _calls_of_scale(self, k: int, scale: float) -> str:
+        """When ``scale`` is ``1/n`` or ``n`` (within 1e-3) and some layer's output is recorded by both runs at
+        compared step ``k`` exactly ``n`` times a step (``<layer>``, ``<layer>/call_1`` ... ``/call_<n-1>``:
+        one layer called ``n`` times), those records in words; "" otherwise."""
+        n = round(1.0 / scale) if scale < 1.0 else round(scale)
+        if n < 2 or abs((scale if scale > 1.0 else 1.0 / scale) / n - 1.0) > 1e-3:
+            return ""
+        calls: dict[str, set[int]] = {}
+        for p in self._pairs:
+            if p.base.kind != "activation" or p.ib[k] < 0 or p.ic[k] < 0:
+                continue
+            layer, _, call = p.base.name.rpartition("/call_")
+            if layer and call.isdigit():
+                calls.setdefault(layer, set()).add(int(call))
+            else:
+                calls.setdefault(p.base.name, set()).add(0)
+        for layer, seen in sorted(calls.items()):
+            if seen == set(range(n)):
+                return (
+                    f"activation/{layer} is recorded {n} times a step ({layer}, "
+                    + ", ".join(f"{layer}/call_{i}" for i in range(1, n))
+                    + ": one layer called on "
+                    + f"{n} inputs)"
+                )
+        return ""
 
     def _grad_scale_within_tolerance(self, pair: Pair, k: int) -> Optional[str]:
         """A gradient that is the baseline's times one factor at every element up to the tolerance it is
