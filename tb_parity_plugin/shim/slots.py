@@ -174,9 +174,9 @@ def _keras_variables_of(optimizer: Any, var: Any) -> list[tuple[str, Slot]]:
         # several variables of this one's name (tf_keras names a variable after its layer alone: two
         # sub-models with a layer "hidden" each), each with its slots of that name: each variable was
         # given both copies' slots, and the second was recorded twice
-        own = _indexed_slots(optimizer, var)
-        if own is not None:
-            out = [(role, slot) for role, slot in out if id(slot.variable) in own]
+        indexed = _indexed_slots(optimizer, var)
+        if indexed is not None:
+            out = [(role, slot) for role, slot in out if id(slot.variable) in indexed]
     return out
 
 
