@@ -30,8 +30,9 @@ W2 = (RNG.standard_normal((H, C)) * 0.5).astype(np.float32)
 VARIABLES = ("dense/kernel", "dense/bias", "dense_1/kernel", "dense_1/bias")
 
 
-def _tf1(run_dir: str, momentum: float, ema: bool = True) -> None:
-    """The original: two dense layers on ``placeholder([None, D])``, the averages applied after the update."""
+def _tf1(run_dir: str, momentum: float, ema: bool = True, num_updates: bool = False) -> None:
+    """The original: two dense layers on ``placeholder([None, D])``, the averages applied after the update
+    (with ``num_updates``: ``num_updates=global_step``, the Inception/ResNet recipe)."""
     with tf.Graph().as_default():
         rec = summary_v1.Recorder(run_dir)
         gs = tf.compat.v1.train.get_or_create_global_step()
@@ -49,7 +50,8 @@ def _tf1(run_dir: str, momentum: float, ema: bool = True) -> None:
         train_op = update
         if ema:
             with tf.control_dependencies([update]):
-                train_op = tf.compat.v1.train.ExponentialMovingAverage(DECAY).apply(tf.compat.v1.trainable_variables())
+                averager = tf.compat.v1.train.ExponentialMovingAverage(DECAY, num_updates=gs if num_updates else None)
+                train_op = averager.apply(tf.compat.v1.trainable_variables())
         rec.variables(optimizer=opt)
         tf1_session.train(rec, train_op, (x, y), (X, Y), STEPS, BATCH)
 
@@ -152,6 +154,115 @@ def test_weights_replaced_by_their_averages_in_one_run_are_named_so(tmp_path) ->
         f"in 'tf2' this weight equals its own moving average (average/{first.candidate_tensor.removesuffix(':0')}) "
         "at this step, element for element, and in 'tf1' it does not"
     ) in first.note, first.note
+
+
+def _custom_loop(run_dir: str, warm_up: bool, before: bool = False, count_before: bool = False) -> None:
+    """A port's custom loop that keeps the averages by hand, as TF1's shadows are named: the decay capped
+    at ``(1 + n) / (10 + n)`` (``n`` the iterations after the update, TF1's ``num_updates=global_step``)
+    when ``warm_up``; averaged before ``apply_gradients`` when ``before``; with ``count_before``, averaged
+    after it with the decay computed before it (``n`` one short)."""
+    model = tf.keras.Sequential(
+        [tf.keras.Input((D,)), tf.keras.layers.Dense(H, "tanh", name="dense"), tf.keras.layers.Dense(C, name="dense_1")]
+    )
+    model.get_layer("dense").kernel.assign(W1)
+    model.get_layer("dense_1").kernel.assign(W2)
+    opt = tf.keras.optimizers.SGD(LR, momentum=0.9)
+    loss_fn = tf.keras.losses.CategoricalCrossentropy(from_logits=True)
+    averages = [
+        tf.Variable(v, trainable=False, name=f"{v.name[:-2]}/ExponentialMovingAverage")
+        for v in model.trainable_variables
+    ]
+    rec = summary_v2.Recorder(run_dir)
+
+    def decay() -> tf.Tensor:
+        n = tf.cast(tf.identity(opt.iterations), tf.float32)
+        return tf.minimum(DECAY, (1.0 + n) / (10.0 + n)) if warm_up else tf.constant(DECAY)
+
+    def update_averages(d: tf.Tensor) -> None:
+        for v, a in zip(model.trainable_variables, averages):
+            a.assign(d * a + (1.0 - d) * v)
+
+    @tf.function
+    def train_step(x, y):
+        with rec.step(opt.iterations, variables=model, optimizer=opt):
+            rec.lr(tf.constant(LR))
+            rec.states(averages)
+            with tf.GradientTape() as tape:
+                loss = rec.loss(loss_fn(y, model(x, training=True)))
+            grads = rec.grads(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+            early = decay()
+            if before:
+                update_averages(early)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+            if not before:
+                update_averages(early if count_before else decay())
+
+    for s in range(STEPS):
+        train_step(X[s * BATCH : (s + 1) * BATCH], Y[s * BATCH : (s + 1) * BATCH])
+    rec.close()
+
+
+def _numpy_averages_of(logged: dict, name: str, decays: list, before: bool = False) -> list[np.ndarray]:
+    """:func:`_numpy_averages` with the decay of each update (``decays[s]`` moves step ``s`` to ``s + 1``),
+    averaging the weight read at the step's start when ``before`` (before its update)."""
+    weights = [logged[s][("weight", f"{name}:0")][2].astype(np.float64) for s in range(STEPS)]
+    out = [weights[0]]
+    for s in range(1, STEPS):
+        out.append(decays[s - 1] * out[-1] + (1 - decays[s - 1]) * weights[s - 1 if before else s])
+    return out
+
+
+#: TF1's decay with ``num_updates=global_step``: the update at step ``s`` reads the global step after it
+CAPPED = [min(DECAY, (1 + n) / (10 + n)) for n in range(1, STEPS + 1)]
+
+
+@pytest.mark.parametrize(
+    "warm_up,before,count_before",
+    [(True, False, False), (False, False, False), (True, True, False), (True, False, True)],
+    ids=["faithful", "no_cap", "before", "count_one_short"],
+)
+def test_a_hand_written_average_is_told_by_its_decays_and_the_weight_it_averaged(
+    tmp_path, warm_up, before, count_before
+) -> None:
+    """TF1's ``ExponentialMovingAverage(0.9, num_updates=global_step)`` after the train op against a
+    custom loop's own averages. Dropping the cap, averaging before ``apply_gradients``, or capping by
+    ``optimizer.iterations`` read before it, was told of "its update rule differs (an average's decay
+    ...) or inputs no recorded tensor shows" alike: the decays of the second were the same, and its
+    input was the recorded weight of the step before. Numpy's recursions on each run's logged weights
+    give each run's averages, and the decays the note names: 2/11 (TF1's cap at its first update,
+    global step 1), 0.9, and 1/10 (the cap one step short)."""
+    _tf1(str(tmp_path / "tf1"), 0.9, num_updates=True)
+    _custom_loop(str(tmp_path / "tf2"), warm_up, before, count_before)
+    tf1, tf2 = tensors_by_step(str(tmp_path / "tf1")), tensors_by_step(str(tmp_path / "tf2"))
+    short = [min(DECAY, (1 + n) / (10 + n)) for n in range(STEPS)]  # the cap of the iterations before the update
+    decays = (short if before or count_before else CAPPED) if warm_up else [DECAY] * STEPS
+    for name in VARIABLES:
+        shadow = ("state", f"{name}/ExponentialMovingAverage:0")
+        want = _numpy_averages_of(tf1, name, CAPPED)
+        port = _numpy_averages_of(tf2, name, decays, before)
+        for s in range(STEPS):
+            np.testing.assert_allclose(tf1[s][shadow][2], want[s], atol=1e-6)
+            np.testing.assert_allclose(tf2[s][shadow][2], port[s], atol=1e-6)
+            np.testing.assert_allclose(
+                tf2[s][("weight", f"{name}:0")][2], tf1[s][("weight", f"{name}:0")][2], atol=1e-6
+            )
+        assert (np.abs(want[1] - port[1]).max() > 1e-4) == (before or count_before or not warm_up)
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    if warm_up and not before and not count_before:
+        assert report.agree, report.first_divergence
+        return
+    first = report.first_divergence
+    assert (first.step, first.kind) == (1, "state") and first.tensor.endswith("/ExponentialMovingAverage:0"), first
+    if before:
+        assert "'tf2' averaged the weight read at step 0, before that step's update" in first.note, first.note
+        assert "decay" not in first.note, first.note
+        return
+    assert f"keeping {CAPPED[0]:.4g} ('tf1') and {decays[0]:.4g} ('tf2')" in first.note, first.note
+    assert "in 'tf1' 0.1818 is (1 + 1) / (10 + 1)" in first.note, first.note
+    if count_before:
+        assert "and in 'tf2' 0.1 is (1 + 0) / (10 + 0): both cap it so, from step counts one apart" in first.note
+    else:
+        assert "the other run has no such warm-up" in first.note, first.note
 
 
 def _tf1_batch_norm_ema(run_dir: str) -> tuple[list[dict], dict]:

@@ -47,6 +47,9 @@ class StateNotes(NoteContext):
         s_j, s_k = int(self.steps[j]), int(self.steps[k])
         bn = _MOVING_STATS.search(f"{first.base.name} {first.cand.name}") is not None
         average = any(align.variable_of("state", n) is not None for n in (first.base.name, first.cand.name))
+        rule_seen = self._average_update(first, j, k) if average and not bn and past_noise else None
+        if rule_seen is not None:
+            return rule_seen
         if still[0] != still[1]:
             who = (self.base.name, self.cand.name)[still.index(True)]
             held_text = (
@@ -164,6 +167,79 @@ class StateNotes(NoteContext):
                 else "once more, outside the training step"
             )
             + ", or from an input no recorded tensor shows"
+        )
+
+    def _average_update(self, average: Pair, j: int, k: int) -> Optional[str]:
+        """For a moving average of a weight (an EMA shadow, ``use_ema``'s ``average``) that agreed at
+        step ``j`` and parts at the next step ``k``: each run's update, read off its own average and
+        weight, ``a_k = d a_j + (1 - d) w``. Averaged from the weight read at ``k`` (the updated one),
+        the two decays ``d`` (one of them ExponentialMovingAverage's num_updates cap, ``(1 + n) / (10 +
+        n)``); from the weight read at ``j`` (before that step's update) in one run, that run updates
+        its average before the optimizer. A trial's port that did so was told of the decays, which
+        were the same, and of "inputs no recorded tensor shows", which were the recorded weights.
+        None when either run fits neither, or both the same way with one decay."""
+        s_j, s_k = int(self.steps[j]), int(self.steps[k])
+        names = (align.variable_of("state", average.base.name), align.variable_of("state", average.cand.name))
+        if s_k != s_j + 1 or names[0] is None or names[1] is None:
+            return None
+        weight = next(
+            (
+                p
+                for p in self._pairs
+                if p.base.kind == "weight"
+                and _strip_index(p.base.name) == names[0][0]
+                and _strip_index(p.cand.name) == names[1][0]
+            ),
+            None,
+        )
+        if weight is None:
+            return None
+        nxt = k + 1 if k + 1 < len(self.steps) and int(self.steps[k + 1]) == s_k + 1 else None
+        found = [_ema_update(average, weight, side, j, k, nxt) for side in (0, 1)]
+        if None in found:
+            return None
+        (how_b, d_b), (how_c, d_c) = found
+        runs = (self.base.name, self.cand.name)
+        if how_b != how_c:
+            who, other = (runs[0], runs[1]) if how_b == "before" else (runs[1], runs[0])
+            return (
+                f"'{who}' averaged the weight read at step {s_j}, before that step's update, and '{other}' the updated "
+                f"weight read at step {s_k}: '{who}' updates its moving average before the optimizer's update (TF1: "
+                "ema.apply under tf.control_dependencies([train_op]); a custom loop: after optimizer.apply_gradients)"
+            )
+        if how_b != "after" or d_b is None or d_c is None or abs(d_b - d_c) <= 1e-3:
+            return None
+        # the n whose cap (1 + n) / (10 + n) each decay is, within half the gap to the next n's
+        capped = {
+            run: n
+            for run, d in zip(runs, (d_b, d_c))
+            for n in (s_j, s_k)
+            if abs(d - (1 + n) / (10 + n)) <= min(1e-3, 4.5 / ((10 + n) * (11 + n)))
+        }
+        said = " and ".join(
+            f"in '{run}' {d:.4g} is (1 + {capped[run]}) / (10 + {capped[run]})"
+            for run, d in zip(runs, (d_b, d_c))
+            if run in capped
+        )
+        cap = (
+            "the cap ExponentialMovingAverage(decay, num_updates=n) puts on its decay while under it (TF1's "
+            f"num_updates=global_step, read after the update, is step {s_k} here)"
+        )
+        if len(capped) == 2:
+            why = (
+                f"; {said}: both cap it so, from step counts one apart ({cap}; a count read before the "
+                "optimizer's update, such as optimizer.iterations before apply_gradients, is one short)"
+            )
+        elif capped:
+            why = (
+                f"; {said}, {cap}: the other run has no such warm-up (Keras use_ema's ema_momentum has none: "
+                "pass the step as num_updates, or cap the decay so by hand)"
+            )
+        else:
+            why = " (ExponentialMovingAverage's decay; Keras use_ema's ema_momentum)"
+        return (
+            f"each run averaged the updated weight it read at step {s_k}, keeping {d_b:.4g} ('{runs[0]}') and "
+            f"{d_c:.4g} ('{runs[1]}') of its step-{s_j} value: their decays differ" + why
         )
 
     def _batch_shares(self, mean: Pair, j: int, k: int) -> Optional[str]:
@@ -335,6 +411,45 @@ def _share_of(
     coarsest = min(h[1] for h in hits)
     ats = [h for h in hits if h[1] == coarsest]
     return ats[0] if len(ats) == 1 else None
+
+
+def _strip_index(name: str) -> str:
+    """A weight's variable name without its output index (``dense/kernel:0`` -> ``dense/kernel``)."""
+    found = align.variable_of("weight", name)
+    return found[0] if found else name
+
+
+def _ema_update(average: Pair, weight: Pair, side: int, j: int, k: int, nxt: Optional[int]) -> Optional[tuple]:
+    """How one run (``side`` 0: baseline, 1: candidate) moved its moving average from compared step ``j``
+    to the next, ``k``: ``("after", d)`` when ``a_k = d a_j + (1 - d) w_k`` (the weight read at ``k``,
+    updated), ``("before", d)`` when so with ``w_j`` (read before step ``j``'s update) and not with
+    ``w_k``; ``d`` None where the values fix the order but not the decay (an average that starts at the
+    weight holds ``w_j`` at ``k`` whatever its decay: then the step after ``k``, ``nxt``, decides).
+    None when neither fits to float32 rounding, or both do."""
+    vals = [average.step_values(t) for t in (j, k)] + [weight.step_values(t) for t in (j, k)]
+    if any(v is None for v in vals) or len({len(v[side]) for v in vals}) != 1:
+        return None
+    a_j, a_k, w_j, w_k = (np.asarray(v[side], np.float64) for v in vals)
+    if not all(np.isfinite(x).all() for x in (a_j, a_k, w_j, w_k)):
+        return None
+    tol = 2.0**-18 * max(float(np.abs(x).max()) for x in (a_j, a_k, w_j, w_k)) + 1e-30
+
+    def decay(x: np.ndarray) -> Optional[float]:
+        u = a_j - x  # a_k - x = d (a_j - x): informative only where the average is away from x
+        if float(np.abs(u).max()) <= 64 * tol:
+            return None
+        d = float((a_k - x) @ u / (u @ u))
+        return d if float(np.abs(a_k - x - d * u).max()) <= tol else -1.0
+
+    after, before = decay(w_k), decay(w_j)
+    if before is None and float(np.abs(a_k - w_j).max()) <= tol and float(np.abs(w_k - w_j).max()) > 64 * tol:
+        # it started at the weight: a_k is w_j whatever the decay, which reads as decay 1 after the update
+        if nxt is None:
+            return None
+        later = _ema_update(average, weight, side, k, nxt, None)
+        return ("before", None) if later is not None and later[0] == "before" else None
+    fits = [(how, d) for how, d in (("after", after), ("before", before)) if d is not None and 0.0 <= d <= 1.0]
+    return fits[0] if len(fits) == 1 else None
 
 
 def _moved_apart(
