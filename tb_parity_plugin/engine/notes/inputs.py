@@ -11,7 +11,7 @@ from typing import Optional
 
 import numpy as np
 
-from tb_parity_plugin.engine import replicas
+from tb_parity_plugin.engine import align, replicas
 from tb_parity_plugin.engine.matrix import OK, SHAPE
 from tb_parity_plugin.engine.notes.context import (
     _BATCH_NORM,
@@ -186,6 +186,9 @@ class InputNotes(LossScaleNotes, DropoutNotes):
         frozen = None if loss else self._frozen_moving_stats(first, k)
         if frozen:
             return f"{agree} at this step, and {frozen}" + self._positions_note(first, k)
+        own = None if loss else self._own_state_read_in_the_step(first, k)
+        if own:
+            return f"{agree} at this step, and {own}"
         rescaled = None if loss else self._input_scaled_otherwise(first, k)
         if rescaled:
             return f"{agree} at this step, and {rescaled}" + self._positions_note(first, k)
@@ -1095,6 +1098,56 @@ class InputNotes(LossScaleNotes, DropoutNotes):
                     "train_step or loop; TF1: training=False)"
                 )
         return None
+
+    def _own_state_read_in_the_step(self, first: Pair, k: int) -> Optional[str]:
+        """For an output diverging at step ``k`` whose own layer holds recorded state (a running mean and
+        variance a normaliser of inputs or targets keeps, not batch normalization's, whose output in
+        training reads the batch's) that agrees as read at ``k``'s start: how it stands at the next step.
+        Parted there, the two runs update it otherwise within the step, and this output reads it after
+        that update; agreeing there too, its update agrees and one run reads it before the update, the
+        other after. A trial's hand-ported running-mean layer diverged at step 0 and was sent to the
+        data, an activation and epsilon, with its own statistics unnamed. None otherwise."""
+        if k + 1 >= len(self.steps) or int(self.steps[k + 1]) != int(self.steps[k]) + 1:
+            return None
+        layers = {first.base.name.rpartition("/")[2], first.cand.name.rpartition("/")[2]}
+        states = [
+            p
+            for p in self._pairs
+            if p.base.kind == "state"
+            and not _MOVING_STATS.search(f"{p.base.name} {p.cand.name}")
+            and align.variable_of("state", p.base.name) is None  # a weight's moving average feeds no output
+            and {_layer_of(p.base.name), _layer_of(p.cand.name)} & layers
+        ]
+        if not states or not all(p.by_values_at(k) and p.by_values_at(k + 1) for p in states):
+            return None
+        for p in states:
+            p.ensure(k + 2, self.policy.equal_nan)
+        if any(p.reason[k] != OK for p in states):
+            return None
+        # state no run moves in the step (an adapted Normalization's mean) is no running statistic
+        moved = [
+            p
+            for p in states
+            if any(not np.array_equal(a, b, equal_nan=True) for a, b in zip(p.step_values(k), p.step_values(k + 1)))
+        ]
+        if not moved:
+            return None
+        names = ", ".join(p.base.name for p in states)
+        parted = [p.base.name for p in states if p.reason[k + 1] != OK]
+        s_k, s_n = int(self.steps[k]), int(self.steps[k + 1])
+        if parted:
+            return (
+                f"its layer's state ({names}) agrees as read at this step's start, and at step {s_n} "
+                f"{', '.join(parted)} {'parts' if len(parted) == 1 else 'part'}: the two runs update the layer's "
+                "state otherwise within the step (its momentum, or the statistic it averages: a biased or an "
+                "unbiased variance), and this output reads the state after that update"
+            )
+        return (
+            f"its layer's state ({names}) agrees as read at step {s_k}'s start and at step {s_n}'s, so the two "
+            "runs update it alike: one run computes this output from the state before the step's update and the "
+            "other from the state after it (the read ordered before the assign in one run only), or the layer "
+            "computes another function of its input"
+        )
 
     def _zero_samples(self, pair: Pair, k: int) -> Optional[str]:
         """When every element out of tolerance at step ``k`` lies in a sample (an entry of the first
