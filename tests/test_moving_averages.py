@@ -361,3 +361,49 @@ def test_a_weight_an_lr_of_0_left_equal_to_its_average_is_not_said_replaced() ->
     first = Comparison(run("tf1", tensors[0]), run("tf2", tensors[1])).report().first_divergence
     assert (first.step, first.kind) == (1, "weight"), first
     assert "replaced its weights by their averages" not in (first.note or ""), first.note
+
+
+_KERAS3_USE_EMA = """
+import sys
+import numpy as np
+import keras
+assert keras.__version__.startswith("3"), keras.__version__
+from tb_parity_plugin import summary_v2
+data = np.load(sys.argv[2])
+model = keras.Sequential(
+    [keras.Input((data["X"].shape[1],)), keras.layers.Dense(data["W1"].shape[1], "tanh", name="dense"),
+     keras.layers.Dense(data["W2"].shape[1], name="dense_1")]
+)
+model.get_layer("dense").kernel.assign(data["W1"])
+model.get_layer("dense_1").kernel.assign(data["W2"])
+opt = keras.optimizers.SGD(float(data["lr"]), momentum=0.9, use_ema=True, ema_momentum=float(data["decay"]))
+model.compile(opt, keras.losses.CategoricalCrossentropy(from_logits=True))
+rec = summary_v2.Recorder(sys.argv[1])
+summary_v2.instrument(model, rec)
+model.fit(data["X"], data["Y"], batch_size=int(data["batch"]), epochs=1, shuffle=False, verbose=0)
+rec.close()
+"""
+
+
+def test_keras_3_averages_that_start_at_zeros_are_named_so(tmp_path) -> None:
+    """Keras 3's ``use_ema`` builds its averages as zeros and takes the weight whole at its first update
+    (``ema_momentum`` times ``iterations != 0``); TF1's shadows start at the weight. A trial's port
+    diverged at step 0 on the kernels' averages with no note. Numpy on the logged values: the port's
+    average is 0 at step 0 and its weight at step 1, TF1's the weight at step 0."""
+    from keras3_process import run_keras3
+
+    _tf1(str(tmp_path / "tf1"), 0.9)
+    script, arrays = tmp_path / "port.py", tmp_path / "data.npz"
+    script.write_text(_KERAS3_USE_EMA)
+    np.savez(arrays, X=X, Y=Y, W1=W1, W2=W2, lr=LR, decay=DECAY, batch=BATCH)
+    run_keras3([str(script), str(tmp_path / "tf2"), str(arrays)])
+    tf1, tf2 = tensors_by_step(str(tmp_path / "tf1")), tensors_by_step(str(tmp_path / "tf2"))
+    averages = {kind_name[1]: kind_name for kind_name in tf2[0] if kind_name[0] == "state"}
+    port = averages["sequential/dense/kernel/average"]
+    np.testing.assert_array_equal(tf2[0][port][2], 0)
+    np.testing.assert_allclose(tf2[1][port][2], tf2[1][("weight", "sequential/dense/kernel")][2], atol=1e-7)
+    np.testing.assert_array_equal(tf1[0][("state", "dense/kernel/ExponentialMovingAverage:0")][2], W1)
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert (first.step, first.kind, first.tensor) == (0, "state", "dense/kernel/ExponentialMovingAverage:0"), first
+    assert "'tf2' holds 0 at every element and 'tf1' the weight's own value" in first.note, first.note
+    assert "Keras 3's use_ema builds its averages as zeros" in first.note, first.note

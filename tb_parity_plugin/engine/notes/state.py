@@ -30,7 +30,7 @@ class StateNotes(NoteContext):
         error ratio past what rounding reaches), only the notes exact evidence proves."""
         seen = np.flatnonzero((first.ib[:k] >= 0) & (first.ic[:k] >= 0))
         if not len(seen):
-            return None
+            return self._average_start(first, k)
         j = int(seen[-1])
         now, before = first.step_values(k), first.step_values(j)
         if now is None or before is None:
@@ -169,6 +169,45 @@ class StateNotes(NoteContext):
             + ", or from an input no recorded tensor shows"
         )
 
+    def _weight_averaged(self, average: Pair) -> Optional[Pair]:
+        """The weights' pair whose variables ``average`` (a moving average of a weight) is named after
+        on both sides; None for any other state, or when that pair is not recorded."""
+        names = (align.variable_of("state", average.base.name), align.variable_of("state", average.cand.name))
+        if names[0] is None or names[1] is None:
+            return None
+        return next(
+            (
+                p
+                for p in self._pairs
+                if p.base.kind == "weight"
+                and _strip_index(p.base.name) == names[0][0]
+                and _strip_index(p.cand.name) == names[1][0]
+            ),
+            None,
+        )
+
+    def _average_start(self, average: Pair, k: int) -> Optional[str]:
+        """For a moving average of a weight diverging at the first step compared, ``k``: one run holds 0
+        at every element and the other the weight itself, element for element. A trial's Keras 3
+        ``use_ema`` port (its averages built as zeros, the first update taking the weight whole) of
+        TF1's ``ExponentialMovingAverage`` (started at the weight) diverged at step 0 with no note."""
+        weight = self._weight_averaged(average)
+        values, weights = average.step_values(k), None if weight is None else weight.step_values(k)
+        if values is None or weights is None or len(values[0]) != len(weights[0]):
+            return None
+        zero = [not np.any(a) for a in values]
+        own = [bool(np.array_equal(a, w)) and bool(np.any(w)) for a, w in zip(values, weights)]
+        if not ((zero[0] and own[1]) or (zero[1] and own[0])):
+            return None
+        runs = (self.base.name, self.cand.name)
+        zeros, started = (runs[0], runs[1]) if zero[0] else (runs[1], runs[0])
+        return (
+            f"'{zeros}' holds 0 at every element and '{started}' the weight's own value: the two start the average "
+            f"otherwise (Keras 3's use_ema builds its averages as zeros and takes the weight whole at its first "
+            "update, its ema_momentum 0 at iteration 0; TF1's ExponentialMovingAverage and tf_keras's use_ema start "
+            "it at the weight and average from the first update on)"
+        )
+
     def _average_update(self, average: Pair, j: int, k: int) -> Optional[str]:
         """For a moving average of a weight (an EMA shadow, ``use_ema``'s ``average``) that agreed at
         step ``j`` and parts at the next step ``k``: each run's update, read off its own average and
@@ -179,20 +218,8 @@ class StateNotes(NoteContext):
         were the same, and of "inputs no recorded tensor shows", which were the recorded weights.
         None when either run fits neither, or both the same way with one decay."""
         s_j, s_k = int(self.steps[j]), int(self.steps[k])
-        names = (align.variable_of("state", average.base.name), align.variable_of("state", average.cand.name))
-        if s_k != s_j + 1 or names[0] is None or names[1] is None:
-            return None
-        weight = next(
-            (
-                p
-                for p in self._pairs
-                if p.base.kind == "weight"
-                and _strip_index(p.base.name) == names[0][0]
-                and _strip_index(p.cand.name) == names[1][0]
-            ),
-            None,
-        )
-        if weight is None:
+        weight = self._weight_averaged(average)
+        if s_k != s_j + 1 or weight is None:
             return None
         nxt = k + 1 if k + 1 < len(self.steps) and int(self.steps[k + 1]) == s_k + 1 else None
         found = [_ema_update(average, weight, side, j, k, nxt) for side in (0, 1)]
