@@ -156,11 +156,14 @@ def test_weights_replaced_by_their_averages_in_one_run_are_named_so(tmp_path) ->
     ) in first.note, first.note
 
 
-def _custom_loop(run_dir: str, warm_up: bool, before: bool = False, count_before: bool = False) -> None:
+def _custom_loop(
+    run_dir: str, warm_up: bool, before: bool = False, count_before: bool = False, prefix: str = ""
+) -> None:
     """A port's custom loop that keeps the averages by hand, as TF1's shadows are named: the decay capped
     at ``(1 + n) / (10 + n)`` (``n`` the iterations after the update, TF1's ``num_updates=global_step``)
     when ``warm_up``; averaged before ``apply_gradients`` when ``before``; with ``count_before``, averaged
-    after it with the decay computed before it (``n`` one short)."""
+    after it with the decay computed before it (``n`` one short). With ``prefix``, the averages are named
+    ``<prefix><variable>`` instead (a loop's own names, which TF1's shadows pair with by order)."""
     model = tf.keras.Sequential(
         [tf.keras.Input((D,)), tf.keras.layers.Dense(H, "tanh", name="dense"), tf.keras.layers.Dense(C, name="dense_1")]
     )
@@ -169,7 +172,9 @@ def _custom_loop(run_dir: str, warm_up: bool, before: bool = False, count_before
     opt = tf.keras.optimizers.SGD(LR, momentum=0.9)
     loss_fn = tf.keras.losses.CategoricalCrossentropy(from_logits=True)
     averages = [
-        tf.Variable(v, trainable=False, name=f"{v.name[:-2]}/ExponentialMovingAverage")
+        tf.Variable(
+            v, trainable=False, name=f"{prefix}{v.name[:-2]}" if prefix else f"{v.name[:-2]}/ExponentialMovingAverage"
+        )
         for v in model.trainable_variables
     ]
     rec = summary_v2.Recorder(run_dir)
@@ -217,12 +222,18 @@ CAPPED = [min(DECAY, (1 + n) / (10 + n)) for n in range(1, STEPS + 1)]
 
 
 @pytest.mark.parametrize(
-    "warm_up,before,count_before",
-    [(True, False, False), (False, False, False), (True, True, False), (True, False, True)],
-    ids=["faithful", "no_cap", "before", "count_one_short"],
+    "warm_up,before,count_before,prefix",
+    [
+        (True, False, False, ""),
+        (False, False, False, ""),
+        (False, False, False, "ema/"),
+        (True, True, False, ""),
+        (True, False, True, ""),
+    ],
+    ids=["faithful", "no_cap", "no_cap_own_names", "before", "count_one_short"],
 )
 def test_a_hand_written_average_is_told_by_its_decays_and_the_weight_it_averaged(
-    tmp_path, warm_up, before, count_before
+    tmp_path, warm_up, before, count_before, prefix
 ) -> None:
     """TF1's ``ExponentialMovingAverage(0.9, num_updates=global_step)`` after the train op against a
     custom loop's own averages. Dropping the cap, averaging before ``apply_gradients``, or capping by
@@ -232,7 +243,7 @@ def test_a_hand_written_average_is_told_by_its_decays_and_the_weight_it_averaged
     give each run's averages, and the decays the note names: 2/11 (TF1's cap at its first update,
     global step 1), 0.9, and 1/10 (the cap one step short)."""
     _tf1(str(tmp_path / "tf1"), 0.9, num_updates=True)
-    _custom_loop(str(tmp_path / "tf2"), warm_up, before, count_before)
+    _custom_loop(str(tmp_path / "tf2"), warm_up, before, count_before, prefix)
     tf1, tf2 = tensors_by_step(str(tmp_path / "tf1")), tensors_by_step(str(tmp_path / "tf2"))
     short = [min(DECAY, (1 + n) / (10 + n)) for n in range(STEPS)]  # the cap of the iterations before the update
     decays = (short if before or count_before else CAPPED) if warm_up else [DECAY] * STEPS
@@ -242,7 +253,8 @@ def test_a_hand_written_average_is_told_by_its_decays_and_the_weight_it_averaged
         port = _numpy_averages_of(tf2, name, decays, before)
         for s in range(STEPS):
             np.testing.assert_allclose(tf1[s][shadow][2], want[s], atol=1e-6)
-            np.testing.assert_allclose(tf2[s][shadow][2], port[s], atol=1e-6)
+            own = ("state", f"{prefix}{name}:0") if prefix else shadow
+            np.testing.assert_allclose(tf2[s][own][2], port[s], atol=1e-6)
             np.testing.assert_allclose(
                 tf2[s][("weight", f"{name}:0")][2], tf1[s][("weight", f"{name}:0")][2], atol=1e-6
             )

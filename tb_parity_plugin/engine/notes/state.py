@@ -170,18 +170,20 @@ class StateNotes(NoteContext):
         )
 
     def _weight_averaged(self, average: Pair) -> Optional[Pair]:
-        """The weights' pair whose variables ``average`` (a moving average of a weight) is named after
-        on both sides; None for any other state, or when that pair is not recorded."""
+        """The weights' pair whose variable ``average`` (a moving average of a weight) is named after, on
+        either side (a custom loop's own ``ema/dense/kernel`` pairs with TF1's shadow by order; its
+        weight is the one paired with the shadow's); None for any other state, or when that pair is not
+        recorded. Each run's values then show whether it is that weight's average at all."""
         names = (align.variable_of("state", average.base.name), align.variable_of("state", average.cand.name))
-        if names[0] is None or names[1] is None:
+        if names[0] is None and names[1] is None:
             return None
         return next(
             (
                 p
                 for p in self._pairs
                 if p.base.kind == "weight"
-                and _strip_index(p.base.name) == names[0][0]
-                and _strip_index(p.cand.name) == names[1][0]
+                and (names[0] is None or _strip_index(p.base.name) == names[0][0])
+                and (names[1] is None or _strip_index(p.cand.name) == names[1][0])
             ),
             None,
         )
