@@ -56,9 +56,10 @@ def _tf1(run_dir: str, momentum: float, ema: bool = True, num_updates: bool = Fa
         tf1_session.train(rec, train_op, (x, y), (X, Y), STEPS, BATCH)
 
 
-def _keras(run_dir: str, momentum: float, ema_momentum: float, overwrite: Optional[int] = None) -> None:
+def _keras(run_dir: str, momentum: float, ema_momentum: float, overwrite: Optional[int] = None, fits: int = 1) -> None:
     """The port: Keras defaults (zero biases), ``use_ema`` on the optimizer (its weights replaced by
-    the averages every ``overwrite`` iterations), trained by ``fit``."""
+    the averages every ``overwrite`` iterations), trained by ``fit`` (``fits`` calls, each on the
+    next equal share of the batches: a loop that evaluates between them)."""
     model = tf.keras.Sequential(
         [tf.keras.Input((D,)), tf.keras.layers.Dense(H, "tanh", name="dense"), tf.keras.layers.Dense(C, name="dense_1")]
     )
@@ -70,7 +71,10 @@ def _keras(run_dir: str, momentum: float, ema_momentum: float, overwrite: Option
     model.compile(optimizer, tf.keras.losses.CategoricalCrossentropy(from_logits=True))
     rec = summary_v2.Recorder(run_dir)
     summary_v2.instrument(model, rec)
-    model.fit(X, Y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    rows = len(X) // fits
+    for f in range(fits):
+        share = slice(f * rows, (f + 1) * rows)
+        model.fit(X[share], Y[share], batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
     rec.close()
 
 
@@ -337,6 +341,31 @@ def test_batch_norm_updates_then_ema_under_the_train_op_initialise_and_log_each_
             )
     # the moving statistics moved: batch norm's updates ran once per step, after the logged read
     assert not np.allclose(seen[1]["bn1/moving_mean:0"], seen[0]["bn1/moving_mean:0"])
+
+
+def test_weights_replaced_by_their_averages_at_the_end_of_a_fit_call_are_named_so(tmp_path) -> None:
+    """A trial's port called ``fit`` once per evaluation interval, ``ema_overwrite_frequency=None``:
+    each ``fit`` ends with ``finalize_variable_values``, which replaces the weights by their averages,
+    and the note named only ``ema_overwrite_frequency``, which the port did not set. Numpy: the port's
+    weights equal its own recorded averages at the second call's first step, agree with the
+    original's before it, and are out of tolerance of them there."""
+    _tf1(str(tmp_path / "tf1"), 0.9)
+    _keras(str(tmp_path / "tf2"), 0.9, DECAY, fits=2)
+    tf1, tf2 = tensors_by_step(str(tmp_path / "tf1")), tensors_by_step(str(tmp_path / "tf2"))
+    step, kernel = STEPS // 2, "dense/kernel"
+    for s in range(step):
+        np.testing.assert_allclose(
+            tf2[s][("weight", f"{kernel}:0")][2], tf1[s][("weight", f"{kernel}:0")][2], atol=1e-6
+        )
+    np.testing.assert_array_equal(tf2[step][("weight", f"{kernel}:0")][2], tf2[step][("state", f"average/{kernel}")][2])
+    assert np.abs(tf2[step][("weight", f"{kernel}:0")][2] - tf1[step][("weight", f"{kernel}:0")][2]).max() > 1e-3
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert (first.step, first.kind) == (step, "weight"), first
+    assert "'tf2' replaced its weights by their averages" in first.note, first.note
+    assert (
+        "a model.fit call ended before this step: with use_ema, fit ends with optimizer.finalize_variable_values"
+        in (first.note)
+    ), first.note
 
 
 def test_a_weight_an_lr_of_0_left_equal_to_its_average_is_not_said_replaced() -> None:

@@ -62,7 +62,11 @@ class UpdateNotes(SlotNotes, GradientScaleNotes):
             f"in '{run}' this weight equals its own moving average ({average}) at this step, element for "
             f"element, and in '{other}' it does not: '{run}' replaced its weights by their averages "
             "(tf_keras's use_ema=True with ema_overwrite_frequency, which RMSprop alone sets to 100 by "
-            "default; ema_overwrite_frequency=None keeps the weights), or its code assigns them"
+            "default; ema_overwrite_frequency=None keeps the weights), or a model.fit call ended before this "
+            "step: with use_ema, fit ends with optimizer.finalize_variable_values, which replaces the weights by "
+            "their averages whatever ema_overwrite_frequency is (a port calling fit once per epoch or per "
+            "evaluation does so each time, where TF1 swaps the averages in for its evaluation only), or its "
+            "code assigns them"
         )
 
     def _loaded_crosswise(self, pair: Pair, k: int) -> Optional[str]:
