@@ -1125,11 +1125,7 @@ class InputNotes(LossScaleNotes, DropoutNotes):
         if any(p.reason[k] != OK for p in states):
             return None
         # state no run moves in the step (an adapted Normalization's mean) is no running statistic
-        moved = [
-            p
-            for p in states
-            if any(not np.array_equal(a, b, equal_nan=True) for a, b in zip(p.step_values(k), p.step_values(k + 1)))
-        ]
+        moved = [p for p in states if _moved_in_step(p.step_values(k), p.step_values(k + 1))]
         if not moved:
             return None
         names = ", ".join(p.base.name for p in states)
@@ -1453,3 +1449,12 @@ def _positions_shifted(b: np.ndarray, c: np.ndarray, atol: float, rtol: float) -
         if not any((np.abs(np.roll(row_b, -int(r), axis=0) - row_c) <= bound).all() for r in starts):
             return False
     return True
+
+
+def _moved_in_step(
+    now: Optional[tuple[np.ndarray, np.ndarray]], after: Optional[tuple[np.ndarray, np.ndarray]]
+) -> bool:
+    """Whether either run's values of a state differ between two reads (both read; NaN equal to NaN)."""
+    if now is None or after is None:
+        return False
+    return any(not np.array_equal(a, b, equal_nan=True) for a, b in zip(now, after))

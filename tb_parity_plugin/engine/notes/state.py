@@ -224,10 +224,10 @@ class StateNotes(NoteContext):
         if s_k != s_j + 1 or weight is None:
             return None
         nxt = k + 1 if k + 1 < len(self.steps) and int(self.steps[k + 1]) == s_k + 1 else None
-        found = [_ema_update(average, weight, side, j, k, nxt) for side in (0, 1)]
-        if None in found:
+        b_found, c_found = (_ema_update(average, weight, side, j, k, nxt) for side in (0, 1))
+        if b_found is None or c_found is None:
             return None
-        (how_b, d_b), (how_c, d_c) = found
+        (how_b, d_b), (how_c, d_c) = b_found, c_found
         runs = (self.base.name, self.cand.name)
         if how_b != how_c:
             who, other = (runs[0], runs[1]) if how_b == "before" else (runs[1], runs[0])
@@ -448,17 +448,20 @@ def _strip_index(name: str) -> str:
     return found[0] if found else name
 
 
-def _ema_update(average: Pair, weight: Pair, side: int, j: int, k: int, nxt: Optional[int]) -> Optional[tuple]:
+def _ema_update(
+    average: Pair, weight: Pair, side: int, j: int, k: int, nxt: Optional[int]
+) -> Optional[tuple[str, Optional[float]]]:
     """How one run (``side`` 0: baseline, 1: candidate) moved its moving average from compared step ``j``
     to the next, ``k``: ``("after", d)`` when ``a_k = d a_j + (1 - d) w_k`` (the weight read at ``k``,
     updated), ``("before", d)`` when so with ``w_j`` (read before step ``j``'s update) and not with
     ``w_k``; ``d`` None where the values fix the order but not the decay (an average that starts at the
     weight holds ``w_j`` at ``k`` whatever its decay: then the step after ``k``, ``nxt``, decides).
     None when neither fits to float32 rounding, or both do."""
-    vals = [average.step_values(t) for t in (j, k)] + [weight.step_values(t) for t in (j, k)]
-    if any(v is None for v in vals) or len({len(v[side]) for v in vals}) != 1:
+    read = [average.step_values(t) for t in (j, k)] + [weight.step_values(t) for t in (j, k)]
+    vals = [v[side] for v in read if v is not None]
+    if len(vals) != 4 or len({len(v) for v in vals}) != 1:
         return None
-    a_j, a_k, w_j, w_k = (np.asarray(v[side], np.float64) for v in vals)
+    a_j, a_k, w_j, w_k = (np.asarray(v, np.float64) for v in vals)
     if not all(np.isfinite(x).all() for x in (a_j, a_k, w_j, w_k)):
         return None
     tol = 2.0**-18 * max(float(np.abs(x).max()) for x in (a_j, a_k, w_j, w_k)) + 1e-30
