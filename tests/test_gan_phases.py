@@ -93,8 +93,9 @@ def test_a_write_inside_the_step_is_still_refused(tmp_path) -> None:
         train_step(tf.constant(X[0]))
 
 
-def _adam_phases(root: str, run: str, d_beta_1: float) -> None:
-    """Both phases with Adam; the discriminator has a one-unit output and its bias, shape [1]."""
+def _adam_phases(root: str, run: str, d_beta_1: float, d_weight: float = 1.0) -> None:
+    """Both phases with Adam; the discriminator has a one-unit output and its bias, shape [1].
+    ``d_weight`` scales the discriminator's loss (0: its phase gets gradients of 0)."""
     disc = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(1)])
     gen = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(3, use_bias=False)])
     disc.set_weights([K_D, np.zeros(1, np.float32)])
@@ -106,7 +107,7 @@ def _adam_phases(root: str, run: str, d_beta_1: float) -> None:
 
     @tf.function
     def train_step(x: tf.Tensor) -> None:
-        for rec, opt, model, sign in ((rec_d, d_opt, disc, 1.0), (rec_g, g_opt, gen, -1.0)):
+        for rec, opt, model, sign in ((rec_d, d_opt, disc, d_weight), (rec_g, g_opt, gen, -1.0)):
             with rec.step(opt.iterations):
                 rec.variables(disc, d_opt)
                 rec.variables(gen, g_opt)
@@ -140,3 +141,29 @@ def test_a_slot_updated_by_the_phase_before_is_not_said_to_start_otherwise(tmp_p
     assert report.first_divergence.kind == "slot"
     notes = " ".join(d.note or "" for d in report.divergences_at_first_step)
     assert "initialise this slot differently" not in notes
+
+
+def test_a_slot_the_phase_before_left_at_0_in_one_run_is_not_said_to_be_a_new_optimizer(tmp_path) -> None:
+    """The candidate's discriminator loss weighted by 0 (a port whose loss gives no gradient: Keras's
+    from_logits=False on logits clips them, with no gradient outside [1e-7, 1 - 1e-7]): its phase
+    leaves the discriminator's moments at 0, where the baseline's hold its first update. In the
+    generator's logdir, step 0, the bias's moment was told "the candidate starts a new optimizer here
+    and the baseline carries one over"; both start their optimizers at step 0, and the update that
+    differs is the phase's before it."""
+    _adam_phases(str(tmp_path), "tf1", 0.5)
+    _adam_phases(str(tmp_path), "tf2", 0.5, d_weight=0.0)
+    logged = {run: tensors_by_step(str(tmp_path / "g" / run))[0] for run in ("tf1", "tf2")}
+    m_bias = {
+        run: [v[2] for k, v in t.items() if k[0] == "slot" and k[1].startswith("m/") and v[2].size == 1]
+        for run, t in logged.items()
+    }
+    # numpy: the bias's gradient is 1 in the baseline, so its first moment is 1 - beta_1; 0 times it in the candidate
+    np.testing.assert_allclose(m_bias["tf1"], [[0.5]], rtol=1e-6)
+    np.testing.assert_array_equal(m_bias["tf2"], [[0.0]])
+    report = compare(str(tmp_path / "g"), "tf1", "tf2")
+    assert not report.agree and report.first_divergence.step == 0
+    slots = [d for d in report.divergences_at_first_step if d.kind == "slot"]
+    assert len(slots) == 4  # m and v of the discriminator's kernel and bias
+    for d in slots:
+        assert "starts a new optimizer here" not in d.note, d.note
+        assert "a phase before this one in the same iteration" in d.note, d.note

@@ -128,6 +128,20 @@ class SlotNotes(DecayNotes):
         if zero[0] == zero[1]:
             return None
         fresh, kept = ("baseline", "candidate") if zero[0] else ("candidate", "baseline")
+        if int(pair.base.steps[0]) == 0 and int(pair.cand.steps[0]) == 0:
+            # Both runs' counters at 0: no optimizer of either has stepped yet, so a slot holding an update
+            # there got it from a phase recorded elsewhere in this iteration. A trial's GAN port whose
+            # discriminator loss clipped its logits (from_logits=False) had its moments left at 0 by the
+            # discriminator's phase, and the generator's logdir said the port "starts a new optimizer here".
+            return (
+                f"every element is 0 in the {fresh} at step 0, where the {kept}'s slot already holds an update, "
+                "made before step 0 was recorded: by a phase before this one in the same iteration (a GAN's "
+                f"discriminator, updated and recorded on a recorder of its own), which left this slot at 0 in the "
+                f"{fresh}: a gradient of 0 there (a loss that clips or saturates, such as Keras's from_logits=False "
+                "given logits, clipped to [1e-7, 1 - 1e-7] with no gradient outside; a loss weighted by 0, a "
+                "stop_gradient) or no update of this variable in that phase; compare that phase's own logdir, "
+                "where its gradients are recorded"
+            )
         return (
             f"every element is 0 in the {fresh} at the first step both runs logged, where the {kept}'s slot holds "
             f"earlier updates: the {fresh} starts a new optimizer here and the {kept} carries one over (a second "
