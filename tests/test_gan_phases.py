@@ -167,3 +167,60 @@ def test_a_slot_the_phase_before_left_at_0_in_one_run_is_not_said_to_be_a_new_op
     for d in slots:
         assert "starts a new optimizer here" not in d.note, d.note
         assert "a phase before this one in the same iteration" in d.note, d.note
+
+
+X4 = np.random.default_rng(11).normal(size=(4, 4, 3)).astype(np.float32)
+
+
+def _discriminator_phase_logged(root: str, run: str, shared: bool) -> None:
+    """The discriminator's phase recorded, numbered by the generator's Adam's ``iterations``, then the
+    generator's update; ``shared``: one Adam for both (built for both, as Keras's "optimizer cannot
+    recognize variable" says), so its ``iterations`` counts two per iteration."""
+    disc = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(1)])
+    gen = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(3, use_bias=False)])
+    disc.set_weights([K_D, np.zeros(1, np.float32)])
+    gen.set_weights([K_G])
+    d_opt = tf.keras.optimizers.Adam(LR, beta_1=0.5)
+    g_opt = d_opt if shared else tf.keras.optimizers.Adam(LR, beta_1=0.5)
+    if shared:
+        d_opt.build(disc.trainable_variables + gen.trainable_variables)
+    rec = summary_v2.Recorder(f"{root}/d/{run}")
+
+    @tf.function
+    def train_step(x: tf.Tensor) -> None:
+        with rec.step(g_opt.iterations):
+            rec.variables([disc, gen])
+            with tf.GradientTape() as tape:
+                d_loss = rec.loss(tf.reduce_mean(disc(x)), "d_loss")
+            rec.minimize(d_opt, d_loss, disc.trainable_variables, tape)
+        with tf.GradientTape() as tape:
+            g_loss = -tf.reduce_mean(disc(gen(x)))
+        g_opt.apply_gradients(zip(tape.gradient(g_loss, gen.trainable_variables), gen.trainable_variables))
+
+    for x in X4:
+        train_step(tf.constant(x))
+    rec.close()
+
+
+def test_a_port_counting_two_updates_per_step_is_warned_that_its_steps_pair_other_iterations(tmp_path) -> None:
+    """One Adam shared by both networks, its ``iterations`` numbering the steps: the port logs its
+    discriminator phases at 0, 2, 4, 6 where the original logs 0, 1, 2, 3, and its step 2 holds
+    iteration 1 (numpy). The steps both logged, 0 and 2, were compared with no word that they pair
+    other iterations: DIVERGE at step 2, told of the slots' rule and clipping."""
+    _discriminator_phase_logged(str(tmp_path), "tf1", shared=False)
+    _discriminator_phase_logged(str(tmp_path), "tf2", shared=True)
+    logged = {run: tensors_by_step(str(tmp_path / "d" / run)) for run in ("tf1", "tf2")}
+    assert sorted(logged["tf1"]) == [0, 1, 2, 3] and sorted(logged["tf2"]) == [0, 2, 4, 6]
+    # numpy: Adam's first step moves each element by lr * g / (|g| + epsilon); d kd = mean(x, 0), d b = 1
+    g = X4[0].astype(np.float64).mean(0)[:, None]
+    kd1 = K_D - LR * g / (np.abs(g) + 1e-7)
+    kernels = {
+        run: [v[2] for k, v in t[s].items() if k[0] == "weight" and v[2].shape == (3, 1)]
+        for run, t, s in (("tf1", logged["tf1"], 1), ("tf2", logged["tf2"], 2))
+    }
+    for run in ("tf1", "tf2"):
+        np.testing.assert_allclose(kernels[run], [kd1], rtol=1e-5)
+    report = compare(str(tmp_path / "d"), "tf1", "tf2")
+    warned = [w for w in report.warnings if "counts 2 per iteration" in w]
+    assert len(warned) == 1, report.warnings
+    assert "'tf2' logged 4 steps, 0 to 6, every 2nd, where 'tf1' logged as many at every step, 0 to 3" in warned[0]

@@ -34,7 +34,14 @@ from tb_parity_plugin.engine.tolerance import (
     TolerancePolicy,
 )
 from tb_parity_plugin.engine.verdict_table import VerdictTable
-from tb_parity_plugin.engine.verdicts import FIGURES, Divergence, ParityReport, TensorDetail, ended_early
+from tb_parity_plugin.engine.verdicts import (
+    FIGURES,
+    Divergence,
+    ParityReport,
+    TensorDetail,
+    counted_twice,
+    ended_early,
+)
 from tb_parity_plugin.records import metadata
 
 __all__ = ["Comparison", "compare_runs"]
@@ -481,6 +488,7 @@ class Comparison(Notes):
             + [w for reps in self._replicas.values() for w in reps.warnings]
             + [warning for run in (base, cand) for warning in _layout_warnings(run)]
             + [note for note in (self._precision_note(),) if note]
+            + counted_twice({run.name: np.asarray(run.steps) for run in (base, cand)})
             + self._unused_patterns(),
             statistics_only=[f"{p.base.kind}/{p.base.name}" for p in tensors if not p.use_values],
             partly_values={f"{p.base.kind}/{p.base.name}": list(p.valued_steps()) for p in tensors if p.partial},

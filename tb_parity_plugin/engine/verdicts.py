@@ -104,6 +104,34 @@ def ended_early(steps: dict[str, np.ndarray]) -> dict[str, dict[str, int]]:
     return found
 
 
+def counted_twice(steps: dict[str, np.ndarray]) -> list[str]:
+    """Warnings for a run that logged as many steps as another, at every k-th step (k >= 2) where the
+    other logged every step: its counter likely counts k per iteration, so each step both logged pairs
+    another iteration of each. A trial's GAN port that shared one Adam between its generator and
+    discriminator numbered both phases by its ``iterations`` (0, 2, 4, ... and 1, 3, 5, ...): it was
+    compared at its steps 2 and 4 against TF1's, iterations 1 and 2 against 2 and 4, and told of the
+    slots' rule and clipping."""
+    found = []
+    for name, own in steps.items():
+        for other_name, other in steps.items():
+            if other_name == name or len(own) != len(other) or len(own) < 3:
+                continue
+            gaps, other_gaps = np.unique(np.diff(own)), np.unique(np.diff(other))
+            if len(gaps) != 1 or int(gaps[0]) < 2 or len(other_gaps) != 1 or int(other_gaps[0]) != 1:
+                continue
+            k = int(gaps[0])
+            nth = {2: "2nd", 3: "3rd"}.get(k, f"{k}th")
+            found.append(
+                f"{name!r} logged {len(own)} steps, {int(own[0])} to {int(own[-1])}, every {nth}, where {other_name!r} "
+                f"logged as many at every step, {int(other[0])} to {int(other[-1])}: its step counter likely counts "
+                f"{k} per iteration (one optimizer applied {k} times per iteration: a GAN's generator and "
+                "discriminator sharing one optimizer whose iterations number the steps), so the steps both logged "
+                f"hold other iterations of each run; number its steps by its iterations (optimizer.iterations // {k}, "
+                "or a counter of its own)"
+            )
+    return found
+
+
 @dataclasses.dataclass
 class ParityReport:
     """What the CLI prints with ``--json`` (:meth:`to_dict`) and what the API returns."""
