@@ -224,3 +224,116 @@ def test_a_port_counting_two_updates_per_step_is_warned_that_its_steps_pair_othe
     warned = [w for w in report.warnings if "counts 2 per iteration" in w]
     assert len(warned) == 1, report.warnings
     assert "'tf2' logged 4 steps, 0 to 6, every 2nd, where 'tf1' logged as many at every step, 0 to 3" in warned[0]
+
+
+def _tutorial_phases(root: str, run: str, stale: bool = False, inference: bool = False) -> None:
+    """The TF2 DCGAN tutorial's shape, two phases recorded: ``stale`` takes the generator's loss from
+    the forward pass run under both tapes before the discriminator's update (TF1's second sess.run
+    computes it again); ``inference`` calls the generator, which has a batch norm, without
+    ``training=True`` in its own phase."""
+    disc = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(1)])
+    gen = tf.keras.Sequential(
+        [tf.keras.Input((3,)), tf.keras.layers.Dense(3, use_bias=False), tf.keras.layers.BatchNormalization()]
+    )
+    disc.set_weights([K_D, np.zeros(1, np.float32)])
+    gen.layers[0].set_weights([K_G])
+    d_opt, g_opt = tf.keras.optimizers.Adam(LR, beta_1=0.5), tf.keras.optimizers.Adam(LR, beta_1=0.5)
+    rec_d = summary_v2.Recorder(f"{root}/d/{run}")
+    rec_g = summary_v2.Recorder(f"{root}/g/{run}")
+
+    @tf.function
+    def train_step(x: tf.Tensor) -> None:
+        with rec_d.step(g_opt.iterations):
+            rec_d.variables(disc, d_opt)
+            rec_d.variables(gen, g_opt)
+            with tf.GradientTape() as d_tape, tf.GradientTape() as g_tape:
+                fake = gen(x, training=True)
+                fake_out = disc(fake, training=True)
+                real_out = disc(x, training=True)
+                d_loss = rec_d.loss(
+                    tf.reduce_mean(tf.nn.softplus(-real_out)) + tf.reduce_mean(tf.nn.softplus(fake_out)), "d_loss"
+                )
+                stale_g_loss = tf.reduce_mean(tf.nn.softplus(-fake_out))
+            rec_d.minimize(d_opt, d_loss, disc.trainable_variables, d_tape)
+        with rec_g.step(g_opt.iterations):
+            rec_g.variables(disc, d_opt)
+            rec_g.variables(gen, g_opt)
+            if stale:
+                rec_g.activation("fake", fake)
+                g_loss = rec_g.loss(stale_g_loss, "g_loss")
+                grads = g_tape.gradient(g_loss, gen.trainable_variables)
+            else:
+                with tf.GradientTape() as tape:
+                    fake = rec_g.activation("fake", gen(x) if inference else gen(x, training=True))
+                    g_loss = rec_g.loss(tf.reduce_mean(tf.nn.softplus(-disc(fake, training=True))), "g_loss")
+                grads = tape.gradient(g_loss, gen.trainable_variables)
+            rec_g.apply_gradients(g_opt, zip(grads, gen.trainable_variables))
+
+    for x in X4:
+        train_step(tf.constant(x))
+    rec_d.close()
+    rec_g.close()
+
+
+def _numpy_first_generator_losses() -> tuple[float, float, np.ndarray]:
+    """numpy, iteration 0: the generator's loss (softplus(-logits), sigmoid cross-entropy against 1) on
+    the discriminator before and after its first Adam update, and the generator's output in training
+    mode (batch statistics; Keras BatchNormalization: gamma 1, beta 0, epsilon 1e-3)."""
+    x = X4[0].astype(np.float64)
+    h = x @ K_G
+    fake = (h - h.mean(0)) / np.sqrt(h.var(0) + 1e-3)
+
+    def sigmoid(t: np.ndarray) -> np.ndarray:
+        return 1 / (1 + np.exp(-t))
+
+    kd, b = K_D.astype(np.float64), 0.0
+    real_l, fake_l = x @ kd + b, fake @ kd + b
+    # d_loss = mean(softplus(-real_l)) + mean(softplus(fake_l))
+    g_kd = (x * -sigmoid(-real_l)).mean(0)[:, None] + (fake * sigmoid(fake_l)).mean(0)[:, None]
+    g_b = float(-sigmoid(-real_l).mean() + sigmoid(fake_l).mean())
+    # Keras Adam's first step: lr sqrt(1 - beta_2) g / (sqrt(1 - beta_2) |g| + epsilon)
+    c = np.sqrt(1 - 0.999)
+    kd1, b1 = kd - LR * c * g_kd / (c * np.abs(g_kd) + 1e-7), b - LR * c * g_b / (c * abs(g_b) + 1e-7)
+
+    def g_loss(k: np.ndarray, bias: float) -> float:
+        return float(np.log1p(np.exp(-(fake @ k + bias))).mean())
+
+    return g_loss(kd, b), g_loss(kd1, b1), fake
+
+
+def test_a_generator_loss_taken_before_the_discriminator_update_is_told_so(tmp_path) -> None:
+    """The candidate's generator loss from the tutorial's one forward pass (the discriminator before
+    its update), where TF1's second sess.run computes it after: in the generator's logdir the loss
+    diverges at step 0 while every weight recorded there agrees, and was told only that the loss is
+    computed differently (its labels, from_logits, ...). Both runs' discriminator moments hold an update
+    at step 0: this phase follows another's, which the note now says."""
+    _tutorial_phases(str(tmp_path), "tf1")
+    _tutorial_phases(str(tmp_path), "tf2", stale=True)
+    stale, fresh, _ = _numpy_first_generator_losses()
+    logged = {run: tensors_by_step(str(tmp_path / "g" / run))[0] for run in ("tf1", "tf2")}
+    np.testing.assert_allclose(float(logged["tf1"][("loss", "g_loss")][2]), fresh, rtol=1e-4)
+    np.testing.assert_allclose(float(logged["tf2"][("loss", "g_loss")][2]), stale, rtol=1e-4)
+    assert abs(stale - fresh) > 1e-2
+    first = compare(str(tmp_path / "g"), "tf1", "tf2").first_divergence
+    assert (first.step, first.kind) == (0, "loss"), first
+    assert "this logdir records a phase that follows another's update" in first.note, first.note
+    assert "a loss computed from a forward pass run before that update" in first.note, first.note
+
+
+def test_a_generator_called_in_inference_mode_is_told_of_the_training_flag(tmp_path) -> None:
+    """The candidate's generator called without training=True in its own phase: Keras normalizes with
+    the moving statistics, so its output diverges at step 0, the first output recorded there. It was
+    told of activations, scales, epsilon, padding and data formats, not of a training flag."""
+    _tutorial_phases(str(tmp_path), "tf1")
+    _tutorial_phases(str(tmp_path), "tf2", inference=True)
+    _, _, training = _numpy_first_generator_losses()
+    logged = {run: tensors_by_step(str(tmp_path / "g" / run))[0] for run in ("tf1", "tf2")}
+    np.testing.assert_allclose(logged["tf1"][("activation", "fake")][2], training, rtol=1e-4, atol=1e-5)
+    # numpy: inference normalizes by the moving statistics, moved once by the discriminator's phase
+    x = X4[0].astype(np.float64)
+    h = x @ K_G
+    mean, var = 0.01 * h.mean(0), 0.99 + 0.01 * h.var(0)
+    np.testing.assert_allclose(logged["tf2"][("activation", "fake")][2], (h - mean) / np.sqrt(var + 1e-3), rtol=1e-4)
+    first = compare(str(tmp_path / "g"), "tf1", "tf2").first_divergence
+    assert (first.step, first.kind, first.tensor) == (0, "activation", "fake"), first
+    assert "a training flag: batch normalization or dropout in inference mode in one run only" in first.note

@@ -18,6 +18,7 @@ from tb_parity_plugin.engine.notes.context import (
     _OUTPUTS,
     _RECORDED_BEFORE,
     _layer_of,
+    _one_value,
 )
 from tb_parity_plugin.engine.notes.dropout import DropoutNotes
 from tb_parity_plugin.engine.notes.loss_scale import LossScaleNotes
@@ -210,12 +211,16 @@ class InputNotes(LossScaleNotes, DropoutNotes):
         if earlier:
             if loss:
                 return (
-                    f"{agree} at this step: the loss is computed differently (reduction, from_logits, label "
-                    "smoothing, a loss's own parameter such as Huber's delta, regularization terms, per-example "
-                    "weights: fit's class_weight= or sample_weight= against TF1's weights=; a multi-output model's "
-                    "per-head weights: compile's loss_weights= against TF1's weighted sum), its labels differ, or a "
-                    "layer after the last recorded output does"
-                ) + self._broadcast_labels(first, k)
+                    (
+                        f"{agree} at this step: the loss is computed differently (reduction, from_logits, label "
+                        "smoothing, a loss's own parameter such as Huber's delta, regularization terms, per-example "
+                        "weights: fit's class_weight= or sample_weight= against TF1's weights=; a multi-output model's "
+                        "per-head weights: compile's loss_weights= against TF1's weighted sum), its labels differ, or a "
+                        "layer after the last recorded output does"
+                    )
+                    + self._broadcast_labels(first, k)
+                    + self._after_a_phase_before()
+                )
             return (
                 f"{agree} at this step: this layer computes another function of its input (activation, padding, "
                 "epsilon, a training flag: dropout or batch normalization in training mode in one run only), or "
@@ -238,14 +243,42 @@ class InputNotes(LossScaleNotes, DropoutNotes):
         return (
             f"{agree} at this step and no output is recorded before it: "
             f"{'the model or the loss' if loss else 'the layer'} computes another function of its input"
-            + ("" if loss else " (activation, a scale, epsilon, padding, data format)")
+            + (
+                ""
+                if loss
+                # a trial's GAN port called its generator without training=True in a custom loop (Keras then
+                # runs batch norm on its moving statistics) and was told of activations and data formats
+                else " (activation, a scale, epsilon, padding, data format, a training flag: batch normalization "
+                "or dropout in inference mode in one run only, such as a Keras model called without training=True "
+                "in a custom loop)"
+            )
             + ", or its input differs (another batch: Keras fit shuffles unless shuffle=False, and over a finite "
             "shuffled dataset starts at its second order; a tf.data shuffle or batching on one side; or the input "
             "preprocessed otherwise: its scaling, a mean subtracted, an "
             "augmentation on one side; another input of a model of several: a dict's keys crossed); recording the "
             "input too, as kind input (rec.tensor('input', name, x) in TF1 "
             "or a custom loop), tells the two apart" + self._positions_note(first, k)
-        )
+        ) + (self._after_a_phase_before() if loss else "")
+
+    def _after_a_phase_before(self) -> str:
+        """For a loss diverging while every recorded weight agrees: when both runs' first logged step
+        is 0 and a slot already holds an update there in both, this logdir records a phase that follows
+        another's update in the same iteration (a GAN's generator after its discriminator), and a loss
+        computed before that update saw weights other than those recorded. A trial's GAN port took its
+        generator's loss from the one forward pass of the TF2 DCGAN tutorial's ``train_step``, before the
+        discriminator's update, and was told only that the loss is computed differently."""
+        for q in self._pairs:
+            if q.base.kind != "slot" or int(q.base.steps[0]) != 0 or int(q.cand.steps[0]) != 0:
+                continue
+            if _one_value(q.base.stats[0], 1) != 0.0 and _one_value(q.cand.stats[0], 1) != 0.0:
+                return (
+                    f"; at step 0 both runs' {q.base.name} already holds an update, so this logdir records a phase "
+                    "that follows another's update in each iteration (a GAN's generator after its discriminator): "
+                    "a loss computed from a forward pass run before that update (one forward pass for both tapes, as "
+                    "in the TF2 DCGAN tutorial's train_step, where TF1's second sess.run computes it again) uses the "
+                    "weights from before it, not those recorded here"
+                )
+        return ""
 
     def _recorded_input_note(self, first: Pair, k: int) -> str:
         """What a recorded input (kind ``input``) diverging at step ``k`` means: the runs were fed
