@@ -226,7 +226,7 @@ def test_a_port_counting_two_updates_per_step_is_warned_that_its_steps_pair_othe
     assert "'tf2' logged 4 steps, 0 to 6, every 2nd, where 'tf1' logged as many at every step, 0 to 3" in warned[0]
 
 
-def _tutorial_phases(root: str, run: str, stale: bool = False, inference: bool = False) -> None:
+def _tutorial_phases(root: str, run: str, stale: bool = False, inference: bool = False, g_lr: float = LR) -> None:
     """The TF2 DCGAN tutorial's shape, two phases recorded: ``stale`` takes the generator's loss from
     the forward pass run under both tapes before the discriminator's update (TF1's second sess.run
     computes it again); ``inference`` calls the generator, which has a batch norm, without
@@ -237,7 +237,7 @@ def _tutorial_phases(root: str, run: str, stale: bool = False, inference: bool =
     )
     disc.set_weights([K_D, np.zeros(1, np.float32)])
     gen.layers[0].set_weights([K_G])
-    d_opt, g_opt = tf.keras.optimizers.Adam(LR, beta_1=0.5), tf.keras.optimizers.Adam(LR, beta_1=0.5)
+    d_opt, g_opt = tf.keras.optimizers.Adam(LR, beta_1=0.5), tf.keras.optimizers.Adam(g_lr, beta_1=0.5)
     rec_d = summary_v2.Recorder(f"{root}/d/{run}")
     rec_g = summary_v2.Recorder(f"{root}/g/{run}")
 
@@ -337,3 +337,27 @@ def test_a_generator_called_in_inference_mode_is_told_of_the_training_flag(tmp_p
     first = compare(str(tmp_path / "g"), "tf1", "tf2").first_divergence
     assert (first.step, first.kind, first.tensor) == (0, "activation", "fake"), first
     assert "a training flag: batch normalization or dropout in inference mode in one run only" in first.note
+
+
+def test_a_generator_weight_in_the_discriminator_logdir_points_to_where_its_gradient_is(tmp_path) -> None:
+    """The candidate's generator at twice the lr: the discriminator's logdir first sees it at step 1,
+    on the generator's kernel, whose gradient only the generator's logdir records. That divergence had
+    no note (a trial's faithful GAN: its generator's bias before batch norm, whose rounding noise the
+    generator's logdir named); it now says its gradient is recorded elsewhere, its slots here."""
+    _tutorial_phases(str(tmp_path), "tf1")
+    _tutorial_phases(str(tmp_path), "tf2", g_lr=2 * LR)
+    logged = {run: tensors_by_step(str(tmp_path / "d" / run))[1] for run in ("tf1", "tf2")}
+    kernels = {
+        run: [v[2] for k, v in t.items() if k[0] == "weight" and v[2].shape == (3, 3)] for run, t in logged.items()
+    }
+    # numpy: Adam's first step is lr times g / (|g| + epsilon'), so twice the lr moves the kernel twice as far
+    np.testing.assert_allclose(kernels["tf2"][0] - K_G, 2 * (kernels["tf1"][0] - K_G), rtol=1e-4, atol=1e-6)
+    assert np.abs(kernels["tf1"][0] - K_G).max() > 0.05
+    first = compare(str(tmp_path / "d"), "tf1", "tf2").first_divergence
+    assert (first.step, first.kind) == (1, "weight") and first.tensor.endswith("kernel:0"), first
+    assert "neither run recorded its gradient here, though both record its optimizer's slots" in first.note, first
+    # in the generator's logdir, where its gradient is, the note is on its update (the discriminator's
+    # weights, which the generator's other output moved in the discriminator's phase, point back)
+    report = compare(str(tmp_path / "g"), "tf1", "tf2")
+    kernel = next(d for d in report.divergences_at_first_step if d.tensor == first.tensor)
+    assert kernel.step == 1 and "neither run recorded its gradient here" not in kernel.note, kernel.note

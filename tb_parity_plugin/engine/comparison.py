@@ -329,6 +329,7 @@ class Comparison(Notes):
                     or self._trained_in_one_run(pair, k)
                     or self._moved_by_the_update(pair, k, slot_gaps)
                     or self._starts_reordered(pair, k)
+                    or self._gradient_recorded_elsewhere(pair, k)
                 )
                 if b.kind == "weight" and not found.get("note")
                 else None,

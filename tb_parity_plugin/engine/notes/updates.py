@@ -270,6 +270,32 @@ class UpdateNotes(SlotNotes, GradientScaleNotes):
         )
         return note + noise + hold + "; README: What counts as a divergence"
 
+    def _gradient_recorded_elsewhere(self, pair: Pair, k: int) -> Optional[str]:
+        """For a weight diverging after step 0 with no gradient of it recorded in either run, while the
+        runs record other gradients and both record an optimizer's slot of it (an optimizer updates it):
+        what moved it is not in these logs. A GAN's phases each on a recorder of their own record the
+        generator's gradients in the generator's logdir only: a trial's discriminator logdir said DIVERGE
+        at step 1 on the generator's bias before batch norm with no note, where the generator's logdir
+        named the rounding noise Adam had turned into steps."""
+        if k == 0 or self._gradient_of(pair) is not None:
+            return None
+        if not any(q.base.kind == "grad" for q in self._pairs):
+            return None  # no gradient at all: the structure's lines say how to record them
+        var = align.variable_of("weight", pair.base.name)
+        slots = [
+            q.base.name
+            for q in self._pairs
+            if q.base.kind == "slot" and var is not None and align.variable_of("slot", q.base.name)[0] == var[0]
+        ]
+        if not slots:
+            return None
+        return (
+            f"neither run recorded its gradient here, though both record its optimizer's slots ({slots[0]}): the "
+            "update that moved it was recorded in another logdir (a GAN's other phase, on a recorder of its own, "
+            "where its gradient and the note on its update are) or its gradient was never recorded (record it: "
+            "rec.minimize or rec.apply_gradients); compare where its gradient is recorded"
+        )
+
     def _unrecorded_update(self, k: int) -> Optional[str]:
         """When, between the compared step before ``k`` and ``k``, one run logged steps that the other
         did not (None otherwise): the other's step count moved past them in updates it never recorded,
