@@ -226,11 +226,14 @@ def test_a_port_counting_two_updates_per_step_is_warned_that_its_steps_pair_othe
     assert "'tf2' logged 4 steps, 0 to 6, every 2nd, where 'tf1' logged as many at every step, 0 to 3" in warned[0]
 
 
-def _tutorial_phases(root: str, run: str, stale: bool = False, inference: bool = False, g_lr: float = LR) -> None:
+def _tutorial_phases(
+    root: str, run: str, stale: bool = False, inference: bool = False, g_lr: float = LR, by_d: bool = False
+) -> None:
     """The TF2 DCGAN tutorial's shape, two phases recorded: ``stale`` takes the generator's loss from
     the forward pass run under both tapes before the discriminator's update (TF1's second sess.run
     computes it again); ``inference`` calls the generator, which has a batch norm, without
-    ``training=True`` in its own phase."""
+    ``training=True`` in its own phase; ``by_d`` numbers the generator's phase by the discriminator's
+    ``iterations``, read after the discriminator's update."""
     disc = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(1)])
     gen = tf.keras.Sequential(
         [tf.keras.Input((3,)), tf.keras.layers.Dense(3, use_bias=False), tf.keras.layers.BatchNormalization()]
@@ -255,7 +258,7 @@ def _tutorial_phases(root: str, run: str, stale: bool = False, inference: bool =
                 )
                 stale_g_loss = tf.reduce_mean(tf.nn.softplus(-fake_out))
             rec_d.minimize(d_opt, d_loss, disc.trainable_variables, d_tape)
-        with rec_g.step(g_opt.iterations):
+        with rec_g.step(d_opt.iterations if by_d else g_opt.iterations):
             rec_g.variables(disc, d_opt)
             rec_g.variables(gen, g_opt)
             if stale:
@@ -361,3 +364,21 @@ def test_a_generator_weight_in_the_discriminator_logdir_points_to_where_its_grad
     report = compare(str(tmp_path / "g"), "tf1", "tf2")
     kernel = next(d for d in report.divergences_at_first_step if d.tensor == first.tensor)
     assert kernel.step == 1 and "neither run recorded its gradient here" not in kernel.note, kernel.note
+
+
+def test_a_phase_numbered_by_the_counter_of_the_phase_before_is_told_its_steps_are_one_later(tmp_path) -> None:
+    """A faithful port that numbers its generator's phase by the discriminator's ``iterations``, which
+    that phase's update has already moved: its generator logdir holds steps 1-4 where TF1's holds 0-3,
+    each one iteration later (numpy: its step 1 holds the initial generator kernel, TF1's step 0 too).
+    The steps both logged compared other iterations: DIVERGE at step 1 with no note."""
+    _tutorial_phases(str(tmp_path), "tf1")
+    _tutorial_phases(str(tmp_path), "tf2", by_d=True)
+    logged = {run: tensors_by_step(str(tmp_path / "g" / run)) for run in ("tf1", "tf2")}
+    assert sorted(logged["tf1"]) == [0, 1, 2, 3] and sorted(logged["tf2"]) == [1, 2, 3, 4]
+    for run, step in (("tf1", 0), ("tf2", 1)):
+        kernel = [v[2] for k, v in logged[run][step].items() if k[0] == "weight" and v[2].shape == (3, 3)]
+        np.testing.assert_array_equal(kernel, [K_G])
+    first = compare(str(tmp_path / "g"), "tf1", "tf2").first_divergence
+    assert (first.step, first.kind) == (1, "weight"), first
+    assert "every weight 'tf2' recorded at this step is the one 'tf1' recorded at step 0" in first.note, first.note
+    assert "'tf2' numbers its steps 1 later" in first.note, first.note

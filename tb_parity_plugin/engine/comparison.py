@@ -324,6 +324,7 @@ class Comparison(Notes):
                 found.get("note"),
                 (
                     self._resumed_at_another_step(pair, k)
+                    or self._numbered_apart(pair, k)
                     or self._overwritten_by_average(pair, k)
                     or self._loaded_crosswise(pair, k)
                     or self._trained_in_one_run(pair, k)

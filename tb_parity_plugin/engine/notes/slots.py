@@ -201,6 +201,50 @@ class SlotNotes(DecayNotes):
             )
         return None
 
+    def _numbered_apart(self, pair: Pair, k: int) -> Optional[str]:
+        """For a weight diverging at step ``k`` when the runs logged as many steps, every step, one
+        run's numbers ``d`` past the other's (1-10 against 0-9), and every weight the later-numbered
+        run recorded at ``k`` is the other's at ``k - d``, element for element: its counter is read
+        ``d`` updates later, and each step both logged holds another iteration of each (None
+        otherwise). A trial's faithful GAN port numbered its generator's phase by the
+        discriminator's ``iterations``, read after the discriminator's update: a DIVERGE at step 1
+        with no note, every generator weight a step behind TF1's."""
+        b_steps, c_steps = (np.asarray(run.steps, np.int64) for run in (self.base, self.cand))
+        if len(b_steps) < 2 or len(b_steps) != len(c_steps) or np.any(np.diff(b_steps) != 1):
+            return None
+        d = int(c_steps[0] - b_steps[0])
+        if d == 0 or not np.array_equal(c_steps - d, b_steps):
+            return None
+        weights = [p for p in self._pairs if p.base.kind == "weight" and p.use_values]
+        if pair not in weights:
+            return None
+        step = int(self.steps[k])
+        # the later-numbered run's weights at this step against the other's at the step its numbers mean
+        ahead, behind, late_side, early_side, shift = (
+            (self.cand, self.base, "cand", "base", d) if d > 0 else (self.base, self.cand, "base", "cand", -d)
+        )
+        for p in weights:
+            late, early = getattr(p, late_side), getattr(p, early_side)
+            rows = np.flatnonzero(np.asarray(late.steps) == step)
+            other = np.flatnonzero(np.asarray(early.steps) == step - shift)
+            if not len(rows) or not len(other):
+                return None
+            here, there = p.values_at(late_side, int(rows[0])), p.values_at(early_side, int(other[0]))
+            if here is None or there is None or here.shape != there.shape:
+                return None
+            here, there = np.asarray(here, np.float64), np.asarray(there, np.float64)
+            if not (np.abs(here - there) <= p.atol_at(k) + 1e-4 * np.abs(there)).all():
+                return None
+        return (
+            f"'{ahead.name}' logged its {len(c_steps)} steps at {int(ahead.steps[0])}-{int(ahead.steps[-1])} and "
+            f"'{behind.name}' as many at {int(behind.steps[0])}-{int(behind.steps[-1])}, and every weight "
+            f"'{ahead.name}' recorded at this step is the one '{behind.name}' recorded at step {step - shift}: "
+            f"'{ahead.name}' numbers its steps {shift} later, so each step both logged holds other iterations of each "
+            f"run; its step counter is read after {shift} update(s) of the iteration (a GAN's phase numbered by the "
+            "optimizer of the phase before it, read after that phase's update: number every phase by one counter "
+            "read before the iteration's first update, such as the generator's optimizer's iterations)"
+        )
+
     def _slot_lost_on_resume(self, pair: Pair, k: int) -> Optional[str]:
         """For a slot diverging at a step where one run was resumed (``RunData.resumed_at``), every
         element 0 in that run there, where it held other values at its step before and the other
