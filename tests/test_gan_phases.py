@@ -11,6 +11,7 @@ Expectations are numpy's.
 
 from __future__ import annotations
 
+import engine_helpers
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -18,6 +19,8 @@ from shim_readback import tensors_by_step
 
 from tb_parity_plugin import summary_v2
 from tb_parity_plugin.api import compare
+from tb_parity_plugin.engine import Comparison
+from tb_parity_plugin.logdir.rundata import RunData
 from tb_parity_plugin.shim.variables import variable_name
 
 LR = 0.1
@@ -382,3 +385,27 @@ def test_a_phase_numbered_by_the_counter_of_the_phase_before_is_told_its_steps_a
     assert (first.step, first.kind) == (1, "weight"), first
     assert "every weight 'tf2' recorded at this step is the one 'tf1' recorded at step 0" in first.note, first.note
     assert "'tf2' numbers its steps 1 later" in first.note, first.note
+
+
+def test_a_slot_whose_name_names_no_variable_does_not_break_the_note_on_a_weight_without_gradient() -> None:
+    """The note on a weight whose gradient neither run recorded looked up each slot's variable, and a slot
+    whose name names none (``velocity``, recorded by hand) made it index None: the report raised TypeError.
+    Synthetic series: the weight moves by 0.1 in the baseline and 0.2 in the candidate at step 1 (numpy)."""
+    w0 = np.array([1.0, 2.0], np.float32)
+    other = np.array([0.5, 0.5], np.float32)
+
+    def side(name: str, lr: float) -> RunData:
+        return engine_helpers.run(
+            name,
+            [
+                engine_helpers.series("weight", "dense/kernel:0", [w0, w0 - lr], order=1),
+                engine_helpers.series("weight", "other/kernel:0", [other, other], order=2),
+                engine_helpers.series("grad", "other/kernel:0", [other * 0, other * 0], order=3),
+                engine_helpers.series("slot", "dense/kernel/m", [w0 * 0, w0 * 0 + 0.1], order=4),
+                engine_helpers.series("slot", "velocity", [w0 * 0, w0 * 0], order=5),
+            ],
+        )
+
+    first = Comparison(side("b", 0.1), side("c", 0.2)).report().first_divergence
+    assert first is not None and (first.step, first.kind, first.tensor) == (1, "weight", "dense/kernel:0"), first
+    assert "neither run recorded its gradient here" in (first.note or ""), first.note

@@ -282,10 +282,12 @@ class UpdateNotes(SlotNotes, GradientScaleNotes):
         if not any(q.base.kind == "grad" for q in self._pairs):
             return None  # no gradient at all: the structure's lines say how to record them
         var = align.variable_of("weight", pair.base.name)
+        if var is None:
+            return None
         slots = [
             q.base.name
             for q in self._pairs
-            if q.base.kind == "slot" and var is not None and align.variable_of("slot", q.base.name)[0] == var[0]
+            if q.base.kind == "slot" and (align.variable_of("slot", q.base.name) or ("",))[0] == var[0]
         ]
         if not slots:
             return None
