@@ -42,9 +42,54 @@ class ScheduleNotes(NoteContext):
         close = 4.0 * HPARAM_RTOL * float(np.abs(b).max())
         form = self._schedule_form(steps, b, c, at, close)
         held = self._held_per_execution(steps, b, c, at, close)
-        if held is None:
+        if held is not None:
+            form = held if form is None else f"{held}; if no callback sets it: {form}"
+        applied = self._same_lr_applied(pair, k) if pair.base.kind == "lr" else None
+        if applied is None:
             return form
-        return held if form is None else f"{held}; if no callback sets it: {form}"
+        return applied if form is None else f"{applied}; the recorded values: {form}"
+
+    def _same_lr_applied(self, pair: Pair, k: int) -> Optional[str]:
+        """For an lr diverging at compared step ``k``: when every recorded weight agrees at ``k`` and at
+        the next compared step, where its update at the candidate's recorded lr would have moved some
+        weight far past tolerance, both runs applied one lr at ``k`` and one of them records another
+        value than its update applies. A new user's port recorded ``rec.lr(optimizer.learning_rate)``,
+        which tf_keras holds at the last update's value before ``apply_gradients``: the faithful port
+        was told its schedule ran a step behind. The effect is bounded below element-wise by both
+        ``|update| x |c/b - 1|`` (Adam, SGD, TF1 momentum: the whole update scales with the lr) and
+        ``|c - b| x |gradient|`` (Keras momentum: the lr scales the gradient's term alone)."""
+        if k + 1 >= len(self.steps) or int(self.steps[k + 1]) != int(self.steps[k]) + 1:
+            return None
+        both = pair.step_values(k)
+        if both is None:
+            return None
+        lr_b, lr_c = (float(np.ravel(v)[0]) for v in both)
+        if not (np.isfinite(lr_b) and np.isfinite(lr_c)) or lr_b == 0.0:
+            return None
+        weights = [p for p in self._pairs if p.base.kind == "weight"]
+        if not weights or not self._all_agree_at(weights, k) or not self._all_agree_at(weights, k + 1):
+            return None
+        reach = 0.0  # the largest effect over its tolerance at k + 1 the candidate's lr would have had
+        for w in weights:
+            g = self._gradient_of(w)
+            now, nxt = w.step_values(k), w.step_values(k + 1)
+            grad = None if g is None else g.step_values(k)
+            if now is None or nxt is None or grad is None or not now[0].shape == nxt[0].shape == grad[0].shape:
+                continue
+            w0, w1, gb = (np.asarray(a, np.float64) for a in (now[0], nxt[0], grad[0]))
+            effect = np.minimum(np.abs(w1 - w0) * abs(lr_c / lr_b - 1.0), abs(lr_c - lr_b) * np.abs(gb))
+            tol = w.atol_at(k + 1) + w.rtol_at(k + 1) * np.abs(w1)
+            if np.isfinite(effect).all():
+                reach = max(reach, float((effect / np.maximum(tol, 1e-300)).max(initial=0.0)))
+        if reach < 10.0:
+            return None
+        step, after = int(self.steps[k]), int(self.steps[k + 1])
+        return (
+            f"every recorded weight agrees at step {after}, where an update at the candidate's recorded lr would have "
+            f"moved one {reach:.3g} times its tolerance: both runs applied the same lr at step {step}, and one of them "
+            "records another value than its update applies (tf_keras's optimizer.learning_rate, read in the step "
+            "before apply_gradients, holds the last update's lr: record schedule(optimizer.iterations) instead)"
+        )
 
     def _schedule_form(self, steps: np.ndarray, b: np.ndarray, c: np.ndarray, at: int, close: float) -> Optional[str]:
         """:meth:`_schedule_note`'s reading of the two schedules' values alone (``b``, ``c`` at ``steps``,
