@@ -99,6 +99,25 @@ def test_the_json_table_names_every_field_of_a_real_report_and_no_other(demo_log
     assert verdicts == {"diverge", "incomplete", "agree", "agree within statistics"}
 
 
+def test_the_json_examples_flat_objects_are_a_real_reports(demo_logs: str) -> None:
+    """The README's ``--json`` example shows ``evidence`` and ``policy`` whole (no ``...``): a CI script
+    copied from it read ``evidence`` without ``sampled`` and a ``policy`` without ``accept_fewer_steps``,
+    fields the table names and every report holds. Each is checked, keys and values, against the
+    real report of the same pair."""
+    with open(README, encoding="utf-8") as f:
+        text = f.read()
+    found = re.search(r"\$ tb-parity diff demo_logs/lr_offbyone --json\n(.*?)```", text, re.S)
+    assert found, "the README's --json example"
+    out = io.StringIO()
+    code = cli.main(["diff", os.path.join(demo_logs, "lr_offbyone"), "--json"], stdout=out, stderr=io.StringIO())
+    assert code == 1
+    report = json.loads(out.getvalue())
+    for field in ("evidence", "policy"):
+        shown = re.search(rf'"{field}": (\{{[^{{}}]*\}})', found.group(1))
+        assert shown, field
+        assert json.loads(shown.group(1)) == report[field], (field, shown.group(1), report[field])
+
+
 def _port_files(tmp: str, update_ops: bool = True) -> None:
     """The README's end-to-end example, as written there (``update_ops=False``: the original without
     its train op's ``control_dependencies`` on ``UPDATE_OPS``)."""
