@@ -319,6 +319,9 @@ class Comparison(Notes):
                     "positions hold unrelated elements: no figure of the sample means anything"
                 )
         if pair.reason[k] == VALUE:
+            # a gradient the other's times one factor, or plus one factor times its weight (a decay), is
+            # told so, not that float32 rounding reaches it: a new user's bias decay, 1.9 times atol
+            related = (self._grad_scale(pair, k) or self._decay_note(pair, k)) if b.kind == "grad" else None
             notes = [
                 self._precision_note(b.kind, k),
                 found.get("note"),
@@ -346,8 +349,7 @@ class Comparison(Notes):
                 else None,
                 kink if b.kind == "grad" else None,
                 (
-                    self._grad_scale(pair, k)
-                    or self._decay_note(pair, k)
+                    related
                     or self._grad_scale_within_tolerance(pair, k)
                     or (None if kink else self._jump_from_agreeing_inputs(pair, k) or self._backward_differs(pair, k))
                 )
@@ -356,7 +358,7 @@ class Comparison(Notes):
                 self._schedule_note(pair, k) if b.kind in HPARAM_KINDS else None,
                 self._metric_note(pair, k) if b.kind == "metric" else None,
                 None
-                if loud
+                if loud or related
                 else _marginal_note(
                     b.kind, found, lambda: self._growth(pair, k), lambda: pair.atol_at(k), self._amplifiers
                 ),

@@ -76,10 +76,10 @@ def _scalar_at(series: Any, rows: np.ndarray, j: int) -> float:
     return float(np.ravel(series.values[int(rows[j])])[0])
 
 
-def _decay_factor(b: np.ndarray, c: np.ndarray, w: np.ndarray) -> Optional[float]:
+def _decay_factor(b: np.ndarray, c: np.ndarray, w: np.ndarray, slack: float = 1e-3) -> Optional[float]:
     """The one factor, not 0, by which gradient ``c`` minus gradient ``b`` is weight ``w`` at every element
-    up to rounding (an L2 term on one side only, or of another size), else None; a weight of one value
-    (a bias at 0.1, a gamma of ones) gives None, an offset explaining it as well."""
+    up to rounding and ``slack`` of the term (an L2 term on one side only, or of another size), else None;
+    a weight of one value (a bias at 0.1, a gamma of ones) gives None, an offset explaining it as well."""
     b, c, w = (np.asarray(a, np.float64) for a in (b, c, w))
     if not (np.isfinite(b).all() and np.isfinite(c).all() and np.isfinite(w).all()):
         return None
@@ -90,7 +90,7 @@ def _decay_factor(b: np.ndarray, c: np.ndarray, w: np.ndarray) -> Optional[float
         return None
     factor = float(d @ w / (w @ w))
     rounding = GRAD_NOISE_OF_MAX * max(float(np.abs(b).max()), float(np.abs(c).max()))
-    if factor == 0 or not np.all(np.abs(d - factor * w) <= rounding + 1e-3 * np.abs(factor * w)):
+    if factor == 0 or not np.all(np.abs(d - factor * w) <= rounding + slack * np.abs(factor * w)):
         return None
     return factor
 

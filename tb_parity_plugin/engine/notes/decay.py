@@ -17,6 +17,15 @@ from tb_parity_plugin.engine.notes.context import (
     _scalar_at,
 )
 from tb_parity_plugin.engine.pair import Pair
+from tb_parity_plugin.engine.tolerance import GRAD_NOISE_OF_MAX
+
+#: How many compared steps before a gradient's divergence :meth:`DecayNotes._decay_found_earlier` looks.
+_LOOK_BACK = 10
+#: How far past float32 rounding a decay's term must be at that earlier step to be taken for one.
+_CLEAR = 10.0
+#: How far off the earlier step's decay, relative to the term, the divergent step's difference may be:
+#: the weights parted within tolerance move the rest of the gradient (a new user's bias decay: 1%).
+_PARTED = 0.05
 
 
 class DecayNotes(NoteContext):
@@ -140,15 +149,50 @@ class DecayNotes(NoteContext):
         weight.ensure(k + 1, self.policy.equal_nan)
         if weight.reason[k] != OK:
             return None
-        factor = _decay_factor(grads[0], grads[1], weights[0])
+        factor, since = _decay_factor(grads[0], grads[1], weights[0]), ""
         if factor is None:
-            return None
+            found = self._decay_found_earlier(pair, weight, k)
+            if found is None:
+                return None
+            j, factor = found
+            d = np.asarray(grads[1], np.float64) - np.asarray(grads[0], np.float64)
+            term = factor * np.asarray(weights[0], np.float64)
+            off = np.abs(d - term)
+            rounding = GRAD_NOISE_OF_MAX * float(np.abs(np.asarray(grads[0], np.float64)).max())
+            if not np.all(off <= rounding + _PARTED * np.abs(term)):
+                return None
+            since = (
+                f" (at step {int(self.steps[j])} too, where the weights still agreed; here to "
+                f"{float((off / np.maximum(np.abs(term), 1e-300)).max()):.2%}, the runs' weights having parted "
+                "within tolerance since)"
+            )
         return (
-            f"the difference is {factor:.4g} times the weight {weight.base.name} at every element: a weight decay "
+            f"the difference is {factor:.4g} times the weight {weight.base.name} at every element{since}: a weight decay "
             "added to the loss on one side only or of another size (an L2 term: Keras regularizers.l2(λ) adds "
             "λ·Σw², gradient 2λ·w; TF1's λ·tf.nn.l2_loss(w) adds λ·Σw²/2, gradient λ·w; a regularizer on a "
             "layer the other run does not regularize)" + self._replicated_regularizer()
         )
+
+    def _decay_found_earlier(self, pair: Pair, weight: Pair, k: int) -> Optional[tuple[int, float]]:
+        """(compared step, factor) of the latest step before ``k`` (at most :data:`_LOOK_BACK` back) where
+        gradient ``pair`` differs by one factor times ``weight`` at every element, to :data:`_PARTED` of
+        the term, the weight agreeing there and the term far past rounding (:data:`_CLEAR`): a decay that
+        is 0 at the start (a bias from 0) passes atol steps later, when the runs' weights have parted
+        within tolerance and their gradients' difference is the decay only to a percent or two (a new
+        user's CNN port that regularized its bias too was told of float32 rounding and offered an
+        --override). The divergent step must then hold the same factor: two steps of other weights
+        agreeing on one factor is no chance."""
+        for j in range(k - 1, max(-1, k - 1 - _LOOK_BACK), -1):
+            grads, weights = pair.step_values(j), weight.step_values(j)
+            if grads is None or weights is None or len(weights[0]) != len(grads[0]) or weight.reason[j] != OK:
+                continue
+            factor = _decay_factor(grads[0], grads[1], weights[0], slack=_PARTED)
+            if factor is None:
+                continue
+            rounding = GRAD_NOISE_OF_MAX * float(np.abs(np.asarray(grads[0], np.float64)).max())
+            if float(np.abs(factor * np.asarray(weights[0], np.float64)).max()) >= _CLEAR * rounding:
+                return j, factor
+        return None
 
     def _replicated_regularizer(self) -> str:
         """For an L2-like gradient difference when one run ran several replicas: each replica adds
