@@ -241,6 +241,17 @@ def _say(text: str, out: TextIO) -> None:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+def _error(message: str, as_json: bool, out: TextIO, err: TextIO) -> int:
+    """Exit 2 with one line on stderr and, under ``--json``, ``{"error": ..., "exit": 2}`` on stdout: a CI
+    script that reads the report with ``json.loads(stdout)`` crashed on the empty output of a bad flag or a
+    missing logdir (a new user's did)."""
+    line = _one_line(message)
+    print(line, file=err)
+    if as_json:
+        print(json.dumps({"error": line, "exit": EXIT_ERROR}), file=out)
+    return EXIT_ERROR
+
+
 def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None) -> int:
     """Entry point of the ``tb-parity`` console script; returns the exit status."""
     out = stdout or sys.stdout
@@ -254,11 +265,9 @@ def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None, 
     except SystemExit as exc:  # --help
         return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_AGREE
     except (_UsageError, api.ParityInputError, OSError) as exc:
-        print(_one_line(f"{prog}: error: {exc}"), file=err)
-        return EXIT_ERROR
+        return _error(f"{prog}: error: {exc}", "--json" in argv and prog == "tb-parity", out, err)
     except Exception as exc:  # corrupt input must not end in a traceback
-        print(_one_line(f"{prog}: error: {type(exc).__name__}: {exc}"), file=err)
-        return EXIT_ERROR
+        return _error(f"{prog}: error: {type(exc).__name__}: {exc}", "--json" in argv and prog == "tb-parity", out, err)
     if report.first_divergence is not None:
         return EXIT_DIVERGE
     if report.incomplete:

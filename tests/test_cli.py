@@ -127,7 +127,12 @@ def test_missing_logdir_and_run_exit_2_one_line(tmp_path) -> None:
     assert run_cli("diff", logdir, "--map", "nonsense")[0] == 2
     for bad in ("*:atol=nan", "*:atol=inf", "*:rtol=-1", "re:(:atol=1"):
         code, out, err = run_cli("diff", logdir, "--override", bad, "--json")
-        assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err, (bad, err)
+        assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, (bad, err)
+        # under --json stdout holds the error as JSON too: a new user's CI script, json.loads(stdout), crashed
+        # on the empty output of a bad flag or a missing logdir
+        assert json.loads(out) == {"error": err.strip(), "exit": 2}, (bad, out)
+    code, out, err = run_cli("diff", str(tmp_path / "nope"), "--json")
+    assert code == 2 and json.loads(out) == {"error": err.strip(), "exit": 2}
     code, _, err = run_cli("diff", logdir, "--map", "re:(a)=\\2")
     assert code == 2 and "group" in err and err.count("\n") == 1
 
