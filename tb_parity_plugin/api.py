@@ -235,7 +235,11 @@ def assert_parity(
         lines += [f"warning: {w}" for w in report.warnings]
         raise AssertionError("\n".join(lines + problem_lines(report)))
     if report.incomplete:  # what was not read may diverge: not a pass
-        raise AssertionError("\n".join([report.verdict_text, *problem_lines(report)]))
+        # in Python's spelling: a new user's test was told "--accept-fewer-steps", a flag no keyword takes
+        text = report.verdict_text.replace("--accept-fewer-steps", "accept_fewer_steps=True").replace(
+            "--accept-read-problems", "accept_read_problems=True"
+        )
+        raise AssertionError("\n".join([text, *problem_lines(report)]))
     if require_values and report.statistics_only:
         raise AssertionError(f"{report.verdict_text}\n{statistics_only_line(report)}")
     return report

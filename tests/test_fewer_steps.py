@@ -34,8 +34,10 @@ def test_a_port_that_stops_early_is_incomplete_in_every_front_end(logdir: str, t
     assert report.first_divergence is None and report.verdict == "incomplete"
     assert report.ended_early == {"tf2": {"last": STEPS - 3, "other_last": STEPS - 1, "steps": 2}}
     assert "'tf2' ends at step 3 and 'tf1' logged 2 step(s) after it" in report.verdict_text
-    with pytest.raises(AssertionError, match="'tf2' trained fewer steps"):
+    with pytest.raises(AssertionError, match="'tf2' trained fewer steps") as raised:
         api.assert_parity(logdir, baseline="tf1", candidate="tf2")
+    # Python's spelling of the remedy, the keyword assert_parity takes (it said the CLI's flag)
+    assert "accept_fewer_steps=True" in str(raised.value) and "--accept" not in str(raised.value)
     assert cli.main(["diff", logdir]) == cli.EXIT_INCOMPLETE
     assert "INCOMPLETE" in capsys.readouterr().out
     page = tmp_path / "r.html"
