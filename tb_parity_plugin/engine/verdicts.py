@@ -116,10 +116,14 @@ def counted_twice(steps: dict[str, np.ndarray]) -> list[str]:
         for other_name, other in steps.items():
             if other_name == name or len(own) != len(other) or len(own) < 3:
                 continue
-            gaps, other_gaps = np.unique(np.diff(own)), np.unique(np.diff(other))
-            if len(gaps) != 1 or int(gaps[0]) < 2 or len(other_gaps) != 1 or int(other_gaps[0]) != 1:
+            # steps are sorted and unique: the other logged every step exactly when its span is n - 1, so
+            # runs logged at every step (every refresh's case) are passed over without a pass over them
+            n, span = len(own), int(own[-1] - own[0])
+            if int(other[-1] - other[0]) != n - 1 or span % (n - 1) or span // (n - 1) < 2:
                 continue
-            k = int(gaps[0])
+            k = span // (n - 1)
+            if not bool((np.diff(own) == k).all()):
+                continue
             nth = {2: "2nd", 3: "3rd"}.get(k, f"{k}th")
             found.append(
                 f"{name!r} logged {len(own)} steps, {int(own[0])} to {int(own[-1])}, every {nth}, where {other_name!r} "
