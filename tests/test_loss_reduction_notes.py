@@ -75,8 +75,9 @@ def train_fit(run_dir: str, loss: Any, sample_weight: Optional[np.ndarray]) -> N
     rec.close()
 
 
-def train_loop(run_dir: str, labels: np.ndarray) -> None:
-    """A custom loop on a hand-written mean squared error, fed ``labels`` (``[N, 1]`` or flat ``[N]``)."""
+def train_loop(run_dir: str, labels: np.ndarray, name: str = "out") -> None:
+    """A custom loop on a hand-written mean squared error, fed ``labels`` (``[N, 1]`` or flat ``[N]``);
+    ``name``: what the output is recorded as (another than its layer's ties it to no bias gradient)."""
     model, opt = _model(), tf.keras.optimizers.SGD(LR)
     rec = summary_v2.Recorder(run_dir)
 
@@ -85,7 +86,7 @@ def train_loop(run_dir: str, labels: np.ndarray) -> None:
         with rec.step(opt.iterations, variables=model, optimizer=opt):
             rec.lr(tf.constant(LR))
             with tf.GradientTape() as tape:
-                pred = rec.activation("out", model(x))
+                pred = rec.activation(name, model(x))
                 loss = rec.loss(tf.reduce_mean(tf.square(y - pred)))
             rec.minimize(opt, loss, model.trainable_variables, tape)
 
@@ -160,6 +161,23 @@ def test_flat_labels_broadcast_in_a_hand_written_mean_are_named(tmp_path) -> Non
     assert d is not None and (d.step, d.kind) == (0, "loss"), d
     assert "labels of shape [8] against it broadcast to [8, 8]" in (d.note or ""), d.note
     assert "grad/out/bias:0, its one-element bias's gradient, agrees" in (d.note or ""), d.note
+
+
+def test_a_broadcast_is_not_guessed_without_the_bias_gradient_to_check_it(tmp_path) -> None:
+    """Two trials' [n, 1] outputs (a GAN discriminator's second call, a siamese distance) with labels of
+    that very shape were told of labels broadcast to [n, n], with no bias gradient of theirs recorded to
+    check it against. Here both runs record the output as "pred", which names no layer: the flat-label
+    port still diverges at its loss (numpy: the broadcast mean is another number), told no broadcast."""
+    train_loop(str(tmp_path / "tf2"), Y, name="pred")
+    train_loop(str(tmp_path / "flat"), Y[:, 0], name="pred")
+    mean = numpy_losses(lambda p, w, y: ((p - y) ** 2).mean())
+    broadcast = numpy_losses(lambda p, w, y: ((y.reshape(1, -1) - p) ** 2).mean())
+    got = tensors_by_step(str(tmp_path / "flat"))
+    np.testing.assert_allclose([float(got[s][("loss", "loss")][2]) for s in range(STEPS)], broadcast, rtol=1e-5)
+    assert abs(broadcast[0] / mean[0] - 1) > 1e-2
+    d = compare(str(tmp_path), baseline="tf2", candidate="flat").first_divergence
+    assert d is not None and (d.step, d.kind) == (0, "loss"), d
+    assert "broadcast" not in (d.note or ""), d.note
 
 
 def huber(delta: float) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:

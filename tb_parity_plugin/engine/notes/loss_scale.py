@@ -267,7 +267,7 @@ class LossScaleNotes(NoteContext):
 
     def _broadcast_labels(self, loss: Pair, k: int) -> str:
         """When the last output recorded before ``loss`` is ``[n, 1]`` in both runs at ``k``, and that layer's
-        one-element bias gradient, when both runs recorded it, agrees there: labels of shape ``[n]`` against it
+        one-element bias gradient, which both runs must have recorded, agrees there: labels of shape ``[n]`` against it
         broadcast to ``[n, n]`` in a hand-written loss, said as a clause; "" otherwise. A
         helper's custom-loop port fed its regression labels flat, ``tf.reduce_mean(tf.square(y - pred))``
         averaged every label against every prediction, and the note named no broadcast."""
@@ -294,6 +294,10 @@ class LossScaleNotes(NoteContext):
             and g.by_values_at(k)
             and g.known_shape("base", int(g.ib[k])) == (1,)
         ]
+        if not bias:
+            # nothing to check it against: a GAN's discriminator logits called twice (d_logits/call_1) and a
+            # siamese distance, both [n, 1] with labels of that shape, were told of a broadcast by two trials
+            return ""
         for g in bias:
             g.ensure(k + 1, self.policy.equal_nan)
         if any(g.reason[k] != OK for g in bias):
@@ -306,8 +310,6 @@ class LossScaleNotes(NoteContext):
         kept = (
             f", and grad/{bias[0].base.name}, its one-element bias's gradient, agrees, as such a broadcast leaves it "
             "for a squared error or a cross-entropy on logits"
-            if bias
-            else ""
         )
         return (
             f"; {last.base.kind}/{last.base.name}, the last output recorded before it, is [{sb[0]}, 1]: labels of "
