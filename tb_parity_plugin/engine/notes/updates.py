@@ -21,6 +21,20 @@ from tb_parity_plugin.engine.pair import NONFINITE_COLS, Pair, take_rows
 from tb_parity_plugin.engine.tolerance import ROUNDED_WEIGHT_ULPS
 from tb_parity_plugin.records import metadata
 
+_IDX = metadata.STAT_INDEX
+#: The statistics and counts that no order of a tensor's elements changes.
+_COUNTS = ("neg_inf", "pos_inf", "nan", "neg_finite", "zero", "pos_finite")
+_ORDER_FREE = ("min", "max", "mean", "std", "l2")
+#: How far (float32 ulps of the larger of the two, or of the std) a statistic of the same elements in another
+#: order may move: mean, std and L2 are sums, whose rounding follows the order of their terms (half an ulp on
+#: a trial's 100000-row table gradient, its 63 looked-up rows at other positions).
+_SAME_STAT_ULPS = 8
+
+
+def _all_zero(stats: np.ndarray) -> bool:
+    """Every element of the tensor of this statistics row is 0."""
+    return bool(stats[_IDX["size"]] > 0 and stats[_IDX["zero"]] == stats[_IDX["size"]])
+
 
 class UpdateNotes(SlotNotes, GradientScaleNotes):
     """Notes on weights, slots and gradients that diverge: what their updates and gradients show."""
@@ -722,11 +736,26 @@ class UpdateNotes(SlotNotes, GradientScaleNotes):
             return None
         both = pair.step_values(k)
         none = None
-        if both is not None:
+        whole = self._sampled_whole(pair, k)
+        if whole is not None:
+            # a sample holds 256 of the gradient's elements: its zeros say nothing of the whole (a trial's
+            # wide table, its crossed ids hashed to other buckets in the port, was told "the whole gradient is
+            # exactly 0" in the port); the whole's statistics say whether it is all 0, or the same values
+            moved = self._moved_elsewhere(whole, k)
+            if moved:
+                return moved
+            for run, mine, theirs in (
+                (self.base.name, whole.base, whole.cand),
+                (self.cand.name, whole.cand, whole.base),
+            ):
+                zero = [_all_zero(s.stats[int(i[k])]) for s, i in ((mine, whole.ib), (theirs, whole.ic))]
+                if zero[0] and not zero[1]:
+                    none = run
+        elif both is not None:
             for run, mine, theirs in ((self.base.name, *both), (self.cand.name, *both[::-1])):
                 if mine.size and not np.any(mine) and np.any(theirs):
                     none = run
-        cut = None if none is not None else self._rows_cut_off(pair, k)
+        cut = None if none is not None or whole is not None else self._rows_cut_off(pair, k)
         rows = (
             f"the whole gradient is exactly 0 in '{none}' alone: no gradient reaches this weight there (a custom "
             "gradient or straight-through estimator that returns zeros where the other passes the gradient on, a "
@@ -753,6 +782,45 @@ class UpdateNotes(SlotNotes, GradientScaleNotes):
             "gradient one run takes from fewer of its uses (a shared weight's gradient is the sum over them), a "
             "custom gradient, or a loss of the same value and another gradient (a clip_by_value, a tf.where); "
             "a ReLU-like unit exactly at its kink moves a few elements so too"
+        )
+
+    def _sampled_whole(self, pair: Pair, k: int) -> Optional[Pair]:
+        """The pair of the tensor whose element sample ``pair`` is, logged by both runs at ``k``, else None."""
+        parent = metadata.sample_parent(pair.base.name)
+        if parent is None:
+            return None
+        for p in self._pairs:
+            if p.base.kind == pair.base.kind and p.base.name == parent and p.ib[k] >= 0 and p.ic[k] >= 0:
+                return p
+        return None
+
+    def _moved_elsewhere(self, whole: Pair, k: int) -> Optional[str]:
+        """When a tensor's sample differs at ``k`` while the whole tensor's statistics, which no order of
+        its elements changes (the counts of negative, zero and positive elements, min, max, mean, std,
+        L2), agree to float32 rounding and are not all 0: the same values at other positions. An
+        embedding's gradient so is the rows a batch looks up being other rows in one run: a trial's wide
+        table whose crossed ids the port hashed with ``HashedCrossing`` where TF1 hashed the joined string
+        with ``string_to_hash_bucket_fast`` (its outputs and loss agree while the table starts at 0)."""
+        b, c = whole.base.stats[int(whole.ib[k])], whole.cand.stats[int(whole.ic[k])]
+        if b[_IDX["size"]] != c[_IDX["size"]] or _all_zero(b) or _all_zero(c):
+            return None
+        if any(b[_IDX[n]] != c[_IDX[n]] for n in _COUNTS):
+            return None
+        for n in _ORDER_FREE:
+            x, y = float(b[_IDX[n]]), float(c[_IDX[n]])
+            if not abs(x - y) <= _SAME_STAT_ULPS * np.finfo(np.float32).eps * max(
+                abs(x), abs(y), float(b[_IDX["std"]])
+            ):
+                return None
+        return (
+            f"the whole of {whole.base.name} has the same statistics in both runs at this step (its counts of "
+            "negative, zero and positive elements, min, max, mean, std and L2, which no order of its elements "
+            "changes), while its sampled elements differ: likely the same values at other positions. In an embedding's "
+            "gradient that is the batch looking up other rows in each run: ids mapped to other rows (another "
+            "hash function, e.g. tf.keras.layers.HashedCrossing or Hashing with a salt against "
+            "string_to_hash_bucket_fast of a joined string; another vocabulary, OOV or mask index; an id offset), "
+            "or a table laid out in another order; the outputs it feeds agree where the rows it reads hold the "
+            "same values in both runs (a table that starts at 0) and part once they differ"
         )
 
     def _rows_cut_off(self, pair: Pair, k: int) -> Optional[tuple[str, list[int]]]:
