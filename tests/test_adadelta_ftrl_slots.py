@@ -325,3 +325,24 @@ def test_an_ftrl_port_without_l1_whose_weights_tf1_holds_at_0_is_told_the_consta
     first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
     assert (first.step, first.kind, first.tensor) == (1, "weight", "dense/kernel:0"), first
     assert "NonNeg" not in first.note and "Ftrl" in first.note, first.note
+
+
+def test_a_variable_trained_by_adagrad_where_tf1_has_ftrl_is_told_so_on_ftrls_linear_term(tmp_path) -> None:
+    """A trial's wide-and-deep port trained its wide part with the deep part's Adagrad where TF1 had
+    Ftrl. Adagrad's accumulator pairs with Ftrl's (both start at 0.1 and add g²), and Ftrl's linear term
+    was a bare "recorded by the baseline only" line."""
+    tf1 = _tf1(str(tmp_path / "tf1"), lambda: tf.compat.v1.train.FtrlOptimizer(0.1), FTRL)
+    watch = lambda opt: {"accum": opt._accumulators[0]}  # noqa: E731
+    port = dense_regression_port(str(tmp_path / "tf2"), K, X, Y, tf.keras.optimizers.Adagrad(0.1, epsilon=0.0), watch)
+    np.testing.assert_allclose(port["accum"][1], tf1["accum"][1], rtol=1e-5)  # numpy: 0.1 + g² in both
+    # numpy: the kernel after the first update, Ftrl's (l1 = l2 = 0) against Adagrad's w - lr g / sqrt(accum)
+    g = _kernel_gradient_at_step_0()
+    accum, linear = 0.1 + g * g, g - (np.sqrt(0.1 + g * g) - np.sqrt(0.1)) / 0.1 * K
+    w_ftrl, w_adagrad = -linear / (np.sqrt(accum) / 0.1), K - 0.1 * g / np.sqrt(accum)
+    assert np.abs(w_ftrl - w_adagrad).max() > 1e-3
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
+    assert not report.agree
+    note = _structure_note(report, "slot/dense/kernel/Ftrl_1:0")
+    assert "Ftrl's linear term" in note and "Adagrad" in note, note
+    first = report.first_step_divergence
+    assert (first.step, first.kind, first.tensor) == (1, "weight", "dense/kernel:0"), first

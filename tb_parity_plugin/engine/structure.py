@@ -595,6 +595,15 @@ _RULE_SLOTS = {
         "RMSProp_2, tf_keras average_gradient, legacy mg): the other run keeps none, so centered differs (the "
         "denominator is mean square - mg² in one run, mean square in the other)"
     ),
+    # a trial's wide-and-deep port trained its wide part with the deep part's Adagrad where TF1 had Ftrl:
+    # Adagrad's accumulator paired with Ftrl's, and Ftrl's linear term was a bare structure line
+    "linear": (
+        "Ftrl's linear term (TF1 Ftrl_1, tf_keras linear): the other run keeps none, so it trains this variable "
+        "with another optimizer than Ftrl (an accumulator kept alone is Adagrad's: a wide part trained by the "
+        "deep part's optimizer); the weights part at the first "
+        "update, Ftrl setting each weight from its accumulator and linear term (with its l1 and l2) where the "
+        "other steps by its own rule"
+    ),
 }
 
 
