@@ -337,6 +337,8 @@ class Comparison(Notes):
                 )
                 if b.kind == "weight" and not found.get("note")
                 else None,
+                # read from statistics too: a large table's is all its record holds (a warm-started wide table)
+                self._ftrl_sets_every_row(pair, k) if b.kind == "weight" else None,
                 (
                     self._slot_lost_on_resume(pair, k)
                     or self._slot_starts_otherwise(pair, k)

@@ -18,6 +18,7 @@ from tb_parity_plugin.engine.notes.context import (
 )
 from tb_parity_plugin.engine.pair import Pair
 from tb_parity_plugin.engine.tolerance import GRAD_NOISE_OF_MAX
+from tb_parity_plugin.records import metadata
 
 #: How many compared steps before a gradient's divergence :meth:`DecayNotes._decay_found_earlier` looks.
 _LOOK_BACK = 10
@@ -26,6 +27,9 @@ _CLEAR = 10.0
 #: How far off the earlier step's decay, relative to the term, the divergent step's difference may be:
 #: the weights parted within tolerance move the rest of the gradient (a new user's bias decay: 1%).
 _PARTED = 0.05
+
+
+_STAT = metadata.STAT_INDEX
 
 
 class DecayNotes(NoteContext):
@@ -103,6 +107,55 @@ class DecayNotes(NoteContext):
             "l1_regularization_strength, l2_regularization_strength, beta, learning_rate_power), not the gradients that reached the slots (a weight exactly 0 in one run only: "
             "its |linear| is within that run's l1)"
         )
+
+    def _ftrl_sets_every_row(self, pair: Pair, k: int) -> Optional[str]:
+        """For a weight under Ftrl in both runs diverging at step ``k``, from statistics alone: when one
+        run's weight is 0 wherever its linear term is 0 and was not at the first step both logged, while
+        the other keeps elements its linear term does not set, the first sets the whole variable from its
+        slots at each update (tf_keras's ``Ftrl``: ``variable.assign`` over every row, a row no gradient
+        reached having linear 0 and so weight 0) where the other updates a sparse gradient's rows only
+        (TF1's ``FtrlOptimizer``, ``tf.keras.optimizers.legacy.Ftrl``). They part only where a weight
+        starts nonzero: a trial's wide table warm-started from a TF1 checkpoint, its 100000 rows all 0 but
+        the 63 looked up at step 0 after the port's first update, got no note (None otherwise)."""
+        g = self._gradient_of(pair)
+        if g is None or k == 0:
+            return None
+        linear = next(
+            (
+                p
+                for p in self._slots_fed_by(g)
+                if all((align.variable_of("slot", n) or ("", ""))[1] == "linear" for n in (p.base.name, p.cand.name))
+            ),
+            None,
+        )
+        if linear is None or linear.ib[k] < 0 or linear.ic[k] < 0:
+            return None
+        first = np.flatnonzero((pair.ib[:k] >= 0) & (pair.ic[:k] >= 0))
+        if not len(first):
+            return None
+        j, zero, size = int(first[0]), _STAT["zero"], _STAT["size"]
+        counts = []  # per run: (weight zeros at k, at the first step, linear zeros at k, size)
+        for w, wi, lin, li in (
+            (pair.base, pair.ib, linear.base, linear.ib),
+            (pair.cand, pair.ic, linear.cand, linear.ic),
+        ):
+            ws, w0, ls = w.stats[int(wi[k])], w.stats[int(wi[j])], lin.stats[int(li[k])]
+            counts.append((float(ws[zero]), float(w0[zero]), float(ls[zero]), float(ws[size])))
+        names = (self.base.name, self.cand.name)
+        for a in (0, 1):
+            (wz, w0z, lz, n), (owz, _, olz, _) = counts[a], counts[1 - a]
+            if wz >= lz > w0z and owz < olz:
+                return (
+                    f"in '{names[a]}' this weight is 0 wherever its Ftrl linear term is 0 ({int(lz)} of its {int(n)} "
+                    f"elements), which it was not at step {int(self.steps[j])}, while '{names[1 - a]}' holds at least "
+                    f"{int(olz - owz)} nonzero elements that its linear term has not set: "
+                    f"'{names[a]}' sets the whole variable from its slots at each update (tf_keras's Ftrl assigns "
+                    "every row, and a row no gradient reached, linear 0, becomes 0) where "
+                    f"'{names[1 - a]}' updates only the rows a sparse gradient looks up (TF1's FtrlOptimizer, "
+                    "tf.keras.optimizers.legacy.Ftrl); they part only where a weight starts nonzero (a table "
+                    "warm-started from a checkpoint): a port keeps TF1's rule with tf.keras.optimizers.legacy.Ftrl"
+                )
+        return None
 
     def _coupled_decay(self, pair: Pair, g: Pair, k: int, b: np.ndarray, c: np.ndarray) -> str:
         """For Adam's first moment at step ``k``, 0 in both runs at the step before: when the two
