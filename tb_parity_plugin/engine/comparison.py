@@ -369,7 +369,9 @@ class Comparison(Notes):
         elif pair.reason[k] == SHAPE and b.kind in ("weight", "slot", "grad"):
             found["note"] = "; ".join(n for n in (found.get("note"), self._input_width_upstream(pair, k)) if n) or None
         elif pair.reason[k] == SHAPE and b.kind in ("input", "activation", "output"):
-            shape_note = self._batch_axis_note(pair, k) or self._padded_width_note(pair, k)
+            shape_note = (
+                self._batch_axis_note(pair, k) or self._padded_width_note(pair, k) or self._window_padding_note(pair, k)
+            )
             found["note"] = "; ".join(n for n in (found.get("note"), shape_note) if n) or None
         elif pair.reason[k] == MISSING and b.kind in ("grad", "slot"):
             found["note"] = "; ".join(n for n in (found.get("note"), self._not_applied(pair, k)) if n) or None

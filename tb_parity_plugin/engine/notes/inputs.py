@@ -22,6 +22,7 @@ from tb_parity_plugin.engine.notes.context import (
 )
 from tb_parity_plugin.engine.notes.dropout import DropoutNotes
 from tb_parity_plugin.engine.notes.loss_scale import LossScaleNotes
+from tb_parity_plugin.engine.notes.spatial import SpatialNotes
 from tb_parity_plugin.engine.notes.state import _MOVING_STATS
 from tb_parity_plugin.engine.pair import Pair
 from tb_parity_plugin.records import metadata
@@ -38,7 +39,7 @@ _MASKING = (
 )
 
 
-class InputNotes(LossScaleNotes, DropoutNotes):
+class InputNotes(LossScaleNotes, DropoutNotes, SpatialNotes):
     """Notes on an output that diverges first while what feeds it agrees."""
 
     def _input_note(self, first: Pair, k: int) -> Optional[str]:
@@ -101,7 +102,10 @@ class InputNotes(LossScaleNotes, DropoutNotes):
         if not all(p.by_values_at(k) for p in earlier):
             # an output compared by statistics only is no proof that it agrees; but a batch norm
             # whose replicas' moving statistics parted normalized each replica's share, whatever
-            # came before it
+            # came before it, and a resize is read from its own input alone (which agrees element-wise)
+            resized = self._resize_note(first, k)
+            if resized:
+                return f"the output recorded just before it agrees element-wise at this step, and {resized}"
             return self._per_replica_batch_norm_note(first, k, self._earlier_by_statistics(first, k))
         agree = (
             ("every weight both runs recorded" if unpaired else "every recorded weight")
@@ -178,6 +182,9 @@ class InputNotes(LossScaleNotes, DropoutNotes):
         features = self._features_in_another_order(first, k)
         if features:
             return f"{agree} at this step, and {features}"
+        resized = None if loss else self._resize_note(first, k)
+        if resized:
+            return f"{agree} at this step, and {resized}"
         squashed = None if loss else self._squashed(first, k)
         if squashed:
             return f"{agree} at this step, and {squashed}"
