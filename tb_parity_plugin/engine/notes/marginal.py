@@ -142,12 +142,31 @@ def _marginal_note(
     The override it offers is above ``held()``, the atol that step was held to, asked only here: an
     override's atol replaces an output's share, and a review's 1e-4 tightened an activation of peak
     100. The divergence is real and stays one. ``amplifiers()``: what amplifies rounding, among the
-    layers the runs have (:func:`_amplifiers`)."""
+    layers the runs have (:func:`_amplifiers`).
+
+    An output too large for full values is told too, by its element sample (evidence ``sample``: the
+    sample's own ratio and growth) or by its statistics alone (a lower bound on its elements' ratio,
+    so it sends the user to full values first): a new user's faithful Adam U-Net port, its
+    transposed convolution's output of 8192 elements 1.13x past tolerance at step 9 by its
+    statistics and 1.08x by its sample, got no note at all, where the same run recorded with full
+    values was told this."""
     ratio = found.get("error_ratio")
-    if kind not in ("activation", "grad") or found.get("evidence") != "values" or ratio is None:
+    evidence = found.get("evidence")
+    if kind not in ("activation", "grad") or evidence not in ("values", "sample", "statistics") or ratio is None:
         return None
     if not 1.0 < ratio < MARGINAL_RATIO:
         return None
+    if evidence == "statistics":
+        return (
+            f"its statistics put it just past tolerance (error ratio {ratio:.3g}, a lower bound: statistics show how "
+            "far a figure moved, not each element): float32 rounding amplified by the network "
+            f"({amplifiers()}) reaches that on faithful ports within a few steps, and so does a small real "
+            "difference (a normalization layer's epsilon; an optimizer setting: Adam's epsilon, TF1 1e-8 against "
+            "Keras 1e-7, or its betas, which tf_keras subtracts from 1 before rounding to float32 and TF1 after; "
+            "a decay), and so can a larger difference in a few elements; its element sample, where recorded, "
+            "says more. Record it with full values (full_values_limit above its size) to compare every element "
+            "and see whether it grows, before loosening atol"
+        )
     grown, atol = growth(), held()
     steady = ""
     if grown is not None and grown[0] > 0:
@@ -156,7 +175,8 @@ def _marginal_note(
             return (
                 f"just past tolerance here (error ratio {ratio:.3g}), but its largest difference grows from {now:.3g} "
                 f"to {later:.3g} by step {step} ({later / now:.3g}x): follow it upstream before loosening atol (the "
-                "weights' differences over the steps before; an optimizer setting such as weight decay, or a schedule)"
+                "weights' differences over the steps before; an optimizer setting such as weight decay, Adam's "
+                "epsilon or betas, or a schedule)"
             )
         if seen >= STEADY_STEPS and later <= STEADY_FACTOR * now:
             steady = (
@@ -164,10 +184,13 @@ def _marginal_note(
                 f"at most (step {step}), {later / now:.3g}x this step's {now:.3g}."
             )
     return (
-        f"just past tolerance (error ratio {ratio:.3g}): float32 rounding amplified by the network ({amplifiers()}) "
+        f"just past tolerance{' on its sampled elements' if evidence == 'sample' else ''} (error ratio {ratio:.3g}): "
+        f"float32 rounding amplified by the network ({amplifiers()}) "
         "reaches this on faithful ports within a few steps, and so does a small real difference (a normalization "
         "layer's epsilon: Keras LayerNormalization and BatchNormalization 1e-3, TF1 code often 1e-12 or 1e-5; "
-        "an optimizer setting: Adam's epsilon, TF1 1e-8 against Keras 1e-7; a decay); a difference that grows "
+        "an optimizer setting: Adam's epsilon, TF1 1e-8 against Keras 1e-7, or its betas, which tf_keras subtracts "
+        "from 1 before rounding to float32 and TF1 after: Adam(beta_1=float(np.float32(0.9)), "
+        "beta_2=float(np.float32(0.999))) decays as TF1 does; a decay); a difference that grows "
         "over the next steps (the heat map) is no noise." + steady + " Rule out those settings before loosening "
         f"this kind with --override '{kind}/*:atol={_looser(atol):g}' (this step was held to atol {atol:.3g}; an "
         "override's atol replaces the share of the largest element)."
