@@ -81,9 +81,11 @@ class InputNotes(LossScaleNotes, DropoutNotes, SpatialNotes):
             # a batch norm whose replicas' moving statistics parted normalized each replica's share
             # whatever its weights (a ResNet's synchronized=False port, its 3x3x16x32 kernels kept as
             # statistics, got no note)
-            return self._per_replica_batch_norm_note(
-                first, k, self._earlier_by_statistics(first, k) + loose
-            ) or self._padding_masked_in_one_run(first, k)
+            return (
+                self._per_replica_batch_norm_note(first, k, self._earlier_by_statistics(first, k) + loose)
+                or self._padding_masked_in_one_run(first, k)
+                or self._loss_after_agreeing_output(first, k, loose)
+            )
         loosened = self._apart_under_override(weights, k)
         if (
             loosened
@@ -106,7 +108,9 @@ class InputNotes(LossScaleNotes, DropoutNotes, SpatialNotes):
             resized = self._resize_note(first, k)
             if resized:
                 return f"the output recorded just before it agrees element-wise at this step, and {resized}"
-            return self._per_replica_batch_norm_note(first, k, self._earlier_by_statistics(first, k))
+            return self._per_replica_batch_norm_note(
+                first, k, self._earlier_by_statistics(first, k)
+            ) or self._loss_after_agreeing_output(first, k, [])
         agree = (
             ("every weight both runs recorded" if unpaired else "every recorded weight")
             + (
@@ -119,6 +123,30 @@ class InputNotes(LossScaleNotes, DropoutNotes, SpatialNotes):
         note = self._what_is_left(agree, first, k, bool(earlier))
         upstream = self._maybe_upstream(first, unpaired)
         return note + self._unpaired_clause(first, upstream) if upstream else note
+
+    def _loss_after_agreeing_output(self, first: Pair, k: int, weights: list[Pair]) -> Optional[str]:
+        """For a loss diverging first at ``k`` while outputs before it are compared by statistics only:
+        when the output recorded just before it (the model's output, in a model recording it) agrees
+        element-wise, what :meth:`_what_is_left` says of a loss, with the outputs statistics alone
+        compared. A new user's U-Net port that left out TF1's class weights (``weights=`` of
+        ``sparse_softmax_cross_entropy``) diverged on its loss at step 0, its logits agreeing
+        element-wise, and got no note because larger layer outputs before them (and a larger kernel,
+        ``weights``) were kept as statistics. None otherwise."""
+        if first.base.kind != "loss":
+            return None
+        before = self._input_before(first, k)
+        if before is None or before.base.kind not in _OUTPUTS or not before.by_values_at(k):
+            return None
+        before.ensure(k + 1, self.policy.equal_nan)
+        if before.reason[k] != OK:
+            return None
+        loose = ", ".join(f"{p.base.kind}/{p.base.name}" for p in self._earlier_by_statistics(first, k) + weights)
+        agree = f"{before.base.kind}/{before.base.name}, the output recorded just before it, agrees element-wise"
+        return self._what_is_left(agree, first, k, True) + (
+            f" (compared by statistics only before it: {loose}; a loss that also reads one of those may differ there)"
+            if loose
+            else ""
+        )
 
     def _what_is_left(self, agree: str, first: Pair, k: int, earlier: bool) -> str:
         """:meth:`_input_note`'s reading of the output's own values and of what was recorded before
