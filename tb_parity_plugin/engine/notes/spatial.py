@@ -11,10 +11,13 @@ from typing import Optional
 import numpy as np
 
 from tb_parity_plugin.engine.matrix import OK, SHAPE
-from tb_parity_plugin.engine.notes.context import _RECORDED_BEFORE
+from tb_parity_plugin.engine.notes.context import _RECORDED_BEFORE, NoteContext
 from tb_parity_plugin.engine.pair import Pair
 from tb_parity_plugin.records import metadata
 
+#: The largest window and stride :meth:`SpatialNotes._window_padding_note` tries (pooling and convolution
+#: windows are a few pixels; every pair up to an image's width was a million for a 1024-wide one).
+_LARGEST_WINDOW = 16
 #: The resizes :meth:`SpatialNotes._resize_note` tries, (method, convention) -> what computes it.
 _RESIZES = {
     ("bilinear", "asymmetric"): (
@@ -71,10 +74,11 @@ def _resized(x: np.ndarray, size: tuple[int, int], method: str, convention: str)
     """``x`` ``[batch, height, width, channels]`` resized to ``size`` as TensorFlow resizes it."""
     rows = resize_matrix(x.shape[1], size[0], method, convention)
     cols = resize_matrix(x.shape[2], size[1], method, convention)
-    return np.einsum("pj,nijc->nipc", cols, np.einsum("oi,nijc->nojc", rows, x))
+    out: np.ndarray = np.einsum("pj,nijc->nipc", cols, np.einsum("oi,nijc->nojc", rows, x))
+    return out
 
 
-class SpatialNotes:
+class SpatialNotes(NoteContext):
     """Notes on a resize's convention and on a window's padding."""
 
     def _input_before(self, pair: Pair, k: int) -> Optional[Pair]:
@@ -138,7 +142,7 @@ class SpatialNotes:
         if not any(found) or set(found[0]) == set(found[1]):
             return None
         frm = f"{source.base.kind}/{source.base.name} {list(small)}, recorded just before it,"
-        said = []
+        said: list[str] = []
         for run, ways in zip((self.base.name, self.cand.name), found):
             said.append(
                 f"'{run}''s is {frm if not said else 'that input'} resized to {shape[1]}x{shape[2]} "
@@ -195,28 +199,26 @@ class SpatialNotes:
         axes = [i for i in range(1, len(sb) - 1) if sb[i] != sc[i]]
         # every (stride, window, padding) of each run that gives its sizes on every axis apart from the input's,
         # then the pairs of them that differ in one of the three alone: a padding, a stride or a window
-        found = []
+        found: list[set[tuple[int, int, str]]] = []
         for sizes in (sb, sc):
-            ways = None
+            ways: Optional[set[tuple[int, int, str]]] = None
             for i in axes:
                 n = shapes[0][i]
-                here = {
-                    (st, w, "same") for st in range(1, n + 1) for w in range(1, n + 1) if math.ceil(n / st) == sizes[i]
-                }
-                here |= {
-                    (st, w, "valid") for st in range(1, n + 1) for w in range(1, n + 1) if (n - w) // st + 1 == sizes[i]
-                }
+                # windows and strides up to _LARGEST_WINDOW: a pass per pair of them, not n x n of a wide image's
+                span = range(1, min(n, _LARGEST_WINDOW) + 1)
+                here = {(st, w, "same") for st in span for w in span if math.ceil(n / st) == sizes[i]}
+                here |= {(st, w, "valid") for st in span for w in span if (n - w) // st + 1 == sizes[i]}
                 ways = here if ways is None else ways & here
             found.append(ways or set())
         runs = (self.base.name, self.cand.name)
-        said = []
+        said: list[str] = []
         padding = sorted(
             (st, w, pb) for st, w, pb in found[0] for st2, w2, pc in found[1] if (st, w) == (st2, w2) and pb != pc
         )
         if padding:
             st, _, pb = padding[0]
-            windows = sorted({w for s2, w, _ in padding if s2 == st})
-            window = str(windows[0]) if len(windows) == 1 else f"{windows[0]} to {windows[-1]}"
+            sizes_of = sorted({w for s2, w, _ in padding if s2 == st})
+            window = str(sizes_of[0]) if len(sizes_of) == 1 else f"{sizes_of[0]} to {sizes_of[-1]}"
             same = runs[0] if pb == "same" else runs[1]
             valid = runs[1] if pb == "same" else runs[0]
             said.append(
