@@ -223,10 +223,12 @@ class BaseRecorder:
         #: recorded name -> (the partitioned variable's part it is, its variable): ``_whole_parts``
         self._parts: dict[str, tuple[partitions.Part, Any]] = {}
         self._prefix = ""
-        #: id(variable) -> (variable, recorded name) and recorded name -> variable, for the recorder's life:
+        #: id(variable) -> (variable, recorded name) and recorded name -> variable, across steps:
         #: :meth:`_name_of`
         self._names: dict[int, tuple[Any, str]] = {}
         self._named: dict[str, Any] = {}
+        #: ids of the variables named since the step opened: only these hold their name against another
+        self._named_now: set[int] = set()
 
     # -- hooks for the subclasses -------------------------------------------------
     def _check_open(self) -> None:
@@ -323,18 +325,26 @@ class BaseRecorder:
         a two-tower model) hold two ``hidden/kernel:0``: ``fit`` failed at its first step with
         "weight/'hidden/kernel:0' is logged twice in one step", which the user could not rename."""
         known = self._names.get(id(var))
-        if known is not None and known[0] is var:
+        if known is not None and known[0] is var and self._named.get(known[1]) is var:
+            self._named_now.add(id(var))
             return known[1]
         base = variable_name(var)
         stem, colon, port = base.rpartition(":")
         if not (colon and port.isdigit()):
             stem, colon, port = base, "", ""
         name, k = base, 0
-        while name in self._named and self._named[name] is not var:
+        # a name is another's only while that variable is recorded in this step: one of a model recorded in
+        # steps before (a model rebuilt or loaded from its checkpoint to resume, instrumented on the same
+        # recorder) gives it up, as TF1's graph holds one variable of it (it was weight/dense/kernel_1:0 from
+        # the resumed steps on, a faithful resumed port's structure DIVERGE)
+        while (holder := self._named.get(name)) is not None and holder is not var and id(holder) in self._named_now:
             k += 1
             name = f"{stem}_{k}{colon}{port}"
+        if holder is not None and holder is not var:
+            self._names.pop(id(holder), None)
         self._names[id(var)] = (var, name)
         self._named[name] = var
+        self._named_now.add(id(var))
         return name
 
     def lr(self, value: Any, name: str = "lr") -> tf.Tensor:
@@ -624,7 +634,7 @@ class BaseRecorder:
     def _take_entries(self) -> list[Entry]:
         entries, self._entries, self._keys, self._walk_stops = self._entries, [], set(), set()
         entries = self._whole_parts(entries)
-        self._reads, self._parts, self._lr_slots = {}, {}, []
+        self._reads, self._parts, self._lr_slots, self._named_now = {}, {}, [], set()
         return entries
 
 
