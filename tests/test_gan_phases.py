@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 from shim_readback import tensors_by_step
 
-from tb_parity_plugin import summary_v2
+from tb_parity_plugin import summary_v1, summary_v2
 from tb_parity_plugin.api import compare
 from tb_parity_plugin.engine import Comparison
 from tb_parity_plugin.logdir.rundata import RunData
@@ -409,3 +409,61 @@ def test_a_slot_whose_name_names_no_variable_does_not_break_the_note_on_a_weight
     first = Comparison(side("b", 0.1), side("c", 0.2)).report().first_divergence
     assert first is not None and (first.step, first.kind, first.tensor) == (1, "weight", "dense/kernel:0"), first
     assert "neither run recorded its gradient here" in (first.note or ""), first.note
+
+
+def test_a_slot_carried_over_from_a_checkpoint_is_not_said_to_be_left_by_a_phase_before(tmp_path) -> None:
+    """A fine-tuning port that restores its pretraining's checkpoint with the optimizer
+    (``tf.train.Checkpoint(model=, optimizer=)``), its custom loop numbered from 0, where TF1 restores the
+    weights alone and starts a fresh Adam: at step 0 the port's moments hold the pretraining's update and
+    TF1's are 0. Both counters at 0, it was told of a GAN's discriminator phase and of a loss that clips,
+    though this logdir records these variables' gradients: its own phase trains them, and the port
+    carries an optimizer over. Expectations are numpy's (the pretraining step's gradient)."""
+    rng = np.random.default_rng(3)
+    w0, p, py = rng.normal(size=(3, 2)).astype(np.float32), X[0], np.eye(2, dtype=np.float32)[[0, 1, 1, 0]]
+    model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(2, use_bias=False, name="dense")])
+    model.set_weights([w0])
+    pre_opt, loss_fn = tf.keras.optimizers.Adam(LR), tf.keras.losses.CategoricalCrossentropy(from_logits=True)
+    with tf.GradientTape() as tape:
+        pre_loss = loss_fn(py, model(p))
+    pre_opt.apply_gradients(zip(tape.gradient(pre_loss, model.trainable_variables), model.trainable_variables))
+    path = tf.train.Checkpoint(model=model, optimizer=pre_opt).save(str(tmp_path / "pre" / "c"))
+    w_pre = model.get_weights()[0]
+    # numpy: the pretraining step's gradient of the mean softmax cross-entropy; Adam's first moment 0.1 x it
+    logits = p.astype(np.float64) @ w0
+    prob = np.exp(logits - logits.max(1, keepdims=True))
+    prob /= prob.sum(1, keepdims=True)
+    m_pre = 0.1 * p.T.astype(np.float64) @ ((prob - py) / len(p))
+
+    opt = tf.keras.optimizers.Adam(LR)
+    opt.build(model.trainable_variables)
+    tf.train.Checkpoint(model=model, optimizer=opt).restore(path).assert_consumed()
+    rec = summary_v2.Recorder(str(tmp_path / "ft" / "tf2"))
+    for step, x in enumerate(X):
+        with rec.step(step, variables=model, optimizer=opt):
+            with tf.GradientTape() as tape:
+                loss = rec.loss(loss_fn(py, model(x)))
+            rec.apply_gradients(opt, zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+    rec.close()
+    with tf.Graph().as_default():
+        rec1 = summary_v1.Recorder(str(tmp_path / "ft" / "tf1"))
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+        out = tf.compat.v1.layers.dense(x, 2, use_bias=False, kernel_initializer=tf.constant_initializer(w_pre))
+        opt1 = tf.compat.v1.train.AdamOptimizer(LR, epsilon=1e-7)
+        train_op = rec1.minimize(opt1, rec1.loss(tf.compat.v1.losses.softmax_cross_entropy(py, out)), gs)
+        rec1.variables(optimizer=opt1)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for batch in X:
+                rec1.write(sess.run([train_op, rec1.fetches], {x: batch})[1])
+        rec1.close()
+    m0 = {run: tensors_by_step(str(tmp_path / "ft" / run))[0] for run in ("tf1", "tf2")}
+    np.testing.assert_allclose(m0["tf2"][("slot", "m/dense/kernel")][2], m_pre, atol=1e-6)
+    assert not np.any(m0["tf1"][("slot", "dense/kernel/Adam:0")][2])
+    report = compare(str(tmp_path / "ft"), "tf1", "tf2")
+    assert not report.agree and report.first_divergence.step == 0
+    slots = [d for d in report.divergences_at_first_step if d.kind == "slot"]
+    assert len(slots) == 2  # m and v of the kernel
+    for d in slots:
+        assert "a phase before this one" not in d.note, d.note
+        assert "the candidate carries one over" in d.note, d.note

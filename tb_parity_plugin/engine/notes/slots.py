@@ -128,10 +128,12 @@ class SlotNotes(DecayNotes):
         if zero[0] == zero[1]:
             return None
         fresh, kept = ("baseline", "candidate") if zero[0] else ("candidate", "baseline")
-        if int(pair.base.steps[0]) == 0 and int(pair.cand.steps[0]) == 0:
-            # Both runs' counters at 0: no optimizer of either has stepped yet, so a slot holding an update
-            # there got it from a phase recorded elsewhere in this iteration. A trial's GAN port whose
-            # discriminator loss clipped its logits (from_logits=False) had its moments left at 0 by the
+        if int(pair.base.steps[0]) == 0 and int(pair.cand.steps[0]) == 0 and pair.feeder is None:
+            # Both runs' counters at 0 and no gradient of its variable here: no optimizer of this logdir's phase
+            # has stepped yet, so a slot holding an update there got it from a phase recorded elsewhere in this
+            # iteration (a slot whose gradient is recorded here is this phase's own: holding an update at step 0,
+            # it was carried over, as by a fine-tuning port that restored its pretraining's optimizer, numbered
+            # from 0, which was told of a GAN's phase). A trial's GAN port whose
             # discriminator's phase, and the generator's logdir said the port "starts a new optimizer here".
             return (
                 f"every element is 0 in the {fresh} at step 0, where the {kept}'s slot already holds an update, "
@@ -147,7 +149,8 @@ class SlotNotes(DecayNotes):
             f"earlier updates: the {fresh} starts a new optimizer here and the {kept} carries one over (a second "
             "training phase compiled with the first phase's optimizer object, model.optimizer, or one optimizer "
             "reused where TF1 builds a second; compile with a new optimizer starts its slots at 0, as TF1's "
-            "second optimizer does)"
+            "second optimizer does; or a checkpoint restored with its optimizer, tf.train.Checkpoint(model=, "
+            "optimizer=), where TF1 restores the weights alone, as init_from_checkpoint does)"
         )
 
     def _resumed_at_another_step(self, pair: Pair, k: int) -> Optional[str]:
