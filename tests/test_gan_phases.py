@@ -467,3 +467,56 @@ def test_a_slot_carried_over_from_a_checkpoint_is_not_said_to_be_left_by_a_phase
     for d in slots:
         assert "a phase before this one" not in d.note, d.note
         assert "the candidate carries one over" in d.note, d.note
+
+
+Y2 = np.eye(2, dtype=np.float32)[[0, 1, 1, 0]]
+
+
+def _resumed_adam(root: str, run: str, smoothing: float) -> None:
+    """One phase only: a model pretrained one Adam step, restored with its optimizer from the checkpoint
+    (``tf.train.Checkpoint(model=, optimizer=)``) and trained on, numbered from 0 by the loop's counter.
+    ``smoothing``: the cross-entropy's label smoothing."""
+    model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(2, use_bias=False, name="dense")])
+    model.set_weights([K_G[:, :2]])
+    pre_opt, loss_fn = tf.keras.optimizers.Adam(LR), tf.keras.losses.CategoricalCrossentropy(from_logits=True)
+    with tf.GradientTape() as tape:
+        pre_loss = loss_fn(Y2, model(X[1]))
+    pre_opt.apply_gradients(zip(tape.gradient(pre_loss, model.trainable_variables), model.trainable_variables))
+    path = tf.train.Checkpoint(model=model, optimizer=pre_opt).save(f"{root}/ckpt/{run}/c")
+    opt = tf.keras.optimizers.Adam(LR)
+    opt.build(model.trainable_variables)
+    tf.train.Checkpoint(model=model, optimizer=opt).restore(path).assert_consumed()
+    loss_fn = tf.keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=smoothing)
+    rec = summary_v2.Recorder(f"{root}/ft/{run}")
+    for step, x in enumerate(X):
+        with rec.step(step, variables=model, optimizer=opt):
+            with tf.GradientTape() as tape:
+                loss = rec.loss(loss_fn(Y2, model(x)))
+            rec.apply_gradients(opt, zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+    rec.close()
+
+
+def test_a_resumed_port_whose_loss_differs_is_not_told_of_a_phase_before(tmp_path) -> None:
+    """Both runs resumed with their optimizer from a checkpoint and numbered from 0, so Adam's moments
+    hold an update at step 0 in both; the candidate smooths its labels (0.1). The loss, diverging first
+    with every weight agreeing, was told that this logdir records a phase following another's update in
+    the iteration (a GAN's generator) and that its loss saw other weights than those recorded: the
+    moments are this logdir's own, their gradients recorded here, and the loss saw the recorded weights.
+    Expectations are numpy's."""
+    _resumed_adam(str(tmp_path), "tf1", 0.0)
+    _resumed_adam(str(tmp_path), "tf2", 0.1)
+    logged = {run: tensors_by_step(str(tmp_path / "ft" / run))[0] for run in ("tf1", "tf2")}
+    for run, smoothing in (("tf1", 0.0), ("tf2", 0.1)):
+        assert np.any(logged[run][("slot", "m/dense/kernel")][2])  # an update at step 0: the pretraining's
+        w = logged[run][("weight", "dense/kernel:0")][2].astype(np.float64)
+        logits = X[0].astype(np.float64) @ w
+        log_p = logits - logits.max(1, keepdims=True)
+        log_p -= np.log(np.exp(log_p).sum(1, keepdims=True))
+        target = Y2 * (1 - smoothing) + smoothing / 2
+        np.testing.assert_allclose(logged[run][("loss", "loss")][2], -(target * log_p).sum(1).mean(), rtol=1e-5)
+    report = compare(str(tmp_path / "ft"), "tf1", "tf2")
+    assert not report.agree and report.first_divergence.step == 0
+    assert report.first_divergence.kind == "loss"
+    note = report.first_divergence.note or ""
+    assert "no output is recorded before it" in note, note
+    assert "follows another's update" not in note, note

@@ -305,6 +305,10 @@ class InputNotes(LossScaleNotes, DropoutNotes, SpatialNotes):
         for q in self._pairs:
             if q.base.kind != "slot" or int(q.base.steps[0]) != 0 or int(q.cand.steps[0]) != 0:
                 continue
+            if q.feeder is not None:
+                # its gradient is recorded here: this phase's own slot, carried over (a port resumed from a
+                # checkpoint with its optimizer, numbered from 0), no sign of a phase before this one
+                continue
             if _one_value(q.base.stats[0], 1) != 0.0 and _one_value(q.cand.stats[0], 1) != 0.0:
                 return (
                     f"; at step 0 both runs' {q.base.name} already holds an update, so this logdir records a phase "
