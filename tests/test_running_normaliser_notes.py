@@ -56,9 +56,9 @@ def _tf1(run_dir: str) -> None:
         tf1_session.train(rec, train_op, (x, y), (X, Y), STEPS, BATCH)
 
 
-def _keras(run_dir: str, momentum: float, stale: bool) -> None:
+def _keras(run_dir: str, momentum: float, stale: bool, x_fed: np.ndarray = X, y_fed: np.ndarray = Y) -> None:
     """The port: a layer holding the statistics, updated in ``call`` when training; ``stale``
-    normalises with the values read before the update."""
+    normalises with the values read before the update; ``x_fed``, ``y_fed``: what its fit is fed."""
 
     class RunningNorm(tf.keras.layers.Layer):
         def build(self, shape):
@@ -85,7 +85,7 @@ def _keras(run_dir: str, momentum: float, stale: bool) -> None:
     model.compile(tf.keras.optimizers.SGD(LR), "mse")
     rec = summary_v2.Recorder(run_dir)
     summary_v2.instrument(model, rec, layers=["input_norm"])
-    model.fit(X, Y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    model.fit(x_fed, y_fed, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
     rec.close()
 
 
@@ -127,4 +127,28 @@ def test_a_running_normaliser_output_names_its_own_statistics(tmp_path, momentum
     if stale:
         assert "one run computes this output from the state before the step's update" in first.note, first.note
     else:
-        assert "at step 1 input_norm/mean:0, input_norm/variance:0 part: the two runs update" in first.note, first.note
+        assert "at step 1 input_norm/mean:0, input_norm/variance:0 part: its input differs" in first.note, first.note
+        assert "or the two runs update the layer's state otherwise within the step" in first.note, first.note
+
+
+def test_a_running_normaliser_fed_other_batches_is_told_its_input_may_differ(tmp_path) -> None:
+    """The port's pipeline feeds the batches in another order (as fit's default shuffle=True does), its
+    normaliser the same as TF1's: its output diverges at step 0 and its statistics part at step 1, from
+    the other batch they average. It was told only that the runs update the state otherwise (its
+    momentum, the variance's bias), with no word of its input, which nothing recorded before it shows."""
+    order = np.arange(STEPS)[::-1]
+    x_fed = np.concatenate([X[i * BATCH : (i + 1) * BATCH] for i in order])
+    y_fed = np.concatenate([Y[i * BATCH : (i + 1) * BATCH] for i in order])
+    _tf1(str(tmp_path / "tf1"))
+    _keras(str(tmp_path / "tf2"), M, False, x_fed, y_fed)
+    tf2 = tensors_by_step(str(tmp_path / "tf2"))
+    # numpy: the same recursion, one momentum, over the port's first batch (TF1's last)
+    x0 = x_fed[:BATCH].astype(np.float64)
+    mean1, var1 = (1 - M) * x0.mean(0), M + (1 - M) * x0.var(0)
+    np.testing.assert_allclose(tf2[1][("state", "input_norm/mean:0")][2], mean1, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(tf2[1][("state", "input_norm/variance:0")][2], var1, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(tf2[0][("activation", "input_norm")][2], (x0 - mean1) / np.sqrt(var1 + EPS), atol=1e-4)
+    assert np.abs(_numpy(M, False, 0)[2] - (x0 - mean1) / np.sqrt(var1 + EPS)).max() > 0.1
+    first = compare(str(tmp_path), baseline="tf1", candidate="tf2").first_divergence
+    assert (first.step, first.tensor) == (0, "input_norm"), first
+    assert "its input differs, which the state averages too (another batch" in first.note, first.note

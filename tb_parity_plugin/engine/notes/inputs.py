@@ -222,7 +222,7 @@ class InputNotes(LossScaleNotes, DropoutNotes, SpatialNotes):
         frozen = None if loss else self._frozen_moving_stats(first, k)
         if frozen:
             return f"{agree} at this step, and {frozen}" + self._positions_note(first, k)
-        own = None if loss else self._own_state_read_in_the_step(first, k)
+        own = None if loss else self._own_state_read_in_the_step(first, k, earlier)
         if own:
             return f"{agree} at this step, and {own}"
         rescaled = None if loss else self._input_scaled_otherwise(first, k)
@@ -1171,14 +1171,17 @@ class InputNotes(LossScaleNotes, DropoutNotes, SpatialNotes):
                 )
         return None
 
-    def _own_state_read_in_the_step(self, first: Pair, k: int) -> Optional[str]:
+    def _own_state_read_in_the_step(self, first: Pair, k: int, earlier: bool) -> Optional[str]:
         """For an output diverging at step ``k`` whose own layer holds recorded state (a running mean and
         variance a normaliser of inputs or targets keeps, not batch normalization's, whose output in
         training reads the batch's) that agrees as read at ``k``'s start: how it stands at the next step.
         Parted there, the two runs update it otherwise within the step, and this output reads it after
         that update; agreeing there too, its update agrees and one run reads it before the update, the
         other after. A trial's hand-ported running-mean layer diverged at step 0 and was sent to the
-        data, an activation and epsilon, with its own statistics unnamed. None otherwise."""
+        data, an activation and epsilon, with its own statistics unnamed. Parted with no output recorded
+        before it (``earlier`` False), its input is unproven, and another input moves the statistics it
+        averages apart too: a port fed other batches (fit's default shuffle=True) was told only of the
+        state's momentum. None otherwise."""
         if k + 1 >= len(self.steps) or int(self.steps[k + 1]) != int(self.steps[k]) + 1:
             return None
         layers = {first.base.name.rpartition("/")[2], first.cand.name.rpartition("/")[2]}
@@ -1204,11 +1207,20 @@ class InputNotes(LossScaleNotes, DropoutNotes, SpatialNotes):
         parted = [p.base.name for p in states if p.reason[k + 1] != OK]
         s_k, s_n = int(self.steps[k]), int(self.steps[k + 1])
         if parted:
+            updated = (
+                "the two runs update the layer's state otherwise within the step (its momentum, or the statistic it "
+                "averages: a biased or an unbiased variance), and this output reads the state after that update"
+            )
+            if not earlier:
+                updated = (
+                    "its input differs, which the state averages too (another batch: Keras fit shuffles unless "
+                    "shuffle=False; a tf.data shuffle or batching on one side; or the input preprocessed otherwise), "
+                    f"or {updated}; no output is recorded before it: recording the input too, as kind input "
+                    "(rec.tensor('input', name, x)), tells the two apart"
+                )
             return (
                 f"its layer's state ({names}) agrees as read at this step's start, and at step {s_n} "
-                f"{', '.join(parted)} {'parts' if len(parted) == 1 else 'part'}: the two runs update the layer's "
-                "state otherwise within the step (its momentum, or the statistic it averages: a biased or an "
-                "unbiased variance), and this output reads the state after that update"
+                f"{', '.join(parted)} {'parts' if len(parted) == 1 else 'part'}: {updated}"
             )
         return (
             f"its layer's state ({names}) agrees as read at step {s_k}'s start and at step {s_n}'s, so the two "
