@@ -172,11 +172,14 @@ class InputNotes(LossScaleNotes, DropoutNotes, SpatialNotes):
             shape = first.known_shape("base", int(first.ib[k]))
             if first.base.kind == "loss" and shape is not None and int(np.prod(shape)) == 1:
                 # a trial's triplet port wrote its hinge max(0, d_ap - d_an - m) for TF1's max(0, d_ap - d_an + m):
-                # its loss 0 at step 0, told of units a ReLU switched off and of padding
+                # its loss 0 at step 0, told of units a ReLU switched off and of padding; a loss whose weights are
+                # all 0 (a port's padding mask inverted) is 0 too, and was then told only of a hinge
                 return (
                     f"{agree} at this step, and it is exactly 0 in one run only: a hinge or margin loss (max(0, ...)) "
                     "whose margin or sign differs (max(0, d - m) against max(0, m - d), a margin added in one run and "
-                    "subtracted in the other), which no example passes in that run, or a loss clamped otherwise"
+                    "subtracted in the other), which no example passes in that run; every example weighted by 0 in "
+                    "that run (a padding mask inverted, tokens == 0 for != 0, on a batch without padding; a "
+                    "sample_weight or class_weight of zeros); or a loss clamped otherwise"
                 ) + self._positions_note(first, k)
             if self._drawn_from_no_random_op(first):
                 # a port's ReLU before its batch norm (TF1's after it) was sent to a dropout seed first, where
