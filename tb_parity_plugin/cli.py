@@ -241,6 +241,13 @@ def _say(text: str, out: TextIO) -> None:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+def _wants_json(argv: Sequence[str], prog: str) -> bool:
+    """Whether ``tb-parity diff`` was asked for JSON, as argparse reads it: ``--json`` or a prefix of it
+    (``--js``; no other option starts so), before any ``--`` (a review's ``--js`` got no JSON error)."""
+    words = list(argv[: argv.index("--")] if "--" in argv else argv)
+    return prog == "tb-parity" and any(len(w) >= 3 and "--json".startswith(w) for w in words)
+
+
 def _error(message: str, as_json: bool, out: TextIO, err: TextIO) -> int:
     """Exit 2 with one line on stderr and, under ``--json``, ``{"error": ..., "exit": 2}`` on stdout: a CI
     script that reads the report with ``json.loads(stdout)`` crashed on the empty output of a bad flag or a
@@ -265,9 +272,9 @@ def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None, 
     except SystemExit as exc:  # --help
         return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_AGREE
     except (_UsageError, api.ParityInputError, OSError) as exc:
-        return _error(f"{prog}: error: {exc}", "--json" in argv and prog == "tb-parity", out, err)
+        return _error(f"{prog}: error: {exc}", _wants_json(argv, prog), out, err)
     except Exception as exc:  # corrupt input must not end in a traceback
-        return _error(f"{prog}: error: {type(exc).__name__}: {exc}", "--json" in argv and prog == "tb-parity", out, err)
+        return _error(f"{prog}: error: {type(exc).__name__}: {exc}", _wants_json(argv, prog), out, err)
     if report.first_divergence is not None:
         return EXIT_DIVERGE
     if report.incomplete:

@@ -131,8 +131,9 @@ def test_missing_logdir_and_run_exit_2_one_line(tmp_path) -> None:
         # under --json stdout holds the error as JSON too: a new user's CI script, json.loads(stdout), crashed
         # on the empty output of a bad flag or a missing logdir
         assert json.loads(out) == {"error": err.strip(), "exit": 2}, (bad, out)
-    code, out, err = run_cli("diff", str(tmp_path / "nope"), "--json")
-    assert code == 2 and json.loads(out) == {"error": err.strip(), "exit": 2}
+    for flag in ("--json", "--js"):  # argparse takes a prefix of the flag too
+        code, out, err = run_cli("diff", str(tmp_path / "nope"), flag)
+        assert code == 2 and json.loads(out) == {"error": err.strip(), "exit": 2}, flag
     code, _, err = run_cli("diff", logdir, "--map", "re:(a)=\\2")
     assert code == 2 and "group" in err and err.count("\n") == 1
 

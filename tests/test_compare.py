@@ -84,6 +84,8 @@ def test_one_name_mapped_to_two_tensors_is_an_error_and_a_repeated_mapping_is_no
     cand = [series("weight", "z", steady(2)), series("weight", "y", steady(1), order=1)]
     with pytest.raises(ValueError, match="'a=z' and 'a=y' pair a with two tensors"):
         align.align(base, cand, ["a=z", "a=y"])
+    with pytest.raises(ValueError, match="two tensors"):  # one name with and without its output index
+        align.align(base, cand, ["a=z", "a:0=y"])
     result = align.align(base, cand, ["a=y", "a=y", "b=z"])
     assert names(result) == [("a", "y", "map"), ("b", "z", "map")]
     assert result.warnings == []

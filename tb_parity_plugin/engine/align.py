@@ -486,8 +486,10 @@ def parse_mappings(items: Sequence[str]) -> list[tuple[Optional[Any], str, str]]
     for item, (regex, old, new) in zip(items, parsed):
         if regex is not None:
             continue
-        earlier = targets.setdefault(old, (new, item))
-        if earlier[0] != new:
+        # one name with and without its output index (dense/kernel and dense/kernel:0) is one name
+        key, target = old.removesuffix(":0"), new.removesuffix(":0")
+        earlier = targets.setdefault(key, (target, item))
+        if earlier[0] != target:
             raise ValueError(
                 f"mappings {earlier[1]!r} and {item!r} pair {old} with two tensors: give one mapping for it"
             )
