@@ -342,7 +342,9 @@ def test_a_generator_called_in_inference_mode_is_told_of_the_training_flag(tmp_p
     np.testing.assert_allclose(logged["tf2"][("activation", "fake")][2], (h - mean) / np.sqrt(var + 1e-3), rtol=1e-4)
     first = compare(str(tmp_path / "g"), "tf1", "tf2").first_divergence
     assert (first.step, first.kind, first.tensor) == (0, "activation", "fake"), first
-    assert "a training flag: batch normalization or dropout in inference mode in one run only" in first.note
+    assert "a training flag: a layer that normalizes by its batch or drops units in training run in inference" in (
+        first.note
+    )
 
 
 def test_a_generator_weight_in_the_discriminator_logdir_points_to_where_its_gradient_is(tmp_path) -> None:

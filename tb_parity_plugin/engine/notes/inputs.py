@@ -286,9 +286,10 @@ class InputNotes(LossScaleNotes, DropoutNotes, SpatialNotes):
                 if loss
                 # a trial's GAN port called its generator without training=True in a custom loop (Keras then
                 # runs batch norm on its moving statistics) and was told of activations and data formats
-                else " (activation, a scale, epsilon, padding, data format, a training flag: batch normalization "
-                "or dropout in inference mode in one run only, such as a Keras model called without training=True "
-                "in a custom loop)"
+                # (worded without naming batch norm: an LSTM port with none was told of it, tests/test_alignment_on_ports.py)
+                else " (activation, a scale, epsilon, padding, data format, a training flag: a layer that normalizes "
+                "by its batch or drops units in training run in inference mode in one run only, such as a Keras "
+                "model called without training=True in a custom loop)"
             )
             + ", or its input differs (another batch: Keras fit shuffles unless shuffle=False, and over a finite "
             "shuffled dataset starts at its second order; a tf.data shuffle or batching on one side; or the input "
