@@ -109,3 +109,53 @@ def test_a_model_rebuilt_to_resume_keeps_its_variables_names(tmp_path) -> None:
     _tf1(str(tmp_path / "tf1"), ((0.1, 2),))
     report = compare(str(tmp_path), baseline="tf1", candidate="tf2")
     assert report.verdict == "agree", report.verdict_text
+
+
+def test_two_towers_of_one_name_trained_in_turn_keep_their_own_names(tmp_path) -> None:
+    """Two towers built by one function (layers named ``hidden``), each trained by its own ``tf.function`` in
+    alternate steps on one recorder. The second tower, first recorded at step 1 while the first was not, took
+    ``hidden/kernel:0`` from it (a name was held only within a step, for a model rebuilt to resume), and the
+    first tower's function, traced at step 0, went on writing that name: one series held two variables'
+    values in turn. A copy of equal value (a restored model) still takes the name: the test above. Checked
+    against a float64 numpy replay of each tower's SGD steps."""
+    x = np.linspace(-1.0, 1.0, 12).reshape(4, 3).astype(np.float32)
+    inits = [(RNG_TOWERS.normal(size=(3, 2)), RNG_TOWERS.normal(size=2)) for _ in range(2)]
+
+    def tower(kernel: np.ndarray, bias: np.ndarray) -> tf.keras.Model:
+        model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(2, name="hidden")])
+        model.set_weights([kernel.astype(np.float32), bias.astype(np.float32)])
+        return model
+
+    rec = summary_v2.Recorder(str(tmp_path / "tf2"))
+
+    def train_step(model: tf.keras.Model) -> tf.types.experimental.GenericFunction:
+        opt = tf.keras.optimizers.SGD(0.1)
+
+        @tf.function
+        def step(it: tf.Tensor) -> None:
+            with rec.step(it, variables=model):
+                with tf.GradientTape() as tape:
+                    loss = rec.loss(tf.reduce_mean(tf.square(model(x))))
+                rec.minimize(opt, loss, model.trainable_variables, tape)
+
+        return step
+
+    steps = [train_step(tower(*init)) for init in inits]
+    for it in range(4):
+        steps[it % 2](tf.constant(it, tf.int64))
+    rec.close()
+    logged = tensors_by_step(str(tmp_path / "tf2"))
+    params = [[p.astype(np.float64) for p in init] for init in inits]
+    x64 = x.astype(np.float64)
+    for it in range(4):
+        k, b = params[it % 2]
+        suffix = "_1" if it % 2 else ""
+        weights = {name: value[2] for (kind, name), value in logged[it].items() if kind == "weight"}
+        assert sorted(weights) == [f"hidden/bias{suffix}:0", f"hidden/kernel{suffix}:0"], (it, sorted(weights))
+        np.testing.assert_allclose(weights[f"hidden/kernel{suffix}:0"], k, atol=1e-6)
+        np.testing.assert_allclose(weights[f"hidden/bias{suffix}:0"], b, atol=1e-6)
+        d_y = 2 * (x64 @ k + b) / (x64.shape[0] * 2)
+        params[it % 2] = [k - 0.1 * x64.T @ d_y, b - 0.1 * d_y.sum(0)]
+
+
+RNG_TOWERS = np.random.default_rng(11)

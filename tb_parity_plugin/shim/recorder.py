@@ -197,6 +197,19 @@ class VariableRead:
     tag: str
 
 
+def _same_value(a: Any, b: Any) -> bool:
+    """Whether variables ``a`` and ``b`` hold one value now, read outside any function being traced (a
+    model restored from a checkpoint of the other). In a TF1 graph, where values are read only by a
+    session, a variable of another graph (one name is one variable in a graph) is taken for one."""
+    with tf.init_scope():
+        if not tf.executing_eagerly():
+            return True
+        if tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
+            return False
+        x, y = np.asarray(a.numpy()), np.asarray(b.numpy())
+    return bool(np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"))
+
+
 class BaseRecorder:
     """The recording vocabulary common to TF1 and TF2.
 
@@ -333,13 +346,19 @@ class BaseRecorder:
         if not (colon and port.isdigit()):
             stem, colon, port = base, "", ""
         name, k = base, 0
-        # a name is another's only while that variable is recorded in this step: one of a model recorded in
-        # steps before (a model rebuilt or loaded from its checkpoint to resume, instrumented on the same
-        # recorder) gives it up, as TF1's graph holds one variable of it (it was weight/dense/kernel_1:0 from
-        # the resumed steps on, a faithful resumed port's structure DIVERGE)
-        while (holder := self._named.get(name)) is not None and holder is not var and id(holder) in self._named_now:
+        # a name is another's while that variable is recorded in this step, or holds another value: one of a
+        # model recorded in steps before whose value this one holds (a model rebuilt or loaded from its
+        # checkpoint to resume, instrumented on the same recorder) gives it up, as TF1's graph holds one
+        # variable of it (it was weight/dense/kernel_1:0 from the resumed steps on, a faithful resumed port's
+        # structure DIVERGE); one of another value is another tower trained in its own steps (two towers of
+        # one name, each trained by its own function on one recorder, wrote one series in turn)
+        holder = self._named.get(name)
+        while (
+            holder is not None and holder is not var and (id(holder) in self._named_now or not _same_value(holder, var))
+        ):
             k += 1
             name = f"{stem}_{k}{colon}{port}"
+            holder = self._named.get(name)
         if holder is not None and holder is not var:
             self._names.pop(id(holder), None)
         self._names[id(var)] = (var, name)
