@@ -134,3 +134,50 @@ def test_a_pool_at_keras_default_padding_is_named_from_its_input(tmp_path) -> No
     assert shapes in first.note, first.note
     assert f"from the {SIDE}x{SIDE} of activation/enc" in first.note, first.note
     assert "padding 'same' in 'tf1' and 'valid' in 'tf2' (stride 2, a window of 3 to 4" in first.note, first.note
+
+
+def test_the_resize_note_on_a_large_image_takes_no_more_than_seconds() -> None:
+    """A 512x512 RGB image upsampled to 1024x1024, both kept with full values (a user who raised
+    full_values_limit, as the marginal note advises): the note applied each convention as a dense
+    [1024, 512] matrix product per axis, twelve of them, over a minute in all. Each run's output is its
+    input resized from the definition (TF1's resize_bilinear samples output o at o / 2, half-pixel centres at
+    (o + 0.5) / 2 - 0.5, neighbours clamped), computed here with numpy's own gather."""
+    import time
+
+    from engine_helpers import run, series
+
+    from tb_parity_plugin.engine import Comparison
+
+    side = 512
+    x = np.random.default_rng(1).random((1, side, side, 3)).astype(np.float32)
+
+    def bilinear(half_pixel: bool) -> np.ndarray:
+        src = (np.arange(2 * side) + 0.5) / 2 - 0.5 if half_pixel else np.arange(2 * side) / 2
+        low = np.floor(src).astype(int)
+        t = src - low
+        lo, hi = np.clip(low, 0, side - 1), np.clip(low + 1, 0, side - 1)
+        rows = x[:, lo] * (1 - t)[None, :, None, None] + x[:, hi] * t[None, :, None, None]
+        return (rows[:, :, lo] * (1 - t)[None, None, :, None] + rows[:, :, hi] * t[None, None, :, None]).astype(
+            np.float32
+        )
+
+    ups = {"tf1": bilinear(False), "tf2": bilinear(True)}
+    assert np.abs(ups["tf1"] - ups["tf2"]).max() > 0.01  # the conventions part
+    runs = [
+        run(
+            name,
+            [
+                series("weight", "enc/kernel:0", [ENC], order=0),  # a weight both runs hold alike
+                series("activation", "pool", [x], order=1),
+                series("activation", "up", [up], order=2),
+            ],
+        )
+        for name, up in ups.items()
+    ]
+    started = time.monotonic()
+    first = Comparison(*runs).report().first_divergence
+    took = time.monotonic() - started
+    assert (first.step, first.kind, first.tensor) == (0, "activation", "up"), first
+    assert "'tf2''s is that input resized to 1024x1024 by bilinear with half-pixel centres" in first.note, first.note
+    assert "align_corners=False and half_pixel_centers=False" in first.note, first.note
+    assert took < 15, took

@@ -70,12 +70,26 @@ def resize_matrix(n_in: int, n_out: int, method: str, convention: str) -> np.nda
     return m
 
 
+def _along(m: np.ndarray, x: np.ndarray, axis: int) -> np.ndarray:
+    """:func:`resize_matrix` ``m`` applied to ``x`` along ``axis`` from its nonzero weights, two a row at
+    most (a dense product per axis took half a minute on a 512x512 image's twelve resizes)."""
+    nonzero = m != 0
+    low = nonzero.argmax(1)
+    high = m.shape[1] - 1 - nonzero[:, ::-1].argmax(1)
+    rows = np.arange(m.shape[0])
+    shape = [1] * x.ndim
+    shape[axis] = -1
+    w_low = m[rows, low].reshape(shape)
+    w_high = np.where(high != low, m[rows, high], 0.0).reshape(shape)
+    out: np.ndarray = np.take(x, low, axis) * w_low + np.take(x, high, axis) * w_high
+    return out
+
+
 def _resized(x: np.ndarray, size: tuple[int, int], method: str, convention: str) -> np.ndarray:
     """``x`` ``[batch, height, width, channels]`` resized to ``size`` as TensorFlow resizes it."""
     rows = resize_matrix(x.shape[1], size[0], method, convention)
     cols = resize_matrix(x.shape[2], size[1], method, convention)
-    out: np.ndarray = np.einsum("pj,nijc->nipc", cols, np.einsum("oi,nijc->nojc", rows, x))
-    return out
+    return _along(cols, _along(rows, x, 1), 2)
 
 
 class SpatialNotes(NoteContext):
