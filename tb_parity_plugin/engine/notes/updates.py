@@ -741,7 +741,7 @@ class UpdateNotes(SlotNotes, GradientScaleNotes):
             # a sample holds 256 of the gradient's elements: its zeros say nothing of the whole (a trial's
             # wide table, its crossed ids hashed to other buckets in the port, was told "the whole gradient is
             # exactly 0" in the port); the whole's statistics say whether it is all 0, or the same values
-            moved = self._moved_elsewhere(whole, k)
+            moved = self._moved_elsewhere(whole, k, both)
             if moved:
                 return moved
             for run, mine, theirs in (
@@ -794,14 +794,29 @@ class UpdateNotes(SlotNotes, GradientScaleNotes):
                 return p
         return None
 
-    def _moved_elsewhere(self, whole: Pair, k: int) -> Optional[str]:
+    def _moved_elsewhere(self, whole: Pair, k: int, sampled: Optional[tuple[np.ndarray, np.ndarray]]) -> Optional[str]:
         """When a tensor's sample differs at ``k`` while the whole tensor's statistics, which no order of
         its elements changes (the counts of negative, zero and positive elements, min, max, mean, std,
         L2), agree to float32 rounding and are not all 0: the same values at other positions. An
         embedding's gradient so is the rows a batch looks up being other rows in one run: a trial's wide
         table whose crossed ids the port hashed with ``HashedCrossing`` where TF1 hashed the joined string
-        with ``string_to_hash_bucket_fast`` (its outputs and loss agree while the table starts at 0)."""
+        with ``string_to_hash_bucket_fast`` (its outputs and loss agree while the table starts at 0).
+        Only when the sampled elements' own change (``sampled``, their values in each run) would move the
+        whole's sum or sum of squares past that rounding: statistics it cannot move say nothing of where the
+        values are (one element of a million 30% larger in one run was told "likely the same values at
+        other positions")."""
         b, c = whole.base.stats[int(whole.ib[k])], whole.cand.stats[int(whole.ic[k])]
+        if sampled is None:
+            return None
+        slack = _SAME_STAT_ULPS * np.finfo(np.float32).eps
+        sb, sc = (np.asarray(v, np.float64) for v in sampled)
+        size, l2 = float(b[_IDX["size"]]), float(b[_IDX["l2"]])
+        spread = max(abs(float(b[_IDX["mean"]])), float(b[_IDX["std"]]))
+        if (
+            abs(float(np.sum(sc * sc - sb * sb))) <= 2 * slack * l2 * l2
+            and abs(float(np.sum(sc - sb))) <= slack * spread * size
+        ):
+            return None
         if b[_IDX["size"]] != c[_IDX["size"]] or _all_zero(b) or _all_zero(c):
             return None
         if any(b[_IDX[n]] != c[_IDX[n]] for n in _COUNTS):
