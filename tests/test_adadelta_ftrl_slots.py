@@ -346,3 +346,49 @@ def test_a_variable_trained_by_adagrad_where_tf1_has_ftrl_is_told_so_on_ftrls_li
     assert "Ftrl's linear term" in note and "Adagrad" in note, note
     first = report.first_step_divergence
     assert (first.step, first.kind, first.tensor) == (1, "weight", "dense/kernel:0"), first
+
+
+def test_ftrls_linear_term_is_not_told_another_optimizer_where_the_other_run_records_no_slot_of_it(tmp_path) -> None:
+    """A wide-and-deep port that trains its wide kernel with Ftrl, as TF1 does, but records the deep
+    optimizer's slots only (``variables=model, optimizer=deep_opt``): TF1's ``Ftrl_1`` was told the port
+    "trains this variable with another optimizer than Ftrl ... the weights part at the first update",
+    though the port records no slot of that variable at all and its weights agree at every step. Both runs
+    here are the same numpy replay: Ftrl (l1 = l2 = 0) on the wide kernel, Adagrad on the deep one."""
+    from engine_helpers import write_run
+
+    rng = np.random.default_rng(4)
+    wide, deep = rng.normal(size=(6, 1)), rng.normal(size=(3, 2))
+    steps: list[dict[str, np.ndarray]] = []
+    acc_w, lin_w, acc_d = np.full_like(wide, 0.1), np.zeros_like(wide), np.full_like(deep, 0.1)
+    for _ in range(3):
+        g_w, g_d = rng.normal(size=wide.shape), rng.normal(size=deep.shape)
+        steps.append(
+            {"wide": wide, "deep": deep, "g_w": g_w, "g_d": g_d, "acc_w": acc_w, "lin_w": lin_w, "acc_d": acc_d}
+        )
+        new_acc = acc_w + g_w * g_w
+        lin_w = lin_w + g_w - (np.sqrt(new_acc) - np.sqrt(acc_w)) / 0.1 * wide
+        acc_w, wide = new_acc, -lin_w / (np.sqrt(new_acc) / 0.1)
+        acc_d = acc_d + g_d * g_d
+        deep = deep - 0.1 * g_d / np.sqrt(acc_d)
+
+    def at(port: bool):
+        def tensors(step: int) -> list:
+            s = {k: v.astype(np.float32) for k, v in steps[step].items()}
+            out = [("weight", "wide/kernel:0", s["wide"]), ("weight", "deep/kernel:0", s["deep"])]
+            out += [("grad", "wide/kernel:0", s["g_w"]), ("grad", "deep/kernel:0", s["g_d"])]
+            if port:  # the deep optimizer's slots only
+                return out + [("slot", "accumulator/deep/kernel", s["acc_d"])]
+            return out + [
+                ("slot", "wide/kernel/Ftrl:0", s["acc_w"]),
+                ("slot", "wide/kernel/Ftrl_1:0", s["lin_w"]),
+                ("slot", "deep/kernel/Adagrad:0", s["acc_d"]),
+            ]
+
+        return tensors
+
+    write_run(str(tmp_path), "tf1", range(3), at(False))
+    write_run(str(tmp_path), "tf2", range(3), at(True))
+    report = compare(str(tmp_path), baseline="tf1", candidate="tf2", allow_unmatched=[])
+    assert all(d.reason == "structure" for d in report.divergences_at_first_step), report.divergences_at_first_step
+    note = _structure_note(report, "slot/wide/kernel/Ftrl_1:0")
+    assert "another optimizer than Ftrl" not in note, note

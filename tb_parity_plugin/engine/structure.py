@@ -111,6 +111,18 @@ def structure_of(base: Any, cand: Any, alignment: align.Alignment, allow_unmatch
         }
         for r in (base, cand)
     }
+    # the variables each run records a slot of that the other run pairs (by ``run is base``): only there does a
+    # rule's slot kept by one run alone say the other's rule keeps none (a port that records the deep
+    # optimizer's slots alone, its wide part under Ftrl, was told it trains that part with another optimizer)
+    paired_slots = {
+        side: {
+            found[0]
+            for m in alignment.matches
+            if m.base[0] == "slot"
+            and (found := align.variable_of("slot", (m.base if side else m.cand)[1], centered[side])) is not None
+        }
+        for side in (True, False)
+    }
     no_gradient = _weights_without_gradient(base, cand, alignment)
     for run, keys in sides:
         entries = []
@@ -140,7 +152,12 @@ def structure_of(base: Any, cand: Any, alignment: align.Alignment, allow_unmatch
             if s.kind == "slot" and _tf1_rmsprop_momentum(s.name, centered[run is base]):
                 entry["tf1_rmsprop_momentum"] = _tf1_rmsprop_momentum(s.name, centered[run is base])
             role = align.variable_of(s.kind, s.name, centered[run is base]) if s.kind == "slot" else None
-            if role is not None and role[1] in _RULE_SLOTS and role[1] not in roles[run is not base]:
+            if (
+                role is not None
+                and role[1] in _RULE_SLOTS
+                and role[1] not in roles[run is not base]
+                and role[0] in paired_slots[run is base]
+            ):
                 entry["rule_slot"] = role[1]
             if s.kind == "grad" and (run is base, s.name) in no_gradient:
                 entry["gradient_none"] = no_gradient[(run is base, s.name)]
