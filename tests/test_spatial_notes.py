@@ -136,14 +136,13 @@ def test_a_pool_at_keras_default_padding_is_named_from_its_input(tmp_path) -> No
     assert "padding 'same' in 'tf1' and 'valid' in 'tf2' (stride 2, a window of 3 to 4" in first.note, first.note
 
 
-def test_the_resize_note_on_a_large_image_takes_no_more_than_seconds() -> None:
+def test_the_resize_note_names_the_convention_on_a_large_image() -> None:
     """A 512x512 RGB image upsampled to 1024x1024, both kept with full values (a user who raised
     full_values_limit, as the marginal note advises): the note applied each convention as a dense
-    [1024, 512] matrix product per axis, twelve of them, over a minute in all. Each run's output is its
+    [1024, 512] matrix product per axis, twelve of them, over a minute in all (33 s for the comparison, 1.7 s
+    from the taps: measured by a review, not asserted, as no test asserts a time). Each run's output is its
     input resized from the definition (TF1's resize_bilinear samples output o at o / 2, half-pixel centres at
     (o + 0.5) / 2 - 0.5, neighbours clamped), computed here with numpy's own gather."""
-    import time
-
     from engine_helpers import run, series
 
     from tb_parity_plugin.engine import Comparison
@@ -174,10 +173,7 @@ def test_the_resize_note_on_a_large_image_takes_no_more_than_seconds() -> None:
         )
         for name, up in ups.items()
     ]
-    started = time.monotonic()
     first = Comparison(*runs).report().first_divergence
-    took = time.monotonic() - started
     assert (first.step, first.kind, first.tensor) == (0, "activation", "up"), first
     assert "'tf2''s is that input resized to 1024x1024 by bilinear with half-pixel centres" in first.note, first.note
     assert "align_corners=False and half_pixel_centers=False" in first.note, first.note
-    assert took < 15, took
