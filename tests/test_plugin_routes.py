@@ -206,6 +206,7 @@ def test_html_names_come_back_verbatim(client: werkzeug_test.Client) -> None:
         "summary?" + LR + "&mapping=%3Db",  # empty OLD
         "summary?" + LR + "&mapping=re%3A(a)%3D%5C2",  # REPL names a group the regex lacks
         "summary?" + LR + "&mapping=a%3Db&mapping=a%3Dc",  # one name, two targets
+        "summary?" + LR + "&mapping=a%3Dc&mapping=b%3Dc",  # two names, one target
         "summary?" + LR + "&override=*%3Aatol%3D1%2Catol%3D2",  # a setting given twice
         "summary?" + LR + "&override=re%3A(%3Aatol%3D1",
         "summary?" + LR + "&override=re%3A%5B%3Artol%3D0.1",

@@ -479,10 +479,12 @@ def parse_mapping(item: str) -> tuple[Optional[Any], str, str]:
 
 def parse_mappings(items: Sequence[str]) -> list[tuple[Optional[Any], str, str]]:
     """:func:`parse_mapping` of each, and ``ValueError`` when two exact mappings give one name two
-    targets: the first silently won and the second "paired no tensors", so which tensor the verdict
-    compared depended on the flags' order (a repeated identical mapping is harmless)."""
+    targets, or two names one target: the first silently won and the second "paired no tensors", so
+    which tensors the verdict compared depended on the flags' order (a repeated identical mapping is
+    harmless)."""
     parsed = [parse_mapping(item) for item in items]
     targets: dict[str, tuple[str, str]] = {}
+    sources: dict[str, tuple[str, str]] = {}
     for item, (regex, old, new) in zip(items, parsed):
         if regex is not None:
             continue
@@ -492,6 +494,13 @@ def parse_mappings(items: Sequence[str]) -> list[tuple[Optional[Any], str, str]]
         if earlier[0] != target:
             raise ValueError(
                 f"mappings {earlier[1]!r} and {item!r} pair {old} with two tensors: give one mapping for it"
+            )
+        # a candidate tensor pairs once: `--map a=z --map b=z` compared a or b by the flags' order
+        earlier = sources.setdefault(target, (key, item))
+        if earlier[0] != key:
+            raise ValueError(
+                f"mappings {earlier[1]!r} and {item!r} pair two tensors with {new}: a tensor pairs with one other, "
+                "give one mapping for it"
             )
     return parsed
 
