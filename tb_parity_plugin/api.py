@@ -52,11 +52,19 @@ def load_runs(
     finally:
         reader.close()
     for run in runs:
-        if not len(run.steps):
-            why = "; ".join(f"{p.path} at byte {p.offset}: {p.message}" for p in run.problems[:3])
-            cause = f" (read problems: {why})" if why else " (its event files hold no records of ours)"
-            raise ParityInputError(f"run {run.name!r} in {logdir} holds no tb_parity records{cause}")
+        error = no_records_error(run, logdir)
+        if error is not None:
+            raise ParityInputError(error)
     return runs
+
+
+def no_records_error(run: RunData, where: str) -> Optional[str]:
+    """Why ``run`` cannot be compared when it logged no step (the CLI's exit 2, the tab's 404), or None."""
+    if len(run.steps):
+        return None
+    why = "; ".join(f"{p.path} at byte {p.offset}: {p.message}" for p in run.problems[:3])
+    cause = f" (read problems: {why})" if why else " (its event files hold no records of ours)"
+    return f"run {run.name!r} in {where} holds no tb_parity records{cause}"
 
 
 def _refuse_from_listing(reader: LogdirReader, baseline: Optional[str], candidate: Optional[str], logdir: str) -> None:

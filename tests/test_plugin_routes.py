@@ -24,6 +24,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug import test as werkzeug_test
 from werkzeug import wrappers
 
+from tb_parity_plugin import api
 from tb_parity_plugin.dashboard.plugin import ParityPlugin
 from tb_parity_plugin.engine import colour_scale
 
@@ -339,3 +340,31 @@ def test_matrix_first_names_the_step_of_its_outlined_cell_after_a_structure_dive
         assert body["tensors"][first["tensor"]]["tag"] == "lr/lr"
         assert body["step_start"][first["bucket"]] <= first["step"] <= body["step_end"][first["bucket"]]
         assert first["step"] == apart, first
+
+
+@pytest.mark.parametrize("header_only", [False, True])
+@pytest.mark.parametrize("route", ["summary", "matrix", "tensor", "scalars"])
+def test_a_run_holding_no_records_is_refused_as_the_cli_refuses_it(tmp_path, route: str, header_only: bool) -> None:
+    """A port whose event file holds nothing of ours (a writer opened and closed: only its
+    file_version header, or no byte at all): ``tb-parity diff`` exits 2 "holds no tb_parity
+    records", and the tab answered 200 "DIVERGE in structure", every baseline tensor "recorded by
+    one run only" (trial h102, on a real pair of h97's). The tab must say what the CLI says."""
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    root = str(tmp_path)
+    fx.write_pair(root, "port", 4)
+    fx.write_pair(root, "other", 3)
+    side = os.path.join(root, "port", "tf2")
+    for name in os.listdir(side):
+        os.remove(os.path.join(side, name))
+    if header_only:
+        EventFileWriter(side).close()  # what tf.summary writes for a run that records nothing
+    else:
+        open(os.path.join(side, "events.out.tfevents.0.x"), "wb").close()
+    with pytest.raises(api.ParityInputError, match="holds no tb_parity records") as cli_error:
+        api.compare(root, "port/tf1", "port/tf2")
+    client = make_client(root)
+    extra = "&tensor=lr%2Flearning_rate" if route == "tensor" else ""
+    body = get_json(client, f"{route}?baseline=port%2Ftf1&candidate=port%2Ftf2{extra}", code=404)
+    assert body["error"] == "Not found: " + str(cli_error.value).replace(root, "this logdir")
+    assert get_json(client, "summary?baseline=other%2Ftf1&candidate=other%2Ftf2")["verdict"] == "agree"

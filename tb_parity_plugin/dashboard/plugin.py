@@ -20,6 +20,7 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
+from tb_parity_plugin import api
 from tb_parity_plugin.dashboard import params, views
 from tb_parity_plugin.engine.comparison_cache import ComparisonCache, Entry
 from tb_parity_plugin.logdir import run_pairs
@@ -176,6 +177,13 @@ class ParityPlugin(base_plugin.TBPlugin):
             raise error(str(exc)) from None
         except KeyError as exc:
             raise errors.NotFoundError(f"no run {exc.args[0]!r} in this logdir") from None
+        for run in (base, cand):
+            # as the CLI refuses it: a port whose event files hold nothing of ours was a structure
+            # DIVERGE here, every baseline tensor "recorded by one run only" (h102); a run whose steps
+            # were lost to read problems keeps its verdict, the problems beside it
+            error = None if run.problems else api.no_records_error(run, "this logdir")
+            if error is not None:
+                raise errors.NotFoundError(error)
         return self._cache.use(
             query.cache_key, base, cand, query.policy, query.mapping, lambda entry: fn(entry, base, cand)
         )
