@@ -205,7 +205,10 @@ export class App {
     }
     this.empty.style.display = "none";
     this.main.style.display = "";
-    if (!(this.state.baseline && names.has(this.state.baseline) && this.state.candidate && names.has(this.state.candidate))) {
+    // A pair the URL names is kept even when /runs does not list it: the routes then answer why (the
+    // CLI's words: no such run, or a run holding no tb_parity record), where the tab showed the
+    // suggested pair's verdict under the link (h102: a link to an empty port read "Runs agree").
+    if (!(this.state.baseline && this.state.candidate)) {
       const pair = this.runs.suggested ?? { baseline: this.runs.runs[0].name, candidate: this.runs.runs[Math.min(1, this.runs.runs.length - 1)].name };
       this.state.baseline = pair.baseline;
       this.state.candidate = pair.candidate;

@@ -179,3 +179,28 @@ def test_a_refresh_keeps_the_users_zoom(page, server: str, demo_logdir: str) -> 
     assert (grown["xmin"], grown["xmax"]) == (zoomed["xmin"], zoomed["xmax"])
     assert grown["same"]
     assert float(chart_state(frame, "chart-loss")["xmax"]) == 29
+
+
+@one_server
+def test_a_link_to_a_pair_not_listed_says_why_instead_of_showing_another_pair(browser, server: str) -> None:
+    """A link whose candidate /runs does not list (a port whose event file holds nothing of ours,
+    or no such run): the tab put the suggested pair in its place and showed that pair's verdict
+    under the link (h102: a link to h97's empty port read "Runs agree within tolerance", another
+    pair's). It keeps the linked pair and shows the route's answer, in the CLI's words."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1900})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(server + "#tb_parity&p.tb_parity.baseline=clean%2Ftf1&p.tb_parity.candidate=clean%2Fnope")
+        frame = page.frame_locator("iframe")
+        bar = frame.locator("[data-testid=error]")
+        expect(bar).to_contain_text("no run 'clean/nope'", timeout=TIMEOUT)
+        assert frame.locator("[data-testid=card][data-verdict]").count() == 0  # no other pair's verdict
+        assert "candidate=clean%2Fnope" in page.url  # the link still names what it asked for
+        frame.locator("[data-testid=pair]").select_option(label="clean")  # a listed pair is one pick away
+        frame.locator("[data-testid=card][data-verdict]").wait_for(timeout=TIMEOUT)
+        assert frame.locator("[data-testid=candidate]").input_value() == "clean/tf2"
+        assert not errors, errors
+    finally:
+        context.close()
