@@ -103,6 +103,13 @@ def test_two_names_mapped_to_one_tensor_is_an_error() -> None:
             align.align(base, cand, items)
     result = align.align(base, cand, ["a=y", "a:0=y", "b=z"])  # one name with and without :0 is one name
     assert names(result) == [("a", "y", "map"), ("b", "z", "map")]
+    # tags of two kinds name two tensors: a weight and a gradient may both map to one name
+    base += [series("grad", "c", steady(3), order=2)]
+    cand += [series("grad", "z", steady(3), order=2)]
+    result = align.align(base, cand, ["weight/b=z", "grad/c=z", "a=y"])
+    assert sorted(names(result)) == [("a", "y", "map"), ("b", "z", "map"), ("c", "z", "map")]
+    with pytest.raises(ValueError, match="pair two tensors with z"):  # a name alone maps every kind of it
+        align.align(base, cand, ["weight/b=z", "c=z"])
 
 
 def test_a_mapping_may_abbreviate_names_as_a_user_writes_them() -> None:

@@ -484,7 +484,7 @@ def parse_mappings(items: Sequence[str]) -> list[tuple[Optional[Any], str, str]]
     harmless)."""
     parsed = [parse_mapping(item) for item in items]
     targets: dict[str, tuple[str, str]] = {}
-    sources: dict[str, tuple[str, str]] = {}
+    sources: dict[str, list[tuple[str, str, str]]] = {}
     for item, (regex, old, new) in zip(items, parsed):
         if regex is not None:
             continue
@@ -495,13 +495,17 @@ def parse_mappings(items: Sequence[str]) -> list[tuple[Optional[Any], str, str]]
             raise ValueError(
                 f"mappings {earlier[1]!r} and {item!r} pair {old} with two tensors: give one mapping for it"
             )
-        # a candidate tensor pairs once: `--map a=z --map b=z` compared a or b by the flags' order
-        earlier = sources.setdefault(target, (key, item))
-        if earlier[0] != key:
-            raise ValueError(
-                f"mappings {earlier[1]!r} and {item!r} pair two tensors with {new}: a tensor pairs with one other, "
-                "give one mapping for it"
-            )
+        # a candidate tensor pairs once: `--map a=z --map b=z` compared a or b by the flags' order; within a
+        # kind, which a tag's prefix names (`weight/a=z` and `grad/b=z` pair two kinds' tensors; a name, all)
+        head, _, rest = key.partition("/")
+        kind, name = (head, rest) if rest and head in metadata.KIND_PHASE else ("*", key)
+        for other_kind, other_name, other_item in sources.setdefault(target, []):
+            if other_name != name and (kind == other_kind or "*" in (kind, other_kind)):
+                raise ValueError(
+                    f"mappings {other_item!r} and {item!r} pair two tensors with {new}: a tensor pairs with one "
+                    "other, give one mapping for it"
+                )
+        sources[target].append((kind, name, item))
     return parsed
 
 
