@@ -489,7 +489,7 @@ def parse_mappings(items: Sequence[str]) -> list[tuple[Optional[Any], str, str]]
         if regex is not None:
             continue
         # one name with and without its output index (dense/kernel and dense/kernel:0) is one name
-        key, target = old.removesuffix(":0"), new.removesuffix(":0")
+        key, target = _strip_output_index(old), _strip_output_index(new)
         earlier = targets.setdefault(key, (target, item))
         if earlier[0] != target:
             raise ValueError(

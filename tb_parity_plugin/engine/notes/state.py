@@ -182,8 +182,8 @@ class StateNotes(NoteContext):
                 p
                 for p in self._pairs
                 if p.base.kind == "weight"
-                and (names[0] is None or _strip_index(p.base.name) == names[0][0])
-                and (names[1] is None or _strip_index(p.cand.name) == names[1][0])
+                and (names[0] is None or align.variable_of("weight", p.base.name) == (names[0][0], ""))
+                and (names[1] is None or align.variable_of("weight", p.cand.name) == (names[1][0], ""))
             ),
             None,
         )
@@ -440,12 +440,6 @@ def _share_of(
     coarsest = min(h[1] for h in hits)
     ats = [h for h in hits if h[1] == coarsest]
     return ats[0] if len(ats) == 1 else None
-
-
-def _strip_index(name: str) -> str:
-    """A weight's variable name without its output index (``dense/kernel:0`` -> ``dense/kernel``)."""
-    found = align.variable_of("weight", name)
-    return found[0] if found else name
 
 
 def _ema_update(
